@@ -1,0 +1,254 @@
+//! `loopguard config check` and `loopguard config explain`.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use loopguard::config::{ConfigSet, EffectiveConfig, Enabled};
+use loopguard::policy::{SendMatch, BUILTIN};
+use serde_json::{json, Value};
+
+use crate::output::{fatal, read_text, wants_json};
+use crate::{EXIT_FATAL, EXIT_OK};
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Validate a config document and list every problem in it.
+    ///
+    /// Exit status: 0 when the document is valid (clamped or unreachable thresholds are
+    /// reported as warnings), 1 when it is not (every problem is listed on stderr, each with
+    /// file, line, column, path and what is wrong).
+    #[command(after_help = "Example:\n  loopguard config check ~/.openclaw/openclaw.json")]
+    Check {
+        /// OpenClaw-style JSON5 config.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Show the settings in force, and why.
+    Explain(ExplainArgs),
+}
+
+/// Show the effective settings (after merge, defaults and clamping) globally and for each
+/// agent, with a sentence for every clamp and every threshold the history size makes
+/// unreachable, plus the built-in tool policy. A table on a terminal, JSON when piped or
+/// with --json.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+loopguard config explain openclaw.json5\n  \
+loopguard config explain openclaw.json5 --agent worker --json")]
+pub struct ExplainArgs {
+    /// OpenClaw-style JSON5 config.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only this agent's settings (the global ones when it has no block of its own).
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
+    /// Print JSON even on a terminal.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: ConfigCommand) -> u8 {
+    match cmd {
+        ConfigCommand::Check { file } => check(file),
+        ConfigCommand::Explain(args) => explain(args),
+    }
+}
+
+fn parse(file: &Path) -> Result<ConfigSet, String> {
+    let text = read_text(file)?;
+    ConfigSet::parse_named(&text, Some(&file.display().to_string())).map_err(|e| e.to_string())
+}
+
+fn check(file: PathBuf) -> u8 {
+    let set = match parse(&file) {
+        Ok(set) => set,
+        Err(problems) => {
+            let n = problems.lines().count();
+            eprintln!("{problems}");
+            eprintln!(
+                "{}: {n} problem{} found; the config was not applied",
+                file.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            return EXIT_FATAL;
+        }
+    };
+    let mut warnings = 0;
+    for (label, cfg) in scopes(&set, None) {
+        for clamp in &cfg.clamps {
+            warnings += 1;
+            println!("warning: {label}: {}", clamp.reason);
+        }
+        for u in &cfg.unreachable {
+            warnings += 1;
+            println!("warning: {label}: {}", u.reason);
+        }
+    }
+    println!(
+        "{}: valid ({} agent block{}, {warnings} warning{})",
+        file.display(),
+        set.agents().count(),
+        if set.agents().count() == 1 { "" } else { "s" },
+        if warnings == 1 { "" } else { "s" },
+    );
+    EXIT_OK
+}
+
+/// The configs to show: global then each agent, or just the one asked for.
+fn scopes<'a>(set: &'a ConfigSet, agent: Option<&str>) -> Vec<(String, &'a EffectiveConfig)> {
+    match agent {
+        Some(id) => {
+            let has_block = set.agents().any(|(a, _, _)| a == id);
+            let label = if has_block {
+                format!("agent {id}")
+            } else {
+                format!("agent {id} (no block of its own: global settings)")
+            };
+            vec![(label, set.for_agent(Some(id)))]
+        }
+        None => std::iter::once(("global".to_owned(), set.global()))
+            .chain(set.agents().map(|(id, _, e)| (format!("agent {id}"), e)))
+            .collect(),
+    }
+}
+
+fn explain(args: ExplainArgs) -> u8 {
+    let set = match parse(&args.file) {
+        Ok(set) => set,
+        Err(problems) => return fatal(&problems.replace('\n', "; ")),
+    };
+    let scopes = scopes(&set, args.agent.as_deref());
+    if wants_json(args.json) {
+        let doc = json!({
+            "file": args.file.display().to_string(),
+            "fingerprintVersion": loopguard::fingerprint::FINGERPRINT_VERSION,
+            "configs": scopes.iter().map(|(label, cfg)| json!({
+                "scope": label,
+                "effective": cfg,
+                "explanations": explanations(cfg),
+            })).collect::<Vec<_>>(),
+            "policy": policy_json(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        println!("{}", args.file.display());
+        for (label, cfg) in &scopes {
+            println!();
+            print_table(label, cfg);
+        }
+        println!();
+        print_policy();
+    }
+    EXIT_OK
+}
+
+fn enabled_text(e: Enabled) -> &'static str {
+    match e {
+        Enabled::On => "true: rolling detectors on, post-compaction guard on",
+        Enabled::Unset => "unset: rolling detectors off, post-compaction guard on",
+        Enabled::Off => "false: rolling detectors off, post-compaction guard off",
+    }
+}
+
+/// One sentence per setting worth a remark.
+fn explanations(cfg: &EffectiveConfig) -> Vec<String> {
+    let mut out = vec![format!("enabled is {}.", enabled_text(cfg.enabled))];
+    out.extend(cfg.clamps.iter().map(|c| format!("{}.", c.reason)));
+    out.extend(cfg.unreachable.iter().map(|u| format!("{}.", u.reason)));
+    out
+}
+
+fn print_table(label: &str, cfg: &EffectiveConfig) {
+    let on = |b: bool| if b { "on" } else { "off" };
+    let clamped = |field: &str| {
+        cfg.clamps
+            .iter()
+            .find(|c| c.field == field)
+            .map(|c| format!("  (clamped from {})", c.configured))
+            .unwrap_or_default()
+    };
+    println!("{label}");
+    let rows: Vec<(&str, String)> = vec![
+        ("enabled", enabled_text(cfg.enabled).to_owned()),
+        ("historySize", cfg.history_size.to_string()),
+        ("warningThreshold", cfg.warning_threshold.to_string()),
+        (
+            "criticalThreshold",
+            format!("{}{}", cfg.critical_threshold, clamped("criticalThreshold")),
+        ),
+        (
+            "unknownToolThreshold",
+            cfg.unknown_tool_threshold.to_string(),
+        ),
+        (
+            "globalCircuitBreakerThreshold",
+            format!(
+                "{}{}",
+                cfg.global_circuit_breaker_threshold,
+                clamped("globalCircuitBreakerThreshold")
+            ),
+        ),
+        (
+            "detectors.genericRepeat",
+            on(cfg.detectors.generic_repeat).into(),
+        ),
+        (
+            "detectors.knownPollNoProgress",
+            on(cfg.detectors.known_poll_no_progress).into(),
+        ),
+        ("detectors.pingPong", on(cfg.detectors.ping_pong).into()),
+        (
+            "postCompactionGuard.windowSize",
+            cfg.post_compaction_window.to_string(),
+        ),
+    ];
+    for (k, v) in rows {
+        println!("  {k:<32} {v}");
+    }
+    for c in &cfg.clamps {
+        println!("  note: {}", c.reason);
+    }
+    for u in &cfg.unreachable {
+        println!("  warning: {}", u.reason);
+    }
+}
+
+fn policy_json() -> Value {
+    json!({
+        "knownPolls": BUILTIN.polls.iter().map(|p| json!({"tool": p.tool, "actions": p.actions})).collect::<Vec<_>>(),
+        "sends": BUILTIN.sends.iter().map(|s| json!({"tool": s.tool, "when": send_when(s.matches)})).collect::<Vec<_>>(),
+        "volatileSendKeys": BUILTIN.volatile_send_keys,
+    })
+}
+
+fn send_when(m: SendMatch) -> String {
+    match m {
+        SendMatch::Always => "always".into(),
+        SendMatch::ActionIn(actions) => format!("action in {}", actions.join(", ")),
+        SendMatch::NonBlankArg(arg) => format!("`{arg}` is a non-blank string"),
+    }
+}
+
+fn print_policy() {
+    println!(
+        "built-in tool policy (fingerprint {})",
+        loopguard::fingerprint::FINGERPRINT_VERSION
+    );
+    for p in BUILTIN.polls {
+        match p.actions {
+            None => println!("  known poll   {}", p.tool),
+            Some(a) => println!(
+                "  known poll   {} when action is {}",
+                p.tool,
+                a.join(" or ")
+            ),
+        }
+    }
+    for s in BUILTIN.sends {
+        println!("  send         {} when {}", s.tool, send_when(s.matches));
+    }
+    println!(
+        "  volatile send result keys (ignored): {}",
+        BUILTIN.volatile_send_keys.join(", ")
+    );
+}

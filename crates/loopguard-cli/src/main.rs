@@ -1,0 +1,69 @@
+//! `loopguard`: the command-line front of the loopguard engine.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod config_cmd;
+mod output;
+mod replay_cmd;
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: a fatal error (unreadable input, invalid config).
+pub const EXIT_FATAL: u8 = 1;
+/// Exit status: the command ran, but some input lines were invalid.
+pub const EXIT_INVALID_LINES: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "loopguard",
+    version,
+    about = "Catch AI agents stuck in tool-call loops",
+    long_about = "loopguard watches an agent's tool calls and stops the loops that burn tokens: \
+the same call over and over, a poll that never changes, two calls ping-ponging, retries of a \
+tool that does not exist, and the same loop again after a context compaction. It implements \
+OpenClaw's tools.loopDetection guardrails.",
+    after_help = "Examples:\n  \
+loopguard replay --config openclaw.json5 events.jsonl\n  \
+cat events.jsonl | loopguard replay -\n  \
+loopguard config check openclaw.json5\n  \
+loopguard config explain openclaw.json5 --agent worker\n\n\
+Logs go to stderr; set LOOPGUARD_LOG (e.g. LOOPGUARD_LOG=info) to see them."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    Replay(replay_cmd::ReplayArgs),
+    /// Check or explain a config document.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Replay(args) => replay_cmd::run(args),
+        Command::Config(cmd) => config_cmd::run(cmd),
+    };
+    ExitCode::from(code)
+}
+
+/// Logs to stderr, filtered by `LOOPGUARD_LOG`; silent when it is unset, because stdout
+/// and stderr of several commands are contracts.
+fn init_logging() {
+    let Ok(filter) = std::env::var("LOOPGUARD_LOG") else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

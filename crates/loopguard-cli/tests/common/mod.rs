@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: paths, and running the real binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The shared folder next to the repository (SPEC, corpus, benchmark generator), when
+/// present: `LOOPGUARD_SHARED_DIR`, else `../shared` beside the repository root.
+pub fn shared_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("LOOPGUARD_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared"));
+    dir.is_dir().then_some(dir)
+}
+
+/// The conformance vectors kept in the repository.
+pub fn conformance_dir() -> PathBuf {
+    repo_root().join("spec/conformance")
+}
+
+/// The `loopguard` binary built for these tests.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loopguard"))
+}
+
+/// Runs `loopguard ARGS` with `stdin`.
+pub fn run(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn loopguard");
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().expect("wait loopguard");
+    writer.join().unwrap();
+    out
+}
+
+/// Parses JSON Lines output.
+pub fn json_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad output line {l:?}: {e}")))
+        .collect()
+}

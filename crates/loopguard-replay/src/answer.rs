@@ -1,0 +1,163 @@
+//! Output objects (SPEC §7): one per input line. Other tools parse these; field names,
+//! order and types are a contract.
+
+use loopguard::{Abort, Detection, Recorded, Verdict};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+/// The answer to one input line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The verdict on a call.
+    Call {
+        /// Input line number (1-based).
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// The verdict.
+        verdict: Verdict,
+    },
+    /// What became of a result.
+    Result {
+        /// Input line number.
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// Recorded or not, and an abort.
+        recorded: Recorded,
+    },
+    /// A compaction.
+    Compaction {
+        /// Input line number.
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// Window the guard was armed with; 0 when disabled.
+        armed: u32,
+    },
+    /// A line that is not a valid event.
+    Invalid {
+        /// Input line number.
+        seq: u64,
+        /// Why.
+        error: String,
+    },
+}
+
+impl Answer {
+    /// Whether this answers an invalid line.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Self::Invalid { .. })
+    }
+
+    /// The verdict, for call answers.
+    pub fn verdict(&self) -> Option<&Verdict> {
+        match self {
+            Self::Call { verdict, .. } => Some(verdict),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Answer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(None)?;
+        match self {
+            Self::Invalid { seq, error } => {
+                m.serialize_entry("seq", seq)?;
+                m.serialize_entry("error", error)?;
+            }
+            Self::Call {
+                seq,
+                session,
+                run,
+                verdict,
+            } => {
+                head(&mut m, *seq, "call", session, run)?;
+                match verdict {
+                    Verdict::Allow => m.serialize_entry("verdict", "allow")?,
+                    Verdict::Warn { detection, notify } => {
+                        m.serialize_entry("verdict", "warn")?;
+                        detection_fields(&mut m, detection)?;
+                        m.serialize_entry("notify", notify)?;
+                        paired(&mut m, detection)?;
+                    }
+                    Verdict::Block {
+                        detection,
+                        terminal,
+                    } => {
+                        m.serialize_entry("verdict", "block")?;
+                        detection_fields(&mut m, detection)?;
+                        m.serialize_entry("terminal", terminal)?;
+                        paired(&mut m, detection)?;
+                    }
+                }
+            }
+            Self::Result {
+                seq,
+                session,
+                run,
+                recorded,
+            } => {
+                head(&mut m, *seq, "result", session, run)?;
+                m.serialize_entry("recorded", &recorded.recorded)?;
+                m.serialize_entry("abort", &recorded.abort.as_ref().map(AbortOut))?;
+            }
+            Self::Compaction {
+                seq,
+                session,
+                run,
+                armed,
+            } => {
+                head(&mut m, *seq, "compaction", session, run)?;
+                m.serialize_entry("armed", armed)?;
+            }
+        }
+        m.end()
+    }
+}
+
+fn head<M: SerializeMap>(
+    m: &mut M,
+    seq: u64,
+    kind: &str,
+    session: &str,
+    run: &Option<String>,
+) -> Result<(), M::Error> {
+    m.serialize_entry("seq", &seq)?;
+    m.serialize_entry("type", kind)?;
+    m.serialize_entry("session", session)?;
+    m.serialize_entry("run", run)
+}
+
+fn detection_fields<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::Error> {
+    m.serialize_entry("level", &d.level)?;
+    m.serialize_entry("detector", &d.detector)?;
+    m.serialize_entry("count", &d.count)?;
+    m.serialize_entry("message", &d.message)
+}
+
+fn paired<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::Error> {
+    match &d.paired_tool {
+        Some(tool) => m.serialize_entry("paired_tool", tool),
+        None => Ok(()),
+    }
+}
+
+struct AbortOut<'a>(&'a Abort);
+
+impl Serialize for AbortOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(Some(4))?;
+        m.serialize_entry("detector", &self.0.detector())?;
+        m.serialize_entry("tool", &self.0.tool)?;
+        m.serialize_entry("count", &self.0.count)?;
+        m.serialize_entry("message", &self.0.message)?;
+        m.end()
+    }
+}

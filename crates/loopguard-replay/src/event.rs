@@ -1,0 +1,303 @@
+//! Input events (SPEC §7): one JSON object per line.
+//!
+//! ```text
+//! {"type":"call","session":"s","run":"r","agent":"a","call_id":"c1","tool":"read","args":{...}}
+//! {"type":"result","session":"s","run":"r","call_id":"c1","tool":"read","args":{...},"result":{...}}
+//! {"type":"result", ... ,"error":"Tool foo not found"}
+//! {"type":"compaction","session":"s","run":"r"}
+//! ```
+//!
+//! Normalizations, documented once here:
+//! - unknown fields are ignored; `session` defaults to `"default"`;
+//! - `session`, `run`, `agent`, `call_id` and `tool` must be strings when present (`null`
+//!   included: it is not a string); they are trimmed and a blank one counts as absent;
+//! - a call without `args` has args `{}`;
+//! - a result with both `error` and `result` is an error (the error wins); a result with
+//!   neither has no fingerprint and records nothing;
+//! - duplicate keys in an object: the last one wins (as in JavaScript);
+//! - numbers keep 64-bit integers exactly; other numbers are IEEE-754 doubles;
+//! - a line must be UTF-8 and nested at most [`MAX_DEPTH`] levels deep; anything else is a
+//!   per-line error.
+
+use serde_json::{Map, Value};
+
+/// Deepest nesting a line may have (the JSON parser's recursion limit).
+pub const MAX_DEPTH: usize = 128;
+
+/// The (session, run, agent) ids of an event, normalized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ids {
+    /// Session id (`"default"` when absent).
+    pub session: String,
+    /// Run id.
+    pub run: Option<String>,
+    /// Agent id.
+    pub agent: Option<String>,
+}
+
+/// What a result event carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OwnedOutcome {
+    /// The tool's result.
+    Result(Value),
+    /// The error the call failed with.
+    Error(Value),
+    /// Neither.
+    Nothing,
+}
+
+impl OwnedOutcome {
+    /// Borrowed form for the engine.
+    pub fn as_outcome(&self) -> loopguard::Outcome<'_> {
+        match self {
+            Self::Result(v) => loopguard::Outcome::Result(v),
+            Self::Error(v) => loopguard::Outcome::Error(v),
+            Self::Nothing => loopguard::Outcome::Nothing,
+        }
+    }
+}
+
+/// One input event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A tool call about to run.
+    Call {
+        /// Scope.
+        ids: Ids,
+        /// Provider call id.
+        call_id: Option<String>,
+        /// Tool name.
+        tool: String,
+        /// Arguments.
+        args: Value,
+    },
+    /// What a call returned.
+    Result {
+        /// Scope.
+        ids: Ids,
+        /// Provider call id.
+        call_id: Option<String>,
+        /// Tool name; when absent, `call_id` must name a pending call.
+        tool: Option<String>,
+        /// Arguments; when absent, those of the pending call `call_id` names.
+        args: Option<Value>,
+        /// Result or error.
+        outcome: OwnedOutcome,
+    },
+    /// A compaction retry.
+    Compaction {
+        /// Scope.
+        ids: Ids,
+    },
+}
+
+impl Event {
+    /// The event's ids.
+    pub fn ids(&self) -> &Ids {
+        match self {
+            Self::Call { ids, .. } | Self::Result { ids, .. } | Self::Compaction { ids } => ids,
+        }
+    }
+}
+
+/// Parses one line (without its line terminator).
+pub fn parse_line(line: &[u8]) -> Result<Event, String> {
+    let text = std::str::from_utf8(line).map_err(|e| {
+        format!(
+            "line is not valid UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        )
+    })?;
+    let value: Value = serde_json::from_str(text).map_err(json_error)?;
+    from_value(value)
+}
+
+fn json_error(e: serde_json::Error) -> String {
+    let message = e.to_string();
+    let message = message
+        .rsplit_once(" at line ")
+        .map_or(message.as_str(), |(m, _)| m);
+    if message.contains("recursion limit") {
+        return format!(
+            "invalid JSON: nested deeper than {MAX_DEPTH} levels (at column {})",
+            e.column()
+        );
+    }
+    if e.is_eof() {
+        return format!("invalid JSON: the line ends early ({message})");
+    }
+    format!("invalid JSON: {message} at column {}", e.column())
+}
+
+/// Turns a parsed JSON value into an event.
+pub fn from_value(value: Value) -> Result<Event, String> {
+    let Value::Object(mut map) = value else {
+        return Err("event must be a JSON object".into());
+    };
+    let kind = match map.get("type") {
+        None => return Err("event without type".into()),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err("event type must be a string".into()),
+    };
+    let ids = Ids {
+        session: string_field(&map, "session")?.unwrap_or_else(|| "default".into()),
+        run: string_field(&map, "run")?,
+        agent: string_field(&map, "agent")?,
+    };
+    let call_id = string_field(&map, "call_id")?;
+    match kind.as_str() {
+        "call" => {
+            let tool = string_field(&map, "tool")?.ok_or("call without tool")?;
+            let args = map
+                .remove("args")
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            Ok(Event::Call {
+                ids,
+                call_id,
+                tool,
+                args,
+            })
+        }
+        "result" => {
+            let tool = string_field(&map, "tool")?;
+            if tool.is_none() && call_id.is_none() {
+                return Err("result without tool needs the call_id of a pending call".into());
+            }
+            let args = map.remove("args");
+            let outcome = match (map.remove("error"), map.remove("result")) {
+                (Some(error), _) => OwnedOutcome::Error(error),
+                (None, Some(result)) => OwnedOutcome::Result(result),
+                (None, None) => OwnedOutcome::Nothing,
+            };
+            Ok(Event::Result {
+                ids,
+                call_id,
+                tool,
+                args,
+                outcome,
+            })
+        }
+        "compaction" => Ok(Event::Compaction { ids }),
+        other => {
+            let shown: String = other.chars().take(64).collect();
+            Err(format!("unknown event type {shown:?}"))
+        }
+    }
+}
+
+/// A string field: trimmed, blank = absent, anything but a string is an error.
+fn string_field(map: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match map.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(loopguard::text::non_blank(s).map(str::to_owned)),
+        Some(other) => Err(format!("{key} must be a string, not {}", kind_of(other))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(line: &str) -> String {
+        parse_line(line.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn parses_each_kind() {
+        let e = parse_line(br#"{"type":"call","tool":" read ","args":{"p":1},"run":" ","x":1}"#)
+            .unwrap();
+        assert_eq!(
+            e,
+            Event::Call {
+                ids: Ids {
+                    session: "default".into(),
+                    run: None,
+                    agent: None
+                },
+                call_id: None,
+                tool: "read".into(),
+                args: json!({"p": 1})
+            }
+        );
+        let e = parse_line(br#"{"type":"call","tool":"read","session":"s","agent":"a"}"#).unwrap();
+        assert!(matches!(e, Event::Call { ref args, .. } if *args == json!({})));
+        assert_eq!(e.ids().agent.as_deref(), Some("a"));
+        let e =
+            parse_line(br#"{"type":"result","call_id":"c1","error":null,"result":{}}"#).unwrap();
+        assert!(matches!(
+            e,
+            Event::Result {
+                outcome: OwnedOutcome::Error(Value::Null),
+                tool: None,
+                ..
+            }
+        ));
+        let e = parse_line(br#"{"type":"result","tool":"t"}"#).unwrap();
+        assert!(matches!(
+            e,
+            Event::Result {
+                outcome: OwnedOutcome::Nothing,
+                ..
+            }
+        ));
+        let e = parse_line(br#"{"type":"compaction","session":"s","run":"r"}"#).unwrap();
+        assert_eq!(e.ids().run.as_deref(), Some("r"));
+    }
+
+    #[test]
+    fn rejects_bad_lines_with_reasons() {
+        assert!(err("this is not json").starts_with("invalid JSON"));
+        assert_eq!(err("[1,2,3]"), "event must be a JSON object");
+        assert_eq!(err(r#"{"type":"bogus"}"#), "unknown event type \"bogus\"");
+        assert_eq!(err(r#"{"session":"s"}"#), "event without type");
+        assert_eq!(err(r#"{"type":"call","args":{}}"#), "call without tool");
+        assert_eq!(err(r#"{"type":"call","tool":"  "}"#), "call without tool");
+        assert_eq!(
+            err(r#"{"type":"call","tool":"t","run":null}"#),
+            "run must be a string, not null"
+        );
+        assert_eq!(
+            err(r#"{"type":"call","tool":5}"#),
+            "tool must be a string, not a number"
+        );
+        assert!(err(r#"{"type":"call","tool":"t""#).contains("ends early"));
+        assert!(parse_line(b"{\"type\":\"call\",\"tool\":\"\xff\"}")
+            .unwrap_err()
+            .contains("UTF-8"));
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(
+            err(&format!(r#"{{"type":"call","tool":"t","args":{deep}}}"#))
+                .contains("nested deeper")
+        );
+        let deep = "[".repeat(100_000);
+        assert!(err(&deep).contains("nested deeper"));
+        assert!(err(r#"{"type":"result","result":{}}"#).contains("call_id"));
+    }
+
+    #[test]
+    fn duplicate_keys_last_wins_and_big_numbers_are_exact() {
+        let e = parse_line(
+            br#"{"type":"call","tool":"a","tool":"b","args":{"n":18446744073709551615}}"#,
+        )
+        .unwrap();
+        match e {
+            Event::Call { tool, args, .. } => {
+                assert_eq!(tool, "b");
+                assert_eq!(args["n"].as_u64(), Some(u64::MAX));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

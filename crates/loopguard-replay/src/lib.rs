@@ -1,0 +1,351 @@
+//! The loopguard replay format (SPEC §7): events in, answers out.
+//!
+//! [`Replayer`] applies [`Event`]s to a [`loopguard::Guard`] and produces the [`Answer`]s
+//! that `loopguard replay` prints and that `loopguard serve` returns; [`replay`] streams a
+//! whole input, line by line, in bounded memory.
+//!
+//! ```
+//! use loopguard::ConfigSet;
+//! use loopguard_replay::{replay, Replayer};
+//!
+//! let input = concat!(
+//!     r#"{"type":"call","session":"s","call_id":"c1","tool":"read","args":{"path":"/a"}}"#, "\n",
+//!     r#"{"type":"result","session":"s","call_id":"c1","result":{"content":[]}}"#, "\n",
+//!     "not json\n",
+//! );
+//! let mut out = Vec::new();
+//! let mut replayer = Replayer::new(ConfigSet::default(), None);
+//! let summary = replay(&mut replayer, input.as_bytes(), &mut out, 1 << 20)?;
+//! assert_eq!(summary.invalid, 1);
+//! let text = String::from_utf8(out).unwrap();
+//! assert!(text.starts_with(r#"{"seq":1,"type":"call","session":"s","run":null,"verdict":"allow"}"#));
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod answer;
+mod event;
+
+use std::io::{self, BufRead, Write};
+
+use loopguard::{Call, Clock, ConfigSet, Guard, Limits, ManualClock, Scope};
+
+pub use answer::Answer;
+pub use event::{from_value, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+
+/// Default longest line `replay` reads (256 MiB); longer lines are reported and skipped.
+pub const DEFAULT_MAX_LINE: usize = 256 << 20;
+
+/// Applies events to a guard.
+#[derive(Debug)]
+pub struct Replayer<C: Clock = ManualClock> {
+    guard: Guard<C>,
+    default_agent: Option<String>,
+}
+
+impl Replayer<ManualClock> {
+    /// A replayer over a fresh in-memory guard whose clock stands still, so a replay's
+    /// answers never depend on how fast it runs. `default_agent` applies to events that
+    /// name none (`--agent`).
+    pub fn new(config: ConfigSet, default_agent: Option<String>) -> Self {
+        let guard = Guard::with_clock(config, Limits::default(), ManualClock::new(0));
+        Self::with_guard(guard, default_agent)
+    }
+}
+
+impl<C: Clock> Replayer<C> {
+    /// A replayer over an existing guard.
+    pub fn with_guard(guard: Guard<C>, default_agent: Option<String>) -> Self {
+        Self {
+            guard,
+            default_agent: default_agent.filter(|a| !loopguard::text::is_blank(a)),
+        }
+    }
+
+    /// The guard.
+    pub fn guard(&self) -> &Guard<C> {
+        &self.guard
+    }
+
+    /// The guard, mutably (to swap its config, end runs, …).
+    pub fn guard_mut(&mut self) -> &mut Guard<C> {
+        &mut self.guard
+    }
+
+    /// Parses and applies one line.
+    pub fn apply_line(&mut self, seq: u64, line: &[u8]) -> Answer {
+        match parse_line(line) {
+            Ok(event) => self.apply(seq, &event),
+            Err(error) => Answer::Invalid { seq, error },
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
+        let ids = event.ids();
+        let agent = ids.agent.as_deref().or(self.default_agent.as_deref());
+        let scope = Scope::new(&ids.session)
+            .with_run(ids.run.as_deref())
+            .with_agent(agent);
+        let session = scope.session().to_owned();
+        let run = scope.run().map(str::to_owned);
+        match event {
+            Event::Call {
+                call_id,
+                tool,
+                args,
+                ..
+            } => {
+                let call = Call::new(tool, args).with_id(call_id.as_deref());
+                let verdict = self.guard.before_call(&scope, &call);
+                Answer::Call {
+                    seq,
+                    session,
+                    run,
+                    verdict,
+                }
+            }
+            Event::Result {
+                call_id,
+                tool,
+                args,
+                outcome,
+                ..
+            } => {
+                let outcome = outcome.as_outcome();
+                let by_id = match (tool, args, call_id) {
+                    (None, _, Some(id)) => Some(id),
+                    // Arguments omitted: the pending call with this id (and tool) has them.
+                    (Some(tool), None, Some(id)) => self
+                        .guard
+                        .run_state(&scope)
+                        .and_then(|state| state.pending_call(id))
+                        .filter(|(pending_tool, _)| *pending_tool == loopguard::text::trim(tool))
+                        .map(|_| id),
+                    _ => None,
+                };
+                let recorded = match (by_id, tool) {
+                    (Some(id), _) => match self.guard.after_call_by_id(&scope, id, outcome) {
+                        Ok(recorded) => recorded,
+                        Err(e) => {
+                            return Answer::Invalid {
+                                seq,
+                                error: e.to_string(),
+                            }
+                        }
+                    },
+                    (None, Some(tool)) => {
+                        let empty = serde_json::Value::Object(Default::default());
+                        let args = args.as_ref().unwrap_or(&empty);
+                        let call = Call::new(tool, args).with_id(call_id.as_deref());
+                        self.guard.after_call(&scope, &call, outcome)
+                    }
+                    (None, None) => {
+                        return Answer::Invalid {
+                            seq,
+                            error: "result without tool needs the call_id of a pending call".into(),
+                        }
+                    }
+                };
+                Answer::Result {
+                    seq,
+                    session,
+                    run,
+                    recorded,
+                }
+            }
+            Event::Compaction { .. } => {
+                let armed = self.guard.on_compaction(&scope);
+                Answer::Compaction {
+                    seq,
+                    session,
+                    run,
+                    armed,
+                }
+            }
+        }
+    }
+}
+
+/// Totals of a replay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Physical lines read.
+    pub lines: u64,
+    /// Valid events applied.
+    pub events: u64,
+    /// Lines answered with an error.
+    pub invalid: u64,
+}
+
+/// Streams `input` through `replayer`, writing one JSON answer per non-blank line to
+/// `output`. Lines longer than `max_line` bytes are answered with an error and skipped
+/// without being buffered. Only I/O errors stop the replay.
+pub fn replay<C: Clock>(
+    replayer: &mut Replayer<C>,
+    mut input: impl BufRead,
+    mut output: impl Write,
+    max_line: usize,
+) -> io::Result<Summary> {
+    let mut summary = Summary::default();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = read_line(&mut input, &mut line, max_line)?;
+        let answer = match read {
+            Line::End => break,
+            Line::TooLong(bytes) => Answer::Invalid {
+                seq: summary.lines + 1,
+                error: format!("line is {bytes} bytes long, more than the limit of {max_line}"),
+            },
+            Line::Complete => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    summary.lines += 1;
+                    continue;
+                }
+                replayer.apply_line(summary.lines + 1, &line)
+            }
+        };
+        summary.lines += 1;
+        if answer.is_error() {
+            summary.invalid += 1;
+        } else {
+            summary.events += 1;
+        }
+        serde_json::to_writer(&mut output, &answer)?;
+        output.write_all(b"\n")?;
+    }
+    output.flush()?;
+    Ok(summary)
+}
+
+enum Line {
+    Complete,
+    TooLong(usize),
+    End,
+}
+
+/// Reads one line into `buf` (without its `\n`), never buffering more than `max` bytes.
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+    let mut total = 0usize;
+    let mut any = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match (any, total > max) {
+                (false, _) => Line::End,
+                (true, true) => Line::TooLong(total),
+                (true, false) => Line::Complete,
+            });
+        }
+        any = true;
+        let (part, found) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (&chunk[..i], true),
+            None => (chunk, false),
+        };
+        total += part.len();
+        if total <= max {
+            buf.extend_from_slice(part);
+        } else if !buf.is_empty() {
+            buf.clear();
+            buf.shrink_to(1 << 16);
+        }
+        let used = part.len() + usize::from(found);
+        input.consume(used);
+        if found {
+            return Ok(if total > max {
+                Line::TooLong(total)
+            } else {
+                Line::Complete
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(input: &[u8], max: usize) -> (Summary, Vec<serde_json::Value>) {
+        let mut out = Vec::new();
+        let mut r = Replayer::new(ConfigSet::default(), None);
+        let s = replay(&mut r, input, &mut out, max).unwrap();
+        let answers = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        (s, answers)
+    }
+
+    #[test]
+    fn blank_lines_count_but_do_not_answer() {
+        let (s, a) = run(b"\n  \r\n{\"type\":\"compaction\"}\n\n", 1000);
+        assert_eq!(s.lines, 4);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0]["seq"], 3);
+        assert_eq!(a[0]["armed"], 3);
+    }
+
+    #[test]
+    fn long_lines_are_skipped_unbuffered() {
+        let mut input = b"{\"type\":\"compaction\"}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 5000));
+        input.extend(b"\n{\"type\":\"compaction\"}");
+        let (s, a) = run(&input, 100);
+        assert_eq!(
+            s,
+            Summary {
+                lines: 3,
+                events: 2,
+                invalid: 1
+            }
+        );
+        assert!(a[1]["error"].as_str().unwrap().contains("5000 bytes"));
+        assert_eq!(a[2]["seq"], 3);
+    }
+
+    #[test]
+    fn truncated_last_line_is_an_error_line() {
+        let (s, a) = run(
+            b"{\"type\":\"compaction\"}\n{\"type\":\"call\",\"tool\":",
+            1000,
+        );
+        assert_eq!(s.invalid, 1);
+        assert_eq!(a[1]["seq"], 2);
+        assert!(a[1]["error"].as_str().unwrap().starts_with("invalid JSON"));
+    }
+
+    #[test]
+    fn result_by_id_and_its_errors() {
+        let input = concat!(
+            r#"{"type":"call","call_id":"c1","tool":"read","args":{"p":1}}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c1","result":"ok"}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c1","result":"ok"}"#,
+            "\n",
+            r#"{"type":"result","call_id":"nope","result":"ok"}"#,
+            "\n",
+            r#"{"type":"call","call_id":"c2","tool":"read","args":{"p":2}}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c2","tool":"read","result":"ok"}"#,
+            "\n",
+        );
+        let (s, a) = run(input.as_bytes(), 1 << 20);
+        assert_eq!(a[1]["recorded"], true);
+        assert!(a[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("already has a result"));
+        assert!(a[3]["error"].as_str().unwrap().contains("no pending call"));
+        assert_eq!(a[5]["recorded"], true, "args taken from the pending call");
+        assert_eq!(s.invalid, 2);
+    }
+}

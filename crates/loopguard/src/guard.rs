@@ -1,0 +1,399 @@
+//! [`Guard`]: the engine with its state in memory, the API a host runtime calls around each
+//! tool call.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::ConfigSet;
+use crate::fingerprint::{CallPrint, Outcome};
+use crate::run::{ResultError, RunState};
+use crate::scope::Scope;
+use crate::verdict::{Recorded, Verdict};
+
+/// A tool call as the host sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// The tool name (trimmed before use).
+    pub tool: &'a str,
+    /// The JSON arguments.
+    pub args: &'a Value,
+    /// The provider's call id, if any (matches the outcome to its call).
+    pub call_id: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `tool` with `args` and no call id.
+    pub fn new(tool: &'a str, args: &'a Value) -> Self {
+        Self {
+            tool,
+            args,
+            call_id: None,
+        }
+    }
+
+    /// The same call with a provider call id (a blank id counts as none).
+    pub fn with_id(mut self, call_id: Option<&'a str>) -> Self {
+        self.call_id = call_id.and_then(crate::text::non_blank);
+        self
+    }
+}
+
+/// Bounds on the memory a [`Guard`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Sessions kept; beyond it the least recently active session is forgotten.
+    pub max_sessions: usize,
+    /// Runs kept per session; beyond it the least recently active run is forgotten.
+    pub max_runs_per_session: usize,
+    /// Sessions idle this long are forgotten.
+    pub idle_ttl: Duration,
+}
+
+impl Default for Limits {
+    /// 100,000 sessions, 64 runs per session, 24 hours idle.
+    fn default() -> Self {
+        Self {
+            max_sessions: 100_000,
+            max_runs_per_session: 64,
+            idle_ttl: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    runs: HashMap<Box<str>, RunState>,
+    last_active: u64,
+}
+
+/// The loop guard with its state in memory.
+///
+/// Call [`Guard::before_call`] before each tool call and do not run a blocked call;
+/// call [`Guard::after_call`] with what the call returned; call [`Guard::on_compaction`]
+/// after compacting an overflowing context and retrying. See the crate docs for a host loop.
+#[derive(Debug)]
+pub struct Guard<C: Clock = SystemClock> {
+    config: ConfigSet,
+    sessions: HashMap<Box<str>, Session>,
+    limits: Limits,
+    clock: C,
+    last_sweep: u64,
+}
+
+impl Guard<SystemClock> {
+    /// A guard with `config`, default limits and the system clock.
+    pub fn new(config: ConfigSet) -> Self {
+        Self::with_clock(config, Limits::default(), SystemClock)
+    }
+}
+
+impl<C: Clock> Guard<C> {
+    /// A guard with explicit limits and clock.
+    pub fn with_clock(config: ConfigSet, limits: Limits, clock: C) -> Self {
+        let last_sweep = clock.now_ms();
+        Self {
+            config,
+            sessions: HashMap::new(),
+            limits,
+            clock,
+            last_sweep,
+        }
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &ConfigSet {
+        &self.config
+    }
+
+    /// Replaces the config; state is kept.
+    pub fn set_config(&mut self, config: ConfigSet) {
+        self.config = config;
+    }
+
+    /// The verdict on a call about to run. A blocked call must not run: give the model
+    /// [`Verdict::blocked_result`] instead.
+    pub fn before_call(&mut self, scope: &Scope<'_>, call: &Call<'_>) -> Verdict {
+        let print = CallPrint::new(call.tool, call.args);
+        let (cfg, run, now) = self.enter(scope);
+        let verdict = run.before_call(cfg, &print, call.call_id, now);
+        trace::verdict(scope, print.tool, &verdict);
+        verdict
+    }
+
+    /// Records what a call returned (also for warned calls; results of blocked calls are
+    /// ignored). Reports an abort when the post-compaction guard stops the run.
+    pub fn after_call(
+        &mut self,
+        scope: &Scope<'_>,
+        call: &Call<'_>,
+        outcome: Outcome<'_>,
+    ) -> Recorded {
+        let print = CallPrint::new(call.tool, call.args);
+        let (cfg, run, now) = self.enter(scope);
+        let recorded = run.after_call(cfg, &print, call.call_id, outcome, now);
+        if let Some(abort) = &recorded.abort {
+            trace::abort(scope, abort);
+        }
+        recorded
+    }
+
+    /// Records what the call with id `call_id` returned, when the host no longer has the
+    /// call's tool and arguments at hand.
+    pub fn after_call_by_id(
+        &mut self,
+        scope: &Scope<'_>,
+        call_id: &str,
+        outcome: Outcome<'_>,
+    ) -> Result<Recorded, ResultError> {
+        if self.run_state(scope).is_none() {
+            return Err(ResultError::UnknownCall);
+        }
+        let (cfg, run, now) = self.enter(scope);
+        let recorded = run.after_call_by_id(cfg, call_id, outcome, now)?;
+        if let Some(abort) = &recorded.abort {
+            trace::abort(scope, abort);
+        }
+        Ok(recorded)
+    }
+
+    /// A compaction retry happened in this run: arms the post-compaction guard. Returns
+    /// the number of attempts it watches, or 0 when the guard is disabled.
+    pub fn on_compaction(&mut self, scope: &Scope<'_>) -> u32 {
+        let (cfg, run, now) = self.enter(scope);
+        let armed = run.compaction(cfg, now);
+        trace::armed(scope, armed);
+        armed
+    }
+
+    /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
+    pub fn end_run(&mut self, scope: &Scope<'_>) -> bool {
+        let key = scope.run().unwrap_or("");
+        let Some(session) = self.sessions.get_mut(scope.session()) else {
+            return false;
+        };
+        let removed = session.runs.remove(key).is_some();
+        if session.runs.is_empty() {
+            self.sessions.remove(scope.session());
+        }
+        removed
+    }
+
+    /// Forgets a session and all its runs. Returns whether it existed.
+    pub fn end_session(&mut self, session: &str) -> bool {
+        self.sessions
+            .remove(Scope::new(session).session())
+            .is_some()
+    }
+
+    /// The state of a run, if it exists.
+    pub fn run_state(&self, scope: &Scope<'_>) -> Option<&RunState> {
+        self.sessions
+            .get(scope.session())?
+            .runs
+            .get(scope.run().unwrap_or(""))
+    }
+
+    /// Live sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Live runs across all sessions.
+    pub fn run_count(&self) -> usize {
+        self.sessions.values().map(|s| s.runs.len()).sum()
+    }
+
+    /// Forgets sessions idle longer than the limit; returns how many.
+    pub fn evict_idle(&mut self) -> usize {
+        let now = self.clock.now_ms();
+        self.last_sweep = now;
+        let ttl = self.limits.idle_ttl.as_millis() as u64;
+        let before = self.sessions.len();
+        self.sessions
+            .retain(|_, s| now.saturating_sub(s.last_active) <= ttl);
+        before - self.sessions.len()
+    }
+
+    /// The config for the scope's agent and the run's state, created if needed.
+    fn enter(
+        &mut self,
+        scope: &Scope<'_>,
+    ) -> (&crate::config::EffectiveConfig, &mut RunState, u64) {
+        let now = self.clock.now_ms();
+        let sweep_every = (self.limits.idle_ttl.as_millis() as u64 / 8).max(1000);
+        if now.saturating_sub(self.last_sweep) >= sweep_every {
+            self.evict_idle();
+        }
+        if !self.sessions.contains_key(scope.session()) {
+            if self.sessions.len() >= self.limits.max_sessions {
+                self.evict_idle();
+            }
+            if self.sessions.len() >= self.limits.max_sessions.max(1) {
+                evict_oldest(&mut self.sessions, |s| s.last_active);
+            }
+            self.sessions
+                .insert(scope.session().into(), Session::default());
+        }
+        let session = self
+            .sessions
+            .get_mut(scope.session())
+            .expect("session inserted above");
+        session.last_active = now;
+        let key = scope.run().unwrap_or("");
+        if !session.runs.contains_key(key) {
+            if session.runs.len() >= self.limits.max_runs_per_session.max(1) {
+                evict_oldest(&mut session.runs, RunState::last_active);
+            }
+            session.runs.insert(key.into(), RunState::default());
+        }
+        let run = session.runs.get_mut(key).expect("run inserted above");
+        (self.config.for_agent(scope.agent()), run, now)
+    }
+}
+
+/// Removes the entry with the smallest activity time.
+fn evict_oldest<V>(map: &mut HashMap<Box<str>, V>, active: impl Fn(&V) -> u64) {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, v)| active(v))
+        .map(|(k, _)| k.clone());
+    if let Some(k) = oldest {
+        map.remove(&k);
+    }
+}
+
+/// Structured events for every warning, block, arming and abort: the one place the engine
+/// talks to `tracing`.
+mod trace {
+    use crate::scope::Scope;
+    use crate::verdict::{Abort, Verdict};
+
+    pub(super) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
+        match verdict {
+            Verdict::Allow => {}
+            Verdict::Warn { detection, notify } => tracing::warn!(
+                target: "loopguard",
+                session = scope.session(),
+                run = scope.run(),
+                tool,
+                detector = detection.detector.as_str(),
+                count = detection.count,
+                notify,
+                "loop warning"
+            ),
+            Verdict::Block {
+                detection,
+                terminal,
+            } => tracing::error!(
+                target: "loopguard",
+                session = scope.session(),
+                run = scope.run(),
+                tool,
+                detector = detection.detector.as_str(),
+                count = detection.count,
+                terminal,
+                "tool call blocked"
+            ),
+        }
+    }
+
+    pub(super) fn armed(scope: &Scope<'_>, attempts: u32) {
+        if attempts > 0 {
+            tracing::info!(
+                target: "loopguard",
+                session = scope.session(),
+                run = scope.run(),
+                attempts,
+                "post-compaction guard armed for {attempts} attempts"
+            );
+        }
+    }
+
+    pub(super) fn abort(scope: &Scope<'_>, abort: &Abort) {
+        tracing::error!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            tool = abort.tool.as_str(),
+            detector = abort.detector().as_str(),
+            count = abort.count,
+            "run aborted: compaction_loop_persisted"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use serde_json::json;
+
+    fn guard(limits: Limits) -> (Guard<ManualClock>, ManualClock) {
+        let clock = ManualClock::new(1_000_000);
+        let config = ConfigSet::enabled_defaults();
+        (Guard::with_clock(config, limits, clock.clone()), clock)
+    }
+
+    #[test]
+    fn idle_sessions_expire_with_the_injected_clock() {
+        let limits = Limits {
+            idle_ttl: Duration::from_secs(60),
+            ..Limits::default()
+        };
+        let (mut g, clock) = guard(limits);
+        let args = json!({});
+        let _ = g.before_call(&Scope::new("a"), &Call::new("read", &args));
+        clock.advance(Duration::from_secs(30));
+        let _ = g.before_call(&Scope::new("b"), &Call::new("read", &args));
+        assert_eq!(g.session_count(), 2);
+        clock.advance(Duration::from_secs(31));
+        assert_eq!(g.evict_idle(), 1);
+        assert!(g.run_state(&Scope::new("a")).is_none());
+        assert!(g.run_state(&Scope::new("b")).is_some());
+    }
+
+    #[test]
+    fn sessions_and_runs_are_bounded() {
+        let limits = Limits {
+            max_sessions: 3,
+            max_runs_per_session: 2,
+            ..Limits::default()
+        };
+        let (mut g, clock) = guard(limits);
+        let args = json!({});
+        for s in ["a", "b", "c", "d"] {
+            clock.advance(Duration::from_millis(10));
+            let _ = g.before_call(&Scope::new(s), &Call::new("read", &args));
+        }
+        assert_eq!(g.session_count(), 3);
+        assert!(
+            g.run_state(&Scope::new("a")).is_none(),
+            "oldest session evicted"
+        );
+        for r in ["r1", "r2", "r3"] {
+            clock.advance(Duration::from_millis(10));
+            let _ = g.before_call(
+                &Scope::new("d").with_run(Some(r)),
+                &Call::new("read", &args),
+            );
+        }
+        assert_eq!(g.run_count(), 2 + 2);
+        assert!(g.run_state(&Scope::new("d").with_run(Some("r3"))).is_some());
+    }
+
+    #[test]
+    fn end_run_and_session() {
+        let (mut g, _) = guard(Limits::default());
+        let args = json!({});
+        let s = Scope::new("s").with_run(Some("r"));
+        let _ = g.before_call(&s, &Call::new("read", &args));
+        assert!(g.end_run(&s));
+        assert!(!g.end_run(&s));
+        let _ = g.before_call(&s, &Call::new("read", &args));
+        assert!(g.end_session("s"));
+        assert_eq!(g.session_count(), 0);
+    }
+}

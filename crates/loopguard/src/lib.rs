@@ -1,0 +1,83 @@
+//! # loopguard
+//!
+//! Stops AI agents from burning tokens in tool-call loops: the same call with the same
+//! arguments over and over, a poll that never changes, two calls ping-ponging, retries of a
+//! tool that does not exist, and the same loop again after the context was compacted.
+//!
+//! This crate is the engine: pure and synchronous, no I/O. It implements the
+//! `tools.loopDetection` guardrails of the OpenClaw agent gateway (rolling-history
+//! detectors with warning and critical thresholds, a global circuit breaker, per-agent
+//! overrides, and the post-compaction guard) as specified in the project's `SPEC.md`.
+//!
+//! ## A host loop
+//!
+//! ```
+//! use loopguard::{Call, ConfigSet, Guard, Outcome, Scope, Verdict};
+//! use serde_json::json;
+//!
+//! let config = ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }")?;
+//! let mut guard = Guard::new(config);
+//! let scope = Scope::new("session-1").with_run(Some("run-1"));
+//!
+//! let args = json!({ "path": "/tmp/missing.txt" });
+//! let mut blocked_at = None;
+//! for attempt in 1..=25 {
+//!     let call = Call::new("read", &args).with_id(Some("call-x"));
+//!     match guard.before_call(&scope, &call) {
+//!         Verdict::Block { .. } => {
+//!             // Do not run the tool; the model gets `verdict.blocked_result()` instead.
+//!             blocked_at = Some(attempt);
+//!             break;
+//!         }
+//!         verdict => {
+//!             // Run the tool (here: it always fails the same way) ...
+//!             let error = json!("ENOENT: no such file");
+//!             let recorded = guard.after_call(&scope, &call, Outcome::Error(&error));
+//!             assert!(recorded.abort.is_none());
+//!             // ... and append the warning to the result the model sees, when asked to.
+//!             if let Some(note) = verdict.warning_note() {
+//!                 assert!(note.contains("read"));
+//!             }
+//!         }
+//!     }
+//! }
+//! // 20 identical failures: the 21st attempt is blocked (generic_repeat, critical).
+//! assert_eq!(blocked_at, Some(21));
+//! # Ok::<(), loopguard::ConfigError>(())
+//! ```
+//!
+//! ## The chain
+//!
+//! Data flows one way, one module per step:
+//! [`scope`] → [`fingerprint`] (over [`canonical`] and the [`policy`] tables) →
+//! [`history`] → [`metrics`] → [`detectors`](crate::run) → [`verdict`] →
+//! [`enforcement`] → record, with the [`compaction`] guard watching outcomes. [`run`] holds
+//! the state of one (session, run) and applies the chain; [`Guard`] keeps runs in memory
+//! with an injectable [`clock`]; durable stores keep [`RunState`] values instead.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod canonical;
+pub mod clock;
+pub mod compaction;
+pub mod config;
+mod detectors;
+pub mod enforcement;
+pub mod fingerprint;
+pub mod guard;
+pub mod history;
+pub mod metrics;
+pub mod policy;
+pub mod run;
+pub mod scope;
+pub mod text;
+pub mod verdict;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{ConfigError, ConfigSet, EffectiveConfig};
+pub use fingerprint::{CallPrint, Fingerprint, Outcome, Signature};
+pub use guard::{Call, Guard, Limits};
+pub use run::{ResultError, RunState, Stop};
+pub use scope::Scope;
+pub use verdict::{Abort, Detection, Detector, Level, Recorded, Verdict};

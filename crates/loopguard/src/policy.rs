@@ -1,0 +1,246 @@
+//! The tool tables of SPEC §2, kept as data: which calls are known polls, which are
+//! outbound sends, and which result keys are per-delivery noise.
+//!
+//! The engine asks these tables questions ("is this call a known poll?") instead of
+//! spreading tool names through `if`s, so a table can be read, printed by
+//! `loopguard config explain`, and extended in one place.
+
+use serde_json::{Map, Value};
+
+/// A known polling call: the tool, and the `action` argument values that make it a poll
+/// (`None`: every call of the tool polls).
+#[derive(Clone, Copy, Debug)]
+pub struct PollRule {
+    /// Tool name.
+    pub tool: &'static str,
+    /// Accepted values of `args.action`, or `None` for any arguments.
+    pub actions: Option<&'static [&'static str]>,
+}
+
+/// When a call of `tool` is an outbound send.
+#[derive(Clone, Copy, Debug)]
+pub enum SendMatch {
+    /// Every call of the tool sends.
+    Always,
+    /// Calls whose string `args.action` is one of these.
+    ActionIn(&'static [&'static str]),
+    /// Calls whose argument of this name is a non-blank string (a channel's `to`).
+    NonBlankArg(&'static str),
+}
+
+/// An outbound-send rule.
+#[derive(Clone, Copy, Debug)]
+pub struct SendRule {
+    /// Tool name.
+    pub tool: &'static str,
+    /// Which of its calls send.
+    pub matches: SendMatch,
+}
+
+/// The built-in policy tables.
+#[derive(Debug)]
+pub struct Policy {
+    /// Known polling calls (`known_poll_no_progress` applies, `generic_repeat` does not).
+    pub polls: &'static [PollRule],
+    /// Outbound sends, whose results are hashed without volatile ids.
+    pub sends: &'static [SendRule],
+    /// Result keys removed at any depth before a send's outcome is hashed.
+    pub volatile_send_keys: &'static [&'static str],
+}
+
+const MESSAGE_SEND_ACTIONS: &[&str] = &[
+    "send",
+    "broadcast",
+    "reply",
+    "thread-reply",
+    "sendWithEffect",
+    "sendAttachment",
+    "upload-file",
+    "sticker",
+    "poll",
+];
+
+const TO: SendMatch = SendMatch::NonBlankArg("to");
+
+const fn channel(tool: &'static str) -> SendRule {
+    SendRule { tool, matches: TO }
+}
+
+/// The tables SPEC §2 prescribes.
+pub static BUILTIN: Policy = Policy {
+    polls: &[
+        PollRule {
+            tool: "command_status",
+            actions: None,
+        },
+        PollRule {
+            tool: "process",
+            actions: Some(&["poll", "log"]),
+        },
+    ],
+    sends: &[
+        SendRule {
+            tool: "sessions_send",
+            matches: SendMatch::Always,
+        },
+        SendRule {
+            tool: "message",
+            matches: SendMatch::ActionIn(MESSAGE_SEND_ACTIONS),
+        },
+        // Tools named after a messaging channel send when they carry a recipient.
+        channel("telegram"),
+        channel("discord"),
+        channel("slack"),
+        channel("whatsapp"),
+        channel("signal"),
+        channel("feishu"),
+        channel("imessage"),
+        channel("bluebubbles"),
+        channel("googlechat"),
+        channel("msteams"),
+        channel("matrix"),
+        channel("mattermost"),
+        channel("line"),
+        channel("zalo"),
+        channel("nostr"),
+        channel("irc"),
+        channel("twitch"),
+    ],
+    volatile_send_keys: &[
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+    ],
+};
+
+impl Policy {
+    /// Whether a call is a known poll.
+    pub fn is_known_poll(&self, tool: &str, args: &Value) -> bool {
+        self.polls.iter().any(|rule| {
+            rule.tool == tool
+                && match rule.actions {
+                    None => true,
+                    Some(actions) => action(args).is_some_and(|a| actions.contains(&a)),
+                }
+        })
+    }
+
+    /// Whether a call is an outbound send.
+    pub fn is_send(&self, tool: &str, args: &Value) -> bool {
+        self.sends.iter().any(|rule| {
+            rule.tool == tool
+                && match rule.matches {
+                    SendMatch::Always => true,
+                    SendMatch::ActionIn(actions) => {
+                        action(args).is_some_and(|a| actions.contains(&a))
+                    }
+                    SendMatch::NonBlankArg(name) => args
+                        .get(name)
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| !crate::text::is_blank(s)),
+                }
+        })
+    }
+
+    /// Whether a result key is a volatile per-delivery id of a send.
+    pub fn is_volatile_send_key(&self, key: &str) -> bool {
+        self.volatile_send_keys.contains(&key)
+    }
+}
+
+/// The string `args.action`, if any.
+pub(crate) fn action(args: &Value) -> Option<&str> {
+    args.get("action").and_then(Value::as_str)
+}
+
+/// Whether an object looks like a delivered message, whose own `id` is volatile: a string
+/// `id`, a string `text`, and one of string `direction`, `senderId`, `accountId` or an
+/// object `conversation`.
+pub(crate) fn is_delivered_message(map: &Map<String, Value>) -> bool {
+    let is_str = |k: &str| map.get(k).is_some_and(Value::is_string);
+    is_str("id")
+        && is_str("text")
+        && (is_str("direction")
+            || is_str("senderId")
+            || is_str("accountId")
+            || map.get("conversation").is_some_and(Value::is_object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn polls() {
+        let p = &BUILTIN;
+        assert!(p.is_known_poll("command_status", &json!({})));
+        assert!(p.is_known_poll("process", &json!({"action": "poll"})));
+        assert!(p.is_known_poll("process", &json!({"action": "log"})));
+        assert!(!p.is_known_poll("process", &json!({"action": "kill"})));
+        assert!(!p.is_known_poll("process", &json!({})));
+        assert!(!p.is_known_poll("exec", &json!({"action": "poll"})));
+    }
+
+    #[test]
+    fn sends() {
+        let p = &BUILTIN;
+        assert!(p.is_send("sessions_send", &json!({})));
+        for a in MESSAGE_SEND_ACTIONS {
+            assert!(p.is_send("message", &json!({ "action": a })), "{a}");
+        }
+        assert!(!p.is_send("message", &json!({"action": "read"})));
+        assert!(!p.is_send("message", &json!({"action": "channel-create"})));
+        assert!(!p.is_send("message", &json!({})));
+        assert!(p.is_send("telegram", &json!({"to": "@me"})));
+        assert!(!p.is_send("telegram", &json!({"to": "  "})));
+        assert!(!p.is_send("telegram", &json!({"to": 5})));
+        assert!(!p.is_send("telegram", &json!({})));
+        assert!(!p.is_send("read", &json!({"to": "x"})));
+    }
+
+    #[test]
+    fn delivered_message_shape() {
+        let yes = [
+            json!({"id": "1", "text": "t", "direction": "out"}),
+            json!({"id": "1", "text": "t", "senderId": "u"}),
+            json!({"id": "1", "text": "t", "accountId": "a"}),
+            json!({"id": "1", "text": "t", "conversation": {}}),
+        ];
+        for v in yes {
+            assert!(is_delivered_message(v.as_object().unwrap()), "{v}");
+        }
+        let no = [
+            json!({"id": 1, "text": "t", "direction": "out"}),
+            json!({"id": "1", "direction": "out"}),
+            json!({"id": "1", "text": "t"}),
+            json!({"id": "1", "text": "t", "conversation": "c"}),
+        ];
+        for v in no {
+            assert!(!is_delivered_message(v.as_object().unwrap()), "{v}");
+        }
+    }
+
+    #[test]
+    fn volatile_keys() {
+        assert!(BUILTIN.is_volatile_send_key("messageId"));
+        assert!(BUILTIN.is_volatile_send_key("createdAt"));
+        assert!(!BUILTIN.is_volatile_send_key("id"));
+        assert!(!BUILTIN.is_volatile_send_key("text"));
+    }
+}

@@ -1,0 +1,327 @@
+//! The state of one (session, run) scope and the chain that updates it:
+//! fingerprints → metrics → detectors → verdict → enforcement → record.
+//!
+//! A [`RunState`] is a plain value: the in-memory [`Guard`](crate::Guard) keeps them in a
+//! map, and durable stores load one, apply an event, and save it back atomically.
+
+use serde::{Deserialize, Serialize};
+
+use crate::compaction::CompactionGuard;
+use crate::config::EffectiveConfig;
+use crate::detectors::{self, Finding};
+use crate::enforcement::{NotifyBuckets, WarningKey};
+use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
+use crate::history::{call_id_hash, History, RecordState};
+use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
+
+/// Why a run stopped: every later call of the run is blocked with this.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    /// `global_circuit_breaker` or `compaction_loop_persisted`.
+    pub detector: Detector,
+    /// The count that stopped it.
+    pub count: u32,
+    /// The tool whose loop stopped it.
+    pub tool: String,
+}
+
+/// A result that names its call only by id, and names none that can take it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResultError {
+    /// No call with this id in the scope's history.
+    #[error("no pending call with this call_id in this session and run (give tool and args, or the call_id of a pending call)")]
+    UnknownCall,
+    /// The call already has its outcome.
+    #[error("this call_id already has a result")]
+    AlreadyRecorded,
+}
+
+/// Everything the engine remembers about one (session, run).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    history: History,
+    notify: NotifyBuckets,
+    guard: CompactionGuard,
+    stop: Option<Stop>,
+    last_active: u64,
+}
+
+impl RunState {
+    /// The rolling history.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Why the run stopped, if it did.
+    pub fn stop(&self) -> Option<&Stop> {
+        self.stop.as_ref()
+    }
+
+    /// The post-compaction guard.
+    pub fn compaction_guard(&self) -> &CompactionGuard {
+        &self.guard
+    }
+
+    /// Warning keys surfaced so far.
+    pub fn notify_keys(&self) -> usize {
+        self.notify.len()
+    }
+
+    /// When the run last saw an event (clock milliseconds).
+    pub fn last_active(&self) -> u64 {
+        self.last_active
+    }
+
+    /// Approximate bytes held by this state, heap included.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.history.heap_bytes()
+            + self.notify.heap_bytes()
+            + self.stop.as_ref().map_or(0, |s| s.tool.len())
+    }
+
+    /// The verdict on a call about to run, and its record.
+    pub fn before_call(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call: &CallPrint<'_>,
+        call_id: Option<&str>,
+        now: u64,
+    ) -> Verdict {
+        self.last_active = now;
+        let id = call_id.map(call_id_hash);
+        if let Some(stop) = &self.stop {
+            let detection = Detection {
+                level: Level::Critical,
+                detector: stop.detector,
+                count: stop.count,
+                tool: call.tool.to_owned(),
+                paired_tool: None,
+                message: messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
+            };
+            self.push(cfg, call, id, RecordState::Veto, now);
+            return Verdict::Block {
+                detection,
+                terminal: true,
+            };
+        }
+        let Some(finding) = detectors::detect(cfg, &self.history, call) else {
+            self.push(cfg, call, id, RecordState::Pending, now);
+            return Verdict::Allow;
+        };
+        let detection = self.describe(&finding, call);
+        match finding.level {
+            Level::Warning => {
+                let key = match (finding.detector, finding.paired) {
+                    (Detector::KnownPollNoProgress, _) => {
+                        WarningKey::Poll(call.signature, finding.latest)
+                    }
+                    (Detector::PingPong, Some((paired, _))) => {
+                        WarningKey::ping_pong(call.signature, paired)
+                    }
+                    _ => WarningKey::Generic(call.signature),
+                };
+                let notify = self
+                    .notify
+                    .surface(key, finding.count, cfg.warning_threshold);
+                self.push(cfg, call, id, RecordState::Pending, now);
+                Verdict::Warn { detection, notify }
+            }
+            Level::Critical => {
+                let terminal = finding.detector.is_terminal();
+                if terminal {
+                    self.stop = Some(Stop {
+                        detector: finding.detector,
+                        count: finding.count,
+                        tool: call.tool.to_owned(),
+                    });
+                }
+                self.push(cfg, call, id, RecordState::Veto, now);
+                Verdict::Block {
+                    detection,
+                    terminal,
+                }
+            }
+        }
+    }
+
+    /// Records the outcome of a call given by tool and arguments.
+    pub fn after_call(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call: &CallPrint<'_>,
+        call_id: Option<&str>,
+        outcome: Outcome<'_>,
+        now: u64,
+    ) -> Recorded {
+        self.last_active = now;
+        let id = call_id.map(call_id_hash);
+        self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now)
+    }
+
+    /// Records the outcome of the call with id `call_id`, which must be in the history.
+    pub fn after_call_by_id(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call_id: &str,
+        outcome: Outcome<'_>,
+        now: u64,
+    ) -> Result<Recorded, ResultError> {
+        self.last_active = now;
+        let id = call_id_hash(call_id);
+        let index = self
+            .history
+            .by_call_id(id)
+            .ok_or(ResultError::UnknownCall)?;
+        let record = &self.history.records()[index];
+        match record.state {
+            RecordState::Veto => Ok(Recorded::default()),
+            RecordState::Done(_) => Err(ResultError::AlreadyRecorded),
+            RecordState::Pending => {
+                let tool = self.history.names().get(record.tool).to_owned();
+                let (signature, rule) = (record.signature, record.rule);
+                Ok(self.settle(cfg, &tool, signature, rule, Some(id), outcome, now))
+            }
+        }
+    }
+
+    /// The tool and args of the pending call with id `call_id`, when there is one: lets a
+    /// result that omits its arguments attach to its call.
+    pub fn pending_call(&self, call_id: &str) -> Option<(&str, Signature)> {
+        let index = self.history.by_call_id(call_id_hash(call_id))?;
+        let record = &self.history.records()[index];
+        record
+            .is_pending()
+            .then(|| (self.history.names().get(record.tool), record.signature))
+    }
+
+    /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
+    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: u64) -> u32 {
+        self.last_active = now;
+        if !cfg.guard_enabled() {
+            return 0;
+        }
+        self.guard.arm(cfg.post_compaction_window);
+        cfg.post_compaction_window
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        &mut self,
+        cfg: &EffectiveConfig,
+        tool: &str,
+        signature: Signature,
+        rule: OutcomeRule,
+        id: Option<u64>,
+        outcome: Outcome<'_>,
+        now: u64,
+    ) -> Recorded {
+        let pending = self.history.pending_match(signature, id);
+        if let (None, Some(id)) = (pending, id) {
+            // The result of a blocked call is ignored: the call never ran.
+            let vetoed = self
+                .history
+                .by_call_id(id)
+                .is_some_and(|i| self.history.records()[i].is_veto());
+            if vetoed {
+                return Recorded::default();
+            }
+        }
+        let (state, unknown) = match OutcomePrint::new(rule, outcome) {
+            OutcomePrint::Nothing => return Recorded::default(),
+            OutcomePrint::Veto => (RecordState::Veto, None),
+            OutcomePrint::Hashed {
+                fingerprint,
+                unknown_tool,
+            } => (RecordState::Done(fingerprint), unknown_tool),
+        };
+        match pending {
+            Some(index) => self.history.settle(index, state, unknown.as_deref()),
+            None => {
+                self.history.push(
+                    cfg.history_size,
+                    tool,
+                    signature,
+                    id,
+                    state,
+                    unknown.as_deref(),
+                    rule,
+                    now,
+                );
+            }
+        }
+        let abort = match state {
+            RecordState::Done(fp) => self.guard.observe(signature, fp).map(|count| {
+                if self.stop.is_none() {
+                    self.stop = Some(Stop {
+                        detector: Detector::CompactionLoopPersisted,
+                        count,
+                        tool: tool.to_owned(),
+                    });
+                }
+                Abort {
+                    tool: tool.to_owned(),
+                    count,
+                    message: messages::compaction_abort(tool, count, count),
+                }
+            }),
+            _ => None,
+        };
+        Recorded {
+            recorded: true,
+            abort,
+        }
+    }
+
+    fn push(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call: &CallPrint<'_>,
+        id: Option<u64>,
+        state: RecordState,
+        now: u64,
+    ) {
+        self.history.push(
+            cfg.history_size,
+            call.tool,
+            call.signature,
+            id,
+            state,
+            None,
+            call.rule,
+            now,
+        );
+    }
+
+    /// Puts a finding into words (before the call's record can evict the names it uses).
+    fn describe(&self, f: &Finding, call: &CallPrint<'_>) -> Detection {
+        let names = self.history.names();
+        let tool = call.tool;
+        let paired_tool = f.paired.map(|(_, t)| names.get(t).to_owned());
+        let n = f.count;
+        let message = match (f.detector, f.level) {
+            (Detector::UnknownToolRepeat, _) => {
+                messages::unknown_tool(f.missing.map_or(tool, |m| names.get(m)), tool, n)
+            }
+            (Detector::GlobalCircuitBreaker, _) => messages::global_breaker(tool, n),
+            (Detector::KnownPollNoProgress, Level::Warning) => messages::poll_warning(tool, n),
+            (Detector::KnownPollNoProgress, _) => messages::poll_critical(tool, n),
+            (Detector::PingPong, Level::Warning) => {
+                messages::ping_pong_warning(tool, paired_tool.as_deref().unwrap_or("?"), n)
+            }
+            (Detector::PingPong, _) => {
+                messages::ping_pong_critical(tool, paired_tool.as_deref().unwrap_or("?"), n)
+            }
+            (_, Level::Warning) => messages::generic_warning(tool, n),
+            _ => messages::generic_critical(tool, n),
+        };
+        Detection {
+            level: f.level,
+            detector: f.detector,
+            count: n,
+            tool: tool.to_owned(),
+            paired_tool,
+            message,
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Where a call belongs: a session, an optional run, and the agent whose config applies.
+
+use crate::text::non_blank;
+
+/// The session used when none is given.
+pub const DEFAULT_SESSION: &str = "default";
+
+/// The (session, run) a call belongs to, and the agent whose config applies. Ids are
+/// trimmed; a blank session is [`DEFAULT_SESSION`], a blank run or agent is absent.
+///
+/// Ids only scope state: they are never trusted for anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Scope<'a> {
+    session: &'a str,
+    run: Option<&'a str>,
+    agent: Option<&'a str>,
+}
+
+impl<'a> Scope<'a> {
+    /// A scope in `session`, with no run and no agent.
+    pub fn new(session: &'a str) -> Self {
+        Self {
+            session: non_blank(session).unwrap_or(DEFAULT_SESSION),
+            run: None,
+            agent: None,
+        }
+    }
+
+    /// The same scope inside run `run` (records without a run form their own scope).
+    pub fn with_run(mut self, run: Option<&'a str>) -> Self {
+        self.run = run.and_then(non_blank);
+        self
+    }
+
+    /// The same scope with the config of `agent`.
+    pub fn with_agent(mut self, agent: Option<&'a str>) -> Self {
+        self.agent = agent.and_then(non_blank);
+        self
+    }
+
+    /// The session id.
+    pub fn session(&self) -> &'a str {
+        self.session
+    }
+
+    /// The run id, if any.
+    pub fn run(&self) -> Option<&'a str> {
+        self.run
+    }
+
+    /// The agent id, if any.
+    pub fn agent(&self) -> Option<&'a str> {
+        self.agent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_ids() {
+        let s = Scope::new("  ").with_run(Some(" r1 ")).with_agent(Some(""));
+        assert_eq!(s.session(), DEFAULT_SESSION);
+        assert_eq!(s.run(), Some("r1"));
+        assert_eq!(s.agent(), None);
+        assert_eq!(Scope::new("s").with_run(Some(" ")).run(), None);
+    }
+}

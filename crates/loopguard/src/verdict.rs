@@ -1,0 +1,257 @@
+//! What the engine answers: verdicts before a call, aborts after one, and the words the
+//! model reads.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Which rule fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Detector {
+    /// Same tool, same arguments.
+    GenericRepeat,
+    /// A known polling call whose state does not change.
+    KnownPollNoProgress,
+    /// Alternating between two call patterns.
+    PingPong,
+    /// Retrying a tool that does not exist.
+    UnknownToolRepeat,
+    /// The no-progress breaker that ends the run.
+    GlobalCircuitBreaker,
+    /// The loop survived a context compaction; the run is aborted.
+    CompactionLoopPersisted,
+}
+
+impl Detector {
+    /// The snake_case name used in outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GenericRepeat => "generic_repeat",
+            Self::KnownPollNoProgress => "known_poll_no_progress",
+            Self::PingPong => "ping_pong",
+            Self::UnknownToolRepeat => "unknown_tool_repeat",
+            Self::GlobalCircuitBreaker => "global_circuit_breaker",
+            Self::CompactionLoopPersisted => "compaction_loop_persisted",
+        }
+    }
+
+    /// Whether firing ends the run.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::GlobalCircuitBreaker | Self::CompactionLoopPersisted
+        )
+    }
+}
+
+impl fmt::Display for Detector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How serious a detection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Level {
+    /// The call runs; the model is told.
+    Warning,
+    /// The call does not run.
+    Critical,
+}
+
+impl Level {
+    /// `warning` or `critical`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Warning => "warning",
+            Self::Critical => "critical",
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A detector that fired on a call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detection {
+    /// Warning or critical.
+    pub level: Level,
+    /// Which rule.
+    pub detector: Detector,
+    /// The metric that fired (a streak, a repeat count, an alternation length).
+    pub count: u32,
+    /// The tool of the call.
+    pub tool: String,
+    /// For ping-pong: the tool on the other side of the alternation.
+    pub paired_tool: Option<String>,
+    /// What the model reads: the level, the tool, the count, the pattern and what to do.
+    pub message: String,
+}
+
+/// The engine's answer to a call, before it executes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "a blocked call must not be executed"]
+pub enum Verdict {
+    /// Run the call.
+    Allow,
+    /// Run the call, and tell the model when `notify` says so.
+    Warn {
+        /// What fired.
+        detection: Detection,
+        /// Whether this warning should be surfaced now (warnings are surfaced once per
+        /// multiple of the warning threshold, per pattern).
+        notify: bool,
+    },
+    /// Do not run the call; hand the model [`Verdict::blocked_result`] instead.
+    Block {
+        /// What fired.
+        detection: Detection,
+        /// Whether the run is over: every later call of the run is blocked too.
+        terminal: bool,
+    },
+}
+
+impl Verdict {
+    /// Whether the call must not run.
+    pub fn is_blocked(&self) -> bool {
+        matches!(self, Self::Block { .. })
+    }
+
+    /// The detection behind a warn or block.
+    pub fn detection(&self) -> Option<&Detection> {
+        match self {
+            Self::Allow => None,
+            Self::Warn { detection, .. } | Self::Block { detection, .. } => Some(detection),
+        }
+    }
+
+    /// For a block: the tool result to hand the model in place of executing the call
+    /// (SPEC §5). Recording it as the call's outcome is harmless: it is a loop veto.
+    pub fn blocked_result(&self) -> Option<Value> {
+        match self {
+            Self::Block { detection, .. } => Some(json!({
+                "content": [{ "type": "text", "text": detection.message }],
+                "details": {
+                    "status": "blocked",
+                    "deniedReason": "tool-loop",
+                    "detector": detection.detector,
+                    "count": detection.count,
+                },
+            })),
+            _ => None,
+        }
+    }
+
+    /// For a warning to surface: the note the host appends to the tool's result.
+    pub fn warning_note(&self) -> Option<String> {
+        match self {
+            Self::Warn {
+                detection,
+                notify: true,
+            } => Some(format!("[loopguard] {}", detection.message)),
+            _ => None,
+        }
+    }
+}
+
+/// A run aborted by the post-compaction guard (`compaction_loop_persisted`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Abort {
+    /// The tool whose identical calls persisted.
+    pub tool: String,
+    /// How many identical (tool, args, result) triples were seen.
+    pub count: u32,
+    /// The error the run ends with.
+    pub message: String,
+}
+
+impl Abort {
+    /// Always [`Detector::CompactionLoopPersisted`].
+    pub fn detector(&self) -> Detector {
+        Detector::CompactionLoopPersisted
+    }
+}
+
+/// What became of an outcome.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Whether the history changed (false for outcomes without a fingerprint and for the
+    /// results of blocked calls).
+    pub recorded: bool,
+    /// Set when this outcome made the post-compaction guard abort the run.
+    pub abort: Option<Abort>,
+}
+
+/// The words of every message, in one place.
+pub(crate) mod messages {
+    use super::Detector;
+
+    pub fn generic_warning(tool: &str, n: u32) -> String {
+        format!(
+            "WARNING: you have called {tool} {n} times with identical arguments. If this is not making progress, stop retrying and report the task as failed."
+        )
+    }
+
+    pub fn generic_critical(tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: {tool} was called {n} times with identical arguments and identical results. This call was blocked to stop a runaway loop; do not retry it, change approach or report the task as failed."
+        )
+    }
+
+    pub fn poll_warning(tool: &str, n: u32) -> String {
+        format!(
+            "WARNING: you have polled {tool} {n} times with identical arguments and its state has not changed. Wait longer between checks, or report the task as failed if the process is stuck."
+        )
+    }
+
+    pub fn poll_critical(tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: {tool} was polled {n} times with identical arguments and no progress. This call was blocked: the polling loop is stuck; report the task as failed."
+        )
+    }
+
+    pub fn ping_pong_warning(tool: &str, paired: &str, n: u32) -> String {
+        format!(
+            "WARNING: you are alternating between {tool} and {paired} ({n} consecutive calls, {n} times). This looks like a ping-pong loop; stop retrying and report the task as failed."
+        )
+    }
+
+    pub fn ping_pong_critical(tool: &str, paired: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: you are alternating between {tool} and {paired} ({n} consecutive calls, {n} times) with no progress. This call was blocked: the ping-pong loop is stuck."
+        )
+    }
+
+    pub fn unknown_tool(missing: &str, tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: attempted unavailable tool {missing} {n} times (called as {tool}). It does not exist here: stop retrying it and answer without it."
+        )
+    }
+
+    pub fn global_breaker(tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: {tool} has repeated identical no-progress outcomes {n} times. The global circuit breaker stopped this run to prevent a runaway loop."
+        )
+    }
+
+    pub fn stopped_run(detector: Detector, stop_tool: &str, n: u32, tool: &str) -> String {
+        format!(
+            "CRITICAL: this run was stopped by {detector} ({stop_tool} repeated {n} times); {tool} was not executed."
+        )
+    }
+
+    pub fn compaction_abort(tool: &str, n: u32, window: u32) -> String {
+        format!(
+            "CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop; the run was aborted (compaction_loop_persisted)."
+        )
+    }
+}
