@@ -30,7 +30,9 @@ mod event;
 
 use std::io::{self, BufRead, Write};
 
-use loopguard::{Call, Clock, ConfigSet, Guard, Limits, ManualClock, Scope};
+use loopguard::{
+    CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, RunState, Scope,
+};
 
 pub use answer::Answer;
 pub use event::{from_value, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
@@ -84,88 +86,103 @@ impl<C: Clock> Replayer<C> {
 
     /// Applies one event.
     pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
-        let ids = event.ids();
-        let agent = ids.agent.as_deref().or(self.default_agent.as_deref());
-        let scope = Scope::new(&ids.session)
-            .with_run(ids.run.as_deref())
-            .with_agent(agent);
-        let session = scope.session().to_owned();
-        let run = scope.run().map(str::to_owned);
-        match event {
-            Event::Call {
-                call_id,
-                tool,
-                args,
-                ..
-            } => {
-                let call = Call::new(tool, args).with_id(call_id.as_deref());
-                let verdict = self.guard.before_call(&scope, &call);
-                Answer::Call {
-                    seq,
-                    session,
-                    run,
-                    verdict,
-                }
-            }
-            Event::Result {
-                call_id,
-                tool,
-                args,
-                outcome,
-                ..
-            } => {
-                let outcome = outcome.as_outcome();
-                let by_id = match (tool, args, call_id) {
-                    (None, _, Some(id)) => Some(id),
-                    // Arguments omitted: the pending call with this id (and tool) has them.
-                    (Some(tool), None, Some(id)) => self
-                        .guard
-                        .run_state(&scope)
-                        .and_then(|state| state.pending_call(id))
-                        .filter(|(pending_tool, _)| *pending_tool == loopguard::text::trim(tool))
-                        .map(|_| id),
-                    _ => None,
-                };
-                let recorded = match (by_id, tool) {
-                    (Some(id), _) => match self.guard.after_call_by_id(&scope, id, outcome) {
-                        Ok(recorded) => recorded,
-                        Err(e) => {
-                            return Answer::Invalid {
-                                seq,
-                                error: e.to_string(),
-                            }
-                        }
-                    },
-                    (None, Some(tool)) => {
-                        let empty = serde_json::Value::Object(Default::default());
-                        let args = args.as_ref().unwrap_or(&empty);
-                        let call = Call::new(tool, args).with_id(call_id.as_deref());
-                        self.guard.after_call(&scope, &call, outcome)
-                    }
-                    (None, None) => {
-                        return Answer::Invalid {
-                            seq,
-                            error: "result without tool needs the call_id of a pending call".into(),
-                        }
-                    }
-                };
-                Answer::Result {
-                    seq,
-                    session,
-                    run,
-                    recorded,
-                }
-            }
-            Event::Compaction { .. } => {
-                let armed = self.guard.on_compaction(&scope);
-                Answer::Compaction {
-                    seq,
-                    session,
-                    run,
-                    armed,
-                }
+        let scope = scope_of(event, self.default_agent.as_deref());
+        let (cfg, run, now) = self.guard.enter(&scope);
+        apply_to_run(run, cfg, &scope, seq, event, now)
+    }
+}
+
+/// The scope of an event: its ids, with `default_agent` when it names no agent.
+pub fn scope_of<'a>(event: &'a Event, default_agent: Option<&'a str>) -> Scope<'a> {
+    let ids = event.ids();
+    Scope::new(&ids.session)
+        .with_run(ids.run.as_deref())
+        .with_agent(ids.agent.as_deref().or(default_agent))
+}
+
+/// Applies one event to the state of its run and answers it: what every front end (replay,
+/// the sidecar, durable stores) does with a valid event. `run` must be the state of
+/// `scope`'s run and `cfg` the config of its agent.
+pub fn apply_to_run(
+    run: &mut RunState,
+    cfg: &EffectiveConfig,
+    scope: &Scope<'_>,
+    seq: u64,
+    event: &Event,
+    now: u64,
+) -> Answer {
+    let session = scope.session().to_owned();
+    let run_id = scope.run().map(str::to_owned);
+    match event {
+        Event::Call {
+            call_id,
+            tool,
+            args,
+            ..
+        } => {
+            let print = CallPrint::new(tool, args);
+            let call_id = call_id.as_deref().and_then(loopguard::text::non_blank);
+            let verdict = run.before_call(cfg, scope, &print, call_id, now);
+            Answer::Call {
+                seq,
+                session,
+                run: run_id,
+                verdict,
             }
         }
+        Event::Result {
+            call_id,
+            tool,
+            args,
+            outcome,
+            ..
+        } => {
+            let outcome = outcome.as_outcome();
+            let call_id = call_id.as_deref().and_then(loopguard::text::non_blank);
+            let by_id = match (tool, args, call_id) {
+                (None, _, Some(id)) => Some(id),
+                // Arguments omitted: the pending call with this id (and tool) has them.
+                (Some(tool), None, Some(id)) => run
+                    .pending_call(id)
+                    .filter(|(pending_tool, _)| *pending_tool == loopguard::text::trim(tool))
+                    .map(|_| id),
+                _ => None,
+            };
+            let recorded = match (by_id, tool) {
+                (Some(id), _) => match run.after_call_by_id(cfg, scope, id, outcome, now) {
+                    Ok(recorded) => recorded,
+                    Err(e) => {
+                        return Answer::Invalid {
+                            seq,
+                            error: e.to_string(),
+                        }
+                    }
+                },
+                (None, Some(tool)) => {
+                    let empty = serde_json::Value::Object(Default::default());
+                    let print = CallPrint::new(tool, args.as_ref().unwrap_or(&empty));
+                    run.after_call(cfg, scope, &print, call_id, outcome, now)
+                }
+                (None, None) => {
+                    return Answer::Invalid {
+                        seq,
+                        error: "result without tool needs the call_id of a pending call".into(),
+                    }
+                }
+            };
+            Answer::Result {
+                seq,
+                session,
+                run: run_id,
+                recorded,
+            }
+        }
+        Event::Compaction { .. } => Answer::Compaction {
+            seq,
+            session,
+            run: run_id,
+            armed: run.compaction(cfg, scope, now),
+        },
     }
 }
 

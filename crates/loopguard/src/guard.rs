@@ -118,9 +118,7 @@ impl<C: Clock> Guard<C> {
     pub fn before_call(&mut self, scope: &Scope<'_>, call: &Call<'_>) -> Verdict {
         let print = CallPrint::new(call.tool, call.args);
         let (cfg, run, now) = self.enter(scope);
-        let verdict = run.before_call(cfg, &print, call.call_id, now);
-        trace::verdict(scope, print.tool, &verdict);
-        verdict
+        run.before_call(cfg, scope, &print, call.call_id, now)
     }
 
     /// Records what a call returned (also for warned calls; results of blocked calls are
@@ -133,11 +131,7 @@ impl<C: Clock> Guard<C> {
     ) -> Recorded {
         let print = CallPrint::new(call.tool, call.args);
         let (cfg, run, now) = self.enter(scope);
-        let recorded = run.after_call(cfg, &print, call.call_id, outcome, now);
-        if let Some(abort) = &recorded.abort {
-            trace::abort(scope, abort);
-        }
-        recorded
+        run.after_call(cfg, scope, &print, call.call_id, outcome, now)
     }
 
     /// Records what the call with id `call_id` returned, when the host no longer has the
@@ -152,20 +146,14 @@ impl<C: Clock> Guard<C> {
             return Err(ResultError::UnknownCall);
         }
         let (cfg, run, now) = self.enter(scope);
-        let recorded = run.after_call_by_id(cfg, call_id, outcome, now)?;
-        if let Some(abort) = &recorded.abort {
-            trace::abort(scope, abort);
-        }
-        Ok(recorded)
+        run.after_call_by_id(cfg, scope, call_id, outcome, now)
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
     /// the number of attempts it watches, or 0 when the guard is disabled.
     pub fn on_compaction(&mut self, scope: &Scope<'_>) -> u32 {
         let (cfg, run, now) = self.enter(scope);
-        let armed = run.compaction(cfg, now);
-        trace::armed(scope, armed);
-        armed
+        run.compaction(cfg, scope, now)
     }
 
     /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
@@ -196,6 +184,26 @@ impl<C: Clock> Guard<C> {
             .get(scope.run().unwrap_or(""))
     }
 
+    /// Every live run: session id, run id, state.
+    pub fn runs(&self) -> impl Iterator<Item = (&str, Option<&str>, &RunState)> {
+        self.sessions.iter().flat_map(|(session, s)| {
+            s.runs
+                .iter()
+                .map(move |(run, state)| (&**session, (!run.is_empty()).then_some(&**run), state))
+        })
+    }
+
+    /// Puts a run's state in place (a durable store restoring what it saved).
+    pub fn insert_run(&mut self, scope: &Scope<'_>, state: RunState) {
+        let (_, run, _) = self.enter(scope);
+        *run = state;
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// Live sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
@@ -217,8 +225,9 @@ impl<C: Clock> Guard<C> {
         before - self.sessions.len()
     }
 
-    /// The config for the scope's agent and the run's state, created if needed.
-    fn enter(
+    /// The config for the scope's agent, the run's state (created if needed) and the
+    /// time: what a caller needs to apply an event to the run with [`RunState`]'s methods.
+    pub fn enter(
         &mut self,
         scope: &Scope<'_>,
     ) -> (&crate::config::EffectiveConfig, &mut RunState, u64) {
@@ -262,66 +271,6 @@ fn evict_oldest<V>(map: &mut HashMap<Box<str>, V>, active: impl Fn(&V) -> u64) {
         .map(|(k, _)| k.clone());
     if let Some(k) = oldest {
         map.remove(&k);
-    }
-}
-
-/// Structured events for every warning, block, arming and abort: the one place the engine
-/// talks to `tracing`.
-mod trace {
-    use crate::scope::Scope;
-    use crate::verdict::{Abort, Verdict};
-
-    pub(super) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
-        match verdict {
-            Verdict::Allow => {}
-            Verdict::Warn { detection, notify } => tracing::warn!(
-                target: "loopguard",
-                session = scope.session(),
-                run = scope.run(),
-                tool,
-                detector = detection.detector.as_str(),
-                count = detection.count,
-                notify,
-                "loop warning"
-            ),
-            Verdict::Block {
-                detection,
-                terminal,
-            } => tracing::error!(
-                target: "loopguard",
-                session = scope.session(),
-                run = scope.run(),
-                tool,
-                detector = detection.detector.as_str(),
-                count = detection.count,
-                terminal,
-                "tool call blocked"
-            ),
-        }
-    }
-
-    pub(super) fn armed(scope: &Scope<'_>, attempts: u32) {
-        if attempts > 0 {
-            tracing::info!(
-                target: "loopguard",
-                session = scope.session(),
-                run = scope.run(),
-                attempts,
-                "post-compaction guard armed for {attempts} attempts"
-            );
-        }
-    }
-
-    pub(super) fn abort(scope: &Scope<'_>, abort: &Abort) {
-        tracing::error!(
-            target: "loopguard",
-            session = scope.session(),
-            run = scope.run(),
-            tool = abort.tool.as_str(),
-            detector = abort.detector().as_str(),
-            count = abort.count,
-            "run aborted: compaction_loop_persisted"
-        );
     }
 }
 

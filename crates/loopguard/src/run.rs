@@ -12,6 +12,8 @@ use crate::detectors::{self, Finding};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, RecordState};
+use crate::observe;
+use crate::scope::Scope;
 use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
 
 /// Why a run stopped: every later call of the run is blocked with this.
@@ -35,6 +37,24 @@ pub enum ResultError {
     #[error("this call_id already has a result")]
     AlreadyRecorded,
 }
+
+/// A stored run state that cannot be read back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateDecodeError {
+    /// Written by another version of the state format.
+    #[error("run state format version {found} is not supported (this build reads version {STATE_FORMAT_VERSION})")]
+    Version {
+        /// The version found.
+        found: u8,
+    },
+    /// Corrupt bytes.
+    #[error("run state is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
+/// covers the fingerprint version, since states hold fingerprints).
+pub const STATE_FORMAT_VERSION: u8 = 1;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +92,25 @@ impl RunState {
         self.last_active
     }
 
+    /// A compact, versioned binary form, for durable stores.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![STATE_FORMAT_VERSION];
+        // Serializing plain data into a Vec cannot fail.
+        out.extend(postcard::to_stdvec(self).unwrap_or_default());
+        out
+    }
+
+    /// Reads back [`RunState::to_bytes`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
+        match bytes.split_first() {
+            Some((&STATE_FORMAT_VERSION, rest)) => {
+                postcard::from_bytes(rest).map_err(|e| StateDecodeError::Corrupt(e.to_string()))
+            }
+            Some((&found, _)) => Err(StateDecodeError::Version { found }),
+            None => Err(StateDecodeError::Corrupt("empty".into())),
+        }
+    }
+
     /// Approximate bytes held by this state, heap included.
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
@@ -82,6 +121,19 @@ impl RunState {
 
     /// The verdict on a call about to run, and its record.
     pub fn before_call(
+        &mut self,
+        cfg: &EffectiveConfig,
+        scope: &Scope<'_>,
+        call: &CallPrint<'_>,
+        call_id: Option<&str>,
+        now: u64,
+    ) -> Verdict {
+        let verdict = self.verdict(cfg, call, call_id, now);
+        observe::verdict(scope, call.tool, &verdict);
+        verdict
+    }
+
+    fn verdict(
         &mut self,
         cfg: &EffectiveConfig,
         call: &CallPrint<'_>,
@@ -149,6 +201,7 @@ impl RunState {
     pub fn after_call(
         &mut self,
         cfg: &EffectiveConfig,
+        scope: &Scope<'_>,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
         outcome: Outcome<'_>,
@@ -156,13 +209,16 @@ impl RunState {
     ) -> Recorded {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
-        self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now)
+        let recorded = self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now);
+        observe::recorded(scope, &recorded);
+        recorded
     }
 
     /// Records the outcome of the call with id `call_id`, which must be in the history.
     pub fn after_call_by_id(
         &mut self,
         cfg: &EffectiveConfig,
+        scope: &Scope<'_>,
         call_id: &str,
         outcome: Outcome<'_>,
         now: u64,
@@ -180,7 +236,9 @@ impl RunState {
             RecordState::Pending => {
                 let tool = self.history.names().get(record.tool).to_owned();
                 let (signature, rule) = (record.signature, record.rule);
-                Ok(self.settle(cfg, &tool, signature, rule, Some(id), outcome, now))
+                let recorded = self.settle(cfg, &tool, signature, rule, Some(id), outcome, now);
+                observe::recorded(scope, &recorded);
+                Ok(recorded)
             }
         }
     }
@@ -196,12 +254,13 @@ impl RunState {
     }
 
     /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
-    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: u64) -> u32 {
+    pub fn compaction(&mut self, cfg: &EffectiveConfig, scope: &Scope<'_>, now: u64) -> u32 {
         self.last_active = now;
         if !cfg.guard_enabled() {
             return 0;
         }
         self.guard.arm(cfg.post_compaction_window);
+        observe::armed(scope, cfg.post_compaction_window);
         cfg.post_compaction_window
     }
 
@@ -323,5 +382,42 @@ impl RunState {
             paired_tool,
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigSet;
+    use serde_json::json;
+
+    #[test]
+    fn state_round_trips_through_bytes() {
+        let set = ConfigSet::enabled_defaults();
+        let cfg = set.global();
+        let scope = Scope::new("s");
+        let mut state = RunState::default();
+        let args = json!({"path": "/x"});
+        let print = CallPrint::new("read", &args);
+        for i in 0..12 {
+            let id = format!("c{i}");
+            let _ = state.before_call(cfg, &scope, &print, Some(&id), i);
+            let out = json!("same");
+            state.after_call(cfg, &scope, &print, Some(&id), Outcome::Result(&out), i);
+        }
+        state.compaction(cfg, &scope, 99);
+        let bytes = state.to_bytes();
+        assert_eq!(bytes[0], STATE_FORMAT_VERSION);
+        let back = RunState::from_bytes(&bytes).unwrap();
+        assert_eq!(back, state);
+        assert!(matches!(
+            RunState::from_bytes(&[9, 1, 2]),
+            Err(StateDecodeError::Version { found: 9 })
+        ));
+        assert!(matches!(
+            RunState::from_bytes(&[STATE_FORMAT_VERSION, 200]),
+            Err(StateDecodeError::Corrupt(_))
+        ));
+        assert!(RunState::from_bytes(&[]).is_err());
     }
 }

@@ -1,0 +1,65 @@
+//! Structured events for every warning, block, arming and abort: the one place the engine
+//! talks to `tracing` (target `loopguard`, fields `session`, `run`, `tool`, `detector`,
+//! `count`).
+
+use crate::scope::Scope;
+use crate::verdict::{Abort, Recorded, Verdict};
+
+pub(crate) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
+    match verdict {
+        Verdict::Allow => {}
+        Verdict::Warn { detection, notify } => tracing::warn!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            tool,
+            detector = detection.detector.as_str(),
+            count = detection.count,
+            notify,
+            "loop warning"
+        ),
+        Verdict::Block {
+            detection,
+            terminal,
+        } => tracing::error!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            tool,
+            detector = detection.detector.as_str(),
+            count = detection.count,
+            terminal,
+            "tool call blocked"
+        ),
+    }
+}
+
+pub(crate) fn armed(scope: &Scope<'_>, attempts: u32) {
+    if attempts > 0 {
+        tracing::info!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            attempts,
+            "post-compaction guard armed for {attempts} attempts"
+        );
+    }
+}
+
+pub(crate) fn recorded(scope: &Scope<'_>, recorded: &Recorded) {
+    if let Some(abort) = &recorded.abort {
+        self::abort(scope, abort);
+    }
+}
+
+fn abort(scope: &Scope<'_>, abort: &Abort) {
+    tracing::error!(
+        target: "loopguard",
+        session = scope.session(),
+        run = scope.run(),
+        tool = abort.tool.as_str(),
+        detector = abort.detector().as_str(),
+        count = abort.count,
+        "run aborted: compaction_loop_persisted"
+    );
+}
