@@ -1,0 +1,168 @@
+//! Engine benchmarks on the project's workloads (`bench/workloads.sh` writes them into
+//! `target/bench-data`; `LOOPGUARD_BENCH_DATA` points elsewhere).
+//!
+//! - `per_call/{small,medium,large}`: the full host cycle `before_call` + `after_call`, JSON
+//!   already parsed (the comparison with OpenClaw's detector);
+//! - `history/{30,300,5000}` and `history_one_run/{30,300,5000}`: the same on `small` with a
+//!   larger window, with the workload's runs of 1,000 calls and with every call in one run
+//!   (so that the window really fills);
+//! - `fingerprint_large`: outcome fingerprints of the ~1 MB results next to XXH3-128 over
+//!   the same number of raw bytes (the hashing limit).
+//!
+//! Per-call time = time per iteration / calls per iteration (criterion's throughput line
+//! shows calls per second).
+
+use std::fs::File;
+use std::hint::black_box;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use loopguard::config::{ConfigSet, LoopDetectionBlock};
+use loopguard::fingerprint::{OutcomePrint, OutcomeRule};
+use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
+use serde_json::Value;
+
+/// One call of a workload and the result that follows it.
+struct Pair {
+    run: String,
+    call_id: String,
+    tool: String,
+    args: Value,
+    result: Value,
+}
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("LOOPGUARD_BENCH_DATA").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-data"),
+        PathBuf::from,
+    )
+}
+
+fn ensure_workloads() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/workloads.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .env("LOOPGUARD_BENCH_DATA", data_dir())
+        .status()
+        .expect("run bench/workloads.sh");
+    assert!(status.success(), "bench/workloads.sh failed");
+}
+
+/// The first `limit` call/result pairs of a workload.
+fn load(name: &str, limit: usize) -> Vec<Pair> {
+    let file = File::open(data_dir().join(format!("{name}.jsonl"))).expect("workload file");
+    let mut pairs = Vec::new();
+    let mut lines = BufReader::with_capacity(1 << 20, file).lines();
+    while pairs.len() < limit {
+        let (Some(Ok(call)), Some(Ok(result))) = (lines.next(), lines.next()) else {
+            break;
+        };
+        let mut call: Value = serde_json::from_str(&call).unwrap();
+        let mut result: Value = serde_json::from_str(&result).unwrap();
+        let s = |v: &Value, k: &str| v[k].as_str().unwrap().to_owned();
+        pairs.push(Pair {
+            run: s(&call, "run"),
+            call_id: s(&call, "call_id"),
+            tool: s(&call, "tool"),
+            args: call["args"].take(),
+            result: result["result"].take(),
+        });
+    }
+    pairs
+}
+
+fn config(history: u32) -> ConfigSet {
+    ConfigSet::from_blocks(
+        LoopDetectionBlock {
+            enabled: Some(true),
+            history_size: Some(history),
+            ..Default::default()
+        },
+        [],
+    )
+}
+
+fn new_guard(history: u32) -> Guard<ManualClock> {
+    Guard::with_clock(config(history), Limits::default(), ManualClock::new(0))
+}
+
+/// The host cycle for every pair: verdict, then (unless blocked) the outcome.
+fn host_cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair], one_run: bool) {
+    for p in pairs {
+        let scope = Scope::new("perf").with_run(Some(if one_run { "all" } else { &p.run }));
+        let call = Call::new(&p.tool, &p.args).with_id(Some(&p.call_id));
+        let verdict = guard.before_call(&scope, &call);
+        if !verdict.is_blocked() {
+            black_box(guard.after_call(&scope, &call, Outcome::Result(&p.result)));
+        }
+        black_box(verdict);
+    }
+}
+
+fn per_call(c: &mut Criterion) {
+    ensure_workloads();
+    let mut group = c.benchmark_group("per_call");
+    for (name, limit, samples) in [("small", 20_000, 30), ("medium", 4_000, 20), ("large", 200, 10)] {
+        let pairs = load(name, limit);
+        group.sample_size(samples);
+        group.throughput(Throughput::Elements(pairs.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || new_guard(30),
+                |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+fn history(c: &mut Criterion) {
+    ensure_workloads();
+    let pairs = load("small", 20_000);
+    for (group_name, one_run) in [("history", false), ("history_one_run", true)] {
+        let mut group = c.benchmark_group(group_name);
+        group.sample_size(20);
+        group.throughput(Throughput::Elements(pairs.len() as u64));
+        for size in [30u32, 300, 5000] {
+            group.bench_function(size.to_string(), |b| {
+                b.iter_batched_ref(
+                    || new_guard(size),
+                    |guard| host_cycle(guard, &pairs, one_run),
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+        group.finish();
+    }
+}
+
+fn fingerprint_large(c: &mut Criterion) {
+    ensure_workloads();
+    let pairs = load("large", 200);
+    let raw: Vec<Vec<u8>> = pairs.iter().map(|p| serde_json::to_vec(&p.result).unwrap()).collect();
+    let bytes: usize = raw.iter().map(Vec::len).sum();
+    let rules: Vec<OutcomeRule> = pairs.iter().map(|p| OutcomeRule::for_call(&p.tool, &p.args)).collect();
+    let mut group = c.benchmark_group("fingerprint_large");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("outcome_fingerprint", |b| {
+        b.iter(|| {
+            for (p, rule) in pairs.iter().zip(&rules) {
+                black_box(OutcomePrint::new(*rule, Outcome::Result(&p.result)));
+            }
+        })
+    });
+    group.bench_function("xxh3_128_raw_bytes", |b| {
+        b.iter(|| {
+            for r in &raw {
+                black_box(xxhash_rust::xxh3::xxh3_128(r));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_call, history, fingerprint_large);
+criterion_main!(benches);

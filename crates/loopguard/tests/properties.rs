@@ -1,0 +1,233 @@
+//! Laws the engine must keep, checked on random inputs.
+
+use loopguard::config::{ConfigSet, DetectorsBlock, LoopDetectionBlock};
+use loopguard::fingerprint::{args_fingerprint, Fingerprint};
+use loopguard::{Call, Detector, Guard, Limits, ManualClock, Outcome, Scope, Verdict};
+use proptest::prelude::*;
+use serde_json::{Map, Number, Value};
+
+/// Arbitrary JSON values, a few levels deep.
+fn json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|i| Value::Number(i.into())),
+        any::<u64>().prop_map(|u| Value::Number(u.into())),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        "[a-z \\u{e9}\\u{1F600}\"\\\\]{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec(("[a-e]{1,3}", inner), 0..6)
+                .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// JSON text of `v` with every object's members in an order chosen by `seed`.
+fn shuffled_text(v: &Value, seed: &mut u64) -> String {
+    let mut next = || {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed >> 33
+    };
+    fn go(v: &Value, next: &mut dyn FnMut() -> u64, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut members: Vec<_> = map.iter().collect();
+                for i in (1..members.len()).rev() {
+                    let j = (next() as usize) % (i + 1);
+                    members.swap(i, j);
+                }
+                out.push('{');
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::to_string(k).unwrap());
+                    out.push(':');
+                    go(v, next, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    go(item, next, out);
+                }
+                out.push(']');
+            }
+            // Integral doubles are written as integers or with an exponent at random.
+            Value::Number(n) if n.is_f64() && n.as_f64().unwrap().fract() == 0.0 && next() % 2 == 0 => {
+                out.push_str(&format!("{:e}", n.as_f64().unwrap()));
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    go(v, &mut next, &mut out);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Member order and number spelling never change a fingerprint.
+    #[test]
+    fn key_order_never_changes_a_fingerprint(v in json(), seed in any::<u64>()) {
+        let mut s = seed;
+        let text = shuffled_text(&v, &mut s);
+        let reparsed: Value = serde_json::from_str(&text).unwrap();
+        prop_assert_eq!(Fingerprint::of(&v), Fingerprint::of(&reparsed));
+        prop_assert_eq!(args_fingerprint("read", &v), args_fingerprint("read", &reparsed));
+    }
+
+    /// Different values (as JSON values) get different fingerprints.
+    #[test]
+    fn different_values_differ(a in json(), b in json()) {
+        prop_assume!(a != b);
+        // `1` and `1.0` are equal values but unequal `Value`s; compare canonical texts.
+        let same_value = loopguard::canonical::json_text(&a) == loopguard::canonical::json_text(&b);
+        prop_assert_eq!(same_value, Fingerprint::of(&a) == Fingerprint::of(&b));
+    }
+}
+
+/// A random event stream over a few tools and argument sets.
+#[derive(Clone, Debug)]
+enum Step {
+    Call { tool: usize, args: usize },
+    Compaction,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            12 => (0..4usize, 0..3usize).prop_map(|(tool, args)| Step::Call { tool, args }),
+            1 => Just(Step::Compaction),
+        ],
+        1..300,
+    )
+}
+
+const TOOLS: [&str; 4] = ["read", "process", "command_status", "message"];
+
+fn args_for(tool: &str, n: usize) -> Value {
+    match tool {
+        "process" => {
+            let action = ["poll", "log", "poll"][n];
+            serde_json::json!({"action": action, "sessionId": n})
+        }
+        "message" => serde_json::json!({"action": "send", "to": "x", "text": n}),
+        _ => serde_json::json!({ "n": n }),
+    }
+}
+
+fn config(history: u32, w: u32, c: u32, g: u32) -> ConfigSet {
+    ConfigSet::from_blocks(
+        LoopDetectionBlock {
+            enabled: Some(true),
+            history_size: Some(history),
+            warning_threshold: Some(w),
+            critical_threshold: Some(c),
+            global_circuit_breaker_threshold: Some(g),
+            detectors: DetectorsBlock::default(),
+            ..Default::default()
+        },
+        [],
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Outcomes that keep changing never make a no-progress detector block, and the history
+    /// never holds more than `historySize` records.
+    ///
+    /// The critical threshold starts at 4: a ping-pong count of 3 has a tail of one record
+    /// per side, and one record is all the "stable outcome" evidence SPEC §4 asks for.
+    #[test]
+    fn changing_outcomes_never_block(
+        steps in steps(),
+        history in 1u32..40,
+        w in 1u32..6,
+        c in 4u32..10,
+        g in 1u32..12,
+    ) {
+        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(0));
+        let scope = Scope::new("s").with_run(Some("r"));
+        for (i, step) in steps.iter().enumerate() {
+            match step {
+                Step::Compaction => {
+                    guard.on_compaction(&scope);
+                }
+                Step::Call { tool, args } => {
+                    let tool = TOOLS[*tool];
+                    let args = args_for(tool, *args);
+                    let id = format!("c{i}");
+                    let call = Call::new(tool, &args).with_id(Some(&id));
+                    let verdict = guard.before_call(&scope, &call);
+                    if let Verdict::Block { detection, .. } = &verdict {
+                        prop_assert!(
+                            !matches!(
+                                detection.detector,
+                                Detector::GenericRepeat
+                                    | Detector::KnownPollNoProgress
+                                    | Detector::PingPong
+                                    | Detector::GlobalCircuitBreaker
+                                    | Detector::CompactionLoopPersisted
+                            ),
+                            "step {i}: {detection:?}"
+                        );
+                    }
+                    // Every outcome is new: progress, in every field the rules keep.
+                    let result = serde_json::json!({
+                        "content": [{"type": "text", "text": format!("output {i}")}],
+                        "details": {"status": "running", "aggregated": format!("{i}"), "ok": i},
+                    });
+                    let recorded = guard.after_call(&scope, &call, Outcome::Result(&result));
+                    prop_assert!(recorded.abort.is_none());
+                }
+            }
+            let len = guard.run_state(&scope).map_or(0, |s| s.history().len());
+            prop_assert!(len <= history as usize, "{len} records with historySize {history}");
+        }
+    }
+
+    /// With identical outcomes, a repeated call is blocked no later than the critical
+    /// threshold allows, and a stopped run stays stopped.
+    #[test]
+    fn identical_outcomes_block_and_stop(repeats in 1usize..80) {
+        let mut guard = Guard::with_clock(config(30, 10, 20, 30), Limits::default(), ManualClock::new(0));
+        let scope = Scope::new("s");
+        let args = serde_json::json!({"p": 1});
+        let mut first_block = None;
+        let mut stopped = false;
+        for i in 0..repeats {
+            let id = format!("c{i}");
+            let call = Call::new("read", &args).with_id(Some(&id));
+            let verdict = guard.before_call(&scope, &call);
+            match &verdict {
+                Verdict::Block { terminal, .. } => {
+                    first_block.get_or_insert(i);
+                    if stopped {
+                        prop_assert!(*terminal);
+                    }
+                    stopped |= *terminal;
+                }
+                _ => prop_assert!(!stopped, "a stopped run allowed call {i}"),
+            }
+            let out = serde_json::json!("same");
+            guard.after_call(&scope, &call, Outcome::Result(&out));
+        }
+        if repeats > 20 {
+            prop_assert_eq!(first_block, Some(20));
+        } else {
+            prop_assert_eq!(first_block, None);
+        }
+    }
+}
