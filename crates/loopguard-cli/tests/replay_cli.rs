@@ -12,11 +12,15 @@ fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("loopguard-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    std::fs::File::create(&path).unwrap().write_all(contents).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(contents)
+        .unwrap();
     path
 }
 
-const ENABLED: &str = "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }";
+const ENABLED: &str =
+    "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }";
 
 fn call(id: &str, args: Value) -> String {
     json!({"type": "call", "session": "s", "call_id": id, "tool": "read", "args": args}).to_string()
@@ -32,10 +36,21 @@ fn reads_stdin_and_applies_the_config() {
         input += &json!({"type": "result", "session": "s", "call_id": format!("c{i}"), "result": "same"}).to_string();
         input += "\n";
     }
-    let out = run(&["replay", "--config", cfg.to_str().unwrap(), "-"], input.as_bytes());
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &["replay", "--config", cfg.to_str().unwrap(), "-"],
+        input.as_bytes(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answers = json_lines(&out.stdout);
-    let verdicts: Vec<_> = answers.iter().filter_map(|a| a["verdict"].as_str()).collect();
+    let verdicts: Vec<_> = answers
+        .iter()
+        .filter_map(|a| a["verdict"].as_str())
+        .collect();
     assert_eq!(verdicts, ["allow", "allow", "warn", "block"]);
     assert!(out.stderr.is_empty());
 }
@@ -53,7 +68,16 @@ fn agent_flag_selects_a_config_and_events_override_it() {
         json!({"type": "call", "session": "t", "agent": "other", "tool": "read"}).to_string(),
     ]
     .join("\n");
-    let out = run(&["replay", "--config", cfg.to_str().unwrap(), "--agent", "strict"], lines.as_bytes());
+    let out = run(
+        &[
+            "replay",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--agent",
+            "strict",
+        ],
+        lines.as_bytes(),
+    );
     let answers = json_lines(&out.stdout);
     assert_eq!(answers[1]["verdict"], "warn", "--agent strict applies");
     assert_eq!(answers[3]["verdict"], "allow", "the event's own agent wins");
@@ -78,10 +102,25 @@ fn bad_lines_are_answered_and_the_stream_goes_on() {
     let a = json_lines(&out.stdout);
     assert_eq!(a.len(), 5);
     assert_eq!(a[0]["armed"], 3);
-    assert!(a[1]["error"].as_str().unwrap().contains("nested deeper than 128"), "{}", a[1]);
-    assert!(a[2]["error"].as_str().unwrap().contains("UTF-8"), "{}", a[2]);
+    assert!(
+        a[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("nested deeper than 128"),
+        "{}",
+        a[1]
+    );
+    assert!(
+        a[2]["error"].as_str().unwrap().contains("UTF-8"),
+        "{}",
+        a[2]
+    );
     assert_eq!(a[3]["verdict"], "allow");
-    assert!(a[4]["error"].as_str().unwrap().starts_with("invalid JSON"), "{}", a[4]);
+    assert!(
+        a[4]["error"].as_str().unwrap().starts_with("invalid JSON"),
+        "{}",
+        a[4]
+    );
     assert_eq!(a[4]["seq"], 5);
 }
 
@@ -112,10 +151,19 @@ fn fatal_errors_print_one_line_and_nothing_on_stdout() {
     assert!(missing.stdout.is_empty());
     let err = String::from_utf8_lossy(&missing.stderr);
     assert_eq!(err.trim().lines().count(), 1);
-    assert!(err.contains("cannot read /definitely/not/here.jsonl"), "{err}");
+    assert!(
+        err.contains("cannot read /definitely/not/here.jsonl"),
+        "{err}"
+    );
 
-    let bad = temp_file("bad.json5", b"{ tools: { loopDetection: { enabled: 1, bogus: 2 } } }");
-    let out = run(&["replay", "--config", bad.to_str().unwrap()], b"{\"type\":\"compaction\"}\n");
+    let bad = temp_file(
+        "bad.json5",
+        b"{ tools: { loopDetection: { enabled: 1, bogus: 2 } } }",
+    );
+    let out = run(
+        &["replay", "--config", bad.to_str().unwrap()],
+        b"{\"type\":\"compaction\"}\n",
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -125,12 +173,20 @@ fn fatal_errors_print_one_line_and_nothing_on_stdout() {
 
 #[test]
 fn config_check_lists_every_problem_with_positions() {
-    let good = temp_file("good.json5", b"// ok\n{ tools: { loopDetection: { enabled: true, historySize: 5 } } }\n");
+    let good = temp_file(
+        "good.json5",
+        b"// ok\n{ tools: { loopDetection: { enabled: true, historySize: 5 } } }\n",
+    );
     let out = run(&["config", "check", good.to_str().unwrap()], b"");
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("valid"), "{text}");
-    assert!(text.contains("warning: global: warningThreshold 10 can never be reached with historySize 5"), "{text}");
+    assert!(
+        text.contains(
+            "warning: global: warningThreshold 10 can never be reached with historySize 5"
+        ),
+        "{text}"
+    );
 
     let bad = temp_file(
         "bad2.json5",
@@ -140,12 +196,20 @@ fn config_check_lists_every_problem_with_positions() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     let name = bad.display().to_string();
-    assert!(err.contains(&format!("{name}:4:7: unknown key `repeatThreshold` in tools.loopDetection (did you mean `")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{name}:4:7: unknown key `repeatThreshold` in tools.loopDetection (did you mean `"
+        )),
+        "{err}"
+    );
     assert!(err.contains(&format!("{name}:5:7: tools.loopDetection.historySize: expected a positive integer, found the number 0")), "{err}");
     assert!(err.contains("did you mean `pingPong`"), "{err}");
     assert!(err.contains("3 problems found"), "{err}");
 
-    let syntax = temp_file("syntax.json5", b"{ tools: { loopDetection: { enabled: true }\n");
+    let syntax = temp_file(
+        "syntax.json5",
+        b"{ tools: { loopDetection: { enabled: true }\n",
+    );
     let out = run(&["config", "check", syntax.to_str().unwrap()], b"");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid JSON5"));
@@ -168,20 +232,39 @@ fn config_explain_prints_json_when_piped() {
     assert_eq!(configs[0]["effective"]["warningThreshold"], 12);
     assert_eq!(configs[1]["effective"]["historySize"], 8);
     let notes = configs[1]["explanations"].to_string();
-    assert!(notes.contains("can never be reached with historySize 8"), "{notes}");
+    assert!(
+        notes.contains("can never be reached with historySize 8"),
+        "{notes}"
+    );
     assert!(doc["policy"]["knownPolls"].as_array().unwrap().len() >= 2);
 
-    let one = run(&["config", "explain", cfg.to_str().unwrap(), "--agent", "nobody", "--json"], b"");
+    let one = run(
+        &[
+            "config",
+            "explain",
+            cfg.to_str().unwrap(),
+            "--agent",
+            "nobody",
+            "--json",
+        ],
+        b"",
+    );
     let doc: Value = serde_json::from_slice(&one.stdout).unwrap();
     assert_eq!(doc["configs"].as_array().unwrap().len(), 1);
-    assert!(doc["configs"][0]["scope"].as_str().unwrap().contains("global settings"));
+    assert!(doc["configs"][0]["scope"]
+        .as_str()
+        .unwrap()
+        .contains("global settings"));
 }
 
 #[test]
 fn help_teaches_with_examples() {
     let out = run(&["replay", "--help"], b"");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Examples:") && text.contains("Exit status"), "{text}");
+    assert!(
+        text.contains("Examples:") && text.contains("Exit status"),
+        "{text}"
+    );
     let out = run(&["--help"], b"");
     assert!(String::from_utf8_lossy(&out.stdout).contains("replay"));
 }

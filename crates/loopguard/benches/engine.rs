@@ -103,7 +103,11 @@ fn host_cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair], one_run: bool) {
 fn per_call(c: &mut Criterion) {
     ensure_workloads();
     let mut group = c.benchmark_group("per_call");
-    for (name, limit, samples) in [("small", 20_000, 30), ("medium", 4_000, 20), ("large", 200, 10)] {
+    for (name, limit, samples) in [
+        ("small", 20_000, 30),
+        ("medium", 4_000, 20),
+        ("large", 200, 10),
+    ] {
         let pairs = load(name, limit);
         group.sample_size(samples);
         group.throughput(Throughput::Elements(pairs.len() as u64));
@@ -141,9 +145,15 @@ fn history(c: &mut Criterion) {
 fn fingerprint_large(c: &mut Criterion) {
     ensure_workloads();
     let pairs = load("large", 200);
-    let raw: Vec<Vec<u8>> = pairs.iter().map(|p| serde_json::to_vec(&p.result).unwrap()).collect();
+    let raw: Vec<Vec<u8>> = pairs
+        .iter()
+        .map(|p| serde_json::to_vec(&p.result).unwrap())
+        .collect();
     let bytes: usize = raw.iter().map(Vec::len).sum();
-    let rules: Vec<OutcomeRule> = pairs.iter().map(|p| OutcomeRule::for_call(&p.tool, &p.args)).collect();
+    let rules: Vec<OutcomeRule> = pairs
+        .iter()
+        .map(|p| OutcomeRule::for_call(&p.tool, &p.args))
+        .collect();
     let mut group = c.benchmark_group("fingerprint_large");
     group.sample_size(20);
     group.throughput(Throughput::Bytes(bytes as u64));

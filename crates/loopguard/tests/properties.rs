@@ -30,7 +30,9 @@ fn json() -> impl Strategy<Value = Value> {
 /// JSON text of `v` with every object's members in an order chosen by `seed`.
 fn shuffled_text(v: &Value, seed: &mut u64) -> String {
     let mut next = || {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *seed >> 33
     };
     fn go(v: &Value, next: &mut dyn FnMut() -> u64, out: &mut String) {
@@ -63,7 +65,9 @@ fn shuffled_text(v: &Value, seed: &mut u64) -> String {
                 out.push(']');
             }
             // Integral doubles are written as integers or with an exponent at random.
-            Value::Number(n) if n.is_f64() && n.as_f64().unwrap().fract() == 0.0 && next() % 2 == 0 => {
+            Value::Number(n)
+                if n.is_f64() && n.as_f64().unwrap().fract() == 0.0 && next() % 2 == 0 =>
+            {
                 out.push_str(&format!("{:e}", n.as_f64().unwrap()));
             }
             other => out.push_str(&other.to_string()),
