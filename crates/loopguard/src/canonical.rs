@@ -23,7 +23,12 @@
 //! by the thread's stack.
 
 use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
+
+/// The traversal stack; typical JSON nests a handful of levels, so it lives on the stack
+/// and only spills to the heap for deep values.
+type Stack<'a> = SmallVec<[Frame<'a>; 16]>;
 
 /// Bytes buffered before they are handed to the streaming hasher. Values whose encoding
 /// fits in one buffer are hashed in one shot, which is the fast path for call arguments.
@@ -33,7 +38,7 @@ const BUF: usize = 2048;
 pub struct Digest {
     buf: [u8; BUF],
     len: usize,
-    stream: Option<Box<Xxh3Default>>,
+    stream: Option<Xxh3Default>,
 }
 
 impl Default for Digest {
@@ -71,13 +76,18 @@ impl Digest {
     }
 
     /// Feeds raw bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&mut self, bytes: &[u8]) {
         if bytes.len() <= BUF - self.len {
             self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
             self.len += bytes.len();
-            return;
+        } else {
+            self.write_slow(bytes);
         }
+    }
+
+    #[cold]
+    fn write_slow(&mut self, bytes: &[u8]) {
         self.flush();
         if bytes.len() >= BUF {
             self.stream().update(bytes);
@@ -88,15 +98,12 @@ impl Digest {
     }
 
     fn stream(&mut self) -> &mut Xxh3Default {
-        self.stream
-            .get_or_insert_with(|| Box::new(Xxh3Default::new()))
+        self.stream.get_or_insert_with(Xxh3Default::new)
     }
 
     fn flush(&mut self) {
         if self.len > 0 {
-            let stream = self
-                .stream
-                .get_or_insert_with(|| Box::new(Xxh3Default::new()));
+            let stream = self.stream.get_or_insert_with(Xxh3Default::new);
             stream.update(&self.buf[..self.len]);
             self.len = 0;
         }
@@ -105,6 +112,15 @@ impl Digest {
     #[inline]
     fn write_len(&mut self, n: usize) {
         self.write(&(n as u64).to_le_bytes());
+    }
+
+    /// A tag and a length in one write (most writes are these 9 bytes).
+    #[inline]
+    fn write_tag_len(&mut self, tag: u8, n: usize) {
+        let mut out = [0u8; 9];
+        out[0] = tag;
+        out[1..].copy_from_slice(&(n as u64).to_le_bytes());
+        self.write(&out);
     }
 
     /// Encodes `null`.
@@ -151,16 +167,14 @@ impl Digest {
 
     /// Encodes a string.
     pub fn str(&mut self, s: &str) {
-        self.write(b"s");
-        self.write_len(s.len());
+        self.write_tag_len(b's', s.len());
         self.write(s.as_bytes());
     }
 
     /// Encodes a string given as consecutive pieces, without joining them first.
     pub(crate) fn str_pieces<'a>(&mut self, pieces: impl Iterator<Item = &'a str> + Clone) {
         let len: usize = pieces.clone().map(str::len).sum();
-        self.write(b"s");
-        self.write_len(len);
+        self.write_tag_len(b's', len);
         for piece in pieces {
             self.write(piece.as_bytes());
         }
@@ -168,21 +182,28 @@ impl Digest {
 
     /// Starts an array of `n` elements; the caller encodes them next.
     pub fn array(&mut self, n: usize) {
-        self.write(b"a");
-        self.write_len(n);
+        self.write_tag_len(b'a', n);
     }
 
     /// Starts an object of `n` members; the caller encodes them next, as [`Digest::key`]
     /// then a value, in ascending key byte order.
     pub fn object(&mut self, n: usize) {
-        self.write(b"o");
-        self.write_len(n);
+        self.write_tag_len(b'o', n);
     }
 
     /// Encodes an object member's key.
+    #[inline]
     pub fn key(&mut self, key: &str) {
-        self.write_len(key.len());
-        self.write(key.as_bytes());
+        let bytes = key.as_bytes();
+        if bytes.len() + 8 <= BUF - self.len {
+            let at = self.len;
+            self.buf[at..at + 8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+            self.buf[at + 8..at + 8 + bytes.len()].copy_from_slice(bytes);
+            self.len += 8 + bytes.len();
+        } else {
+            self.write_len(bytes.len());
+            self.write(bytes);
+        }
     }
 
     /// Encodes any JSON value.
@@ -192,29 +213,34 @@ impl Digest {
 
     /// Encodes a JSON value, leaving out the members `filter` names.
     pub(crate) fn value_filtered(&mut self, value: &Value, filter: KeyFilter) {
-        let mut stack: Vec<Frame<'_>> = Vec::new();
+        let mut stack = Stack::new();
         self.push_value(value, filter, &mut stack);
-        self.drain(filter, stack);
+        self.drain(filter, &mut stack);
     }
 
     /// Encodes an object held as a map, leaving out the members `filter` names.
     pub(crate) fn value_map(&mut self, map: &Map<String, Value>, filter: KeyFilter) {
-        let mut stack: Vec<Frame<'_>> = Vec::new();
+        let mut stack = Stack::new();
         self.push_map(map, filter, &mut stack);
-        self.drain(filter, stack);
+        self.drain(filter, &mut stack);
     }
 
-    fn drain<'a>(&mut self, filter: KeyFilter, mut stack: Vec<Frame<'a>>) {
+    // The stack is borrowed, never moved: it is a kilobyte of inline frames.
+    fn drain<'a>(&mut self, filter: KeyFilter, stack: &mut Stack<'a>) {
         while let Some(top) = stack.last_mut() {
             let next = match top {
                 Frame::Array(items) => items.next(),
+                Frame::Sorted(members) => members.next().map(|(k, v)| {
+                    self.key(k);
+                    v
+                }),
                 Frame::Members(members) => members.next().map(|(k, v)| {
                     self.key(k);
                     v
                 }),
             };
             match next {
-                Some(v) => self.push_value(v, filter, &mut stack),
+                Some(v) => self.push_value(v, filter, stack),
                 None => {
                     stack.pop();
                 }
@@ -222,7 +248,7 @@ impl Digest {
         }
     }
 
-    fn push_value<'a>(&mut self, value: &'a Value, filter: KeyFilter, stack: &mut Vec<Frame<'a>>) {
+    fn push_value<'a>(&mut self, value: &'a Value, filter: KeyFilter, stack: &mut Stack<'a>) {
         match value {
             Value::Null => self.null(),
             Value::Bool(b) => self.bool(*b),
@@ -242,8 +268,16 @@ impl Digest {
         &mut self,
         map: &'a Map<String, Value>,
         filter: KeyFilter,
-        stack: &mut Vec<Frame<'a>>,
+        stack: &mut Stack<'a>,
     ) {
+        if filter == KeyFilter::Keep && *MAPS_ARE_SORTED {
+            // The common case: every member, already in key order.
+            self.object(map.len());
+            if !map.is_empty() {
+                stack.push(Frame::Sorted(map.iter()));
+            }
+            return;
+        }
         let members = Members::new(map, filter);
         self.object(members.len());
         if members.len() > 0 {
@@ -253,19 +287,49 @@ impl Digest {
 
     /// The XXH3-128 of everything written.
     pub fn finish(mut self) -> u128 {
+        self.take()
+    }
+
+    /// The XXH3-128 of everything written; the digest is empty again afterwards.
+    pub(crate) fn take(&mut self) -> u128 {
+        let len = std::mem::take(&mut self.len);
         match self.stream.take() {
-            None => xxh3_128(&self.buf[..self.len]),
+            None => xxh3_128(&self.buf[..len]),
             Some(mut stream) => {
-                stream.update(&self.buf[..self.len]);
+                stream.update(&self.buf[..len]);
                 stream.digest128()
             }
         }
     }
 }
 
+thread_local! {
+    /// A digest per thread, so that hashing never zeroes or moves a fresh buffer.
+    static SCRATCH: std::cell::RefCell<Digest> = std::cell::RefCell::new(Digest::new());
+}
+
+/// Runs `f` with an empty digest and returns its hash.
+pub(crate) fn hash_with(f: impl FnOnce(&mut Digest)) -> u128 {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut d) => {
+            d.len = 0;
+            d.stream = None;
+            f(&mut d);
+            d.take()
+        }
+        // Only reachable if `f` hashed again inside; correct, just slower.
+        Err(_) => {
+            let mut d = Digest::new();
+            f(&mut d);
+            d.take()
+        }
+    })
+}
+
 /// One level of the explicit traversal stack.
 enum Frame<'a> {
     Array(std::slice::Iter<'a, Value>),
+    Sorted(serde_json::map::Iter<'a>),
     Members(Members<'a>),
 }
 
@@ -290,21 +354,11 @@ impl<'a> Members<'a> {
     fn new(map: &'a Map<String, Value>, filter: KeyFilter) -> Self {
         let drop_id =
             filter == KeyFilter::VolatileSendIds && crate::policy::is_delivered_message(map);
-        let mut sorted = true;
-        let mut len = 0;
-        let mut prev: Option<&str> = None;
-        for k in map.keys() {
-            if let Some(p) = prev {
-                if p.as_bytes() >= k.as_bytes() {
-                    sorted = false;
-                }
-            }
-            prev = Some(k);
-            if keeps(filter, drop_id, k) {
-                len += 1;
-            }
-        }
-        let inner = if sorted {
+        let len = match filter {
+            KeyFilter::Keep => map.len(),
+            KeyFilter::VolatileSendIds => map.keys().filter(|k| keeps(filter, drop_id, k)).count(),
+        };
+        let inner = if *MAPS_ARE_SORTED {
             MembersInner::Sorted(map.iter())
         } else {
             let mut v: Vec<_> = map.iter().collect();
@@ -349,6 +403,16 @@ impl<'a> Iterator for Members<'a> {
     }
 }
 
+/// Whether `serde_json` maps iterate in key order (its default `BTreeMap`). A build that
+/// enables `preserve_order` anywhere in the dependency graph iterates in insertion order;
+/// members are then sorted here, so fingerprints never depend on a feature flag.
+static MAPS_ARE_SORTED: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    let mut probe = Map::new();
+    probe.insert("b".into(), Value::Null);
+    probe.insert("a".into(), Value::Null);
+    probe.keys().next().map(String::as_str) == Some("a")
+});
+
 /// The integer value of a double, when it is integral and inside the `lg1` integer range.
 fn integral(f: f64) -> Option<i128> {
     const MIN: f64 = -9_223_372_036_854_775_808.0; // -2^63
@@ -362,9 +426,7 @@ fn integral(f: f64) -> Option<i128> {
 
 /// One-shot digest of a value.
 pub fn digest(value: &Value) -> u128 {
-    let mut d = Digest::new();
-    d.value(value);
-    d.finish()
+    hash_with(|d| d.value(value))
 }
 
 /// Canonical JSON text of a value: members sorted by key bytes, no whitespace, integral

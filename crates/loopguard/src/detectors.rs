@@ -33,11 +33,13 @@ impl Finding {
     }
 }
 
-/// Runs the detectors for `call` over `history`. Only when `enabled` is `true`.
+/// Runs the detectors for `call` over `history`, whose newest record of the call's
+/// signature is `newest`. Only when `enabled` is `true`.
 pub(crate) fn detect(
     cfg: &EffectiveConfig,
     history: &History,
     call: &CallPrint<'_>,
+    newest: Option<usize>,
 ) -> Option<Finding> {
     if !cfg.detectors_enabled() {
         return None;
@@ -51,7 +53,7 @@ pub(crate) fn detect(
         return Some(f);
     }
 
-    let streak = metrics::no_progress_streak(history.records().iter(), call.signature);
+    let streak = metrics::streak_from(history, newest);
     if streak.count >= cfg.global_circuit_breaker_threshold {
         return Some(Finding::new(
             Critical,
@@ -99,7 +101,7 @@ pub(crate) fn detect(
                 streak.count,
             ));
         }
-        let repeats = metrics::repeat_count(history, call.signature);
+        let repeats = history.count_from(call.signature, newest);
         if repeats >= cfg.warning_threshold {
             return Some(Finding::new(Warning, Detector::GenericRepeat, repeats));
         }

@@ -13,8 +13,8 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::canonical::{json_text, number_text, Digest, KeyFilter};
-use crate::policy::{self, BUILTIN};
+use crate::canonical::{hash_with, json_text, number_text, Digest, KeyFilter};
+use crate::policy::{self, CallClass, BUILTIN};
 use crate::text::{is_js_space, non_blank, trim};
 
 /// Version of the canonical encoding and of the outcome rules. Persisted fingerprints
@@ -64,10 +64,21 @@ pub struct Signature(u128);
 impl Signature {
     /// The signature of `tool` (already trimmed) called with arguments of fingerprint `args`.
     pub fn new(tool: &str, args: Fingerprint) -> Self {
-        let mut d = Digest::new();
-        d.str(tool);
-        d.write(&args.as_u128().to_le_bytes());
-        Self(d.finish())
+        // The lg1 string of the tool, then the args digest; short names skip the digest
+        // machinery (same bytes, same hash).
+        let name = tool.as_bytes();
+        if name.len() <= 64 {
+            let mut buf = [0u8; 9 + 64 + 16];
+            buf[0] = b's';
+            buf[1..9].copy_from_slice(&(name.len() as u64).to_le_bytes());
+            buf[9..9 + name.len()].copy_from_slice(name);
+            buf[9 + name.len()..25 + name.len()].copy_from_slice(&args.as_u128().to_le_bytes());
+            return Self(xxhash_rust::xxh3::xxh3_128(&buf[..25 + name.len()]));
+        }
+        Self(hash_with(|d| {
+            d.str(tool);
+            d.write(&args.as_u128().to_le_bytes());
+        }))
     }
 
     /// The raw digest.
@@ -90,13 +101,13 @@ impl fmt::Debug for Signature {
 
 /// The args fingerprint of a call (`update_plan` args reduced to their plan shape first).
 pub fn args_fingerprint(tool: &str, args: &Value) -> Fingerprint {
-    let mut d = Digest::new();
-    if tool == "update_plan" {
-        plan_shape(&mut d, args);
-    } else {
-        d.value(args);
-    }
-    Fingerprint(d.finish())
+    Fingerprint(hash_with(|d| {
+        if tool == "update_plan" {
+            plan_shape(d, args);
+        } else {
+            d.value(args);
+        }
+    }))
 }
 
 /// How a call's outcome will be reduced before hashing (SPEC §2 rules 5–9). It depends only
@@ -120,6 +131,10 @@ enum Shape {
 impl OutcomeRule {
     /// The rule for a call of `tool` (trimmed) with `args`.
     pub fn for_call(tool: &str, args: &Value) -> Self {
+        Self::with_class(tool, args, BUILTIN.classify(tool, args))
+    }
+
+    fn with_class(tool: &str, args: &Value, class: CallClass) -> Self {
         let shape = match tool {
             "exec" => Shape::Exec,
             "process" => match policy::action(args) {
@@ -132,7 +147,7 @@ impl OutcomeRule {
         };
         Self {
             shape,
-            send: BUILTIN.is_send(tool, args),
+            send: class.send,
         }
     }
 
@@ -163,12 +178,13 @@ impl<'a> CallPrint<'a> {
     pub fn new(tool: &'a str, args: &Value) -> Self {
         let tool = trim(tool);
         let args_fp = args_fingerprint(tool, args);
+        let class = BUILTIN.classify(tool, args);
         Self {
             tool,
             args: args_fp,
             signature: Signature::new(tool, args_fp),
-            rule: OutcomeRule::for_call(tool, args),
-            known_poll: BUILTIN.is_known_poll(tool, args),
+            rule: OutcomeRule::with_class(tool, args, class),
+            known_poll: class.known_poll,
         }
     }
 }
@@ -208,11 +224,12 @@ impl OutcomePrint {
             Outcome::Nothing => Self::Nothing,
             Outcome::Error(error) => {
                 let text = error_text(error);
-                let mut d = Digest::new();
-                d.write(b"E");
-                d.str(&text);
+                let fingerprint = Fingerprint(hash_with(|d| {
+                    d.write(b"E");
+                    d.str(&text);
+                }));
                 Self::Hashed {
-                    fingerprint: Fingerprint(d.finish()),
+                    fingerprint,
                     unknown_tool: unknown_tool_name(&text),
                 }
             }
@@ -243,41 +260,41 @@ fn result_fingerprint(rule: OutcomeRule, result: &Value) -> Option<Fingerprint> 
     {
         return None;
     }
-    let mut d = Digest::new();
     let exec_done = rule.shape == Shape::Exec
         && matches!(
             status,
             Some("running" | "completed" | "failed" | "approval-pending" | "approval-unavailable")
         );
-    if exec_done {
-        exec_outcome(&mut d, status.unwrap_or_default(), details, &text);
-    } else if rule.shape == Shape::ProcessPoll || rule.shape == Shape::ProcessLog {
-        process_outcome(&mut d, rule.shape, details, &text);
-    } else if rule.send {
-        match details {
-            Some(map) => d.value_map(map, KeyFilter::VolatileSendIds),
-            None => d.object(0),
-        }
-    } else {
-        // {details, text}; update_plan keeps only the plan shape and ignores ack text.
-        d.object(2);
-        d.key("details");
-        if rule.shape == Shape::UpdatePlan {
-            plan_shape_of_map(&mut d, details);
-        } else {
+    Some(Fingerprint(hash_with(|d| {
+        if exec_done {
+            exec_outcome(d, status.unwrap_or_default(), details, &text);
+        } else if rule.shape == Shape::ProcessPoll || rule.shape == Shape::ProcessLog {
+            process_outcome(d, rule.shape, details, &text);
+        } else if rule.send {
             match details {
-                Some(map) => d.value_map(map, KeyFilter::Keep),
+                Some(map) => d.value_map(map, KeyFilter::VolatileSendIds),
                 None => d.object(0),
             }
-        }
-        d.key("text");
-        if rule.shape == Shape::UpdatePlan {
-            d.str("");
         } else {
-            d.str_pieces(text.trimmed());
+            // {details, text}; update_plan keeps only the plan shape and ignores ack text.
+            d.object(2);
+            d.key("details");
+            if rule.shape == Shape::UpdatePlan {
+                plan_shape_of_map(d, details);
+            } else {
+                match details {
+                    Some(map) => d.value_map(map, KeyFilter::Keep),
+                    None => d.object(0),
+                }
+            }
+            d.key("text");
+            if rule.shape == Shape::UpdatePlan {
+                d.str("");
+            } else {
+                text.encode(d);
+            }
         }
-    }
-    Some(Fingerprint(d.finish()))
+    })))
 }
 
 fn exec_outcome(
@@ -306,7 +323,7 @@ fn exec_outcome(
             d.key("output");
             match str_or("aggregated").and_then(non_blank) {
                 Some(aggregated) => d.str(aggregated),
-                None => d.str_pieces(text.trimmed()),
+                None => text.encode(d),
             }
             d.key("status");
             d.str(status);
@@ -354,7 +371,7 @@ fn process_outcome(
         d.key("status");
         field(d, "status");
         d.key("text");
-        d.str_pieces(text.trimmed());
+        text.encode(d);
     } else {
         // {action, status, totalLines, totalChars, truncated, exitCode, exitSignal, text}
         d.object(8);
@@ -367,7 +384,7 @@ fn process_outcome(
         d.key("status");
         field(d, "status");
         d.key("text");
-        d.str_pieces(text.trimmed());
+        text.encode(d);
         d.key("totalChars");
         field(d, "totalChars");
         d.key("totalLines");
@@ -458,6 +475,17 @@ impl<'a> ContentText<'a> {
     /// whitespace, and the result is always trimmed.
     fn pieces(&self) -> impl DoubleEndedIterator<Item = &'a str> + Clone + 'a {
         self.texts().flat_map(|t| ["\n", t])
+    }
+
+    /// Encodes the trimmed joined text as an `lg1` string.
+    fn encode(&self, d: &mut Digest) {
+        let mut texts = self.texts();
+        match (texts.next(), texts.next()) {
+            (None, _) => d.str(""),
+            // The common case: one text block, nothing to join.
+            (Some(only), None) => d.str(trim(only)),
+            _ => d.str_pieces(self.trimmed()),
+        }
     }
 
     /// The trimmed joined text, as slices of the original strings.
@@ -583,6 +611,18 @@ mod tests {
         assert!(s
             .chars()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn signature_fast_path_equals_the_digest() {
+        for tool in ["", "read", &"x".repeat(64), &"y".repeat(65)] {
+            let fp = Fingerprint::from_u128(0x1234_5678_9abc_def0_1122_3344_5566_7788);
+            let slow = crate::canonical::hash_with(|d| {
+                d.str(tool);
+                d.write(&fp.as_u128().to_le_bytes());
+            });
+            assert_eq!(Signature::new(tool, fp).as_u128(), slow, "{}", tool.len());
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! [`Guard`]: the engine with its state in memory, the API a host runtime calls around each
 //! tool call.
 
-use std::collections::HashMap;
 use std::time::Duration;
+
+use hashbrown::HashMap;
 
 use serde_json::Value;
 
@@ -63,9 +64,13 @@ impl Default for Limits {
     }
 }
 
+/// Maps keyed by client-chosen ids: a fast hash with a per-process random seed.
+type IdMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Session {
-    runs: HashMap<Box<str>, RunState>,
+    /// Boxed: a session's map is sized for growth, and most sessions hold one run.
+    runs: IdMap<Box<RunState>>,
     last_active: u64,
 }
 
@@ -77,7 +82,7 @@ struct Session {
 #[derive(Debug)]
 pub struct Guard<C: Clock = SystemClock> {
     config: ConfigSet,
-    sessions: HashMap<Box<str>, Session>,
+    sessions: IdMap<Session>,
     limits: Limits,
     clock: C,
     last_sweep: u64,
@@ -96,7 +101,7 @@ impl<C: Clock> Guard<C> {
         let last_sweep = clock.now_ms();
         Self {
             config,
-            sessions: HashMap::new(),
+            sessions: IdMap::default(),
             limits,
             clock,
             last_sweep,
@@ -182,14 +187,15 @@ impl<C: Clock> Guard<C> {
             .get(scope.session())?
             .runs
             .get(scope.run().unwrap_or(""))
+            .map(|r| &**r)
     }
 
     /// Every live run: session id, run id, state.
     pub fn runs(&self) -> impl Iterator<Item = (&str, Option<&str>, &RunState)> {
         self.sessions.iter().flat_map(|(session, s)| {
-            s.runs
-                .iter()
-                .map(move |(run, state)| (&**session, (!run.is_empty()).then_some(&**run), state))
+            s.runs.iter().map(move |(run, state)| {
+                (&**session, (!run.is_empty()).then_some(&**run), &**state)
+            })
         })
     }
 
@@ -236,35 +242,29 @@ impl<C: Clock> Guard<C> {
         if now.saturating_sub(self.last_sweep) >= sweep_every {
             self.evict_idle();
         }
-        if !self.sessions.contains_key(scope.session()) {
-            if self.sessions.len() >= self.limits.max_sessions {
-                self.evict_idle();
-            }
+        // Room is made only when the maps are full and the key is new: one lookup otherwise.
+        if self.sessions.len() >= self.limits.max_sessions.max(1)
+            && !self.sessions.contains_key(scope.session())
+        {
+            self.evict_idle();
             if self.sessions.len() >= self.limits.max_sessions.max(1) {
                 evict_oldest(&mut self.sessions, |s| s.last_active);
             }
-            self.sessions
-                .insert(scope.session().into(), Session::default());
         }
-        let session = self
-            .sessions
-            .get_mut(scope.session())
-            .expect("session inserted above");
+        let session = self.sessions.entry_ref(scope.session()).or_default();
         session.last_active = now;
         let key = scope.run().unwrap_or("");
-        if !session.runs.contains_key(key) {
-            if session.runs.len() >= self.limits.max_runs_per_session.max(1) {
-                evict_oldest(&mut session.runs, RunState::last_active);
-            }
-            session.runs.insert(key.into(), RunState::default());
+        let max_runs = self.limits.max_runs_per_session.max(1);
+        if session.runs.len() >= max_runs && !session.runs.contains_key(key) {
+            evict_oldest(&mut session.runs, |r| r.last_active());
         }
-        let run = session.runs.get_mut(key).expect("run inserted above");
+        let run = session.runs.entry_ref(key).or_default();
         (self.config.for_agent(scope.agent()), run, now)
     }
 }
 
 /// Removes the entry with the smallest activity time.
-fn evict_oldest<V>(map: &mut HashMap<Box<str>, V>, active: impl Fn(&V) -> u64) {
+fn evict_oldest<V>(map: &mut IdMap<V>, active: impl Fn(&V) -> u64) {
     let oldest = map
         .iter()
         .min_by_key(|(_, v)| active(v))

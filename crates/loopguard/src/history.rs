@@ -1,14 +1,21 @@
 //! The rolling history of one (session, run) scope (SPEC §3).
 //!
-//! A scope keeps at most `historySize` records, oldest dropped first. Tool names are
-//! interned per scope so that a record is a small fixed-size value; names are reference
-//! counted and their slots reused, so the table never outgrows the live records.
+//! A scope keeps at most `historySize` records, oldest dropped first. Records are small
+//! fixed-size values (64 bytes): tool names are interned per scope, call ids kept as
+//! hashes. Each record links to the previous record of its signature and carries the
+//! length of the alternating tail ending at it, so the metrics of SPEC §4 follow one
+//! signature's records instead of rescanning the window; windows longer than
+//! [`INDEX_MIN`] also keep a map from signature to its newest record and record count.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
+
+/// Windows longer than this keep a signature index; shorter ones are scanned, which is as
+/// fast and uses less memory.
+pub const INDEX_MIN: usize = 64;
 
 /// Index of an interned name in a scope's [`Names`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -29,11 +36,12 @@ impl Names {
             .map(|i| NameId(i as u32))
     }
 
-    /// Takes a reference to `name`, interning it if needed.
+    /// Takes a reference to `name`, interning it if needed. A released slot that still
+    /// holds the same name is taken back without allocating.
     pub fn acquire(&mut self, name: &str) -> NameId {
-        if let Some(id) = self.find(name) {
-            self.slots[id.0 as usize].1 += 1;
-            return id;
+        if let Some(i) = self.slots.iter().position(|(n, _)| &**n == name) {
+            self.slots[i].1 += 1;
+            return NameId(i as u32);
         }
         match self.slots.iter().position(|(_, refs)| *refs == 0) {
             Some(i) => {
@@ -77,56 +85,149 @@ pub enum RecordState {
     Veto,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Kind {
+    Pending,
+    Done,
+    Veto,
+}
+
+const NO_NAME: u32 = u32::MAX;
+
 /// One call in a scope's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    /// Tool + args.
-    pub signature: Signature,
-    /// The tool name.
-    pub tool: NameId,
-    /// Hash of the provider call id, when the call had one.
-    pub call_id: Option<u64>,
-    /// Pending, done or vetoed.
-    pub state: RecordState,
-    /// For errors naming an unavailable tool: that tool, lower-cased.
-    pub unknown_tool: Option<NameId>,
-    /// How this call's outcome is hashed.
-    pub rule: OutcomeRule,
-    /// When the record was made (clock milliseconds).
-    pub at: u64,
+    signature: Signature,
+    /// Meaningful when `kind` is `Done`.
+    outcome: Fingerprint,
+    /// Hash of the provider call id; 0 when the call had none.
+    call_id: u64,
+    tool: NameId,
+    /// A `NameId`, or `NO_NAME`.
+    unknown_tool: u32,
+    /// Distance back to the previous record of the same signature; 0 when none.
+    prev: u32,
+    /// Length of the alternating tail (last, other, last, …) ending at this record.
+    alt: u32,
+    /// Seconds of the clock when the record was made.
+    at: u32,
+    kind: Kind,
+    rule: OutcomeRule,
 }
 
 impl Record {
+    /// Tool + args.
+    pub fn signature(&self) -> Signature {
+        self.signature
+    }
+
+    /// The tool name's id in the scope's [`Names`].
+    pub fn tool(&self) -> NameId {
+        self.tool
+    }
+
+    /// Pending, done or vetoed.
+    pub fn state(&self) -> RecordState {
+        match self.kind {
+            Kind::Pending => RecordState::Pending,
+            Kind::Done => RecordState::Done(self.outcome),
+            Kind::Veto => RecordState::Veto,
+        }
+    }
+
     /// The outcome fingerprint, when the record has one.
     pub fn outcome(&self) -> Option<Fingerprint> {
-        match self.state {
-            RecordState::Done(fp) => Some(fp),
-            _ => None,
-        }
+        (self.kind == Kind::Done).then_some(self.outcome)
     }
 
     /// Whether the record is a loop veto.
     pub fn is_veto(&self) -> bool {
-        self.state == RecordState::Veto
+        self.kind == Kind::Veto
     }
 
     /// Whether the record waits for its outcome.
     pub fn is_pending(&self) -> bool {
-        self.state == RecordState::Pending
+        self.kind == Kind::Pending
+    }
+
+    /// For errors naming an unavailable tool: that tool's id.
+    pub fn unknown_tool(&self) -> Option<NameId> {
+        (self.unknown_tool != NO_NAME).then_some(NameId(self.unknown_tool))
+    }
+
+    /// How this call's outcome is hashed.
+    pub fn rule(&self) -> OutcomeRule {
+        self.rule
+    }
+
+    /// Whether the record carries call id hash `id`.
+    pub fn has_call_id(&self, id: u64) -> bool {
+        self.call_id == id
+    }
+
+    /// When the record was made (seconds of the guard's clock).
+    pub fn at_secs(&self) -> u32 {
+        self.at
+    }
+
+    fn set_state(&mut self, state: RecordState) {
+        (self.kind, self.outcome) = match state {
+            RecordState::Pending => (Kind::Pending, Fingerprint::from_u128(0)),
+            RecordState::Done(fp) => (Kind::Done, fp),
+            RecordState::Veto => (Kind::Veto, Fingerprint::from_u128(0)),
+        };
     }
 }
 
-/// Hash of a provider call id, as records keep it (ids are compared, never shown).
+/// Hash of a provider call id, as records keep it (ids are compared, never shown). Never 0.
 pub fn call_id_hash(id: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes()).max(1)
+}
+
+/// What a record is made of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewRecord<'a> {
+    pub tool: &'a str,
+    pub signature: Signature,
+    pub call_id: Option<u64>,
+    pub state: RecordState,
+    pub unknown_tool: Option<&'a str>,
+    pub rule: OutcomeRule,
+    pub now_ms: u64,
+    /// The signature's newest record, when the caller already looked it up.
+    pub newest: Option<Option<usize>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Head {
+    /// Absolute sequence number of the signature's newest record.
+    newest: u64,
+    /// Records of the signature in the window.
+    count: u32,
 }
 
 /// The records of one scope, oldest first, and the names they use.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct History {
     records: VecDeque<Record>,
     names: Names,
+    /// Absolute sequence number of `records[0]`.
+    base: u64,
+    /// Signature → newest record and count, for long windows; rebuilt on demand. Boxed
+    /// so that the many short windows that never build one stay small.
+    #[serde(skip)]
+    #[allow(clippy::box_collection)]
+    index: Option<Box<HashMap<Signature, Head>>>,
 }
+
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        // The index is derived data.
+        self.records == other.records && self.names == other.names && self.base == other.base
+    }
+}
+
+impl Eq for History {}
 
 impl History {
     /// Records, oldest first.
@@ -149,53 +250,145 @@ impl History {
         self.records.is_empty()
     }
 
-    /// Appends a record for `tool` and drops the oldest beyond `capacity`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn push(
-        &mut self,
-        capacity: u32,
-        tool: &str,
-        signature: Signature,
-        call_id: Option<u64>,
-        state: RecordState,
-        unknown_tool: Option<&str>,
-        rule: OutcomeRule,
-        at: u64,
-    ) -> usize {
-        let tool = self.names.acquire(tool);
-        let unknown_tool = unknown_tool.map(|n| self.names.acquire(n));
-        self.records.push_back(Record {
-            signature,
+    /// Index of the newest record of `signature`.
+    pub fn newest_of(&self, signature: Signature) -> Option<usize> {
+        match &self.index {
+            Some(index) => index
+                .get(&signature)
+                .map(|h| (h.newest - self.base) as usize),
+            None => self.records.iter().rposition(|r| r.signature == signature),
+        }
+    }
+
+    /// The records of `signature`, newest first, as (index, record).
+    pub fn chain(&self, signature: Signature) -> impl Iterator<Item = (usize, &Record)> + '_ {
+        self.chain_from(self.newest_of(signature))
+    }
+
+    /// The chain that starts at record `newest` (a [`History::newest_of`] result).
+    pub fn chain_from(&self, newest: Option<usize>) -> impl Iterator<Item = (usize, &Record)> + '_ {
+        let mut next = newest;
+        std::iter::from_fn(move || {
+            let i = next?;
+            let r = &self.records[i];
+            next = (r.prev != 0)
+                .then(|| i.checked_sub(r.prev as usize))
+                .flatten();
+            Some((i, r))
+        })
+    }
+
+    /// Records of `signature` in the window.
+    pub fn count_of(&self, signature: Signature) -> u32 {
+        self.count_from(signature, self.newest_of(signature))
+    }
+
+    /// [`History::count_of`], given the signature's newest record.
+    pub fn count_from(&self, signature: Signature, newest: Option<usize>) -> u32 {
+        match &self.index {
+            Some(index) => index.get(&signature).map_or(0, |h| h.count),
+            None => self.chain_from(newest).count() as u32,
+        }
+    }
+
+    /// The alternating tail (last, other, last, …) reading back from the newest record.
+    pub fn alternating_tail(&self) -> usize {
+        self.records
+            .back()
+            .map_or(0, |r| (r.alt as usize).min(self.records.len()))
+    }
+
+    /// Appends a record and drops the oldest beyond `capacity`. Returns its index.
+    pub(crate) fn push(&mut self, capacity: u32, new: NewRecord<'_>) -> usize {
+        let len = self.records.len();
+        let newest = new.newest.unwrap_or_else(|| self.newest_of(new.signature));
+        let prev = newest.map_or(0, |i| (len - i) as u32);
+        let alt = match (
+            len.checked_sub(1).map(|i| &self.records[i]),
+            len.checked_sub(2).map(|i| &self.records[i]),
+        ) {
+            (None, _) => 1,
+            (Some(last), _) if last.signature == new.signature => 1,
+            (Some(last), Some(before)) if before.signature == new.signature => last.alt + 1,
+            (Some(_), _) => 2,
+        };
+        let tool = self.names.acquire(new.tool);
+        let unknown_tool = new
+            .unknown_tool
+            .map_or(NO_NAME, |n| self.names.acquire(n).0);
+        let mut record = Record {
+            signature: new.signature,
+            outcome: Fingerprint::from_u128(0),
+            call_id: new.call_id.unwrap_or(0),
             tool,
-            call_id,
-            state,
             unknown_tool,
-            rule,
-            at,
-        });
+            prev,
+            alt,
+            at: (new.now_ms / 1000).min(u64::from(u32::MAX)) as u32,
+            kind: Kind::Pending,
+            rule: new.rule,
+        };
+        record.set_state(new.state);
+        if let Some(index) = &mut self.index {
+            let head = index.entry(new.signature).or_default();
+            head.newest = self.base + len as u64;
+            head.count += 1;
+        }
+        self.records.push_back(record);
         self.trim(capacity);
+        if self.index.is_none() && self.records.len() > INDEX_MIN {
+            self.build_index();
+        }
         self.records.len() - 1
+    }
+
+    fn build_index(&mut self) {
+        let mut index: HashMap<Signature, Head> = HashMap::with_capacity(self.records.len());
+        for (i, r) in self.records.iter().enumerate() {
+            let head = index.entry(r.signature).or_default();
+            head.newest = self.base + i as u64;
+            head.count += 1;
+        }
+        self.index = Some(Box::new(index));
+    }
+
+    /// Rebuilds derived data after deserialization.
+    pub(crate) fn restore_index(&mut self) {
+        if self.index.is_none() && self.records.len() > INDEX_MIN {
+            self.build_index();
+        }
     }
 
     /// Drops the oldest records beyond `capacity`.
     pub(crate) fn trim(&mut self, capacity: u32) {
         while self.records.len() > capacity as usize {
-            if let Some(old) = self.records.pop_front() {
-                self.names.release(old.tool);
-                if let Some(u) = old.unknown_tool {
-                    self.names.release(u);
+            let Some(old) = self.records.pop_front() else {
+                break;
+            };
+            if let Some(index) = &mut self.index {
+                if let Some(head) = index.get_mut(&old.signature) {
+                    head.count -= 1;
+                    if head.count == 0 {
+                        index.remove(&old.signature);
+                    }
                 }
+            }
+            self.base += 1;
+            self.names.release(old.tool);
+            if let Some(u) = old.unknown_tool() {
+                self.names.release(u);
             }
         }
     }
 
     /// Sets the outcome of the record at `index` (a pending one).
     pub(crate) fn settle(&mut self, index: usize, state: RecordState, unknown_tool: Option<&str>) {
-        let unknown_tool = unknown_tool.map(|n| self.names.acquire(n));
+        let unknown = unknown_tool.map_or(NO_NAME, |n| self.names.acquire(n).0);
         if let Some(r) = self.records.get_mut(index) {
-            r.state = state;
-            if let Some(old) = std::mem::replace(&mut r.unknown_tool, unknown_tool) {
-                self.names.release(old);
+            r.set_state(state);
+            let old = std::mem::replace(&mut r.unknown_tool, unknown);
+            if old != NO_NAME {
+                self.names.release(NameId(old));
             }
         }
     }
@@ -206,21 +399,23 @@ impl History {
         signature: Signature,
         call_id: Option<u64>,
     ) -> Option<usize> {
-        self.records.iter().rposition(|r| {
-            r.is_pending()
-                && r.signature == signature
-                && call_id.is_none_or(|id| r.call_id == Some(id))
-        })
+        self.chain(signature)
+            .find(|(_, r)| r.is_pending() && call_id.is_none_or(|id| r.call_id == id))
+            .map(|(i, _)| i)
     }
 
     /// Index of the newest record carrying call id `id`.
     pub(crate) fn by_call_id(&self, id: u64) -> Option<usize> {
-        self.records.iter().rposition(|r| r.call_id == Some(id))
+        self.records.iter().rposition(|r| r.call_id == id)
     }
 
     /// Approximate bytes held, for memory accounting.
     pub fn heap_bytes(&self) -> usize {
-        self.records.capacity() * std::mem::size_of::<Record>() + self.names.heap_bytes()
+        self.records.capacity() * std::mem::size_of::<Record>()
+            + self.names.heap_bytes()
+            + self.index.as_ref().map_or(0, |i| {
+                i.capacity() * (std::mem::size_of::<(Signature, Head)>() + 1)
+            })
     }
 }
 
@@ -230,10 +425,30 @@ mod tests {
     use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
     use serde_json::json;
 
+    fn sig(tool: &str) -> Signature {
+        Signature::new(tool, Fingerprint::from_u128(0))
+    }
+
     fn push(h: &mut History, cap: u32, tool: &str) {
         let rule = OutcomeRule::for_call(tool, &json!({}));
-        let sig = Signature::new(tool, Fingerprint::from_u128(0));
-        h.push(cap, tool, sig, None, RecordState::Pending, None, rule, 0);
+        h.push(
+            cap,
+            NewRecord {
+                tool,
+                signature: sig(tool),
+                call_id: None,
+                state: RecordState::Pending,
+                unknown_tool: None,
+                rule,
+                now_ms: 0,
+                newest: None,
+            },
+        );
+    }
+
+    #[test]
+    fn record_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<Record>(), 64);
     }
 
     #[test]
@@ -250,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn chains_and_counts_survive_eviction_and_indexing() {
+        for cap in [8u32, 200] {
+            let mut h = History::default();
+            let pattern = ["a", "b", "a", "c", "a", "b"];
+            for i in 0..150 {
+                push(&mut h, cap, pattern[i % pattern.len()]);
+                for t in ["a", "b", "c", "z"] {
+                    let scanned = h.records().iter().filter(|r| r.signature == sig(t)).count();
+                    assert_eq!(
+                        h.count_of(sig(t)) as usize,
+                        scanned,
+                        "cap {cap} step {i} {t}"
+                    );
+                    let chain: Vec<usize> = h.chain(sig(t)).map(|(i, _)| i).collect();
+                    let expect: Vec<usize> = (0..h.len())
+                        .rev()
+                        .filter(|&j| h.records[j].signature == sig(t))
+                        .collect();
+                    assert_eq!(chain, expect, "cap {cap} step {i} {t}");
+                }
+            }
+            assert_eq!(h.index.is_some(), cap as usize > INDEX_MIN);
+        }
+    }
+
+    #[test]
+    fn alternating_tail() {
+        let mut h = History::default();
+        let mut tails = Vec::new();
+        for t in ["a", "a", "b", "a", "b", "a", "c", "a", "c"] {
+            push(&mut h, 100, t);
+            tails.push(h.alternating_tail());
+        }
+        assert_eq!(tails, [1, 1, 2, 3, 4, 5, 2, 3, 4]);
+        let mut h = History::default();
+        for t in ["a", "b", "a", "b", "a", "b"] {
+            push(&mut h, 3, t);
+        }
+        assert_eq!(h.alternating_tail(), 3, "capped by the window");
+    }
+
+    #[test]
     fn names_are_shared_and_released() {
         let mut n = Names::default();
         let a = n.acquire("read");
@@ -259,6 +516,9 @@ mod tests {
         assert_eq!(n.find("read"), Some(a));
         n.release(b);
         assert_eq!(n.find("read"), None);
+        let again = n.acquire("read");
+        assert_eq!(again, a, "a released name is taken back in place");
+        n.release(again);
         let c = n.acquire("list");
         assert_eq!(c, a, "slot reused");
         assert_eq!(n.get(c), "list");

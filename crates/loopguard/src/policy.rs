@@ -5,6 +5,9 @@
 //! spreading tool names through `if`s, so a table can be read, printed by
 //! `loopguard config explain`, and extended in one place.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use serde_json::{Map, Value};
 
 /// A known polling call: the tool, and the `action` argument values that make it a poll
@@ -46,6 +49,24 @@ pub struct Policy {
     pub sends: &'static [SendRule],
     /// Result keys removed at any depth before a send's outcome is hashed.
     pub volatile_send_keys: &'static [&'static str],
+    /// The rules above grouped by tool name, built on first use: one lookup per call.
+    by_tool: OnceLock<HashMap<&'static str, ToolRules, foldhash::fast::FixedState>>,
+}
+
+/// The rules of the tables that name one tool.
+#[derive(Clone, Copy, Debug, Default)]
+struct ToolRules {
+    poll: Option<PollRule>,
+    send: Option<SendMatch>,
+}
+
+/// What the tables say about one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallClass {
+    /// A known polling call.
+    pub known_poll: bool,
+    /// An outbound send.
+    pub send: bool,
 }
 
 const MESSAGE_SEND_ACTIONS: &[&str] = &[
@@ -126,35 +147,51 @@ pub static BUILTIN: Policy = Policy {
         "deliveredAt",
         "createdAt",
     ],
+    by_tool: OnceLock::new(),
 };
 
 impl Policy {
+    fn by_tool(&self) -> &HashMap<&'static str, ToolRules, foldhash::fast::FixedState> {
+        self.by_tool.get_or_init(|| {
+            let mut map: HashMap<_, ToolRules, _> = HashMap::default();
+            for rule in self.polls {
+                map.entry(rule.tool).or_default().poll = Some(*rule);
+            }
+            for rule in self.sends {
+                map.entry(rule.tool).or_default().send = Some(rule.matches);
+            }
+            map
+        })
+    }
+
+    /// What the tables say about a call of `tool` with `args`.
+    pub fn classify(&self, tool: &str, args: &Value) -> CallClass {
+        let Some(rules) = self.by_tool().get(tool) else {
+            return CallClass::default();
+        };
+        let known_poll = rules.poll.is_some_and(|rule| match rule.actions {
+            None => true,
+            Some(actions) => action(args).is_some_and(|a| actions.contains(&a)),
+        });
+        let send = rules.send.is_some_and(|matches| match matches {
+            SendMatch::Always => true,
+            SendMatch::ActionIn(actions) => action(args).is_some_and(|a| actions.contains(&a)),
+            SendMatch::NonBlankArg(name) => args
+                .get(name)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !crate::text::is_blank(s)),
+        });
+        CallClass { known_poll, send }
+    }
+
     /// Whether a call is a known poll.
     pub fn is_known_poll(&self, tool: &str, args: &Value) -> bool {
-        self.polls.iter().any(|rule| {
-            rule.tool == tool
-                && match rule.actions {
-                    None => true,
-                    Some(actions) => action(args).is_some_and(|a| actions.contains(&a)),
-                }
-        })
+        self.classify(tool, args).known_poll
     }
 
     /// Whether a call is an outbound send.
     pub fn is_send(&self, tool: &str, args: &Value) -> bool {
-        self.sends.iter().any(|rule| {
-            rule.tool == tool
-                && match rule.matches {
-                    SendMatch::Always => true,
-                    SendMatch::ActionIn(actions) => {
-                        action(args).is_some_and(|a| actions.contains(&a))
-                    }
-                    SendMatch::NonBlankArg(name) => args
-                        .get(name)
-                        .and_then(Value::as_str)
-                        .is_some_and(|s| !crate::text::is_blank(s)),
-                }
-        })
+        self.classify(tool, args).send
     }
 
     /// Whether a result key is a volatile per-delivery id of a send.

@@ -11,7 +11,7 @@ use crate::config::EffectiveConfig;
 use crate::detectors::{self, Finding};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
-use crate::history::{call_id_hash, History, RecordState};
+use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::observe;
 use crate::scope::Scope;
 use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
@@ -104,7 +104,10 @@ impl RunState {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
         match bytes.split_first() {
             Some((&STATE_FORMAT_VERSION, rest)) => {
-                postcard::from_bytes(rest).map_err(|e| StateDecodeError::Corrupt(e.to_string()))
+                let mut state: Self = postcard::from_bytes(rest)
+                    .map_err(|e| StateDecodeError::Corrupt(e.to_string()))?;
+                state.history.restore_index();
+                Ok(state)
             }
             Some((&found, _)) => Err(StateDecodeError::Version { found }),
             None => Err(StateDecodeError::Corrupt("empty".into())),
@@ -151,14 +154,15 @@ impl RunState {
                 paired_tool: None,
                 message: messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
             };
-            self.push(cfg, call, id, RecordState::Veto, now);
+            self.push(cfg, call, id, RecordState::Veto, now, None);
             return Verdict::Block {
                 detection,
                 terminal: true,
             };
         }
-        let Some(finding) = detectors::detect(cfg, &self.history, call) else {
-            self.push(cfg, call, id, RecordState::Pending, now);
+        let newest = self.history.newest_of(call.signature);
+        let Some(finding) = detectors::detect(cfg, &self.history, call, newest) else {
+            self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
             return Verdict::Allow;
         };
         let detection = self.describe(&finding, call);
@@ -176,7 +180,7 @@ impl RunState {
                 let notify = self
                     .notify
                     .surface(key, finding.count, cfg.warning_threshold);
-                self.push(cfg, call, id, RecordState::Pending, now);
+                self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
                 Verdict::Warn { detection, notify }
             }
             Level::Critical => {
@@ -188,7 +192,7 @@ impl RunState {
                         tool: call.tool.to_owned(),
                     });
                 }
-                self.push(cfg, call, id, RecordState::Veto, now);
+                self.push(cfg, call, id, RecordState::Veto, now, Some(newest));
                 Verdict::Block {
                     detection,
                     terminal,
@@ -230,12 +234,12 @@ impl RunState {
             .by_call_id(id)
             .ok_or(ResultError::UnknownCall)?;
         let record = &self.history.records()[index];
-        match record.state {
+        match record.state() {
             RecordState::Veto => Ok(Recorded::default()),
             RecordState::Done(_) => Err(ResultError::AlreadyRecorded),
             RecordState::Pending => {
-                let tool = self.history.names().get(record.tool).to_owned();
-                let (signature, rule) = (record.signature, record.rule);
+                let tool = self.history.names().get(record.tool()).to_owned();
+                let (signature, rule) = (record.signature(), record.rule());
                 let recorded = self.settle(cfg, &tool, signature, rule, Some(id), outcome, now);
                 observe::recorded(scope, &recorded);
                 Ok(recorded)
@@ -250,7 +254,7 @@ impl RunState {
         let record = &self.history.records()[index];
         record
             .is_pending()
-            .then(|| (self.history.names().get(record.tool), record.signature))
+            .then(|| (self.history.names().get(record.tool()), record.signature()))
     }
 
     /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
@@ -299,13 +303,16 @@ impl RunState {
             None => {
                 self.history.push(
                     cfg.history_size,
-                    tool,
-                    signature,
-                    id,
-                    state,
-                    unknown.as_deref(),
-                    rule,
-                    now,
+                    NewRecord {
+                        tool,
+                        signature,
+                        call_id: id,
+                        state,
+                        unknown_tool: unknown.as_deref(),
+                        rule,
+                        now_ms: now,
+                        newest: None,
+                    },
                 );
             }
         }
@@ -339,16 +346,20 @@ impl RunState {
         id: Option<u64>,
         state: RecordState,
         now: u64,
+        newest: Option<Option<usize>>,
     ) {
         self.history.push(
             cfg.history_size,
-            call.tool,
-            call.signature,
-            id,
-            state,
-            None,
-            call.rule,
-            now,
+            NewRecord {
+                tool: call.tool,
+                signature: call.signature,
+                call_id: id,
+                state,
+                unknown_tool: None,
+                rule: call.rule,
+                now_ms: now,
+                newest,
+            },
         );
     }
 

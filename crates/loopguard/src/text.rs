@@ -30,12 +30,20 @@ pub fn is_js_space(c: char) -> bool {
 
 /// `s` without leading and trailing whitespace.
 pub fn trim(s: &str) -> &str {
-    s.trim_matches(is_js_space)
+    // Fast path: a visible ASCII character at both ends, the usual case for ids and text.
+    match (s.as_bytes().first(), s.as_bytes().last()) {
+        (Some(first), Some(last)) if first.is_ascii_graphic() && last.is_ascii_graphic() => s,
+        (None, _) => s,
+        _ => s.trim_matches(is_js_space),
+    }
 }
 
 /// Whether `s` is empty or only whitespace.
 pub fn is_blank(s: &str) -> bool {
-    s.chars().all(is_js_space)
+    match s.as_bytes().first() {
+        Some(first) if first.is_ascii_graphic() => false,
+        _ => s.chars().all(is_js_space),
+    }
 }
 
 /// `s` trimmed, or `None` when it is blank: how the SPEC reads optional string fields.
@@ -57,5 +65,9 @@ mod tests {
         assert!(!is_blank(" x "));
         assert_eq!(non_blank("  "), None);
         assert_eq!(non_blank(" r1 "), Some("r1"));
+        assert_eq!(trim("a b"), "a b");
+        assert_eq!(trim("a\u{3000}"), "a");
+        assert_eq!(trim("\u{FEFF}a"), "a");
+        assert!(!is_blank("x "));
     }
 }

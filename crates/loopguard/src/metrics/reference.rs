@@ -1,32 +1,26 @@
-//! The metrics of SPEC §4, measured over a scope's history for the call about to run
-//! (the call itself is not in the history yet).
+//! The metrics of SPEC §4 computed the plain way: scanning the whole window, exactly as the
+//! SPEC words them. The engine uses the incremental versions in the parent module; these
+//! stay as the reference the property tests compare them with.
 
+use super::{PingPong, Streak, UnknownToolStreak};
 use crate::fingerprint::{Fingerprint, Signature};
-use crate::history::{History, NameId, Record, RecordState};
-
-/// The no-progress streak of a signature and the outcome it repeats.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Streak {
-    /// Identical outcomes in a row (calls of other signatures in between do not break
-    /// it), plus the vetoes that extend them.
-    pub count: u32,
-    /// The newest outcome fingerprint of the signature, if any.
-    pub latest: Option<Fingerprint>,
-}
+use crate::history::{History, NameId, RecordState};
 
 /// Newest to oldest over the signature's records, pending ones skipped: the first outcome
 /// starts the streak, each further identical one adds to it, a different one ends it.
 /// Vetoes count once an outcome at least as old continues the streak; with no outcome at
 /// all, the streak is the number of vetoes.
-pub fn no_progress_streak<'a>(
-    records: impl DoubleEndedIterator<Item = &'a Record>,
-    signature: Signature,
-) -> Streak {
+pub fn no_progress_streak(history: &History, signature: Signature) -> Streak {
     let mut count = 0u32;
     let mut vetoes = 0u32;
     let mut latest: Option<Fingerprint> = None;
-    for r in records.rev().filter(|r| r.signature == signature) {
-        match r.state {
+    for r in history
+        .records()
+        .iter()
+        .rev()
+        .filter(|r| r.signature() == signature)
+    {
+        match r.state() {
             RecordState::Pending => {}
             RecordState::Veto => vetoes += 1,
             RecordState::Done(fp) => match latest {
@@ -54,18 +48,8 @@ pub fn repeat_count(history: &History, signature: Signature) -> u32 {
     history
         .records()
         .iter()
-        .filter(|r| r.signature == signature)
+        .filter(|r| r.signature() == signature)
         .count() as u32
-}
-
-/// Consecutive newest records of `tool` that failed because one unavailable tool was
-/// missing (veto records are skipped), and that missing tool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UnknownToolStreak {
-    /// How many.
-    pub count: u32,
-    /// The missing tool.
-    pub missing: Option<NameId>,
 }
 
 /// See [`UnknownToolStreak`].
@@ -73,7 +57,7 @@ pub fn unknown_tool_streak(history: &History, tool: Option<NameId>) -> UnknownTo
     let mut streak = UnknownToolStreak::default();
     let Some(tool) = tool else { return streak };
     for r in history.records().iter().rev().filter(|r| !r.is_veto()) {
-        match (r.tool == tool, r.unknown_tool, streak.missing) {
+        match (r.tool() == tool, r.unknown_tool(), streak.missing) {
             (true, Some(u), None) => {
                 streak.missing = Some(u);
                 streak.count = 1;
@@ -83,17 +67,6 @@ pub fn unknown_tool_streak(history: &History, tool: Option<NameId>) -> UnknownTo
         }
     }
     streak
-}
-
-/// An alternation between two call patterns that the current call would continue.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PingPong {
-    /// Alternating tail length + 1 (the current call), or 0 when there is none.
-    pub count: u32,
-    /// The newest record's signature and tool: the other side of the pair.
-    pub paired: Option<(Signature, NameId)>,
-    /// Every tail record has an outcome, each side one stable outcome.
-    pub no_progress: bool,
 }
 
 /// `last` = newest record; `other` = newest earlier record of a different signature. The
@@ -108,16 +81,16 @@ pub fn ping_pong(history: &History, signature: Signature) -> PingPong {
         .iter()
         .rev()
         .skip(1)
-        .find(|r| r.signature != last.signature)
+        .find(|r| r.signature() != last.signature())
     else {
         return PingPong::default();
     };
-    let (a, b) = (last.signature, other.signature);
+    let (a, b) = (last.signature(), other.signature());
     let tail = records
         .iter()
         .rev()
         .enumerate()
-        .take_while(|(i, r)| r.signature == if i % 2 == 0 { a } else { b })
+        .take_while(|(i, r)| r.signature() == if i % 2 == 0 { a } else { b })
         .count();
     if tail < 2 || signature != b {
         return PingPong::default();
@@ -125,7 +98,7 @@ pub fn ping_pong(history: &History, signature: Signature) -> PingPong {
     let mut sides: [Option<Fingerprint>; 2] = [None, None];
     let mut no_progress = true;
     for r in records.iter().rev().take(tail) {
-        let side = usize::from(r.signature != a);
+        let side = usize::from(r.signature() != a);
         match (r.outcome(), sides[side]) {
             (None, _) => no_progress = false,
             (Some(fp), None) => sides[side] = Some(fp),
@@ -138,7 +111,7 @@ pub fn ping_pong(history: &History, signature: Signature) -> PingPong {
     }
     PingPong {
         count: tail as u32 + 1,
-        paired: Some((a, last.tool)),
+        paired: Some((a, last.tool())),
         no_progress: no_progress && sides[0].is_some() && sides[1].is_some(),
     }
 }

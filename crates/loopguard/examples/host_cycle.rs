@@ -1,0 +1,86 @@
+//! Runs the host cycle (`before_call` + `after_call`) over the first N calls of a workload
+//! and prints the time per call: a harness for profilers (`perf`, `valgrind --tool=callgrind`).
+//!
+//! ```sh
+//! bench/workloads.sh
+//! cargo run --release -p loopguard --example host_cycle -- target/bench-data/small.jsonl 20000 30
+//! ```
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::time::Instant;
+
+use loopguard::config::{ConfigSet, LoopDetectionBlock};
+use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
+use serde_json::Value;
+
+type Pair = (String, String, String, Value, Value);
+
+/// The measured part (a separate function so that profilers can select it).
+#[inline(never)]
+fn cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
+    for (run, id, tool, args, result) in pairs {
+        let scope = Scope::new("perf").with_run(Some(run));
+        let call = Call::new(tool, args).with_id(Some(id));
+        let verdict = guard.before_call(&scope, &call);
+        if !verdict.is_blocked() {
+            std::hint::black_box(guard.after_call(&scope, &call, Outcome::Result(result)));
+        }
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = args
+        .next()
+        .expect("usage: host_cycle WORKLOAD.jsonl [CALLS] [HISTORY_SIZE] [REPEAT] [one-run]");
+    let limit: usize = args.next().map_or(20_000, |s| s.parse().expect("CALLS"));
+    let history: u32 = args.next().map_or(30, |s| s.parse().expect("HISTORY_SIZE"));
+    let repeat: usize = args.next().map_or(1, |s| s.parse().expect("REPEAT"));
+    // "one-run": every call in one run, so that long windows really fill.
+    let one_run = args.next().as_deref() == Some("one-run");
+    // "quiet": thresholds out of reach, so every call is allowed and runs to its outcome
+    // whatever the window (the cost of the window alone).
+    let quiet = args.next().as_deref() == Some("quiet");
+    let mut lines = BufReader::new(File::open(&path).expect("workload")).lines();
+    let mut pairs = Vec::new();
+    while pairs.len() < limit {
+        let (Some(Ok(c)), Some(Ok(r))) = (lines.next(), lines.next()) else {
+            break;
+        };
+        let mut c: Value = serde_json::from_str(&c).unwrap();
+        let mut r: Value = serde_json::from_str(&r).unwrap();
+        pairs.push((
+            if one_run {
+                "all".to_owned()
+            } else {
+                c["run"].as_str().unwrap().to_owned()
+            },
+            c["call_id"].as_str().unwrap().to_owned(),
+            c["tool"].as_str().unwrap().to_owned(),
+            c["args"].take(),
+            r["result"].take(),
+        ));
+    }
+    let config = ConfigSet::from_blocks(
+        LoopDetectionBlock {
+            enabled: Some(true),
+            history_size: Some(history),
+            warning_threshold: quiet.then_some(1_000_000),
+            ..Default::default()
+        },
+        [],
+    );
+    let mut best = f64::MAX;
+    for _ in 0..repeat {
+        let mut guard = Guard::with_clock(config.clone(), Limits::default(), ManualClock::new(0));
+        let start = Instant::now();
+        cycle(&mut guard, &pairs);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    println!(
+        "{} calls, best of {repeat}: {:.3} µs per call",
+        pairs.len(),
+        best * 1e6 / pairs.len() as f64
+    );
+}
