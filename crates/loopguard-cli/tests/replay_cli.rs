@@ -268,3 +268,53 @@ fn help_teaches_with_examples() {
     let out = run(&["--help"], b"");
     assert!(String::from_utf8_lossy(&out.stdout).contains("replay"));
 }
+
+#[test]
+fn structured_logs_name_session_run_tool_detector_and_count() {
+    let cfg = temp_file("logs.json5", ENABLED.as_bytes());
+    let mut input = String::from("{\"type\":\"compaction\",\"session\":\"s\",\"run\":\"r\"}\n");
+    for i in 0..4 {
+        input += &json!({"type": "call", "session": "s", "run": "r", "call_id": format!("c{i}"), "tool": "read"}).to_string();
+        input += "\n";
+        input += &json!({"type": "result", "session": "s", "run": "r", "call_id": format!("c{i}"), "result": "same"}).to_string();
+        input += "\n";
+    }
+    let out = common::bin()
+        .args(["replay", "--config", cfg.to_str().unwrap(), "-"])
+        .env("LOOPGUARD_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(input.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        logs.contains("post-compaction guard armed for 3 attempts"),
+        "{logs}"
+    );
+    let warn = logs
+        .lines()
+        .find(|l| l.contains("loop warning"))
+        .expect("a warning event");
+    for field in [
+        "session=\"s\"",
+        "run=\"r\"",
+        "tool=\"read\"",
+        "detector=\"generic_repeat\"",
+        "count=2",
+    ] {
+        assert!(warn.contains(field), "{field} missing in {warn}");
+    }
+    assert!(
+        logs.contains("run aborted: compaction_loop_persisted"),
+        "{logs}"
+    );
+    assert!(
+        logs.lines().any(|l| l.contains("tool call blocked")),
+        "{logs}"
+    );
+}
