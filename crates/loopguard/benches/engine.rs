@@ -2,7 +2,8 @@
 //! `target/bench-data`; `LOOPGUARD_BENCH_DATA` points elsewhere).
 //!
 //! - `per_call/{small,medium,large}`: the full host cycle `before_call` + `after_call`, JSON
-//!   already parsed (the comparison with OpenClaw's detector);
+//!   already parsed (the comparison with OpenClaw's detector); `…_prepared`: the same with
+//!   the call fingerprinted once (`PreparedCall`), as a host that keeps it does;
 //! - `history/{30,300,5000}` and `history_one_run/{30,300,5000}`: the same on `small` with a
 //!   larger window, with the workload's runs of 1,000 calls and with every call in one run
 //!   (so that the window really fills);
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use loopguard::config::{ConfigSet, LoopDetectionBlock};
 use loopguard::fingerprint::{OutcomePrint, OutcomeRule};
-use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
+use loopguard::{Call, Guard, Limits, ManualClock, Outcome, PreparedCall, Scope};
 use serde_json::Value;
 
 /// One call of a workload and the result that follows it.
@@ -87,6 +88,19 @@ fn new_guard(history: u32) -> Guard<ManualClock> {
     Guard::with_clock(config(history), Limits::default(), ManualClock::new(0))
 }
 
+/// The host cycle with the call fingerprinted once ([`PreparedCall`]).
+fn host_cycle_prepared(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
+    for p in pairs {
+        let scope = Scope::new("perf").with_run(Some(&p.run));
+        let call = PreparedCall::new(&Call::new(&p.tool, &p.args).with_id(Some(&p.call_id)));
+        let verdict = guard.before_prepared(&scope, &call);
+        if !verdict.is_blocked() {
+            black_box(guard.after_prepared(&scope, &call, Outcome::Result(&p.result)));
+        }
+        let _ = black_box(verdict);
+    }
+}
+
 /// The host cycle for every pair: verdict, then (unless blocked) the outcome.
 fn host_cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair], one_run: bool) {
     for p in pairs {
@@ -115,6 +129,13 @@ fn per_call(c: &mut Criterion) {
             b.iter_batched_ref(
                 || new_guard(30),
                 |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function(format!("{name}_prepared"), |b| {
+            b.iter_batched_ref(
+                || new_guard(30),
+                |guard| host_cycle_prepared(guard, &pairs),
                 BatchSize::PerIteration,
             )
         });

@@ -42,6 +42,29 @@ impl<'a> Call<'a> {
     }
 }
 
+/// A call fingerprinted once: a host that keeps it between [`Guard::before_prepared`] and
+/// [`Guard::after_prepared`] hashes the arguments once instead of twice.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedCall<'a> {
+    print: CallPrint<'a>,
+    call_id: Option<&'a str>,
+}
+
+impl<'a> PreparedCall<'a> {
+    /// Fingerprints `call`.
+    pub fn new(call: &Call<'a>) -> Self {
+        Self {
+            print: CallPrint::new(call.tool, call.args),
+            call_id: call.call_id,
+        }
+    }
+
+    /// The call's fingerprints.
+    pub fn print(&self) -> &CallPrint<'a> {
+        &self.print
+    }
+}
+
 /// Bounds on the memory a [`Guard`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -121,9 +144,13 @@ impl<C: Clock> Guard<C> {
     /// The verdict on a call about to run. A blocked call must not run: give the model
     /// [`Verdict::blocked_result`] instead.
     pub fn before_call(&mut self, scope: &Scope<'_>, call: &Call<'_>) -> Verdict {
-        let print = CallPrint::new(call.tool, call.args);
+        self.before_prepared(scope, &PreparedCall::new(call))
+    }
+
+    /// [`Guard::before_call`] for a call fingerprinted with [`PreparedCall::new`].
+    pub fn before_prepared(&mut self, scope: &Scope<'_>, call: &PreparedCall<'_>) -> Verdict {
         let (cfg, run, now) = self.enter(scope);
-        run.before_call(cfg, scope, &print, call.call_id, now)
+        run.before_call(cfg, scope, &call.print, call.call_id, now)
     }
 
     /// Records what a call returned (also for warned calls; results of blocked calls are
@@ -134,9 +161,18 @@ impl<C: Clock> Guard<C> {
         call: &Call<'_>,
         outcome: Outcome<'_>,
     ) -> Recorded {
-        let print = CallPrint::new(call.tool, call.args);
+        self.after_prepared(scope, &PreparedCall::new(call), outcome)
+    }
+
+    /// [`Guard::after_call`] for a call fingerprinted with [`PreparedCall::new`].
+    pub fn after_prepared(
+        &mut self,
+        scope: &Scope<'_>,
+        call: &PreparedCall<'_>,
+        outcome: Outcome<'_>,
+    ) -> Recorded {
         let (cfg, run, now) = self.enter(scope);
-        run.after_call(cfg, scope, &print, call.call_id, outcome, now)
+        run.after_call(cfg, scope, &call.print, call.call_id, outcome, now)
     }
 
     /// Records what the call with id `call_id` returned, when the host no longer has the

@@ -78,7 +78,7 @@ pub mod verdict;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, Signature};
-pub use guard::{Call, Guard, Limits};
+pub use guard::{Call, Guard, Limits, PreparedCall};
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
 pub use scope::Scope;
 pub use verdict::{Abort, Detection, Detector, Level, Recorded, Verdict};
