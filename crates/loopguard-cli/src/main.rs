@@ -7,6 +7,9 @@ use clap::{Parser, Subcommand};
 mod config_cmd;
 mod output;
 mod replay_cmd;
+mod scan_cmd;
+mod scan_html;
+mod scan_report;
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
@@ -28,7 +31,8 @@ OpenClaw's tools.loopDetection guardrails.",
 loopguard replay --config openclaw.json5 events.jsonl\n  \
 cat events.jsonl | loopguard replay -\n  \
 loopguard config check openclaw.json5\n  \
-loopguard config explain openclaw.json5 --agent worker\n\n\
+loopguard config explain openclaw.json5 --agent worker\n  \
+loopguard scan ~/.openclaw/agents/main/sessions --html report.html\n\n\
 Logs go to stderr; set LOOPGUARD_LOG (e.g. LOOPGUARD_LOG=info) to see them."
 )]
 struct Cli {
@@ -42,14 +46,16 @@ enum Command {
     /// Check or explain a config document.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
+    Scan(scan_cmd::ScanArgs),
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    init_logging();
     let code = match cli.command {
         Command::Replay(args) => replay_cmd::run(args),
         Command::Config(cmd) => config_cmd::run(cmd),
+        Command::Scan(args) => scan_cmd::run(args),
     };
     ExitCode::from(code)
 }

@@ -96,6 +96,13 @@ impl Serialize for Answer {
                         m.serialize_entry("terminal", terminal)?;
                         paired(&mut m, detection)?;
                     }
+                    Verdict::Shadow {
+                        detection,
+                        terminal,
+                    } => {
+                        m.serialize_entry("verdict", "allow")?;
+                        m.serialize_entry("shadow", &ShadowOut(detection, *terminal))?;
+                    }
                 }
             }
             Self::Result {
@@ -107,6 +114,9 @@ impl Serialize for Answer {
                 head(&mut m, *seq, "result", session, run)?;
                 m.serialize_entry("recorded", &recorded.recorded)?;
                 m.serialize_entry("abort", &recorded.abort.as_ref().map(AbortOut))?;
+                if let Some(abort) = &recorded.would_abort {
+                    m.serialize_entry("shadow_abort", &AbortOut(abort))?;
+                }
             }
             Self::Compaction {
                 seq,
@@ -146,6 +156,24 @@ fn paired<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::Error> {
     match &d.paired_tool {
         Some(tool) => m.serialize_entry("paired_tool", tool),
         None => Ok(()),
+    }
+}
+
+/// What a shadow-mode verdict would have been.
+struct ShadowOut<'a>(&'a Detection, bool);
+
+impl Serialize for ShadowOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ShadowOut(d, terminal) = *self;
+        let mut m = serializer.serialize_map(None)?;
+        let block = d.level == loopguard::Level::Critical;
+        m.serialize_entry("verdict", if block { "block" } else { "warn" })?;
+        detection_fields(&mut m, d)?;
+        if block {
+            m.serialize_entry("terminal", &terminal)?;
+        }
+        paired(&mut m, d)?;
+        m.end()
     }
 }
 

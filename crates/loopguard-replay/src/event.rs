@@ -1,7 +1,7 @@
 //! Input events (SPEC §7): one JSON object per line.
 //!
 //! ```text
-//! {"type":"call","session":"s","run":"r","agent":"a","call_id":"c1","tool":"read","args":{...}}
+//! {"type":"call","session":"s","run":"r","agent":"a","call_id":"c1","tool":"read","args":{...},"batch":"m1"}
 //! {"type":"result","session":"s","run":"r","call_id":"c1","tool":"read","args":{...},"result":{...}}
 //! {"type":"result", ... ,"error":"Tool foo not found"}
 //! {"type":"compaction","session":"s","run":"r"}
@@ -70,6 +70,8 @@ pub enum Event {
         tool: String,
         /// Arguments.
         args: Value,
+        /// The batch of parallel calls (one assistant message) the call belongs to.
+        batch: Option<String>,
     },
     /// What a call returned.
     Result {
@@ -151,11 +153,13 @@ pub fn from_value(value: Value) -> Result<Event, String> {
             let args = map
                 .remove("args")
                 .unwrap_or_else(|| Value::Object(Map::new()));
+            let batch = string_field(&map, "batch")?;
             Ok(Event::Call {
                 ids,
                 call_id,
                 tool,
                 args,
+                batch,
             })
         }
         "result" => {
@@ -228,7 +232,8 @@ mod tests {
                 },
                 call_id: None,
                 tool: "read".into(),
-                args: json!({"p": 1})
+                args: json!({"p": 1}),
+                batch: None,
             }
         );
         let e = parse_line(br#"{"type":"call","tool":"read","session":"s","agent":"a"}"#).unwrap();

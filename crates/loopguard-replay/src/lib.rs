@@ -118,11 +118,12 @@ pub fn apply_to_run(
             call_id,
             tool,
             args,
+            batch,
             ..
         } => {
-            let print = CallPrint::new(tool, args);
+            let print = CallPrint::for_config(tool, args, cfg);
             let call_id = call_id.as_deref().and_then(loopguard::text::non_blank);
-            let verdict = run.before_call(cfg, scope, &print, call_id, now);
+            let verdict = run.before_call(cfg, scope, &print, call_id, batch.as_deref(), now);
             Answer::Call {
                 seq,
                 session,
@@ -160,7 +161,7 @@ pub fn apply_to_run(
                 },
                 (None, Some(tool)) => {
                     let empty = serde_json::Value::Object(Default::default());
-                    let print = CallPrint::new(tool, args.as_ref().unwrap_or(&empty));
+                    let print = CallPrint::for_config(tool, args.as_ref().unwrap_or(&empty), cfg);
                     run.after_call(cfg, scope, &print, call_id, outcome, now)
                 }
                 (None, None) => {

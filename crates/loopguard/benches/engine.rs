@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use loopguard::config::{ConfigSet, LoopDetectionBlock};
 use loopguard::fingerprint::{OutcomePrint, OutcomeRule};
-use loopguard::{Call, Guard, Limits, ManualClock, Outcome, PreparedCall, Scope};
+use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
 use serde_json::Value;
 
 /// One call of a workload and the result that follows it.
@@ -88,11 +88,14 @@ fn new_guard(history: u32) -> Guard<ManualClock> {
     Guard::with_clock(config(history), Limits::default(), ManualClock::new(0))
 }
 
-/// The host cycle with the call fingerprinted once ([`PreparedCall`]).
+/// The host cycle with the call fingerprinted once (`Guard::prepare`).
 fn host_cycle_prepared(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
     for p in pairs {
         let scope = Scope::new("perf").with_run(Some(&p.run));
-        let call = PreparedCall::new(&Call::new(&p.tool, &p.args).with_id(Some(&p.call_id)));
+        let call = guard.prepare(
+            &scope,
+            &Call::new(&p.tool, &p.args).with_id(Some(&p.call_id)),
+        );
         let verdict = guard.before_prepared(&scope, &call);
         if !verdict.is_blocked() {
             black_box(guard.after_prepared(&scope, &call, Outcome::Result(&p.result)));

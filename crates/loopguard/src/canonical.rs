@@ -24,11 +24,14 @@
 
 use serde_json::{Map, Number, Value};
 use smallvec::SmallVec;
+
+use crate::masking::MaskSet;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
 /// The traversal stack; typical JSON nests a handful of levels, so it lives on the stack
-/// and only spills to the heap for deep values.
-type Stack<'a> = SmallVec<[Frame<'a>; 16]>;
+/// and only spills to the heap for deep values. The flag says whether the frame added a
+/// step to the walk's path.
+type Stack<'a> = SmallVec<[(Frame<'a>, bool); 16]>;
 
 /// Bytes buffered before they are handed to the streaming hasher. Values whose encoding
 /// fits in one buffer are hashed in one shot, which is the fast path for call arguments.
@@ -53,16 +56,6 @@ impl std::fmt::Debug for Digest {
             .field("buffered", &self.len)
             .finish()
     }
-}
-
-/// Which object members a traversal leaves out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KeyFilter {
-    /// Every member is encoded.
-    Keep,
-    /// Volatile per-delivery ids of outbound sends are dropped at any depth
-    /// (see [`crate::policy::Policy::is_volatile_send_key`]).
-    VolatileSendIds,
 }
 
 impl Digest {
@@ -208,81 +201,36 @@ impl Digest {
 
     /// Encodes any JSON value.
     pub fn value(&mut self, value: &Value) {
-        self.value_filtered(value, KeyFilter::Keep);
+        self.value_filtered(value, Filter::KEEP);
     }
 
-    /// Encodes a JSON value, leaving out the members `filter` names.
-    pub(crate) fn value_filtered(&mut self, value: &Value, filter: KeyFilter) {
-        let mut stack = Stack::new();
-        self.push_value(value, filter, &mut stack);
-        self.drain(filter, &mut stack);
-    }
-
-    /// Encodes an object held as a map, leaving out the members `filter` names.
-    pub(crate) fn value_map(&mut self, map: &Map<String, Value>, filter: KeyFilter) {
-        let mut stack = Stack::new();
-        self.push_map(map, filter, &mut stack);
-        self.drain(filter, &mut stack);
-    }
-
-    // The stack is borrowed, never moved: it is a kilobyte of inline frames.
-    fn drain<'a>(&mut self, filter: KeyFilter, stack: &mut Stack<'a>) {
-        while let Some(top) = stack.last_mut() {
-            let next = match top {
-                Frame::Array(items) => items.next(),
-                Frame::Sorted(members) => members.next().map(|(k, v)| {
-                    self.key(k);
-                    v
-                }),
-                Frame::Members(members) => members.next().map(|(k, v)| {
-                    self.key(k);
-                    v
-                }),
-            };
-            match next {
-                Some(v) => self.push_value(v, filter, stack),
-                None => {
-                    stack.pop();
-                }
-            }
+    /// Encodes a string value, masked when the filter asks for it.
+    pub(crate) fn str_value(&mut self, s: &str, mask: MaskSet) {
+        if mask.is_empty() {
+            self.str(s);
+        } else {
+            crate::masking::with_masked(s, mask, |m| self.str(m));
         }
     }
 
-    fn push_value<'a>(&mut self, value: &'a Value, filter: KeyFilter, stack: &mut Stack<'a>) {
-        match value {
-            Value::Null => self.null(),
-            Value::Bool(b) => self.bool(*b),
-            Value::Number(n) => self.number(n),
-            Value::String(s) => self.str(s),
-            Value::Array(items) => {
-                self.array(items.len());
-                if !items.is_empty() {
-                    stack.push(Frame::Array(items.iter()));
-                }
-            }
-            Value::Object(map) => self.push_map(map, filter, stack),
-        }
+    /// Encodes a JSON value, leaving out or rewriting what `filter` says.
+    pub(crate) fn value_filtered(&mut self, value: &Value, filter: Filter<'_>) {
+        let mut walk = Walk::new(filter, &[]);
+        walk.push_value(self, value, None);
+        walk.drain(self);
     }
 
-    fn push_map<'a>(
+    /// Encodes an object held as a map, at `prefix` (its path from the root the filter's
+    /// paths are anchored at).
+    pub(crate) fn value_map(
         &mut self,
-        map: &'a Map<String, Value>,
-        filter: KeyFilter,
-        stack: &mut Stack<'a>,
+        map: &Map<String, Value>,
+        filter: Filter<'_>,
+        prefix: &[&str],
     ) {
-        if filter == KeyFilter::Keep && *MAPS_ARE_SORTED {
-            // The common case: every member, already in key order.
-            self.object(map.len());
-            if !map.is_empty() {
-                stack.push(Frame::Sorted(map.iter()));
-            }
-            return;
-        }
-        let members = Members::new(map, filter);
-        self.object(members.len());
-        if members.len() > 0 {
-            stack.push(Frame::Members(members));
-        }
+        let mut walk = Walk::new(filter, prefix);
+        walk.push_map(self, map, None);
+        walk.drain(self);
     }
 
     /// The XXH3-128 of everything written.
@@ -326,11 +274,223 @@ pub(crate) fn hash_with(f: impl FnOnce(&mut Digest)) -> u128 {
     })
 }
 
+/// One step of the path from the root to the value being encoded.
+#[derive(Clone, Copy, Debug)]
+enum Step<'a> {
+    Key(&'a str),
+    Index,
+}
+
 /// One level of the explicit traversal stack.
 enum Frame<'a> {
     Array(std::slice::Iter<'a, Value>),
     Sorted(serde_json::map::Iter<'a>),
     Members(Members<'a>),
+}
+
+/// An iterative traversal: the frame stack, and the path when anchored paths need it.
+struct Walk<'a, 'f> {
+    filter: Filter<'f>,
+    stack: Stack<'a>,
+    /// Path steps of the open frames (kept only when the filter has anchored paths).
+    path: SmallVec<[Step<'a>; 16]>,
+    /// The path of the value the walk starts at.
+    prefix: &'f [&'f str],
+    track: bool,
+}
+
+impl<'a, 'f> Walk<'a, 'f> {
+    fn new(filter: Filter<'f>, prefix: &'f [&'f str]) -> Self {
+        let track = filter.ignore.is_some_and(PathSet::has_anchored);
+        Self {
+            filter,
+            stack: Stack::new(),
+            path: SmallVec::new(),
+            prefix,
+            track,
+        }
+    }
+
+    fn drain(&mut self, d: &mut Digest) {
+        while let Some((top, _)) = self.stack.last_mut() {
+            let next = match top {
+                Frame::Array(items) => items.next().map(|v| (v, Step::Index)),
+                Frame::Sorted(members) => members.next().map(|(k, v)| {
+                    d.key(k);
+                    (v, Step::Key(k))
+                }),
+                Frame::Members(members) => members.next().map(|(k, v)| {
+                    d.key(k);
+                    (v, Step::Key(k))
+                }),
+            };
+            match next {
+                Some((v, step)) => self.push_value(d, v, Some(step)),
+                None => {
+                    if let Some((_, true)) = self.stack.pop() {
+                        self.path.pop();
+                    }
+                }
+            }
+        }
+    }
+
+    fn push_value(&mut self, d: &mut Digest, value: &'a Value, step: Option<Step<'a>>) {
+        match value {
+            Value::Null => d.null(),
+            Value::Bool(b) => d.bool(*b),
+            Value::Number(n) => d.number(n),
+            Value::String(s) => d.str_value(s, self.filter.mask),
+            Value::Array(items) => {
+                d.array(items.len());
+                if !items.is_empty() {
+                    let stepped = self.enter(step);
+                    self.stack.push((Frame::Array(items.iter()), stepped));
+                }
+            }
+            Value::Object(map) => self.push_map(d, map, step),
+        }
+    }
+
+    /// Adds the step of a container being opened to the path; returns whether it did.
+    fn enter(&mut self, step: Option<Step<'a>>) -> bool {
+        match (self.track, step) {
+            (true, Some(step)) => {
+                self.path.push(step);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn push_map(&mut self, d: &mut Digest, map: &'a Map<String, Value>, step: Option<Step<'a>>) {
+        if self.filter.is_plain() && *MAPS_ARE_SORTED {
+            // The common case: every member, already in key order.
+            d.object(map.len());
+            if !map.is_empty() {
+                let stepped = self.enter(step);
+                self.stack.push((Frame::Sorted(map.iter()), stepped));
+            }
+            return;
+        }
+        // Members are filtered relative to this object's own path.
+        let stepped = self.enter(step);
+        let here = Here {
+            prefix: self.prefix,
+            path: &self.path,
+        };
+        let members = Members::new(map, self.filter, &here);
+        d.object(members.len());
+        if members.len() > 0 {
+            self.stack.push((Frame::Members(members), stepped));
+        } else if stepped {
+            self.path.pop();
+        }
+    }
+}
+
+/// The path of an object being filtered: the walk's prefix, then its steps.
+struct Here<'h, 'a> {
+    prefix: &'h [&'h str],
+    path: &'h [Step<'a>],
+}
+
+/// Paths to leave out of a fingerprint: bare names at any depth, dotted paths anchored at
+/// the root (`details.meta.requestId`, `details.items.*.ts`; `*` is any key or index, a
+/// leading `$.` is allowed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathSet {
+    anywhere: Vec<Box<str>>,
+    anchored: Vec<Vec<Option<Box<str>>>>,
+}
+
+impl PathSet {
+    /// Compiles paths; an empty one is an error.
+    pub fn parse<'s>(paths: impl IntoIterator<Item = &'s str>) -> Result<Self, String> {
+        let mut set = Self::default();
+        for raw in paths {
+            let path = raw.strip_prefix("$.").unwrap_or(raw).replace("[*]", ".*");
+            if path.is_empty() || path.split('.').any(str::is_empty) {
+                return Err(format!("`{raw}` is not a key or a dotted path"));
+            }
+            if !path.contains('.') {
+                set.anywhere.push(path.into());
+            } else {
+                set.anchored.push(
+                    path.split('.')
+                        .map(|seg| (seg != "*").then(|| seg.into()))
+                        .collect(),
+                );
+            }
+        }
+        Ok(set)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.anywhere.is_empty() && self.anchored.is_empty()
+    }
+
+    fn has_anchored(&self) -> bool {
+        !self.anchored.is_empty()
+    }
+
+    /// Whether a root-level member named `key` is left out (used for `text`).
+    pub(crate) fn drops_root(&self, key: &str) -> bool {
+        self.anywhere.iter().any(|k| &**k == key)
+            || self
+                .anchored
+                .iter()
+                .any(|p| p.len() == 1 && p[0].as_deref().is_none_or(|s| s == key))
+    }
+
+    fn drops(&self, here: &Here<'_, '_>, key: &str) -> bool {
+        if self.anywhere.iter().any(|k| &**k == key) {
+            return true;
+        }
+        let depth = here.prefix.len() + here.path.len() + 1;
+        self.anchored.iter().any(|pattern| {
+            pattern.len() == depth
+                && pattern
+                    .last()
+                    .is_some_and(|s| s.as_deref().is_none_or(|s| s == key))
+                && pattern[..depth - 1].iter().enumerate().all(|(i, seg)| {
+                    let Some(want) = seg.as_deref() else {
+                        return true;
+                    };
+                    if i < here.prefix.len() {
+                        here.prefix[i] == want
+                    } else {
+                        matches!(here.path[i - here.prefix.len()], Step::Key(k) if k == want)
+                    }
+                })
+        })
+    }
+}
+
+/// What a traversal leaves out or rewrites.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Filter<'p> {
+    /// Drop the volatile per-delivery ids of outbound sends at any depth (SPEC §2 rule 7).
+    pub send_ids: bool,
+    /// Drop members on these paths.
+    pub ignore: Option<&'p PathSet>,
+    /// Mask volatile tokens in string values.
+    pub mask: MaskSet,
+}
+
+impl Filter<'_> {
+    /// Everything, unchanged.
+    pub const KEEP: Filter<'static> = Filter {
+        send_ids: false,
+        ignore: None,
+        mask: MaskSet::NONE,
+    };
+
+    /// Whether members are all kept (masking only touches string values).
+    fn is_plain(&self) -> bool {
+        !self.send_ids && self.ignore.is_none_or(PathSet::is_empty)
+    }
 }
 
 /// An object's members in ascending key byte order, with filtered keys left out.
@@ -340,8 +500,8 @@ enum Frame<'a> {
 /// a dependency's feature flags.
 struct Members<'a> {
     inner: MembersInner<'a>,
-    filter: KeyFilter,
-    drop_id: bool,
+    /// Keys to leave out, decided up front (the filter needs the object's path).
+    dropped: SmallVec<[&'a str; 4]>,
     len: usize,
 }
 
@@ -351,13 +511,16 @@ enum MembersInner<'a> {
 }
 
 impl<'a> Members<'a> {
-    fn new(map: &'a Map<String, Value>, filter: KeyFilter) -> Self {
-        let drop_id =
-            filter == KeyFilter::VolatileSendIds && crate::policy::is_delivered_message(map);
-        let len = match filter {
-            KeyFilter::Keep => map.len(),
-            KeyFilter::VolatileSendIds => map.keys().filter(|k| keeps(filter, drop_id, k)).count(),
-        };
+    fn new(map: &'a Map<String, Value>, filter: Filter<'_>, here: &Here<'_, '_>) -> Self {
+        let drop_id = filter.send_ids && crate::policy::is_delivered_message(map);
+        let mut dropped = SmallVec::new();
+        for k in map.keys() {
+            let send_id = filter.send_ids
+                && (crate::policy::BUILTIN.is_volatile_send_key(k) || (drop_id && k == "id"));
+            if send_id || filter.ignore.is_some_and(|p| p.drops(here, k)) {
+                dropped.push(k.as_str());
+            }
+        }
         let inner = if *MAPS_ARE_SORTED {
             MembersInner::Sorted(map.iter())
         } else {
@@ -367,23 +530,13 @@ impl<'a> Members<'a> {
         };
         Self {
             inner,
-            filter,
-            drop_id,
-            len,
+            len: map.len() - dropped.len(),
+            dropped,
         }
     }
 
     fn len(&self) -> usize {
         self.len
-    }
-}
-
-fn keeps(filter: KeyFilter, drop_id: bool, key: &str) -> bool {
-    match filter {
-        KeyFilter::Keep => true,
-        KeyFilter::VolatileSendIds => {
-            !(crate::policy::BUILTIN.is_volatile_send_key(key) || (drop_id && key == "id"))
-        }
     }
 }
 
@@ -396,7 +549,7 @@ impl<'a> Iterator for Members<'a> {
                 MembersInner::Sorted(it) => it.next(),
                 MembersInner::Owned(it) => it.next(),
             }?;
-            if keeps(self.filter, self.drop_id, item.0) {
+            if !self.dropped.contains(&item.0.as_str()) {
                 return Some(item);
             }
         }
@@ -458,7 +611,14 @@ pub fn json_text(value: &Value) -> String {
                 }
                 Value::Object(map) => {
                     out.push('{');
-                    stack.push(TextFrame::Object(Members::new(map, KeyFilter::Keep), true));
+                    let here = Here {
+                        prefix: &[],
+                        path: &[],
+                    };
+                    stack.push(TextFrame::Object(
+                        Members::new(map, Filter::KEEP, &here),
+                        true,
+                    ));
                 }
                 other => scalar(&mut out, other),
             }

@@ -23,6 +23,8 @@ pub(crate) enum WarningKey {
     Poll(Signature, Option<Fingerprint>),
     /// An alternation between two signatures, whichever side is called.
     PingPong(Signature, Signature),
+    /// Any other detector's warning on one signature.
+    Other(crate::verdict::Detector, Signature),
 }
 
 impl WarningKey {
@@ -45,6 +47,7 @@ impl WarningKey {
                 f.map_or(0, Fingerprint::as_u128),
             ),
             Self::PingPong(a, b) => (b'x', a.as_u128(), b.as_u128()),
+            Self::Other(detector, s) => (b'0' + detector as u8, s.as_u128(), 0),
         };
         bytes[0] = tag;
         bytes[1..17].copy_from_slice(&x.to_le_bytes());

@@ -13,7 +13,9 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::canonical::{hash_with, json_text, number_text, Digest, KeyFilter};
+use crate::canonical::{hash_with, json_text, number_text, Digest, Filter, PathSet};
+use crate::config::EffectiveConfig;
+use crate::masking::MaskSet;
 use crate::policy::{self, CallClass, BUILTIN};
 use crate::text::{is_js_space, non_blank, trim};
 
@@ -117,7 +119,12 @@ pub fn args_fingerprint(tool: &str, args: &Value) -> Fingerprint {
 pub struct OutcomeRule {
     shape: Shape,
     send: bool,
+    /// Index of the policy rule that matched the tool ([`NO_RULE`]: none).
+    tool_rule: u8,
 }
+
+/// [`OutcomeRule`]'s "no policy rule".
+const NO_RULE: u8 = u8::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 enum Shape {
@@ -148,12 +155,23 @@ impl OutcomeRule {
         Self {
             shape,
             send: class.send,
+            tool_rule: NO_RULE,
         }
     }
 
     /// Whether outcomes are hashed as an outbound send's (volatile ids stripped).
     pub fn is_send(self) -> bool {
         self.send
+    }
+
+    /// The index of the policy rule that matched the call's tool.
+    pub fn tool_rule(self) -> Option<u8> {
+        (self.tool_rule != NO_RULE).then_some(self.tool_rule)
+    }
+
+    /// Whether the call is an `exec` (whose non-zero exit codes are failures).
+    pub(crate) fn is_exec(self) -> bool {
+        self.shape == Shape::Exec
     }
 }
 
@@ -174,7 +192,7 @@ pub struct CallPrint<'a> {
 }
 
 impl<'a> CallPrint<'a> {
-    /// Fingerprints a call. `tool` is trimmed here.
+    /// Fingerprints a call with SPEC's built-in tables. `tool` is trimmed here.
     pub fn new(tool: &'a str, args: &Value) -> Self {
         let tool = trim(tool);
         let args_fp = args_fingerprint(tool, args);
@@ -185,6 +203,42 @@ impl<'a> CallPrint<'a> {
             signature: Signature::new(tool, args_fp),
             rule: OutcomeRule::with_class(tool, args, class),
             known_poll: class.known_poll,
+        }
+    }
+
+    /// Fingerprints a call under a config: its `loopguard` tool policy, when there is one,
+    /// classifies the tool and leaves ignored argument keys out.
+    pub fn for_config(tool: &'a str, args: &Value, cfg: &EffectiveConfig) -> Self {
+        let Some(ext) = cfg.extensions.as_deref() else {
+            return Self::new(tool, args);
+        };
+        let tool = trim(tool);
+        let classified = ext.policy.classify(tool, args);
+        let ignore = classified
+            .rule
+            .and_then(|i| ext.policy.rule(i))
+            .map(|r| &r.ignore_args)
+            .filter(|p| !p.is_empty());
+        let args_fp = match ignore {
+            Some(paths) if tool != "update_plan" => Fingerprint(hash_with(|d| {
+                d.value_filtered(
+                    args,
+                    Filter {
+                        ignore: Some(paths),
+                        ..Filter::KEEP
+                    },
+                )
+            })),
+            _ => args_fingerprint(tool, args),
+        };
+        let mut rule = OutcomeRule::with_class(tool, args, classified.class);
+        rule.tool_rule = classified.rule.unwrap_or(NO_RULE);
+        Self {
+            tool,
+            args: args_fp,
+            signature: Signature::new(tool, args_fp),
+            rule,
+            known_poll: classified.class.known_poll,
         }
     }
 }
@@ -217,23 +271,53 @@ pub enum OutcomePrint {
     },
 }
 
+/// How a config changes outcome hashing: paths to leave out and tokens to mask.
+#[derive(Clone, Copy, Debug, Default)]
+struct OutcomeFilter<'p> {
+    ignore: Option<&'p PathSet>,
+    mask: MaskSet,
+}
+
 impl OutcomePrint {
-    /// Reduces and hashes an outcome of a call with rule `rule`.
+    /// Reduces and hashes an outcome of a call with rule `rule` (SPEC §2 alone).
     pub fn new(rule: OutcomeRule, outcome: Outcome<'_>) -> Self {
+        Self::filtered(rule, outcome, OutcomeFilter::default())
+    }
+
+    /// Reduces and hashes an outcome under a config: its `loopguard` block may mask
+    /// volatile tokens and leave result paths out.
+    pub fn for_config(rule: OutcomeRule, outcome: Outcome<'_>, cfg: &EffectiveConfig) -> Self {
+        let Some(ext) = cfg.extensions.as_deref() else {
+            return Self::new(rule, outcome);
+        };
+        let tool_rule = rule.tool_rule().and_then(|i| ext.policy.rule(i));
+        let mask = match tool_rule.and_then(|r| r.source().mask) {
+            Some(true) if ext.masking.is_empty() => MaskSet::ALL,
+            Some(true) => ext.masking,
+            Some(false) => MaskSet::NONE,
+            None => ext.masking,
+        };
+        let ignore = tool_rule
+            .map(|r| &r.ignore_result)
+            .filter(|p| !p.is_empty());
+        Self::filtered(rule, outcome, OutcomeFilter { ignore, mask })
+    }
+
+    fn filtered(rule: OutcomeRule, outcome: Outcome<'_>, filter: OutcomeFilter<'_>) -> Self {
         match outcome {
             Outcome::Nothing => Self::Nothing,
             Outcome::Error(error) => {
                 let text = error_text(error);
                 let fingerprint = Fingerprint(hash_with(|d| {
                     d.write(b"E");
-                    d.str(&text);
+                    d.str_value(&text, filter.mask);
                 }));
                 Self::Hashed {
                     fingerprint,
                     unknown_tool: unknown_tool_name(&text),
                 }
             }
-            Outcome::Result(result) => match result_fingerprint(rule, result) {
+            Outcome::Result(result) => match result_fingerprint(rule, result, filter) {
                 Some(fingerprint) => Self::Hashed {
                     fingerprint,
                     unknown_tool: None,
@@ -244,10 +328,46 @@ impl OutcomePrint {
     }
 }
 
+/// Whether an outcome is a failure, for `error_cascade`: an error; a result with
+/// `isError: true`; an `exec` with a non-zero numeric `exitCode`; `status: "error"` at the
+/// top of the result or in its details.
+pub fn is_failure(rule: OutcomeRule, outcome: Outcome<'_>) -> bool {
+    let result = match outcome {
+        Outcome::Error(_) => return true,
+        Outcome::Nothing => return false,
+        Outcome::Result(Value::Object(result)) => result,
+        Outcome::Result(_) => return false,
+    };
+    let details = result.get("details").and_then(Value::as_object);
+    let status_error = |m: Option<&Map<String, Value>>| {
+        m.and_then(|m| m.get("status")).and_then(Value::as_str) == Some("error")
+    };
+    result.get("isError") == Some(&Value::Bool(true))
+        || status_error(Some(result))
+        || status_error(details)
+        || (rule.is_exec()
+            && details
+                .and_then(|d| d.get("exitCode"))
+                .and_then(Value::as_f64)
+                .is_some_and(|code| code != 0.0))
+}
+
 /// Rules 2–9 for a result value; `None` for a loop veto.
-fn result_fingerprint(rule: OutcomeRule, result: &Value) -> Option<Fingerprint> {
+fn result_fingerprint(
+    rule: OutcomeRule,
+    result: &Value,
+    filter: OutcomeFilter<'_>,
+) -> Option<Fingerprint> {
     let Value::Object(result) = result else {
-        return Some(Fingerprint::of(result));
+        return Some(Fingerprint(hash_with(|d| {
+            d.value_filtered(
+                result,
+                Filter {
+                    mask: filter.mask,
+                    ..Filter::KEEP
+                },
+            )
+        })));
     };
     let details = result.get("details").and_then(Value::as_object);
     let text = ContentText::new(result.get("content"));
@@ -265,14 +385,30 @@ fn result_fingerprint(rule: OutcomeRule, result: &Value) -> Option<Fingerprint> 
             status,
             Some("running" | "completed" | "failed" | "approval-pending" | "approval-unavailable")
         );
+    let mask = filter.mask;
+    let values = Filter {
+        ignore: filter.ignore,
+        mask,
+        ..Filter::KEEP
+    };
+    let drop_text = filter
+        .ignore
+        .is_some_and(|p| p.drops_root("text") || p.drops_root("content"));
     Some(Fingerprint(hash_with(|d| {
         if exec_done {
-            exec_outcome(d, status.unwrap_or_default(), details, &text);
+            exec_outcome(d, status.unwrap_or_default(), details, &text, mask);
         } else if rule.shape == Shape::ProcessPoll || rule.shape == Shape::ProcessLog {
-            process_outcome(d, rule.shape, details, &text);
+            process_outcome(d, rule.shape, details, &text, mask);
         } else if rule.send {
             match details {
-                Some(map) => d.value_map(map, KeyFilter::VolatileSendIds),
+                Some(map) => d.value_map(
+                    map,
+                    Filter {
+                        send_ids: true,
+                        ..values
+                    },
+                    &["details"],
+                ),
                 None => d.object(0),
             }
         } else {
@@ -283,15 +419,15 @@ fn result_fingerprint(rule: OutcomeRule, result: &Value) -> Option<Fingerprint> 
                 plan_shape_of_map(d, details);
             } else {
                 match details {
-                    Some(map) => d.value_map(map, KeyFilter::Keep),
+                    Some(map) => d.value_map(map, values, &["details"]),
                     None => d.object(0),
                 }
             }
             d.key("text");
-            if rule.shape == Shape::UpdatePlan {
+            if rule.shape == Shape::UpdatePlan || drop_text {
                 d.str("");
             } else {
-                text.encode(d);
+                text.encode(d, mask);
             }
         }
     })))
@@ -302,6 +438,7 @@ fn exec_outcome(
     status: &str,
     details: Option<&Map<String, Value>>,
     text: &ContentText<'_>,
+    mask: MaskSet,
 ) {
     let get = |k: &str| details.and_then(|m| m.get(k));
     let str_or = |k: &str| get(k).and_then(Value::as_str);
@@ -311,7 +448,7 @@ fn exec_outcome(
             d.key("status");
             d.str(status);
             d.key("tail");
-            d.str(str_or("tail").unwrap_or(""));
+            d.str_value(str_or("tail").unwrap_or(""), mask);
         }
         "completed" | "failed" => {
             d.object(4);
@@ -322,8 +459,8 @@ fn exec_outcome(
             }
             d.key("output");
             match str_or("aggregated").and_then(non_blank) {
-                Some(aggregated) => d.str(aggregated),
-                None => text.encode(d),
+                Some(aggregated) => d.str_value(aggregated, mask),
+                None => text.encode(d, mask),
             }
             d.key("status");
             d.str(status);
@@ -342,7 +479,7 @@ fn exec_outcome(
             d.key("status");
             d.str(status);
             d.key("warningText");
-            d.str(str_or("warningText").unwrap_or(""));
+            d.str_value(str_or("warningText").unwrap_or(""), mask);
         }
     }
 }
@@ -352,9 +489,14 @@ fn process_outcome(
     shape: Shape,
     details: Option<&Map<String, Value>>,
     text: &ContentText<'_>,
+    mask: MaskSet,
 ) {
+    let values = Filter {
+        mask,
+        ..Filter::KEEP
+    };
     let field = |d: &mut Digest, k: &str| match details.and_then(|m| m.get(k)) {
-        Some(v) => d.value(v),
+        Some(v) => d.value_filtered(v, values),
         None => d.null(),
     };
     if shape == Shape::ProcessPoll {
@@ -371,7 +513,7 @@ fn process_outcome(
         d.key("status");
         field(d, "status");
         d.key("text");
-        text.encode(d);
+        text.encode(d, mask);
     } else {
         // {action, status, totalLines, totalChars, truncated, exitCode, exitSignal, text}
         d.object(8);
@@ -384,7 +526,7 @@ fn process_outcome(
         d.key("status");
         field(d, "status");
         d.key("text");
-        text.encode(d);
+        text.encode(d, mask);
         d.key("totalChars");
         field(d, "totalChars");
         d.key("totalLines");
@@ -477,14 +619,18 @@ impl<'a> ContentText<'a> {
         self.texts().flat_map(|t| ["\n", t])
     }
 
-    /// Encodes the trimmed joined text as an `lg1` string.
-    fn encode(&self, d: &mut Digest) {
+    /// Encodes the trimmed joined text as an `lg1` string, masked when asked.
+    fn encode(&self, d: &mut Digest, mask: MaskSet) {
         let mut texts = self.texts();
         match (texts.next(), texts.next()) {
             (None, _) => d.str(""),
             // The common case: one text block, nothing to join.
-            (Some(only), None) => d.str(trim(only)),
-            _ => d.str_pieces(self.trimmed()),
+            (Some(only), None) => d.str_value(trim(only), mask),
+            _ if mask.is_empty() => d.str_pieces(self.trimmed()),
+            _ => {
+                let joined: String = self.trimmed().collect();
+                d.str_value(&joined, mask);
+            }
         }
     }
 

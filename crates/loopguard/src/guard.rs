@@ -23,6 +23,8 @@ pub struct Call<'a> {
     pub args: &'a Value,
     /// The provider's call id, if any (matches the outcome to its call).
     pub call_id: Option<&'a str>,
+    /// The batch of parallel calls (one assistant message) this call belongs to, if known.
+    pub batch: Option<&'a str>,
 }
 
 impl<'a> Call<'a> {
@@ -32,6 +34,7 @@ impl<'a> Call<'a> {
             tool,
             args,
             call_id: None,
+            batch: None,
         }
     }
 
@@ -40,25 +43,26 @@ impl<'a> Call<'a> {
         self.call_id = call_id.and_then(crate::text::non_blank);
         self
     }
+
+    /// The same call as part of batch `batch` (the parallel calls of one assistant
+    /// message share a batch id; a blank id counts as none).
+    pub fn with_batch(mut self, batch: Option<&'a str>) -> Self {
+        self.batch = batch.and_then(crate::text::non_blank);
+        self
+    }
 }
 
-/// A call fingerprinted once: a host that keeps it between [`Guard::before_prepared`] and
-/// [`Guard::after_prepared`] hashes the arguments once instead of twice.
+/// A call fingerprinted once ([`Guard::prepare`]): a host that keeps it between
+/// [`Guard::before_prepared`] and [`Guard::after_prepared`] hashes the arguments once
+/// instead of twice.
 #[derive(Clone, Copy, Debug)]
 pub struct PreparedCall<'a> {
     print: CallPrint<'a>,
     call_id: Option<&'a str>,
+    batch: Option<&'a str>,
 }
 
 impl<'a> PreparedCall<'a> {
-    /// Fingerprints `call`.
-    pub fn new(call: &Call<'a>) -> Self {
-        Self {
-            print: CallPrint::new(call.tool, call.args),
-            call_id: call.call_id,
-        }
-    }
-
     /// The call's fingerprints.
     pub fn print(&self) -> &CallPrint<'a> {
         &self.print
@@ -144,13 +148,28 @@ impl<C: Clock> Guard<C> {
     /// The verdict on a call about to run. A blocked call must not run: give the model
     /// [`Verdict::blocked_result`] instead.
     pub fn before_call(&mut self, scope: &Scope<'_>, call: &Call<'_>) -> Verdict {
-        self.before_prepared(scope, &PreparedCall::new(call))
+        let call = self.prepare(scope, call);
+        self.before_prepared(scope, &call)
     }
 
-    /// [`Guard::before_call`] for a call fingerprinted with [`PreparedCall::new`].
+    /// Fingerprints a call under the config of the scope's agent, once, for
+    /// [`Guard::before_prepared`] and [`Guard::after_prepared`].
+    pub fn prepare<'a>(&self, scope: &Scope<'_>, call: &Call<'a>) -> PreparedCall<'a> {
+        PreparedCall {
+            print: CallPrint::for_config(
+                call.tool,
+                call.args,
+                self.config.for_agent(scope.agent()),
+            ),
+            call_id: call.call_id,
+            batch: call.batch,
+        }
+    }
+
+    /// [`Guard::before_call`] for a call from [`Guard::prepare`].
     pub fn before_prepared(&mut self, scope: &Scope<'_>, call: &PreparedCall<'_>) -> Verdict {
         let (cfg, run, now) = self.enter(scope);
-        run.before_call(cfg, scope, &call.print, call.call_id, now)
+        run.before_call(cfg, scope, &call.print, call.call_id, call.batch, now)
     }
 
     /// Records what a call returned (also for warned calls; results of blocked calls are
@@ -161,10 +180,11 @@ impl<C: Clock> Guard<C> {
         call: &Call<'_>,
         outcome: Outcome<'_>,
     ) -> Recorded {
-        self.after_prepared(scope, &PreparedCall::new(call), outcome)
+        let call = self.prepare(scope, call);
+        self.after_prepared(scope, &call, outcome)
     }
 
-    /// [`Guard::after_call`] for a call fingerprinted with [`PreparedCall::new`].
+    /// [`Guard::after_call`] for a call from [`Guard::prepare`].
     pub fn after_prepared(
         &mut self,
         scope: &Scope<'_>,

@@ -85,12 +85,13 @@ pub enum RecordState {
     Veto,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum Kind {
-    Pending,
-    Done,
-    Veto,
-}
+/// `Record::flags`: the state in the low two bits, then flags.
+const PENDING: u8 = 0;
+const DONE: u8 = 1;
+const VETO: u8 = 2;
+const STATE_BITS: u8 = 0b11;
+/// The outcome was a failure (an error, `isError`, a non-zero exit, `status: "error"`).
+const FAILED: u8 = 0b100;
 
 const NO_NAME: u32 = u32::MAX;
 
@@ -98,7 +99,7 @@ const NO_NAME: u32 = u32::MAX;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     signature: Signature,
-    /// Meaningful when `kind` is `Done`.
+    /// Meaningful when the state is done.
     outcome: Fingerprint,
     /// Hash of the provider call id; 0 when the call had none.
     call_id: u64,
@@ -111,7 +112,7 @@ pub struct Record {
     alt: u32,
     /// Seconds of the clock when the record was made.
     at: u32,
-    kind: Kind,
+    flags: u8,
     rule: OutcomeRule,
 }
 
@@ -128,26 +129,31 @@ impl Record {
 
     /// Pending, done or vetoed.
     pub fn state(&self) -> RecordState {
-        match self.kind {
-            Kind::Pending => RecordState::Pending,
-            Kind::Done => RecordState::Done(self.outcome),
-            Kind::Veto => RecordState::Veto,
+        match self.flags & STATE_BITS {
+            DONE => RecordState::Done(self.outcome),
+            VETO => RecordState::Veto,
+            _ => RecordState::Pending,
         }
     }
 
     /// The outcome fingerprint, when the record has one.
     pub fn outcome(&self) -> Option<Fingerprint> {
-        (self.kind == Kind::Done).then_some(self.outcome)
+        (self.flags & STATE_BITS == DONE).then_some(self.outcome)
     }
 
     /// Whether the record is a loop veto.
     pub fn is_veto(&self) -> bool {
-        self.kind == Kind::Veto
+        self.flags & STATE_BITS == VETO
     }
 
     /// Whether the record waits for its outcome.
     pub fn is_pending(&self) -> bool {
-        self.kind == Kind::Pending
+        self.flags & STATE_BITS == PENDING
+    }
+
+    /// Whether the outcome was a failure (tracked when extensions are on).
+    pub fn failed(&self) -> bool {
+        self.flags & FAILED != 0
     }
 
     /// For errors naming an unavailable tool: that tool's id.
@@ -170,12 +176,14 @@ impl Record {
         self.at
     }
 
-    fn set_state(&mut self, state: RecordState) {
-        (self.kind, self.outcome) = match state {
-            RecordState::Pending => (Kind::Pending, Fingerprint::from_u128(0)),
-            RecordState::Done(fp) => (Kind::Done, fp),
-            RecordState::Veto => (Kind::Veto, Fingerprint::from_u128(0)),
+    fn set_state(&mut self, state: RecordState, failed: bool) {
+        let (bits, outcome) = match state {
+            RecordState::Pending => (PENDING, Fingerprint::from_u128(0)),
+            RecordState::Done(fp) => (DONE, fp),
+            RecordState::Veto => (VETO, Fingerprint::from_u128(0)),
         };
+        self.flags = bits | if failed { FAILED } else { 0 };
+        self.outcome = outcome;
     }
 }
 
@@ -196,6 +204,8 @@ pub(crate) struct NewRecord<'a> {
     pub now_ms: u64,
     /// The signature's newest record, when the caller already looked it up.
     pub newest: Option<Option<usize>>,
+    /// The outcome was a failure.
+    pub failed: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -325,10 +335,10 @@ impl History {
             prev,
             alt,
             at: (new.now_ms / 1000).min(u64::from(u32::MAX)) as u32,
-            kind: Kind::Pending,
+            flags: PENDING,
             rule: new.rule,
         };
-        record.set_state(new.state);
+        record.set_state(new.state, new.failed);
         if let Some(index) = &mut self.index {
             let head = index.entry(new.signature).or_default();
             head.newest = self.base + len as u64;
@@ -382,10 +392,16 @@ impl History {
     }
 
     /// Sets the outcome of the record at `index` (a pending one).
-    pub(crate) fn settle(&mut self, index: usize, state: RecordState, unknown_tool: Option<&str>) {
+    pub(crate) fn settle(
+        &mut self,
+        index: usize,
+        state: RecordState,
+        unknown_tool: Option<&str>,
+        failed: bool,
+    ) {
         let unknown = unknown_tool.map_or(NO_NAME, |n| self.names.acquire(n).0);
         if let Some(r) = self.records.get_mut(index) {
-            r.set_state(state);
+            r.set_state(state, failed);
             let old = std::mem::replace(&mut r.unknown_tool, unknown);
             if old != NO_NAME {
                 self.names.release(NameId(old));
@@ -442,6 +458,7 @@ mod tests {
                 rule,
                 now_ms: 0,
                 newest: None,
+                failed: false,
             },
         );
     }

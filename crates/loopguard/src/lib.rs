@@ -67,6 +67,7 @@ pub mod enforcement;
 pub mod fingerprint;
 pub mod guard;
 pub mod history;
+pub mod masking;
 pub mod metrics;
 mod observe;
 pub mod policy;

@@ -18,6 +18,20 @@ pub(crate) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
             notify,
             "loop warning"
         ),
+        Verdict::Shadow {
+            detection,
+            terminal,
+        } => tracing::info!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            tool,
+            detector = detection.detector.as_str(),
+            level = detection.level.as_str(),
+            count = detection.count,
+            terminal,
+            "shadow: would have fired"
+        ),
         Verdict::Block {
             detection,
             terminal,

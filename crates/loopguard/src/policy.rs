@@ -200,6 +200,176 @@ impl Policy {
     }
 }
 
+/// What a tool is, for the policy: `poll` and `send` change how calls are judged and
+/// outcomes hashed; `read` and `mutate` are labels for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolClass {
+    /// A polling call: `known_poll_no_progress` applies, repeat detectors do not.
+    Poll,
+    /// An outbound send: outcomes are hashed without volatile delivery ids.
+    Send,
+    /// Reads state.
+    Read,
+    /// Changes state.
+    Mutate,
+}
+
+enum NameMatch {
+    Exact(String),
+    Glob(globset::GlobMatcher),
+}
+
+impl NameMatch {
+    fn new(pattern: &str) -> Option<Self> {
+        if pattern.contains(['*', '?', '[', '{']) {
+            let glob = globset::GlobBuilder::new(pattern)
+                .literal_separator(false)
+                .build()
+                .ok()?;
+            Some(Self::Glob(glob.compile_matcher()))
+        } else {
+            Some(Self::Exact(pattern.to_owned()))
+        }
+    }
+
+    fn is_match(&self, tool: &str) -> bool {
+        match self {
+            Self::Exact(name) => name == tool,
+            Self::Glob(glob) => glob.is_match(tool),
+        }
+    }
+}
+
+impl std::fmt::Debug for NameMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exact(name) => write!(f, "Exact({name:?})"),
+            Self::Glob(glob) => write!(f, "Glob({:?})", glob.glob().glob()),
+        }
+    }
+}
+
+/// Whether a glob is valid (for config validation).
+pub fn valid_glob(pattern: &str) -> bool {
+    NameMatch::new(pattern).is_some()
+}
+
+/// One tool rule of a [`ToolPolicy`], compiled.
+#[derive(Debug)]
+pub struct ToolRule {
+    source: crate::config::extensions::ToolRuleBlock,
+    matcher: NameMatch,
+    /// Argument keys or paths left out of the args fingerprint.
+    pub ignore_args: crate::canonical::PathSet,
+    /// Result keys or paths left out of the outcome fingerprint.
+    pub ignore_result: crate::canonical::PathSet,
+}
+
+impl ToolRule {
+    /// Compiles a validated rule (`None` if its glob or paths do not compile).
+    pub fn compile(block: &crate::config::extensions::ToolRuleBlock) -> Option<Self> {
+        Some(Self {
+            matcher: NameMatch::new(&block.pattern)?,
+            ignore_args: crate::canonical::PathSet::parse(
+                block.ignore_args.iter().map(String::as_str),
+            )
+            .ok()?,
+            ignore_result: crate::canonical::PathSet::parse(
+                block.ignore_result.iter().map(String::as_str),
+            )
+            .ok()?,
+            source: block.clone(),
+        })
+    }
+
+    /// The rule as written.
+    pub fn source(&self) -> &crate::config::extensions::ToolRuleBlock {
+        &self.source
+    }
+}
+
+impl Clone for ToolRule {
+    fn clone(&self) -> Self {
+        Self::compile(&self.source).expect("a compiled rule compiles again")
+    }
+}
+
+impl PartialEq for ToolRule {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for ToolRule {}
+
+impl serde::Serialize for ToolRule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.source.serialize(s)
+    }
+}
+
+/// The tool policy of the `loopguard` block: rules first (first match wins), then SPEC's
+/// built-in tables unless `builtin` is off.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ToolPolicy {
+    /// Whether the built-in tables apply to tools no rule classifies.
+    pub builtin: bool,
+    /// The rules, in order.
+    pub rules: Vec<ToolRule>,
+}
+
+/// What a [`ToolPolicy`] says about one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Classified {
+    /// Known poll and send, as the engine uses them.
+    pub class: CallClass,
+    /// The class a rule gave the tool, if any.
+    pub tool_class: Option<ToolClass>,
+    /// Index of the matching rule.
+    pub rule: Option<u8>,
+}
+
+/// Rules beyond this many are ignored (a rule's index is kept in one byte per record).
+pub const MAX_TOOL_RULES: usize = 255;
+
+impl ToolPolicy {
+    /// A policy from compiled rules.
+    pub fn new(builtin: bool, mut rules: Vec<ToolRule>) -> Self {
+        rules.truncate(MAX_TOOL_RULES);
+        Self { builtin, rules }
+    }
+
+    /// Classifies a call of `tool` with `args`.
+    pub fn classify(&self, tool: &str, args: &Value) -> Classified {
+        let rule = self.rules.iter().position(|r| r.matcher.is_match(tool));
+        let tool_class = rule.and_then(|i| self.rules[i].source.class);
+        let class = match tool_class {
+            Some(ToolClass::Poll) => CallClass {
+                known_poll: true,
+                send: false,
+            },
+            Some(ToolClass::Send) => CallClass {
+                known_poll: false,
+                send: true,
+            },
+            Some(ToolClass::Read | ToolClass::Mutate) => CallClass::default(),
+            None if self.builtin => BUILTIN.classify(tool, args),
+            None => CallClass::default(),
+        };
+        Classified {
+            class,
+            tool_class,
+            rule: rule.map(|i| i as u8),
+        }
+    }
+
+    /// The rule at `index`.
+    pub fn rule(&self, index: u8) -> Option<&ToolRule> {
+        self.rules.get(usize::from(index))
+    }
+}
+
 /// The string `args.action`, if any.
 pub(crate) fn action(args: &Value) -> Option<&str> {
     args.get("action").and_then(Value::as_str)

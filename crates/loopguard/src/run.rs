@@ -8,13 +8,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
-use crate::detectors::{self, Finding};
+use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::observe;
 use crate::scope::Scope;
 use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
+
+/// The warning threshold whose multiples surface a warning of `detector`.
+fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -> u32 {
+    let ext = cfg.extensions.as_deref();
+    match detector {
+        Detector::ConsecutiveRepeat => ext.and_then(|x| x.consecutive_repeat).map(|l| l.warning),
+        Detector::Cycle => ext.and_then(|x| x.cycle).map(|c| c.repeats.warning),
+        Detector::ErrorCascade => ext.and_then(|x| x.error_cascade).map(|l| l.warning),
+        _ => None,
+    }
+    .unwrap_or(t.warning)
+}
 
 /// Why a run stopped: every later call of the run is blocked with this.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +76,15 @@ pub struct RunState {
     guard: CompactionGuard,
     stop: Option<Stop>,
     last_active: u64,
+    /// The current batch of parallel calls (tracked for `batch_duplicates`).
+    batch: Option<Batch>,
+}
+
+/// The calls of the current batch: signature, copies seen, and how to name the first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Batch {
+    id: u64,
+    calls: Vec<(Signature, u32, Box<str>)>,
 }
 
 impl RunState {
@@ -129,9 +150,10 @@ impl RunState {
         scope: &Scope<'_>,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
+        batch: Option<&str>,
         now: u64,
     ) -> Verdict {
-        let verdict = self.verdict(cfg, call, call_id, now);
+        let verdict = self.verdict(cfg, call, call_id, batch, now);
         observe::verdict(scope, call.tool, &verdict);
         verdict
     }
@@ -141,6 +163,7 @@ impl RunState {
         cfg: &EffectiveConfig,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
+        batch: Option<&str>,
         now: u64,
     ) -> Verdict {
         self.last_active = now;
@@ -161,13 +184,28 @@ impl RunState {
             };
         }
         let newest = self.history.newest_of(call.signature);
-        let Some(finding) = detectors::detect(cfg, &self.history, call, newest) else {
+        let thresholds = Thresholds::for_call(cfg, call);
+        let mut finding = detectors::detect(cfg, thresholds, &self.history, call, newest);
+        let mut batch_first = None;
+        if let Some(ext) = cfg.extensions.as_deref() {
+            let repeat = match batch.filter(|_| ext.batch_duplicates) {
+                Some(batch) => self.batch_repeat(batch, call, call_id),
+                None => None,
+            };
+            let copies = repeat.as_ref().map(|(n, _)| *n);
+            batch_first = repeat.map(|(_, first)| first);
+            let extended = detectors::extensions::detect(ext, &self.history, call, copies);
+            finding = detectors::decide(finding, extended);
+        }
+        let Some(finding) = finding else {
             self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
             return Verdict::Allow;
         };
-        let detection = self.describe(&finding, call);
-        match finding.level {
-            Level::Warning => {
+        let detection = self.describe(&finding, call, batch_first.as_deref());
+        let shadow = cfg.is_shadow();
+        let terminal = finding.level == Level::Critical && finding.detector.is_terminal();
+        if finding.level == Level::Warning || shadow {
+            let notify = finding.level == Level::Warning && {
                 let key = match (finding.detector, finding.paired) {
                     (Detector::KnownPollNoProgress, _) => {
                         WarningKey::Poll(call.signature, finding.latest)
@@ -175,30 +213,64 @@ impl RunState {
                     (Detector::PingPong, Some((paired, _))) => {
                         WarningKey::ping_pong(call.signature, paired)
                     }
-                    _ => WarningKey::Generic(call.signature),
+                    (Detector::GenericRepeat, _) => WarningKey::Generic(call.signature),
+                    (other, _) => WarningKey::Other(other, call.signature),
                 };
-                let notify = self
-                    .notify
-                    .surface(key, finding.count, cfg.warning_threshold);
-                self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
-                Verdict::Warn { detection, notify }
-            }
-            Level::Critical => {
-                let terminal = finding.detector.is_terminal();
-                if terminal {
-                    self.stop = Some(Stop {
-                        detector: finding.detector,
-                        count: finding.count,
-                        tool: call.tool.to_owned(),
-                    });
-                }
-                self.push(cfg, call, id, RecordState::Veto, now, Some(newest));
-                Verdict::Block {
+                let w = warning_threshold(cfg, thresholds, finding.detector);
+                self.notify.surface(key, finding.count, w)
+            };
+            self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
+            return if shadow {
+                Verdict::Shadow {
                     detection,
                     terminal,
                 }
-            }
+            } else {
+                Verdict::Warn { detection, notify }
+            };
         }
+        if terminal {
+            self.stop = Some(Stop {
+                detector: finding.detector,
+                count: finding.count,
+                tool: call.tool.to_owned(),
+            });
+        }
+        self.push(cfg, call, id, RecordState::Veto, now, Some(newest));
+        Verdict::Block {
+            detection,
+            terminal,
+        }
+    }
+
+    /// Tracks a call of batch `batch`; when an identical call came earlier in the batch,
+    /// returns this call's copy number and how to name the first one.
+    fn batch_repeat(
+        &mut self,
+        batch: &str,
+        call: &CallPrint<'_>,
+        call_id: Option<&str>,
+    ) -> Option<(u32, String)> {
+        let id = call_id_hash(batch);
+        let state = match &mut self.batch {
+            Some(b) if b.id == id => b,
+            slot => slot.insert(Batch {
+                id,
+                calls: Vec::new(),
+            }),
+        };
+        if let Some((_, copies, first)) = state
+            .calls
+            .iter_mut()
+            .find(|(s, _, _)| *s == call.signature)
+        {
+            *copies += 1;
+            return Some((*copies, first.to_string()));
+        }
+        let position = state.calls.len() + 1;
+        let first = call_id.map_or_else(|| format!("#{position}"), str::to_owned);
+        state.calls.push((call.signature, 1, first.into()));
+        None
     }
 
     /// Records the outcome of a call given by tool and arguments.
@@ -290,7 +362,7 @@ impl RunState {
                 return Recorded::default();
             }
         }
-        let (state, unknown) = match OutcomePrint::new(rule, outcome) {
+        let (state, unknown) = match OutcomePrint::for_config(rule, outcome, cfg) {
             OutcomePrint::Nothing => return Recorded::default(),
             OutcomePrint::Veto => (RecordState::Veto, None),
             OutcomePrint::Hashed {
@@ -298,8 +370,12 @@ impl RunState {
                 unknown_tool,
             } => (RecordState::Done(fingerprint), unknown_tool),
         };
+        // Failures are tracked for `error_cascade` only.
+        let failed = cfg.extensions.is_some() && crate::fingerprint::is_failure(rule, outcome);
         match pending {
-            Some(index) => self.history.settle(index, state, unknown.as_deref()),
+            Some(index) => self
+                .history
+                .settle(index, state, unknown.as_deref(), failed),
             None => {
                 self.history.push(
                     cfg.history_size,
@@ -312,13 +388,15 @@ impl RunState {
                         rule,
                         now_ms: now,
                         newest: None,
+                        failed,
                     },
                 );
             }
         }
+        let shadow = cfg.is_shadow();
         let abort = match state {
             RecordState::Done(fp) => self.guard.observe(signature, fp).map(|count| {
-                if self.stop.is_none() {
+                if self.stop.is_none() && !shadow {
                     self.stop = Some(Stop {
                         detector: Detector::CompactionLoopPersisted,
                         count,
@@ -333,9 +411,18 @@ impl RunState {
             }),
             _ => None,
         };
-        Recorded {
-            recorded: true,
-            abort,
+        if shadow {
+            Recorded {
+                recorded: true,
+                abort: None,
+                would_abort: abort,
+            }
+        } else {
+            Recorded {
+                recorded: true,
+                abort,
+                would_abort: None,
+            }
         }
     }
 
@@ -359,12 +446,13 @@ impl RunState {
                 rule: call.rule,
                 now_ms: now,
                 newest,
+                failed: false,
             },
         );
     }
 
     /// Puts a finding into words (before the call's record can evict the names it uses).
-    fn describe(&self, f: &Finding, call: &CallPrint<'_>) -> Detection {
+    fn describe(&self, f: &Finding, call: &CallPrint<'_>, batch_first: Option<&str>) -> Detection {
         let names = self.history.names();
         let tool = call.tool;
         let paired_tool = f.paired.map(|(_, t)| names.get(t).to_owned());
@@ -382,6 +470,21 @@ impl RunState {
             (Detector::PingPong, _) => {
                 messages::ping_pong_critical(tool, paired_tool.as_deref().unwrap_or("?"), n)
             }
+            (Detector::ConsecutiveRepeat, Level::Warning) => messages::consecutive_warning(tool, n),
+            (Detector::ConsecutiveRepeat, _) => messages::consecutive_critical(tool, n),
+            (Detector::Cycle, level) => {
+                let cycle = self.cycle_text(usize::from(f.cycle_len));
+                if level == Level::Warning {
+                    messages::cycle_warning(tool, &cycle, n)
+                } else {
+                    messages::cycle_critical(tool, &cycle, n)
+                }
+            }
+            (Detector::ErrorCascade, Level::Warning) => messages::error_cascade_warning(tool, n),
+            (Detector::ErrorCascade, _) => messages::error_cascade_critical(tool, n),
+            (Detector::BatchDuplicates, _) => {
+                messages::batch_duplicate(tool, n, batch_first.unwrap_or("earlier"))
+            }
             (_, Level::Warning) => messages::generic_warning(tool, n),
             _ => messages::generic_critical(tool, n),
         };
@@ -393,6 +496,19 @@ impl RunState {
             paired_tool,
             message,
         }
+    }
+
+    /// `read → list → grep`: the tools of the cycle's last `k` calls, oldest first.
+    fn cycle_text(&self, k: usize) -> String {
+        let records = self.history.records();
+        let names = self.history.names();
+        let start = records.len().saturating_sub(k);
+        let tools: Vec<&str> = records
+            .iter()
+            .skip(start)
+            .map(|r| names.get(r.tool()))
+            .collect();
+        tools.join(" → ")
     }
 }
 
@@ -412,7 +528,7 @@ mod tests {
         let print = CallPrint::new("read", &args);
         for i in 0..12 {
             let id = format!("c{i}");
-            let _ = state.before_call(cfg, &scope, &print, Some(&id), i);
+            let _ = state.before_call(cfg, &scope, &print, Some(&id), None, i);
             let out = json!("same");
             state.after_call(cfg, &scope, &print, Some(&id), Outcome::Result(&out), i);
         }

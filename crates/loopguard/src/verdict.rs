@@ -23,6 +23,14 @@ pub enum Detector {
     GlobalCircuitBreaker,
     /// The loop survived a context compaction; the run is aborted.
     CompactionLoopPersisted,
+    /// An unbroken run of one call pattern, whatever the outcomes (extension).
+    ConsecutiveRepeat,
+    /// A repeating cycle of 2 to 6 call patterns (extension).
+    Cycle,
+    /// Consecutive failed outcomes across tools (extension).
+    ErrorCascade,
+    /// A duplicate call inside one batch of parallel calls (extension).
+    BatchDuplicates,
 }
 
 impl Detector {
@@ -35,6 +43,10 @@ impl Detector {
             Self::UnknownToolRepeat => "unknown_tool_repeat",
             Self::GlobalCircuitBreaker => "global_circuit_breaker",
             Self::CompactionLoopPersisted => "compaction_loop_persisted",
+            Self::ConsecutiveRepeat => "consecutive_repeat",
+            Self::Cycle => "cycle",
+            Self::ErrorCascade => "error_cascade",
+            Self::BatchDuplicates => "batch_duplicates",
         }
     }
 
@@ -118,6 +130,14 @@ pub enum Verdict {
         /// Whether the run is over: every later call of the run is blocked too.
         terminal: bool,
     },
+    /// Shadow mode (`loopguard.mode: "shadow"`): run the call; this is what would have
+    /// fired (a warning, or a block when `detection.level` is critical).
+    Shadow {
+        /// What would have fired.
+        detection: Detection,
+        /// Whether the block would have ended the run.
+        terminal: bool,
+    },
 }
 
 impl Verdict {
@@ -126,11 +146,13 @@ impl Verdict {
         matches!(self, Self::Block { .. })
     }
 
-    /// The detection behind a warn or block.
+    /// The detection behind a warn, a block or a shadow verdict.
     pub fn detection(&self) -> Option<&Detection> {
         match self {
             Self::Allow => None,
-            Self::Warn { detection, .. } | Self::Block { detection, .. } => Some(detection),
+            Self::Warn { detection, .. }
+            | Self::Block { detection, .. }
+            | Self::Shadow { detection, .. } => Some(detection),
         }
     }
 
@@ -189,6 +211,8 @@ pub struct Recorded {
     pub recorded: bool,
     /// Set when this outcome made the post-compaction guard abort the run.
     pub abort: Option<Abort>,
+    /// Shadow mode: the abort that would have happened (the run goes on).
+    pub would_abort: Option<Abort>,
 }
 
 /// The words of every message, in one place.
@@ -246,6 +270,48 @@ pub(crate) mod messages {
     pub fn stopped_run(detector: Detector, stop_tool: &str, n: u32, tool: &str) -> String {
         format!(
             "CRITICAL: this run was stopped by {detector} ({stop_tool} repeated {n} times); {tool} was not executed."
+        )
+    }
+
+    pub fn consecutive_warning(tool: &str, n: u32) -> String {
+        format!(
+            "WARNING: you have called {tool} {n} times in a row with identical arguments and nothing in between. If the calls are not making progress, stop and report the task as failed."
+        )
+    }
+
+    pub fn consecutive_critical(tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: {tool} was called {n} times in a row with identical arguments. This call was blocked: change approach or report the task as failed."
+        )
+    }
+
+    pub fn cycle_warning(tool: &str, cycle: &str, n: u32) -> String {
+        format!(
+            "WARNING: your calls repeat the cycle {cycle} {n} times, and {tool} would start it again. If this is not making progress, stop and report the task as failed."
+        )
+    }
+
+    pub fn cycle_critical(tool: &str, cycle: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: your calls repeated the cycle {cycle} {n} times with identical results. This {tool} call was blocked: the cycle is stuck."
+        )
+    }
+
+    pub fn error_cascade_warning(tool: &str, n: u32) -> String {
+        format!(
+            "WARNING: the last {n} tool calls failed; {tool} is next. Stop and rethink the approach before calling more tools."
+        )
+    }
+
+    pub fn error_cascade_critical(tool: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: the last {n} tool calls failed. This {tool} call was blocked: stop calling tools and report what went wrong."
+        )
+    }
+
+    pub fn batch_duplicate(tool: &str, n: u32, first: &str) -> String {
+        format!(
+            "CRITICAL: this {tool} call is identical to call {first} of the same batch of parallel calls (copy {n}); it was not executed. Use the result of {first}."
         )
     }
 

@@ -5,8 +5,13 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use super::extensions::{
+    CycleBlock, ExtensionsBlock, LevelsBlock, MaskingBlock, Mode, PolicyBlock, SwitchBlock,
+    ToolRuleBlock,
+};
 use super::locate::{locate, too_deep, Position, Segment};
-use super::{ConfigError, ConfigIssue, IssueKind, LoopDetectionBlock};
+use super::{ConfigError, ConfigIssue, IssueKind, LoopDetectionBlock, ScopeBlocks};
+use crate::policy::ToolClass;
 
 /// Deepest nesting accepted in a config document. The JSON5 parser recurses per level, so
 /// deeper documents are refused before parsing.
@@ -124,8 +129,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
 /// The blocks a document holds.
 #[derive(Debug, Default)]
 pub(crate) struct Blocks {
-    pub global: LoopDetectionBlock,
-    pub agents: Vec<(String, LoopDetectionBlock)>,
+    pub global: ScopeBlocks,
+    pub agents: Vec<(String, ScopeBlocks)>,
 }
 
 /// Collects problems while walking the document.
@@ -224,67 +229,67 @@ fn extract(root: &Node, checker: &mut Checker<'_>) -> Blocks {
         );
         return blocks;
     }
-    if let Some(block) = root.get("tools").and_then(|t| t.get("loopDetection")) {
-        blocks.global = parse_block(block, &[key("tools"), key("loopDetection")], checker);
-    }
+    blocks.global = scope_blocks(root, &[], checker).unwrap_or_default();
     let mut seen: Vec<(String, Vec<Segment>)> = Vec::new();
     let mut add_agent =
-        |id: String, path: Vec<Segment>, block: LoopDetectionBlock, checker: &mut Checker<'_>| {
+        |id: &str, path: Vec<Segment>, scope: ScopeBlocks, checker: &mut Checker<'_>| {
+            if crate::text::is_blank(id) {
+                checker.issue(&path, IssueKind::MissingAgentId);
+                return;
+            }
+            let id = crate::text::trim(id).to_owned();
             if let Some((_, first)) = seen.iter().find(|(seen_id, _)| *seen_id == id) {
                 let first = render_path(first);
-                checker.issue(
-                    &path,
-                    IssueKind::DuplicateAgent {
-                        id: id.clone(),
-                        first,
-                    },
-                );
+                checker.issue(&path, IssueKind::DuplicateAgent { id, first });
             } else {
                 seen.push((id.clone(), path));
-                blocks.agents.push((id, block));
+                blocks.agents.push((id, scope));
             }
         };
     let agents = root.get("agents");
     if let Some(Node::Array(list)) = agents.and_then(|a| a.get("list")) {
         for (i, agent) in list.iter().enumerate() {
-            let Some(block) = agent.get("tools").and_then(|t| t.get("loopDetection")) else {
+            let base = vec![key("agents"), key("list"), Segment::Index(i)];
+            let Some(scope) = scope_blocks(agent, &base, checker) else {
                 continue;
             };
-            let base = vec![key("agents"), key("list"), Segment::Index(i)];
-            let block_path: Vec<Segment> = base
-                .iter()
-                .cloned()
-                .chain([key("tools"), key("loopDetection")])
-                .collect();
-            let parsed = parse_block(block, &block_path, checker);
             match agent.get("id") {
-                Some(Node::Str(id)) if !crate::text::is_blank(id) => {
-                    add_agent(crate::text::trim(id).to_owned(), base, parsed, checker)
-                }
+                Some(Node::Str(id)) => add_agent(id, base, scope, checker),
                 _ => checker.issue(&base, IssueKind::MissingAgentId),
             }
         }
     }
     if let Some(Node::Object(entries)) = agents.and_then(|a| a.get("entries")) {
         for (id, agent) in entries {
-            let Some(block) = agent.get("tools").and_then(|t| t.get("loopDetection")) else {
-                continue;
-            };
             let base = vec![key("agents"), key("entries"), key(id)];
-            let block_path: Vec<Segment> = base
-                .iter()
-                .cloned()
-                .chain([key("tools"), key("loopDetection")])
-                .collect();
-            let parsed = parse_block(block, &block_path, checker);
-            if crate::text::is_blank(id) {
-                checker.issue(&base, IssueKind::MissingAgentId);
-            } else {
-                add_agent(crate::text::trim(id).to_owned(), base, parsed, checker);
+            if let Some(scope) = scope_blocks(agent, &base, checker) {
+                add_agent(id, base, scope, checker);
             }
         }
     }
     blocks
+}
+
+/// The `tools.loopDetection` and `loopguard` blocks of the object at `base` (the document
+/// root or an agent), or `None` when it has neither.
+fn scope_blocks(node: &Node, base: &[Segment], checker: &mut Checker<'_>) -> Option<ScopeBlocks> {
+    let at = |tail: &[&str]| -> Vec<Segment> {
+        base.iter()
+            .cloned()
+            .chain(tail.iter().map(|k| key(k)))
+            .collect()
+    };
+    let detection = node.get("tools").and_then(|t| t.get("loopDetection"));
+    let extensions = node.get("loopguard");
+    if detection.is_none() && extensions.is_none() {
+        return None;
+    }
+    Some(ScopeBlocks {
+        detection: detection
+            .map(|b| parse_block(b, &at(&["tools", "loopDetection"]), checker))
+            .unwrap_or_default(),
+        extensions: extensions.map(|b| parse_extensions(b, &at(&["loopguard"]), checker)),
+    })
 }
 
 /// Known keys of a block, of its `detectors`, and of its `postCompactionGuard`.
@@ -300,6 +305,351 @@ pub(crate) const BLOCK_KEYS: &[&str] = &[
 ];
 pub(crate) const DETECTOR_KEYS: &[&str] = &["genericRepeat", "knownPollNoProgress", "pingPong"];
 pub(crate) const GUARD_KEYS: &[&str] = &["windowSize"];
+pub(crate) const EXTENSION_KEYS: &[&str] = &["mode", "masking", "policy", "detectors"];
+pub(crate) const MASKING_KEYS: &[&str] = &["enabled", "rules"];
+pub(crate) const POLICY_KEYS: &[&str] = &["builtin", "tools"];
+pub(crate) const TOOL_RULE_KEYS: &[&str] = &[
+    "match",
+    "class",
+    "ignoreArgs",
+    "ignoreResult",
+    "mask",
+    "warningThreshold",
+    "criticalThreshold",
+];
+pub(crate) const EXT_DETECTOR_KEYS: &[&str] = &[
+    "consecutiveRepeat",
+    "cycle",
+    "errorCascade",
+    "batchDuplicates",
+];
+pub(crate) const LEVELS_KEYS: &[&str] = &["enabled", "warningThreshold", "criticalThreshold"];
+pub(crate) const CYCLE_KEYS: &[&str] = &[
+    "enabled",
+    "minLength",
+    "maxLength",
+    "warningRepeats",
+    "criticalRepeats",
+];
+pub(crate) const SWITCH_KEYS: &[&str] = &["enabled"];
+
+/// Parses a `loopguard` block.
+fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> ExtensionsBlock {
+    let mut block = ExtensionsBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "mode" => {
+                block.mode = one_of(v, &p, &["enforce", "shadow"], checker).map(|m| match m {
+                    "shadow" => Mode::Shadow,
+                    _ => Mode::Enforce,
+                })
+            }
+            "masking" => {
+                let mut masking = MaskingBlock::default();
+                for (mk, mv) in members(v, &p, checker) {
+                    let mp = child(&p, mk);
+                    match mk.as_str() {
+                        "enabled" => masking.enabled = boolean(mv, &mp, checker),
+                        "rules" => {
+                            let names: Vec<&str> =
+                                crate::masking::MASK_RULES.iter().map(|r| r.name).collect();
+                            masking.rules = Some(
+                                strings(mv, &mp, checker)
+                                    .into_iter()
+                                    .filter(|(i, name)| {
+                                        let known = names.contains(&name.as_str());
+                                        if !known {
+                                            checker.issue(
+                                                &child_index(&mp, *i),
+                                                IssueKind::UnknownValue {
+                                                    value: name.clone(),
+                                                    expected: names.join(", "),
+                                                },
+                                            );
+                                        }
+                                        known
+                                    })
+                                    .map(|(_, name)| name)
+                                    .collect(),
+                            );
+                        }
+                        _ => unknown(mk, &mp, MASKING_KEYS, checker),
+                    }
+                }
+                block.masking = Some(masking);
+            }
+            "policy" => block.policy = parse_policy(v, &p, checker),
+            "detectors" => {
+                for (dk, dv) in members(v, &p, checker) {
+                    let dp = child(&p, dk);
+                    match dk.as_str() {
+                        "consecutiveRepeat" => {
+                            block.consecutive_repeat = Some(parse_levels(dv, &dp, checker))
+                        }
+                        "errorCascade" => {
+                            block.error_cascade = Some(parse_levels(dv, &dp, checker))
+                        }
+                        "cycle" => block.cycle = Some(parse_cycle(dv, &dp, checker)),
+                        "batchDuplicates" => {
+                            let mut switch = SwitchBlock::default();
+                            for (sk, sv) in members(dv, &dp, checker) {
+                                let sp = child(&dp, sk);
+                                match sk.as_str() {
+                                    "enabled" => switch.enabled = boolean(sv, &sp, checker),
+                                    _ => unknown(sk, &sp, SWITCH_KEYS, checker),
+                                }
+                            }
+                            block.batch_duplicates = Some(switch);
+                        }
+                        _ => unknown(dk, &dp, EXT_DETECTOR_KEYS, checker),
+                    }
+                }
+            }
+            _ => unknown(k, &p, EXTENSION_KEYS, checker),
+        }
+    }
+    block
+}
+
+fn parse_policy(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> PolicyBlock {
+    let mut policy = PolicyBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "builtin" => policy.builtin = boolean(v, &p, checker),
+            "tools" => {
+                let Node::Array(items) = v else {
+                    checker.issue(
+                        &p,
+                        IssueKind::NotArray {
+                            found: v.describe(),
+                        },
+                    );
+                    continue;
+                };
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(rule) = parse_tool_rule(item, &child_index(&p, i), checker) {
+                        policy.tools.push(rule);
+                    }
+                }
+                if policy.tools.len() > crate::policy::MAX_TOOL_RULES {
+                    checker.issue(
+                        &p,
+                        IssueKind::TooLarge {
+                            max: crate::policy::MAX_TOOL_RULES as u64,
+                        },
+                    );
+                }
+            }
+            _ => unknown(k, &p, POLICY_KEYS, checker),
+        }
+    }
+    policy
+}
+
+fn parse_tool_rule(
+    node: &Node,
+    path: &[Segment],
+    checker: &mut Checker<'_>,
+) -> Option<ToolRuleBlock> {
+    let mut rule = ToolRuleBlock::default();
+    let mut pattern = None;
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "match" => match v {
+                Node::Str(s) if !crate::text::is_blank(s) => {
+                    if crate::policy::valid_glob(s.trim()) {
+                        pattern = Some(s.trim().to_owned());
+                    } else {
+                        checker.issue(
+                            &p,
+                            IssueKind::InvalidPattern {
+                                reason: format!("`{s}` is not a valid glob"),
+                            },
+                        );
+                    }
+                }
+                other => checker.issue(
+                    &p,
+                    IssueKind::NotString {
+                        found: other.describe(),
+                    },
+                ),
+            },
+            "class" => {
+                rule.class =
+                    one_of(v, &p, &["poll", "send", "read", "mutate"], checker).map(|c| match c {
+                        "poll" => ToolClass::Poll,
+                        "send" => ToolClass::Send,
+                        "read" => ToolClass::Read,
+                        _ => ToolClass::Mutate,
+                    })
+            }
+            "ignoreArgs" | "ignoreResult" => {
+                let paths: Vec<String> = strings(v, &p, checker)
+                    .into_iter()
+                    .filter(|(i, path_text)| {
+                        match crate::canonical::PathSet::parse([path_text.as_str()]) {
+                            Ok(_) => true,
+                            Err(reason) => {
+                                checker.issue(
+                                    &child_index(&p, *i),
+                                    IssueKind::InvalidPattern { reason },
+                                );
+                                false
+                            }
+                        }
+                    })
+                    .map(|(_, s)| s)
+                    .collect();
+                if k == "ignoreArgs" {
+                    rule.ignore_args = paths;
+                } else {
+                    rule.ignore_result = paths;
+                }
+            }
+            "mask" => rule.mask = boolean(v, &p, checker),
+            "warningThreshold" => rule.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            "criticalThreshold" => rule.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            _ => unknown(k, &p, TOOL_RULE_KEYS, checker),
+        }
+    }
+    match pattern {
+        Some(pattern) => {
+            rule.pattern = pattern;
+            Some(rule)
+        }
+        None => {
+            if matches!(node, Node::Object(_)) && node.get("match").is_none() {
+                checker.issue(path, IssueKind::MissingKey { key: "match" });
+            }
+            None
+        }
+    }
+}
+
+fn parse_levels(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> LevelsBlock {
+    let mut levels = LevelsBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "enabled" => levels.enabled = boolean(v, &p, checker),
+            "warningThreshold" => levels.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            "criticalThreshold" => levels.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            _ => unknown(k, &p, LEVELS_KEYS, checker),
+        }
+    }
+    levels
+}
+
+fn parse_cycle(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> CycleBlock {
+    let mut cycle = CycleBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "enabled" => cycle.enabled = boolean(v, &p, checker),
+            "minLength" | "maxLength" => {
+                let n = count(v, &p, MAX_THRESHOLD, checker);
+                if let Some(n) = n.filter(|n| !(2..=6).contains(n)) {
+                    checker.issue(
+                        &p,
+                        IssueKind::OutOfRange {
+                            value: n,
+                            min: 2,
+                            max: 6,
+                        },
+                    );
+                }
+                let n = n.filter(|n| (2..=6).contains(n));
+                if k == "minLength" {
+                    cycle.min_length = n;
+                } else {
+                    cycle.max_length = n;
+                }
+            }
+            "warningRepeats" => cycle.warning_repeats = count(v, &p, MAX_THRESHOLD, checker),
+            "criticalRepeats" => cycle.critical_repeats = count(v, &p, MAX_THRESHOLD, checker),
+            _ => unknown(k, &p, CYCLE_KEYS, checker),
+        }
+    }
+    cycle
+}
+
+fn child(path: &[Segment], k: &str) -> Vec<Segment> {
+    let mut p = path.to_vec();
+    p.push(key(k));
+    p
+}
+
+fn child_index(path: &[Segment], i: usize) -> Vec<Segment> {
+    let mut p = path.to_vec();
+    p.push(Segment::Index(i));
+    p
+}
+
+/// One of `allowed` strings.
+fn one_of<'a>(
+    v: &Node,
+    path: &[Segment],
+    allowed: &[&'a str],
+    checker: &mut Checker<'_>,
+) -> Option<&'a str> {
+    match v {
+        Node::Str(s) => match allowed.iter().find(|a| **a == s.trim()) {
+            Some(a) => Some(a),
+            None => {
+                checker.issue(
+                    path,
+                    IssueKind::UnknownValue {
+                        value: s.clone(),
+                        expected: allowed.join(", "),
+                    },
+                );
+                None
+            }
+        },
+        other => {
+            checker.issue(
+                path,
+                IssueKind::NotString {
+                    found: other.describe(),
+                },
+            );
+            None
+        }
+    }
+}
+
+/// An array of strings, with their indices.
+fn strings(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Vec<(usize, String)> {
+    let Node::Array(items) = v else {
+        checker.issue(
+            path,
+            IssueKind::NotArray {
+                found: v.describe(),
+            },
+        );
+        return Vec::new();
+    };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item {
+            Node::Str(s) => Some((i, s.trim().to_owned())),
+            other => {
+                checker.issue(
+                    &child_index(path, i),
+                    IssueKind::NotString {
+                        found: other.describe(),
+                    },
+                );
+                None
+            }
+        })
+        .collect()
+}
 
 /// The members of an object node, reporting duplicates and non-objects.
 fn members<'n>(

@@ -22,13 +22,16 @@
 //! ```
 
 mod document;
+pub mod extensions;
 pub mod locate;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use extensions::{Extensions, ExtensionsBlock};
 pub use locate::Position;
 
 /// Default `historySize`.
@@ -202,6 +205,9 @@ pub struct EffectiveConfig {
     pub clamps: Vec<Clamp>,
     /// Thresholds that can never fire with this `historySize` (warnings, not errors).
     pub unreachable: Vec<Unreachable>,
+    /// loopguard's own extensions (the `loopguard` block); `None`: SPEC behaviour alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Arc<Extensions>>,
 }
 
 impl Default for EffectiveConfig {
@@ -265,9 +271,27 @@ impl EffectiveConfig {
                 .unwrap_or(DEFAULT_POST_COMPACTION_WINDOW),
             clamps,
             unreachable: Vec::new(),
+            extensions: None,
         };
         config.unreachable = config.find_unreachable();
         config
+    }
+
+    /// [`EffectiveConfig::from_block`], with the extensions of a (merged) `loopguard` block.
+    pub fn with_extensions(
+        block: &LoopDetectionBlock,
+        extensions: Option<&ExtensionsBlock>,
+    ) -> Self {
+        let mut config = Self::from_block(block);
+        config.extensions = extensions.map(Extensions::from_block);
+        config
+    }
+
+    /// Whether verdicts are only reported (`loopguard.mode: "shadow"`).
+    pub fn is_shadow(&self) -> bool {
+        self.extensions
+            .as_deref()
+            .is_some_and(Extensions::is_shadow)
     }
 
     /// Whether the rolling detectors (and the global breaker) run: only when `enabled` is
@@ -337,12 +361,26 @@ impl EffectiveConfig {
     }
 }
 
+/// The blocks of one scope (the document or one agent): OpenClaw's and loopguard's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScopeBlocks {
+    /// `tools.loopDetection`.
+    pub detection: LoopDetectionBlock,
+    /// `loopguard`, when present.
+    pub extensions: Option<ExtensionsBlock>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Scoped {
+    blocks: ScopeBlocks,
+    effective: EffectiveConfig,
+}
+
 /// Every effective config a document defines: the global one and one per agent block.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConfigSet {
-    global_block: LoopDetectionBlock,
-    global: EffectiveConfig,
-    agents: BTreeMap<String, (LoopDetectionBlock, EffectiveConfig)>,
+    global: Scoped,
+    agents: BTreeMap<String, Scoped>,
 }
 
 impl ConfigSet {
@@ -354,24 +392,49 @@ impl ConfigSet {
     /// Reads a JSON5 document; `origin` (a file name) prefixes every error.
     pub fn parse_named(text: &str, origin: Option<&str>) -> Result<Self, ConfigError> {
         let blocks = document::read(text, origin)?;
-        Ok(Self::from_blocks(blocks.global, blocks.agents))
+        Ok(Self::from_scopes(blocks.global, blocks.agents))
     }
 
-    /// Builds a set from blocks already in hand.
+    /// Builds a set from `tools.loopDetection` blocks already in hand.
     pub fn from_blocks(
         global: LoopDetectionBlock,
         agents: impl IntoIterator<Item = (String, LoopDetectionBlock)>,
     ) -> Self {
+        let scope = |detection| ScopeBlocks {
+            detection,
+            extensions: None,
+        };
+        Self::from_scopes(
+            scope(global),
+            agents.into_iter().map(|(id, b)| (id, scope(b))),
+        )
+    }
+
+    /// Builds a set from both kinds of blocks, global and per agent.
+    pub fn from_scopes(
+        global: ScopeBlocks,
+        agents: impl IntoIterator<Item = (String, ScopeBlocks)>,
+    ) -> Self {
         let agents = agents
             .into_iter()
-            .map(|(id, block)| {
-                let effective = EffectiveConfig::from_block(&global.overlay(&block));
-                (id, (block, effective))
+            .map(|(id, blocks)| {
+                let detection = global.detection.overlay(&blocks.detection);
+                let extensions = match (&global.extensions, &blocks.extensions) {
+                    (Some(g), Some(a)) => Some(g.overlay(a)),
+                    (g, a) => a.clone().or_else(|| g.clone()),
+                };
+                let effective = EffectiveConfig::with_extensions(&detection, extensions.as_ref());
+                (id, Scoped { blocks, effective })
             })
             .collect();
         Self {
-            global: EffectiveConfig::from_block(&global),
-            global_block: global,
+            global: Scoped {
+                effective: EffectiveConfig::with_extensions(
+                    &global.detection,
+                    global.extensions.as_ref(),
+                ),
+                blocks: global,
+            },
             agents,
         }
     }
@@ -392,22 +455,30 @@ impl ConfigSet {
     pub fn for_agent(&self, agent: Option<&str>) -> &EffectiveConfig {
         agent
             .and_then(|a| self.agents.get(a))
-            .map_or(&self.global, |(_, effective)| effective)
+            .map_or(&self.global.effective, |s| &s.effective)
     }
 
     /// The global config.
     pub fn global(&self) -> &EffectiveConfig {
-        &self.global
+        &self.global.effective
     }
 
-    /// The global block as written.
+    /// The global `tools.loopDetection` block as written.
     pub fn global_block(&self) -> &LoopDetectionBlock {
-        &self.global_block
+        &self.global.blocks.detection
     }
 
-    /// Agents with their own block: id, block as written, effective config.
+    /// The global blocks as written.
+    pub fn global_blocks(&self) -> &ScopeBlocks {
+        &self.global.blocks
+    }
+
+    /// Agents with their own blocks: id, `tools.loopDetection` block as written, effective
+    /// config.
     pub fn agents(&self) -> impl Iterator<Item = (&str, &LoopDetectionBlock, &EffectiveConfig)> {
-        self.agents.iter().map(|(id, (b, e))| (id.as_str(), b, e))
+        self.agents
+            .iter()
+            .map(|(id, s)| (id.as_str(), &s.blocks.detection, &s.effective))
     }
 }
 
@@ -482,12 +553,22 @@ impl fmt::Display for ConfigIssue {
             }
             IssueKind::MissingAgentId => write!(
                 f,
-                "{at}this agent has a tools.loopDetection block but no non-blank string `id`"
+                "{at}this agent has a tools.loopDetection or loopguard block but no non-blank string `id`"
             ),
             IssueKind::DuplicateAgent { id, first } => write!(
                 f,
-                "{at}agent `{id}` already has a loopDetection block at {first}"
+                "{at}agent `{id}` already has its blocks at {first}"
             ),
+            IssueKind::NotString { found } => write!(f, "{at}expected a string, found {found}"),
+            IssueKind::NotArray { found } => write!(f, "{at}expected an array, found {found}"),
+            IssueKind::UnknownValue { value, expected } => {
+                write!(f, "{at}`{value}` is not one of: {expected}")
+            }
+            IssueKind::InvalidPattern { reason } => write!(f, "{at}{reason}"),
+            IssueKind::OutOfRange { value, min, max } => {
+                write!(f, "{at}{value} is outside {min}..={max}")
+            }
+            IssueKind::MissingKey { key } => write!(f, "{at}`{key}` is required"),
         }
     }
 }
@@ -547,6 +628,42 @@ pub enum IssueKind {
         id: String,
         /// Path of the first block.
         first: String,
+    },
+    /// A value that must be a string is not.
+    NotString {
+        /// What was found.
+        found: String,
+    },
+    /// A value that must be an array is not.
+    NotArray {
+        /// What was found.
+        found: String,
+    },
+    /// A string that is not one of the allowed values.
+    UnknownValue {
+        /// The value as written.
+        value: String,
+        /// The allowed values.
+        expected: String,
+    },
+    /// A glob or path that does not compile.
+    InvalidPattern {
+        /// Why.
+        reason: String,
+    },
+    /// A number outside its range.
+    OutOfRange {
+        /// The value.
+        value: u32,
+        /// Smallest allowed.
+        min: u32,
+        /// Largest allowed.
+        max: u32,
+    },
+    /// A required key is missing.
+    MissingKey {
+        /// The key.
+        key: &'static str,
     },
 }
 

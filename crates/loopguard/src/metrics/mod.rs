@@ -219,7 +219,7 @@ mod tests {
                         let tool_id = h.names().find(print.tool);
                         prop_assert_eq!(unknown_tool_streak(h, tool_id), reference::unknown_tool_streak(h, tool_id));
                         let id = format!("c{id}");
-                        let _ = run.before_call(cfg, &scope, &print, Some(&id), now);
+                        let _ = run.before_call(cfg, &scope, &print, Some(&id), None, now);
                     }
                     Step::Result { tool, args, id, outcome: n } => {
                         let args = json!({ "a": args });

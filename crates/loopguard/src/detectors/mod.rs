@@ -1,4 +1,8 @@
-//! The detectors of SPEC §4 in their order of precedence: the first that fires decides.
+//! The detectors of SPEC §4 in their order of precedence (the first that fires decides),
+//! then loopguard's own detectors ([`extensions`]) when the `loopguard` block turns them
+//! on. A critical finding beats a warning; between two of the same level, SPEC's wins.
+
+pub(crate) mod extensions;
 
 use crate::config::EffectiveConfig;
 use crate::fingerprint::{CallPrint, Fingerprint, Signature};
@@ -18,10 +22,12 @@ pub(crate) struct Finding {
     pub missing: Option<NameId>,
     /// Poll: the outcome the streak repeats (part of the warning key).
     pub latest: Option<Fingerprint>,
+    /// Cycle: its length (the newest records hold one repetition).
+    pub cycle_len: u8,
 }
 
 impl Finding {
-    fn new(level: Level, detector: Detector, count: u32) -> Self {
+    pub(crate) fn new(level: Level, detector: Detector, count: u32) -> Self {
         Self {
             level,
             detector,
@@ -29,7 +35,50 @@ impl Finding {
             paired: None,
             missing: None,
             latest: None,
+            cycle_len: 0,
         }
+    }
+}
+
+/// The thresholds of one call: the config's, or a tool rule's where it sets them, clamped
+/// like the config's (C above W, G above C).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Thresholds {
+    pub warning: u32,
+    pub critical: u32,
+    pub global: u32,
+    pub unknown_tool: u32,
+}
+
+impl Thresholds {
+    pub(crate) fn for_call(cfg: &EffectiveConfig, call: &CallPrint<'_>) -> Self {
+        let mut t = Self {
+            warning: cfg.warning_threshold,
+            critical: cfg.critical_threshold,
+            global: cfg.global_circuit_breaker_threshold,
+            unknown_tool: cfg.unknown_tool_threshold,
+        };
+        let rule = cfg
+            .extensions
+            .as_deref()
+            .zip(call.rule.tool_rule())
+            .and_then(|(ext, i)| ext.policy.rule(i))
+            .map(|r| r.source());
+        if let Some(rule) = rule {
+            t.warning = rule.warning_threshold.unwrap_or(t.warning);
+            t.critical = rule.critical_threshold.unwrap_or(t.critical);
+            t.critical = t.critical.max(t.warning.saturating_add(1));
+            t.global = t.global.max(t.critical.saturating_add(1));
+        }
+        t
+    }
+}
+
+/// The finding that decides: critical before warning, `first` before `second` at one level.
+pub(crate) fn decide(first: Option<Finding>, second: Option<Finding>) -> Option<Finding> {
+    match (first, second) {
+        (Some(a), Some(b)) if a.level == Level::Warning && b.level == Level::Critical => Some(b),
+        (a, b) => a.or(b),
     }
 }
 
@@ -37,6 +86,7 @@ impl Finding {
 /// signature is `newest`. Only when `enabled` is `true`.
 pub(crate) fn detect(
     cfg: &EffectiveConfig,
+    t: Thresholds,
     history: &History,
     call: &CallPrint<'_>,
     newest: Option<usize>,
@@ -47,14 +97,14 @@ pub(crate) fn detect(
     use Level::{Critical, Warning};
 
     let unknown = metrics::unknown_tool_streak(history, history.names().find(call.tool));
-    if unknown.count >= cfg.unknown_tool_threshold {
+    if unknown.count >= t.unknown_tool {
         let mut f = Finding::new(Critical, Detector::UnknownToolRepeat, unknown.count);
         f.missing = unknown.missing;
         return Some(f);
     }
 
     let streak = metrics::streak_from(history, newest);
-    if streak.count >= cfg.global_circuit_breaker_threshold {
+    if streak.count >= t.global {
         return Some(Finding::new(
             Critical,
             Detector::GlobalCircuitBreaker,
@@ -63,9 +113,9 @@ pub(crate) fn detect(
     }
 
     if call.known_poll && cfg.detectors.known_poll_no_progress {
-        let level = if streak.count >= cfg.critical_threshold {
+        let level = if streak.count >= t.critical {
             Some(Critical)
-        } else if streak.count >= cfg.warning_threshold {
+        } else if streak.count >= t.warning {
             Some(Warning)
         } else {
             None
@@ -79,9 +129,9 @@ pub(crate) fn detect(
 
     if cfg.detectors.ping_pong {
         let pp = metrics::ping_pong(history, call.signature);
-        let level = if pp.count >= cfg.critical_threshold && pp.no_progress {
+        let level = if pp.count >= t.critical && pp.no_progress {
             Some(Critical)
-        } else if pp.count >= cfg.warning_threshold {
+        } else if pp.count >= t.warning {
             Some(Warning)
         } else {
             None
@@ -94,7 +144,7 @@ pub(crate) fn detect(
     }
 
     if !call.known_poll && cfg.detectors.generic_repeat {
-        if streak.count >= cfg.critical_threshold {
+        if streak.count >= t.critical {
             return Some(Finding::new(
                 Critical,
                 Detector::GenericRepeat,
@@ -102,7 +152,7 @@ pub(crate) fn detect(
             ));
         }
         let repeats = history.count_from(call.signature, newest);
-        if repeats >= cfg.warning_threshold {
+        if repeats >= t.warning {
             return Some(Finding::new(Warning, Detector::GenericRepeat, repeats));
         }
     }

@@ -1,0 +1,596 @@
+//! The report of `loopguard scan`: one value built from the file scans, written as tables
+//! for people or as one JSON document (schema `loopguard-scan/1`, documented in
+//! `docs/scan.md`). The HTML page (`scan_html`) renders the same value.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use loopguard::{ConfigSet, Level};
+use loopguard_transcripts::{FileScan, FileStatus, Savings, ScanOptions, SessionReport};
+use serde::Serialize;
+use serde_json::json;
+
+/// Version of the JSON document.
+pub const SCHEMA: &str = "loopguard-scan/1";
+
+/// Where the config came from.
+#[derive(Clone, Debug)]
+pub enum ConfigSource {
+    /// No `--config`: detection on with default thresholds.
+    Defaults,
+    /// A config file.
+    File(String),
+}
+
+/// Everything a scan found.
+pub struct Report {
+    pub files: Vec<FileScan>,
+    pub ignored_files: u64,
+    pub config: serde_json::Value,
+    pub config_note: String,
+    pub summary: Summary,
+    pub elapsed: Duration,
+}
+
+/// Totals over every file and session.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub files: u64,
+    pub scanned_files: u64,
+    pub companion_files: u64,
+    pub skipped_files: u64,
+    pub unknown_format_files: u64,
+    pub unreadable_files: u64,
+    pub ignored_files: u64,
+    pub bytes: u64,
+    pub lines: u64,
+    pub skipped_lines: u64,
+    pub sessions: u64,
+    pub sessions_with_findings: u64,
+    pub sessions_with_blocks: u64,
+    pub runs: u64,
+    pub calls: u64,
+    pub warned_calls: u64,
+    pub blocked_calls: u64,
+    pub loops: u64,
+    pub findings: u64,
+    pub compaction_aborts: u64,
+    pub unpaired_calls: u64,
+    pub orphan_results: u64,
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub saved: Savings,
+}
+
+impl Report {
+    pub fn new(
+        files: Vec<FileScan>,
+        ignored_files: u64,
+        source: ConfigSource,
+        options: &ScanOptions,
+        elapsed: Duration,
+    ) -> Self {
+        let (config, config_note) =
+            describe_config(&source, &options.config, options.agent.as_deref());
+        let mut summary = Summary {
+            files: files.len() as u64,
+            ignored_files,
+            ..Summary::default()
+        };
+        for file in &files {
+            match &file.status {
+                FileStatus::Scanned => summary.scanned_files += 1,
+                FileStatus::Companion { .. } => summary.companion_files += 1,
+                FileStatus::Skipped { .. } => summary.skipped_files += 1,
+                FileStatus::UnknownFormat { .. } => summary.unknown_format_files += 1,
+                FileStatus::Unreadable { .. } => summary.unreadable_files += 1,
+                _ => {}
+            }
+            summary.bytes += file.read.bytes;
+            summary.lines += file.read.lines;
+            summary.skipped_lines += file.read.skipped_lines();
+            for s in &file.sessions {
+                summary.sessions += 1;
+                summary.sessions_with_findings += u64::from(!s.findings.is_empty());
+                summary.sessions_with_blocks += u64::from(s.has_blocks());
+                summary.runs += s.runs;
+                summary.calls += s.calls;
+                summary.warned_calls += s.warned_calls;
+                summary.blocked_calls += s.blocked_calls;
+                summary.loops += s.loops.len() as u64;
+                summary.findings += s.findings.len() as u64;
+                summary.compaction_aborts += s.timeline.aborts.len() as u64;
+                summary.unpaired_calls += s.unpaired_calls;
+                summary.orphan_results += s.orphan_results;
+                if let Some(u) = s.usage {
+                    *summary.tokens.get_or_insert(0) += u.tokens;
+                    if let Some(c) = u.cost {
+                        let total = summary.cost.get_or_insert(0.0);
+                        *total = ((*total + c) * 1e9).round() / 1e9;
+                    }
+                }
+                summary.saved.add(&s.saved);
+            }
+        }
+        Self {
+            files,
+            ignored_files,
+            config,
+            config_note,
+            summary,
+            elapsed,
+        }
+    }
+
+    /// Files that could not be read or are of no known format.
+    pub fn unread_files(&self) -> u64 {
+        self.summary.unknown_format_files + self.summary.unreadable_files
+    }
+
+    /// Findings at `level` or above.
+    pub fn findings_at(&self, level: Level) -> usize {
+        self.sessions()
+            .flat_map(|(_, s)| &s.findings)
+            .filter(|f| f.level >= level)
+            .count()
+    }
+
+    /// Every session with its file.
+    pub fn sessions(&self) -> impl Iterator<Item = (&FileScan, &SessionReport)> {
+        self.files
+            .iter()
+            .flat_map(|f| f.sessions.iter().map(move |s| (f, s)))
+    }
+
+    /// The JSON document.
+    pub fn to_json(&self) -> serde_json::Value {
+        let sessions: Vec<serde_json::Value> = self
+            .sessions()
+            .map(|(file, session)| {
+                let mut value = serde_json::to_value(session).unwrap_or_default();
+                if let Some(map) = value.as_object_mut() {
+                    let mut head = serde_json::Map::new();
+                    head.insert("file".into(), json!(file.file));
+                    head.insert("format".into(), json!(file.format));
+                    head.append(map);
+                    return serde_json::Value::Object(head);
+                }
+                value
+            })
+            .collect();
+        json!({
+            "schema": SCHEMA,
+            "config": self.config,
+            "summary": self.summary,
+            "sessions": sessions,
+            "files": self.files,
+        })
+    }
+
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        serde_json::to_writer(&mut *out, &self.to_json())?;
+        out.write_all(b"\n")
+    }
+
+    pub fn write_human(&self, out: &mut impl Write, html: Option<&Path>) -> io::Result<()> {
+        let s = &self.summary;
+        writeln!(
+            out,
+            "loopguard scan (shadow mode: what the guard would have done)"
+        )?;
+        writeln!(out, "config: {}", self.config_note)?;
+        writeln!(out)?;
+        self.write_loops(out)?;
+        self.write_files(out)?;
+        self.write_problems(out)?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Total: {} files ({} scanned), {} sessions, {} runs, {} calls; {} warned, {} blocked in {} loops ({} sessions with blocks, {} compaction aborts).",
+            s.files,
+            s.scanned_files,
+            s.sessions,
+            s.runs,
+            s.calls,
+            s.warned_calls,
+            s.blocked_calls,
+            s.loops,
+            s.sessions_with_blocks,
+            s.compaction_aborts,
+        )?;
+        writeln!(out, "Would have saved: {}.", savings_text(&s.saved))?;
+        let secs = self.elapsed.as_secs_f64();
+        writeln!(
+            out,
+            "Read {} ({} lines) in {:.2} s{}.",
+            bytes_text(s.bytes),
+            s.lines,
+            secs,
+            if secs > 0.0 {
+                format!(", {}/s", bytes_text((s.bytes as f64 / secs) as u64))
+            } else {
+                String::new()
+            }
+        )?;
+        if let Some(html) = html {
+            writeln!(out, "HTML report: {}", html.display())?;
+        }
+        Ok(())
+    }
+
+    fn write_loops(&self, out: &mut impl Write) -> io::Result<()> {
+        let with: Vec<_> = self
+            .sessions()
+            .filter(|(_, s)| !s.loops.is_empty())
+            .collect();
+        if with.is_empty() {
+            writeln!(
+                out,
+                "No loops: the guard would not have stepped in on any of the {} sessions.",
+                self.summary.sessions
+            )?;
+            return writeln!(out);
+        }
+        writeln!(
+            out,
+            "Loops found ({} in {} of {} sessions):",
+            self.summary.loops,
+            with.len(),
+            self.summary.sessions
+        )?;
+        for (file, session) in with {
+            writeln!(out)?;
+            writeln!(out, "  {}  session {}", file.file, session.session)?;
+            for l in &session.loops {
+                let tool = match &l.paired_tool {
+                    Some(p) => format!("{} <-> {p}", l.tool),
+                    None => l.tool.clone(),
+                };
+                writeln!(
+                    out,
+                    "    run {}  {}",
+                    l.run.as_deref().unwrap_or("(none)"),
+                    tool
+                )?;
+                if let Some(m) = &l.first_warning {
+                    writeln!(
+                        out,
+                        "      warning  {:<24} call {:>5} (line {:>6})  count {}",
+                        m.detector.as_str(),
+                        m.call_index,
+                        m.line,
+                        m.count
+                    )?;
+                }
+                if let Some(m) = &l.first_block {
+                    writeln!(
+                        out,
+                        "      block    {:<24} call {:>5} (line {:>6})  count {}",
+                        m.detector.as_str(),
+                        m.call_index,
+                        m.line,
+                        m.count
+                    )?;
+                    let stop = if l.stopped_run {
+                        " (the run would have been stopped)"
+                    } else {
+                        ""
+                    };
+                    writeln!(
+                        out,
+                        "      after the block the agent repeated the call {} more time{}; saved: {}{stop}",
+                        l.repeats_after_block,
+                        if l.repeats_after_block == 1 { "" } else { "s" },
+                        savings_text(&l.saved)
+                    )?;
+                }
+            }
+        }
+        writeln!(out)
+    }
+
+    fn write_files(&self, out: &mut impl Write) -> io::Result<()> {
+        let scanned: Vec<&FileScan> = self
+            .files
+            .iter()
+            .filter(|f| matches!(f.status, FileStatus::Scanned))
+            .collect();
+        if scanned.is_empty() {
+            return Ok(());
+        }
+        let width = scanned
+            .iter()
+            .map(|f| f.file.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 72);
+        writeln!(
+            out,
+            "{:<width$}  {:<18} {:>8} {:>8} {:>6} {:>6} {:>8}",
+            "FILE", "FORMAT", "SESSIONS", "CALLS", "WARN", "BLOCK", "SKIPPED"
+        )?;
+        for f in scanned {
+            let sessions = f.sessions.len();
+            let calls: u64 = f.sessions.iter().map(|s| s.calls).sum();
+            let warned: u64 = f.sessions.iter().map(|s| s.warned_calls).sum();
+            let blocked: u64 = f.sessions.iter().map(|s| s.blocked_calls).sum();
+            writeln!(
+                out,
+                "{:<width$}  {:<18} {:>8} {:>8} {:>6} {:>6} {:>8}",
+                shorten(&f.file, width),
+                f.format.map_or("-", |f| f.as_str()),
+                sessions,
+                calls,
+                warned,
+                blocked,
+                f.read.skipped_lines()
+            )?;
+        }
+        Ok(())
+    }
+
+    fn write_problems(&self, out: &mut impl Write) -> io::Result<()> {
+        let not_scanned: Vec<&FileScan> = self
+            .files
+            .iter()
+            .filter(|f| !matches!(f.status, FileStatus::Scanned))
+            .collect();
+        if !not_scanned.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "Files not scanned:")?;
+            for f in not_scanned {
+                let why = match &f.status {
+                    FileStatus::Companion { kind } => {
+                        format!(
+                            "companion file ({}), read with its transcript",
+                            kind.as_str()
+                        )
+                    }
+                    FileStatus::UnknownFormat { reason } => format!("unknown format: {reason}"),
+                    FileStatus::Unreadable { error } => format!("unreadable: {error}"),
+                    FileStatus::Skipped { reason } => format!("skipped: {reason}"),
+                    _ => "not scanned".into(),
+                };
+                writeln!(out, "  {}  {why}", f.file)?;
+            }
+        }
+        if self.ignored_files > 0 {
+            writeln!(
+                out,
+                "  ({} other files in the directories were not considered: not *.jsonl, *.json, *.traj or an OpenClaw archive)",
+                self.ignored_files
+            )?;
+        }
+        let with_skips: Vec<&FileScan> = self
+            .files
+            .iter()
+            .filter(|f| !f.read.skipped.is_empty() || f.read.repaired > 0)
+            .collect();
+        if !with_skips.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "Lines not used:")?;
+            for f in with_skips {
+                for skip in &f.read.skipped {
+                    writeln!(
+                        out,
+                        "  {}  {} line{} {} ({}), first at line {}{}",
+                        f.file,
+                        skip.count,
+                        if skip.count == 1 { "" } else { "s" },
+                        skip.reason.as_str(),
+                        skip.reason.describe(),
+                        skip.first_line,
+                        skip.example
+                            .as_deref()
+                            .map_or(String::new(), |e| format!(": {e}"))
+                    )?;
+                }
+                if f.read.repaired > 0 {
+                    writeln!(
+                        out,
+                        "  {}  {} lines repaired (invalid UTF-8 or split surrogates replaced) and used",
+                        f.file, f.read.repaired
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The config as the report shows it, and a sentence for people.
+fn describe_config(
+    source: &ConfigSource,
+    config: &ConfigSet,
+    agent: Option<&str>,
+) -> (serde_json::Value, String) {
+    let c = config.for_agent(agent);
+    let thresholds = json!({
+        "detectors_enabled": c.detectors_enabled(),
+        "history_size": c.history_size,
+        "warning_threshold": c.warning_threshold,
+        "critical_threshold": c.critical_threshold,
+        "global_circuit_breaker_threshold": c.global_circuit_breaker_threshold,
+        "unknown_tool_threshold": c.unknown_tool_threshold,
+        "post_compaction_window": c.post_compaction_window,
+    });
+    let numbers = format!(
+        "warning at {}, block at {}, global breaker at {}, unknown tool at {}, history {} calls per run, post-compaction window {}",
+        c.warning_threshold,
+        c.critical_threshold,
+        c.global_circuit_breaker_threshold,
+        c.unknown_tool_threshold,
+        c.history_size,
+        c.post_compaction_window
+    );
+    let (file, note) = match source {
+        ConfigSource::Defaults => (
+            None,
+            format!("none given, so detection is on with the default thresholds ({numbers})"),
+        ),
+        ConfigSource::File(path) => {
+            let on = if c.detectors_enabled() {
+                "detection on"
+            } else {
+                "rolling detectors OFF in this config (only the post-compaction guard runs)"
+            };
+            (
+                Some(path.clone()),
+                format!(
+                    "{path}{}: {on} ({numbers})",
+                    agent.map_or(String::new(), |a| format!(" for agent {a}"))
+                ),
+            )
+        }
+    };
+    let value = json!({
+        "source": match source { ConfigSource::Defaults => "defaults", ConfigSource::File(_) => "file" },
+        "file": file,
+        "agent": agent,
+        "note": note,
+        "effective": thresholds,
+    });
+    (value, note)
+}
+
+fn savings_text(s: &Savings) -> String {
+    let mut parts = vec![plural(s.calls, "call")];
+    match s.tokens {
+        Some(t) => parts.push(format!("{} tokens", count_text(t))),
+        None => parts.push("tokens unknown (no usage in the transcript)".into()),
+    }
+    if let Some(c) = s.cost {
+        parts.push(format!("${c:.2}"));
+    }
+    parts.join(", ")
+}
+
+/// `1 call`, `2 calls`.
+pub fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `1234567` as `1.2M`.
+pub fn count_text(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// Bytes for people.
+pub fn bytes_text(n: u64) -> String {
+    match n {
+        0..=9_999 => format!("{n} B"),
+        10_000..=9_999_999 => format!("{:.1} kB", n as f64 / 1e3),
+        10_000_000..=9_999_999_999 => format!("{:.1} MB", n as f64 / 1e6),
+        _ => format!("{:.2} GB", n as f64 / 1e9),
+    }
+}
+
+/// `text` cut in the middle to `width` characters.
+fn shorten(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    if n <= width {
+        return text.to_owned();
+    }
+    let keep = width.saturating_sub(1);
+    let head: String = text.chars().take(keep / 2).collect();
+    let tail: String = text.chars().skip(n - (keep - keep / 2)).collect();
+    format!("{head}…{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loopguard_transcripts::{scan_bytes, ScanOptions};
+
+    fn report(name: &str) -> Report {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/scan")
+            .join(name);
+        let bytes = std::fs::read(fixture).unwrap();
+        let options = ScanOptions::default();
+        let scan = scan_bytes(&bytes, None, name, &options).unwrap();
+        let unknown = FileScan::not_scanned(
+            "notes.txt",
+            FileStatus::UnknownFormat {
+                reason: "not JSON or JSON Lines".into(),
+            },
+            5,
+        );
+        Report::new(
+            vec![scan, unknown],
+            3,
+            ConfigSource::Defaults,
+            &options,
+            Duration::from_millis(5),
+        )
+    }
+
+    #[test]
+    fn human_report_names_loops_files_and_problems() {
+        let report = report("openclaw-loop.jsonl");
+        let mut out = Vec::new();
+        report
+            .write_human(&mut out, Some(Path::new("r.html")))
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for needle in [
+            "config: none given, so detection is on with the default thresholds",
+            "Loops found (1 in 1 of 1 sessions):",
+            "openclaw-loop.jsonl  session demo-loop",
+            "warning  generic_repeat           call    11 (line     24)  count 10",
+            "block    generic_repeat           call    21 (line     44)  count 20",
+            "repeated the call 2 more times; saved: 3 calls, 6150 tokens, $0.01",
+            "notes.txt  unknown format: not JSON or JSON Lines",
+            "3 other files in the directories were not considered",
+            "2 lines off_branch (not on the active branch), first at line 50",
+            "Total: 2 files (1 scanned), 1 sessions",
+            "HTML report: r.html",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert_eq!(report.unread_files(), 1);
+        assert_eq!(report.findings_at(Level::Critical), 1);
+        assert_eq!(report.findings_at(Level::Warning), 2);
+    }
+
+    #[test]
+    fn json_document_lists_every_file_and_session() {
+        let report = report("openclaw-loop.jsonl");
+        let doc = report.to_json();
+        assert_eq!(doc["schema"], SCHEMA);
+        assert_eq!(doc["sessions"][0]["file"], "openclaw-loop.jsonl");
+        assert_eq!(doc["sessions"][0]["format"], "openclaw");
+        assert_eq!(doc["sessions"][0]["findings"][1]["level"], "critical");
+        assert_eq!(doc["files"][1]["status"], "unknown_format");
+        assert_eq!(doc["summary"]["unknown_format_files"], 1);
+        assert_eq!(doc["summary"]["saved"]["cost"], 0.0075);
+    }
+
+    #[test]
+    fn number_and_text_helpers() {
+        assert_eq!(count_text(999), "999");
+        assert_eq!(count_text(12_345), "12.3k");
+        assert_eq!(count_text(2_500_000), "2.5M");
+        assert_eq!(bytes_text(16_600_000), "16.6 MB");
+        assert_eq!(shorten("abcdefghij", 5), "ab…ij");
+        assert_eq!(shorten("abc", 5), "abc");
+        let s = Savings {
+            calls: 1,
+            tokens: None,
+            cost: None,
+        };
+        assert_eq!(
+            savings_text(&s),
+            "1 call, tokens unknown (no usage in the transcript)"
+        );
+    }
+}

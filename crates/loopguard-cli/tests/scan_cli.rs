@@ -1,0 +1,580 @@
+//! `loopguard scan` driven as a user would: the real binary on the synthetic fixtures in
+//! `tests/fixtures/scan/`, on generated bad input, and on the shared corpus (read in
+//! place; the corpus tests print SKIPPED when it is absent).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{bin, run, shared_dir};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scan")
+}
+
+/// Runs `loopguard scan ARGS --json` and parses its document.
+fn scan(args: &[&str]) -> (Value, i32, String) {
+    let mut all = vec!["scan", "--json"];
+    all.extend_from_slice(args);
+    let out = run(&all, b"");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
+    (doc, out.status.code().unwrap_or(-1), stderr)
+}
+
+/// The session of `doc` whose file ends with `file` (and whose id is `session`, if given).
+fn session<'a>(doc: &'a Value, file: &str, session: Option<&str>) -> &'a Value {
+    doc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["file"].as_str().unwrap().ends_with(file)
+                && session.is_none_or(|id| s["session"] == id)
+        })
+        .unwrap_or_else(|| panic!("no session for {file} {session:?}"))
+}
+
+fn file<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["file"].as_str().unwrap().ends_with(name))
+        .unwrap_or_else(|| panic!("no file {name}"))
+}
+
+/// (detector, level, tool, count, call_index, line) of each finding.
+fn findings(session: &Value) -> Vec<(String, String, String, u64, u64, u64)> {
+    session["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["detector"].as_str().unwrap().to_owned(),
+                f["level"].as_str().unwrap().to_owned(),
+                f["tool"].as_str().unwrap().to_owned(),
+                f["count"].as_u64().unwrap(),
+                f["call_index"].as_u64().unwrap(),
+                f["line"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn f(
+    detector: &str,
+    level: &str,
+    tool: &str,
+    count: u64,
+    call: u64,
+    line: u64,
+) -> (String, String, String, u64, u64, u64) {
+    (
+        detector.into(),
+        level.into(),
+        tool.into(),
+        count,
+        call,
+        line,
+    )
+}
+
+#[test]
+fn fixtures_every_format_and_the_documented_schema() {
+    let (doc, code, _) = scan(&[fixtures().to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["schema"], "loopguard-scan/1");
+    assert_eq!(doc["config"]["source"], "defaults");
+    assert!(doc["config"]["note"]
+        .as_str()
+        .unwrap()
+        .contains("default thresholds"));
+
+    let loop_session = session(&doc, "openclaw-loop.jsonl", Some("demo-loop"));
+    assert_eq!(loop_session["format"], "openclaw");
+    assert_eq!(
+        loop_session["calls"], 24,
+        "the abandoned branch's call is not counted"
+    );
+    assert_eq!(
+        findings(loop_session),
+        [
+            f("generic_repeat", "warning", "read", 10, 11, 24),
+            f("generic_repeat", "critical", "read", 20, 21, 44)
+        ]
+    );
+    let l = &loop_session["loops"][0];
+    assert_eq!(l["repeats_after_block"], 2);
+    assert_eq!(l["saved"]["calls"], 3);
+    assert_eq!(
+        l["saved"]["tokens"],
+        3 * 2050,
+        "the three responses to blocked calls"
+    );
+    assert_eq!(
+        file(&doc, "openclaw-loop.jsonl")["read"]["skipped"][0]["reason"],
+        "off_branch"
+    );
+
+    let compaction = session(&doc, "openclaw-compaction.jsonl", None);
+    assert_eq!(
+        findings(compaction),
+        [f("compaction_loop_persisted", "critical", "exec", 3, 6, 15)]
+    );
+    assert_eq!(compaction["loops"][0]["stopped_run"], true);
+    assert_eq!(compaction["blocked_calls"], 1, "the call after the abort");
+
+    let codex = session(&doc, "codex-rollout.jsonl", None);
+    assert_eq!(codex["session"], "demo-codex");
+    assert_eq!(
+        findings(codex),
+        [f("generic_repeat", "warning", "shell", 10, 11, 34)]
+    );
+    assert_eq!(codex["usage"]["tokens"], 12 * 3020);
+
+    let claude = session(&doc, "claude-code.jsonl", None);
+    assert_eq!(
+        (claude["calls"].as_u64(), claude["runs"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(claude["compactions"], 1);
+    assert!(findings(claude).is_empty());
+
+    let alpha = session(&doc, "events.jsonl", Some("alpha"));
+    assert_eq!(
+        findings(alpha),
+        [f(
+            "known_poll_no_progress",
+            "warning",
+            "process",
+            10,
+            11,
+            41
+        )]
+    );
+    assert!(
+        findings(session(&doc, "events.jsonl", Some("beta"))).is_empty(),
+        "changing results are progress"
+    );
+    assert_eq!(session(&doc, "anthropic-messages.json", None)["calls"], 1);
+
+    assert_eq!(doc["summary"]["sessions"], 7);
+    assert_eq!(doc["summary"]["compaction_aborts"], 1);
+    assert_eq!(doc["summary"]["files"], 6);
+}
+
+#[test]
+fn fail_on_and_exit_statuses() {
+    let loop_file = fixtures().join("openclaw-loop.jsonl");
+    let healthy = fixtures().join("claude-code.jsonl");
+    let (_, code, _) = scan(&[loop_file.to_str().unwrap(), "--fail-on", "critical"]);
+    assert_eq!(code, 3);
+    let (_, code, _) = scan(&[healthy.to_str().unwrap(), "--fail-on", "warning"]);
+    assert_eq!(code, 0);
+    let out = run(
+        &[
+            "scan",
+            "--config",
+            "/nonexistent/openclaw.json5",
+            healthy.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("loopguard: error: cannot read"));
+    let out = run(
+        &["scan", "--format", "nonsense", healthy.to_str().unwrap()],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "clap rejects the value");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("openclaw"));
+}
+
+#[test]
+fn a_config_changes_the_thresholds_and_says_so() {
+    let dir = tempdir();
+    let config = dir.join("openclaw.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 5, criticalThreshold: 8 } } }",
+    )
+    .unwrap();
+    let loop_file = fixtures().join("openclaw-loop.jsonl");
+    let (doc, _, _) = scan(&[
+        "--config",
+        config.to_str().unwrap(),
+        loop_file.to_str().unwrap(),
+    ]);
+    assert_eq!(doc["config"]["source"], "file");
+    assert_eq!(doc["config"]["effective"]["warning_threshold"], 5);
+    let s = session(&doc, "openclaw-loop.jsonl", None);
+    assert_eq!(findings(s)[0].4, 6);
+    assert_eq!(findings(s)[1].4, 9);
+    // A config that leaves detection off: only the post-compaction guard runs.
+    std::fs::write(&config, "{ tools: {} }").unwrap();
+    let (doc, _, _) = scan(&[
+        "--config",
+        config.to_str().unwrap(),
+        fixtures().to_str().unwrap(),
+    ]);
+    assert_eq!(doc["summary"]["warned_calls"], 0);
+    assert_eq!(doc["summary"]["compaction_aborts"], 1);
+}
+
+#[test]
+fn standard_input_and_format_override() {
+    let events = std::fs::read(fixtures().join("events.jsonl")).unwrap();
+    let out = run(&["scan", "-"], &events);
+    assert_eq!(out.status.code(), Some(0));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["files"][0]["file"], "-");
+    assert_eq!(doc["summary"]["sessions"], 2);
+    // Detection would say "loopguard" too; --format makes it explicit, and wins.
+    let out = run(&["scan", "--format", "openai-chat", "-"], &events);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["files"][0]["format"], "openai-chat");
+    assert_eq!(doc["summary"]["calls"], 0);
+    // Nothing on standard input: an empty file, reported as of no known format.
+    let out = run(&["scan"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["files"][0]["status"], "unknown_format");
+    assert_eq!(doc["files"][0]["reason"], "empty file");
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "loopguard-scan-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every kind of bad input is counted and reported, never a crash, never a dropped file.
+#[test]
+fn bad_input_is_counted_per_file() {
+    let dir = tempdir();
+    let openclaw = std::fs::read(fixtures().join("openclaw-loop.jsonl")).unwrap();
+    let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
+    // A transcript cut off mid-line (still being written).
+    write("cut.jsonl", &openclaw[..openclaw.len() - 40]);
+    // Corrupt lines, bytes that are not UTF-8, unknown entry types, a result without its
+    // call, a call without its result.
+    let mut corrupt = openclaw.clone();
+    corrupt.extend_from_slice(b"{{{ not json\n");
+    corrupt.extend_from_slice(b"{\"type\":\"message\",\"message\":{\"role\":\"toolResult\",\"toolCallId\":\"call_01\",\"content\":[{\"type\":\"text\",\"text\":\"bad \xff\xfe bytes\"}]}}\n");
+    corrupt.extend_from_slice(b"{\"type\":\"teleport\"}\n");
+    corrupt.extend_from_slice(b"{\"type\":\"message\",\"message\":{\"role\":\"toolResult\",\"toolCallId\":\"ghost\",\"content\":[]}}\n");
+    corrupt.extend_from_slice(b"{\"type\":\"message\",\"message\":{\"role\":\"assistant\",\"content\":[{\"type\":\"toolCall\",\"id\":\"lonely\",\"name\":\"read\",\"arguments\":{}}]}}\n");
+    write("corrupt.jsonl", &corrupt);
+    write("notes.json", b"{\"title\": \"not a transcript\"}");
+    write("binary.jsonl", &[0x89, b'P', b'N', b'G', 0, 0, 0, 13]);
+    write("empty.jsonl", b"");
+    std::fs::create_dir_all(dir.join("nested/deeper")).unwrap();
+    std::fs::write(
+        dir.join("nested/deeper/events.jsonl"),
+        std::fs::read(fixtures().join("events.jsonl")).unwrap(),
+    )
+    .unwrap();
+    write("README.md", b"# not considered");
+
+    let (doc, code, _) = scan(&[dir.to_str().unwrap()]);
+    assert_eq!(code, 2, "files of no known format");
+    assert_eq!(doc["summary"]["files"], 6);
+    assert_eq!(doc["summary"]["ignored_files"], 1);
+    let cut = file(&doc, "cut.jsonl");
+    assert_eq!(cut["status"], "scanned");
+    assert_eq!(cut["read"]["skipped"][1]["reason"], "truncated_last_line");
+    let corrupt_file = file(&doc, "corrupt.jsonl");
+    let reasons: Vec<&str> = corrupt_file["read"]["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["off_branch", "invalid_json", "unknown_entry_type"]
+    );
+    assert_eq!(corrupt_file["read"]["repaired"], 1);
+    let s = session(&doc, "corrupt.jsonl", None);
+    assert_eq!(
+        s["orphan_results"], 2,
+        "a second result for call_01, and the result for `ghost`"
+    );
+    assert_eq!(s["unpaired_calls"], 1, "the `lonely` call");
+    for (name, reason) in [
+        ("notes.json", "no known transcript shape"),
+        ("binary.jsonl", "binary"),
+        ("empty.jsonl", "empty"),
+    ] {
+        let f = file(&doc, name);
+        assert_eq!(f["status"], "unknown_format", "{name}");
+        assert!(
+            f["reason"].as_str().unwrap().contains(reason),
+            "{name}: {}",
+            f["reason"]
+        );
+    }
+    assert_eq!(
+        file(&doc, "nested/deeper/events.jsonl")["status"],
+        "scanned"
+    );
+    let missing = dir.join("missing.jsonl");
+    let (doc, code, _) = scan(&[missing.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(doc["files"][0]["status"], "unreadable");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A 100 MB file with a 100 MB line: skipped unbuffered, and the transcript around it read.
+#[test]
+fn a_hundred_megabyte_line_is_skipped_not_buffered() {
+    let dir = tempdir();
+    let path = dir.join("huge.jsonl");
+    {
+        use std::io::Write;
+        let openclaw = std::fs::read(fixtures().join("openclaw-loop.jsonl")).unwrap();
+        let text = String::from_utf8(openclaw).unwrap();
+        let mut lines = text.lines();
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        writeln!(out, "{}", lines.next().unwrap()).unwrap();
+        let chunk = vec![b'x'; 1 << 20];
+        out.write_all(b"{\"type\":\"custom\",\"data\":\"").unwrap();
+        for _ in 0..100 {
+            out.write_all(&chunk).unwrap();
+        }
+        out.write_all(b"\"}\n").unwrap();
+        for line in lines {
+            writeln!(out, "{line}").unwrap();
+        }
+    }
+    let (doc, code, _) = scan(&["--max-line-bytes", "1048576", path.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let f = file(&doc, "huge.jsonl");
+    assert!(f["size"].as_u64().unwrap() > 100 << 20);
+    assert_eq!(f["read"]["skipped"][0]["reason"], "line_too_long");
+    assert_eq!(f["read"]["skipped"][0]["first_line"], 2);
+    let s = session(&doc, "huge.jsonl", None);
+    assert_eq!(
+        findings(s).len(),
+        2,
+        "the loop after the long line is found"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn overlapping_openclaw_copies_are_scanned_once() {
+    let dir = tempdir();
+    let openclaw = std::fs::read(fixtures().join("openclaw-loop.jsonl")).unwrap();
+    std::fs::write(dir.join("demo-loop.jsonl"), &openclaw).unwrap();
+    std::fs::write(
+        dir.join("demo-loop.jsonl.reset.2026-01-05T10-00-00.000Z"),
+        &openclaw,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("demo-loop.jsonl.bak-1-2"),
+        &openclaw[..openclaw.len() / 2],
+    )
+    .unwrap();
+    let (doc, code, _) = scan(&[dir.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["summary"]["sessions"], 1);
+    assert_eq!(doc["summary"]["skipped_files"], 2);
+    let skipped = file(&doc, ".reset.2026-01-05T10-00-00.000Z");
+    assert_eq!(skipped["status"], "skipped");
+    assert!(skipped["reason"]
+        .as_str()
+        .unwrap()
+        .contains("demo-loop.jsonl"));
+    let (doc, _, _) = scan(&["--all-copies", dir.to_str().unwrap()]);
+    assert_eq!(doc["summary"]["sessions"], 3, "one report per file");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let out = bin().args(["scan", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "Examples:",
+        "--html",
+        "--fail-on",
+        "Exit status",
+        "loopguard scan ~/.openclaw/agents/main/sessions",
+    ] {
+        assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
+    }
+}
+
+/// The whole shared corpus: the loops SOURCES.md lists are found where it says, and the
+/// healthy sessions get no block.
+#[test]
+fn corpus_loops_are_found_where_sources_md_says() {
+    let Some(shared) = shared_dir() else {
+        println!("SKIPPED: shared folder not found (set LOOPGUARD_SHARED_DIR)");
+        return;
+    };
+    let corpus = shared.join("corpus");
+    let (doc, code, _) = scan(&[corpus.to_str().unwrap()]);
+    assert_eq!(code, 2, "replay-results.json is not a transcript");
+    assert_eq!(
+        file(&doc, "openclaw-derived/replay-results.json")["status"],
+        "unknown_format"
+    );
+    for companion in [".trajectory.jsonl", ".trajectory-path.json"] {
+        assert_eq!(file(&doc, companion)["status"], "companion");
+    }
+
+    // 08237d46: 22 identical failing edits on lines 63..105 (a call every other line):
+    // warning at the 11th (line 83), block at the 21st (line 103); the 22nd repeats it.
+    let s = session(&doc, "08237d46-d6c7-42a2-ab47-87ff3939da71.jsonl", None);
+    assert_eq!(
+        findings(s),
+        [
+            f("generic_repeat", "warning", "edit", 10, 34, 83),
+            f("generic_repeat", "critical", "edit", 20, 44, 103)
+        ]
+    );
+    assert_eq!(s["loops"][0]["repeats_after_block"], 1);
+    assert!(
+        s["saved"]["tokens"].as_u64().unwrap() > 0,
+        "the transcript carries usage"
+    );
+
+    // 44de2062: 15 identical failing edits from line 31: warnings from the 11th (line 51), no block.
+    let s = session(&doc, "44de2062-6cdd-4d8c-917e-41a2bb188a7a.jsonl", None);
+    assert_eq!(
+        findings(s),
+        [f("generic_repeat", "warning", "edit", 10, 26, 51)]
+    );
+
+    // 634fd029: session_status {} repeated with changing results: warnings, never a block.
+    let s = session(
+        &doc,
+        "634fd029-a15c-4d93-80f7-33e1758c26eb.jsonl.reset.2026-04-09T22-52-03.638Z",
+        None,
+    );
+    let found = findings(s);
+    assert!(!found.is_empty());
+    assert!(found
+        .iter()
+        .all(|f| f.0 == "generic_repeat" && f.1 == "warning" && f.2 == "session_status"));
+    assert_eq!(found[0].5, 27, "inside the 38-call turn (lines 8..80)");
+    assert_eq!(s["blocked_calls"], 0);
+
+    // 21596f48: process poll without progress in turn 41 (lines 614..656), and in turn 40.
+    let s = session(&doc, "21596f48-a8a0-43df-8e8d-387a0f1709a8.jsonl", None);
+    let found = findings(s);
+    assert!(found
+        .iter()
+        .all(|f| f.0 == "known_poll_no_progress" && f.1 == "warning" && f.2 == "process"));
+    assert!(
+        found.iter().any(|f| (614..=656).contains(&f.5)),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|f| (558..=603).contains(&f.5)),
+        "{found:?}"
+    );
+    assert_eq!(
+        file(&doc, "21596f48-a8a0-43df-8e8d-387a0f1709a8.jsonl")["read"]["skipped"][0]
+            ["first_line"],
+        955
+    );
+
+    // SWE-agent seaborn: the same grep 64 times from step 12 (SOURCES counts steps from 0).
+    let s = session(&doc, "mwaskom__seaborn-3187.traj", None);
+    let found = findings(s);
+    assert_eq!(
+        (
+            found[0].0.as_str(),
+            found[0].1.as_str(),
+            found[0].2.as_str(),
+            found[0].4
+        ),
+        ("generic_repeat", "warning", "grep", 22)
+    );
+    assert_eq!(
+        (found[1].1.as_str(), found[1].3, found[1].4),
+        ("critical", 20, 32)
+    );
+    assert_eq!(s["loops"][0]["stopped_run"], true);
+
+    // P1-r5 (derived stream): OpenClaw's first warning and first block.
+    let s = session(
+        &doc,
+        "anchor-call-streams.json",
+        Some("dd7d0e87-5311-475d-af2c-386d309920a3"),
+    );
+    let found = findings(s);
+    assert_eq!((found[0].4, found[0].3), (13, 10));
+    assert_eq!(
+        (found[1].0.as_str(), found[1].4, found[1].3),
+        ("generic_repeat", 24, 20)
+    );
+
+    // Healthy sessions: no block anywhere, and no finding at all.
+    let healthy = [
+        "0ff7b343-fcdb-4bc2-8504-ccc296c7e85b.checkpoint.016e7403-3ec8-4366-a5f3-f7fed9fa357c.jsonl",
+        "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1.jsonl",
+        "de164575-fc39-43d3-b0f9-7781fe07e46d.jsonl",
+        "5e9096eb-a13b-48ae-990d-ca9d6f231b05.jsonl",
+        "marshmallow-code__marshmallow-1867.function_calling_replace.traj",
+        "basic_gui_mode.json",
+        "eval-13_without_skill_run-2_codex_stdout.jsonl",
+        "gpt-4o-airline.json",
+    ];
+    for (name, s) in doc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["file"].as_str().unwrap(), s))
+    {
+        if healthy.iter().any(|h| name.ends_with(h)) {
+            assert!(
+                findings(s).is_empty(),
+                "{name} {}: {:?}",
+                s["session"],
+                findings(s)
+            );
+        }
+    }
+    assert!(findings(session(
+        &doc,
+        "anchor-call-streams.json",
+        Some("083ea86c-9602-4aff-a9c3-e84d8225f0e0")
+    ))
+    .is_empty());
+
+    // The heartbeat trap: 573 identical reads across heartbeat runs, each run on its own.
+    let heartbeat = session(&doc, "0ff7b343-fcdb-4bc2-8504-ccc296c7e85b.checkpoint.016e7403-3ec8-4366-a5f3-f7fed9fa357c.jsonl", None);
+    assert!(heartbeat["runs"].as_u64().unwrap() > 200);
+    assert_eq!(heartbeat["blocked_calls"], 0);
+    let sidecar = file(
+        &doc,
+        "openclaw-trajectory/5e9096eb-a13b-48ae-990d-ca9d6f231b05.jsonl",
+    );
+    assert_eq!(sidecar["sidecar_runs"], 4);
+    assert_eq!(
+        session(&doc, "de164575-fc39-43d3-b0f9-7781fe07e46d.jsonl", None)["unpaired_calls"],
+        1
+    );
+    assert_eq!(
+        session(&doc, "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1.jsonl", None)["compactions"],
+        2
+    );
+    assert_eq!(doc["summary"]["sessions_with_blocks"], 3);
+}

@@ -1,0 +1,257 @@
+//! Anthropic Messages arrays (FORMATS §7.2): a JSON array of messages or of
+//! conversations, an object with `messages` (an API request body), or JSON Lines of
+//! either. Each conversation is a session of its own.
+//!
+//! | message | item |
+//! |---|---|
+//! | `role: user` with text and no `tool_result` | a new run |
+//! | `role: user`, `tool_result` blocks | the result of call `tool_use_id`: `{content}` (a string content becomes one text part), or an error with the joined text when `is_error` is true |
+//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), then one call per `tool_use` block: `id`, `name`, `input` |
+//!
+//! Claude Code transcripts wrap exactly these messages and use the same mapping.
+
+use std::io::{self, BufRead, Seek};
+
+use loopguard_replay::{Ids, OwnedOutcome};
+use serde_json::Value;
+
+use crate::chat::{self, content_text, Conversation, Dialect};
+use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::stats::{ReadStats, SkipReason};
+use crate::ReadOptions;
+
+/// Reads Anthropic Messages arrays.
+pub fn read<R: BufRead + Seek>(
+    input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    chat::read(input, options, &mut Anthropic, sink)
+}
+
+struct Anthropic;
+
+impl Dialect for Anthropic {
+    fn message(
+        &mut self,
+        conversation: &mut Conversation,
+        pos: Pos,
+        message: &Value,
+        stats: &mut ReadStats,
+        sink: &mut dyn Sink,
+    ) {
+        let content = message.get("content").unwrap_or(&Value::Null);
+        match message.get("role").and_then(Value::as_str) {
+            Some("user") => {
+                if is_prompt(content) {
+                    conversation.start_run();
+                }
+                for (id, outcome) in tool_results(content) {
+                    match conversation.answer(id) {
+                        Some(id) => sink.push(pos, item::result(&conversation.ids, &id, outcome)),
+                        None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                            "tool_result that answers no call".into()
+                        }),
+                    }
+                }
+            }
+            Some("assistant") => {
+                let usage = message.get("usage").and_then(usage);
+                sink.push(
+                    pos,
+                    Item::Turn {
+                        ids: conversation.ids.clone(),
+                        usage,
+                    },
+                );
+                conversation.unanswered.clear();
+                for (id, name, input) in tool_uses(content) {
+                    let id = match id {
+                        Some(id) => id.to_owned(),
+                        None => conversation.synthesize_id(),
+                    };
+                    match item::call(&conversation.ids, Some(&id), name, input.clone()) {
+                        Some(call) => {
+                            conversation.expect(&id);
+                            sink.push(pos, call);
+                        }
+                        None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                            "tool_use without a name".into()
+                        }),
+                    }
+                }
+            }
+            Some("system") => {}
+            other => {
+                let role = other.unwrap_or("(none)").to_owned();
+                stats.skip(SkipReason::UnknownEntryType, pos.line, || {
+                    format!("message role {role}")
+                });
+            }
+        }
+    }
+}
+
+/// Whether a user message's content is a prompt (text, no tool results): a new run.
+pub(crate) fn is_prompt(content: &Value) -> bool {
+    match content {
+        Value::String(s) => !s.trim().is_empty(),
+        Value::Array(blocks) => {
+            let kind = |b: &Value| b.get("type").and_then(Value::as_str).map(str::to_owned);
+            !blocks
+                .iter()
+                .any(|b| kind(b).as_deref() == Some("tool_result"))
+                && blocks
+                    .iter()
+                    .any(|b| kind(b).as_deref() != Some("tool_result"))
+        }
+        _ => false,
+    }
+}
+
+/// The `tool_use` blocks of an assistant content: (id, name, input).
+pub(crate) fn tool_uses(content: &Value) -> impl Iterator<Item = (Option<&str>, &str, &Value)> {
+    static EMPTY: std::sync::LazyLock<Value> =
+        std::sync::LazyLock::new(|| Value::Object(serde_json::Map::new()));
+    content
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|b| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("tool_use" | "server_tool_use")
+            )
+        })
+        .map(|b| {
+            (
+                b.get("id")
+                    .and_then(Value::as_str)
+                    .and_then(loopguard::text::non_blank),
+                b.get("name").and_then(Value::as_str).unwrap_or(""),
+                b.get("input").unwrap_or(&EMPTY),
+            )
+        })
+}
+
+/// The `tool_result` blocks of a user content: (tool_use_id, outcome).
+pub(crate) fn tool_results(content: &Value) -> Vec<(Option<&str>, OwnedOutcome)> {
+    let Some(blocks) = content.as_array() else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .map(|b| {
+            let id = b.get("tool_use_id").and_then(Value::as_str);
+            (id, outcome_of(b))
+        })
+        .collect()
+}
+
+/// A `tool_result` block's outcome.
+pub(crate) fn outcome_of(block: &Value) -> OwnedOutcome {
+    let content = block.get("content").unwrap_or(&Value::Null);
+    if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+        return OwnedOutcome::Error(Value::String(content_text(content)));
+    }
+    let content = match content {
+        Value::String(text) => return OwnedOutcome::Result(item::text_result(text, None)),
+        other => other.clone(),
+    };
+    OwnedOutcome::Result(serde_json::json!({ "content": content }))
+}
+
+/// `{input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens}`.
+pub(crate) fn usage(usage: &Value) -> Option<Usage> {
+    let keys = [
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    ];
+    let found: Vec<u64> = keys
+        .iter()
+        .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
+        .collect();
+    (!found.is_empty()).then(|| Usage {
+        tokens: found.iter().sum(),
+        cost: None,
+    })
+}
+
+/// Emits the calls of an assistant content in `ids`; returns their ids (synthesized from
+/// `line` when a block has none).
+pub(crate) fn emit_tool_uses(
+    ids: &Ids,
+    pos: Pos,
+    content: &Value,
+    stats: &mut ReadStats,
+    sink: &mut dyn Sink,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (n, (id, name, input)) in tool_uses(content).enumerate() {
+        let id = id.map_or_else(|| format!("line-{}#{n}", pos.line), str::to_owned);
+        match item::call(ids, Some(&id), name, input.clone()) {
+            Some(call) => {
+                sink.push(pos, call);
+                out.push(id);
+            }
+            None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                "tool_use without a name".into()
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::read_bytes;
+    use crate::Format;
+    use loopguard_replay::Event;
+
+    #[test]
+    fn maps_tool_use_and_tool_result() {
+        let doc = r#"{"model": "m", "messages": [
+  {"role": "user", "content": "fix it"},
+  {"role": "assistant", "content": [
+     {"type": "thinking", "thinking": "hmm", "signature": "x"},
+     {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "/a"}},
+     {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "/b"}}],
+   "usage": {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 5}},
+  {"role": "user", "content": [
+     {"type": "tool_result", "tool_use_id": "toolu_1", "content": "A"},
+     {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": true,
+      "content": [{"type": "text", "text": "ENOENT"}]}]},
+  {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+  {"role": "user", "content": [{"type": "text", "text": "thanks"}]}
+]}"#;
+        let r = read_bytes(Format::AnthropicMessages, doc.as_bytes(), "a");
+        assert_eq!((r.calls(), r.results()), (2, 2));
+        assert_eq!(r.runs(), vec![("a".into(), Some("turn-1".into()))]);
+        let outcomes: Vec<&OwnedOutcome> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result { outcome, .. }) => Some(outcome),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            outcomes[0],
+            &OwnedOutcome::Result(serde_json::json!({"content": [{"type": "text", "text": "A"}]}))
+        );
+        assert_eq!(outcomes[1], &OwnedOutcome::Error(Value::from("ENOENT")));
+        assert!(matches!(
+            r.items[0].1,
+            Item::Turn {
+                usage: Some(Usage { tokens: 125, .. }),
+                ..
+            }
+        ));
+        assert!(r.stats.skipped.is_empty());
+    }
+}

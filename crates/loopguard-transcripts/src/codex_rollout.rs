@@ -1,0 +1,321 @@
+//! Codex CLI rollouts (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, FORMATS §6.1): one
+//! `{timestamp, type, payload}` object per line.
+//!
+//! | line | item |
+//! |---|---|
+//! | `session_meta` | the session id (`payload.id`, else the file name's) |
+//! | `event_msg` `user_message` | a new run; `turn_context` too, unless the run has seen nothing yet |
+//! | `response_item` `function_call` | a call: `call_id`, `name`, `arguments` parsed from its JSON text |
+//! | `response_item` `custom_tool_call` | a call with args `{"input": input}` |
+//! | `response_item` `local_shell_call` | a call of `local_shell` with the `action` as args |
+//! | `response_item` `function_call_output` / `custom_tool_call_output` | the result of call `call_id`: the output text as a text result; an error when the old `{content, success: false}` form says so |
+//! | the first `reasoning`, assistant `message` or call after a result or a prompt | a [`Item::Turn`] |
+//! | `event_msg` `token_count` | the [`Item::Usage`] of that response (`last_token_usage.total_tokens`) |
+//! | `compacted` | a compaction in the current run |
+//!
+//! Tool activity is also echoed in `event_msg` lines (`exec_command_begin`/`end`, …); those
+//! are not counted again.
+
+use std::borrow::Cow;
+use std::io::{self, BufRead, Seek};
+
+use loopguard_replay::OwnedOutcome;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::chat::content_text;
+use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::lines::{self, Lines};
+use crate::stats::{ReadStats, SkipReason};
+use crate::ReadOptions;
+
+#[derive(Deserialize)]
+struct LineEntry<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+}
+
+struct State {
+    ids: loopguard_replay::Ids,
+    runs: u64,
+    active: bool,
+    in_response: bool,
+    synthesized: u64,
+}
+
+impl State {
+    fn start_run(&mut self) {
+        self.runs += 1;
+        self.ids.run = Some(format!("turn-{}", self.runs));
+        self.active = false;
+        self.in_response = false;
+    }
+
+    fn turn(&mut self, pos: Pos, sink: &mut dyn Sink) {
+        if !self.in_response {
+            self.in_response = true;
+            sink.push(
+                pos,
+                Item::Turn {
+                    ids: self.ids.clone(),
+                    usage: None,
+                },
+            );
+        }
+    }
+}
+
+/// Reads a Codex rollout.
+pub fn read<R: BufRead + Seek>(
+    input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    let mut stats = ReadStats::default();
+    let mut lines = Lines::new(input, options.max_line);
+    let mut state = State {
+        ids: item::ids(options.session_hint, Some("turn-0")),
+        runs: 0,
+        active: false,
+        in_response: false,
+        synthesized: 0,
+    };
+    while let Some(line) = lines.next_line(&mut stats)? {
+        let mut scratch = None;
+        let entry = match lines::parse::<LineEntry<'_>>(line.bytes, &mut scratch) {
+            Ok((entry, repaired)) => {
+                stats.repaired += u64::from(repaired);
+                entry
+            }
+            Err(e) if e.is_data() && line.bytes.starts_with(b"{") => {
+                stats.skip(SkipReason::MalformedEntry, line.pos.line, || e.to_string());
+                continue;
+            }
+            Err(e) => {
+                lines::skip_unparsable(&mut stats, &line, &e, true);
+                continue;
+            }
+        };
+        let pos = line.pos;
+        let payload: Value = entry
+            .payload
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or(Value::Null);
+        let ptype = payload.get("type").and_then(Value::as_str).unwrap_or("");
+        match entry.kind.as_deref().unwrap_or("") {
+            "session_meta" => {
+                if let Some(id) = payload.get("id").and_then(Value::as_str) {
+                    let run = state.ids.run.clone();
+                    state.ids = item::ids(id, run.as_deref());
+                }
+            }
+            "turn_context" => {
+                if state.active {
+                    state.start_run();
+                }
+            }
+            "compacted" => sink.push(pos, item::compaction(&state.ids)),
+            "event_msg" => match ptype {
+                "user_message" => state.start_run(),
+                "token_count" => {
+                    let last = payload.pointer("/info/last_token_usage");
+                    let n = |k: &str| last.and_then(|l| l.get(k)).and_then(Value::as_u64);
+                    let tokens = n("total_tokens")
+                        .or_else(|| Some(n("input_tokens")? + n("output_tokens").unwrap_or(0)));
+                    if let Some(tokens) = tokens {
+                        sink.push(
+                            pos,
+                            Item::Usage {
+                                ids: state.ids.clone(),
+                                usage: Usage { tokens, cost: None },
+                            },
+                        );
+                    }
+                    state.in_response = false;
+                }
+                _ => {}
+            },
+            "response_item" => response_item(&mut state, pos, ptype, &payload, &mut stats, sink),
+            other => {
+                let other = other.to_owned();
+                stats.skip(SkipReason::UnknownEntryType, pos.line, || other);
+            }
+        }
+    }
+    Ok(stats)
+}
+
+fn response_item(
+    state: &mut State,
+    pos: Pos,
+    ptype: &str,
+    payload: &Value,
+    stats: &mut ReadStats,
+    sink: &mut dyn Sink,
+) {
+    let str_field = |k: &str| payload.get(k).and_then(Value::as_str);
+    match ptype {
+        "function_call" | "custom_tool_call" | "local_shell_call" => {
+            state.turn(pos, sink);
+            state.active = true;
+            let (name, args) = match ptype {
+                "function_call" => (
+                    str_field("name").unwrap_or(""),
+                    item::args_from_text(str_field("arguments").unwrap_or("")),
+                ),
+                "custom_tool_call" => (
+                    str_field("name").unwrap_or(""),
+                    serde_json::json!({ "input": str_field("input").unwrap_or("") }),
+                ),
+                _ => (
+                    "local_shell",
+                    payload.get("action").cloned().unwrap_or(Value::Null),
+                ),
+            };
+            let id = match str_field("call_id").or_else(|| str_field("id")) {
+                Some(id) => id.to_owned(),
+                None => {
+                    state.synthesized += 1;
+                    format!("call-{}", state.synthesized)
+                }
+            };
+            match item::call(&state.ids, Some(&id), name, args) {
+                Some(call) => sink.push(pos, call),
+                None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                    format!("{ptype} without a name")
+                }),
+            }
+        }
+        "function_call_output" | "custom_tool_call_output" => {
+            state.in_response = false;
+            let Some(id) = str_field("call_id").and_then(loopguard::text::non_blank) else {
+                stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                    format!("{ptype} without call_id")
+                });
+                return;
+            };
+            let outcome = match payload.get("output").unwrap_or(&Value::Null) {
+                Value::String(text) => OwnedOutcome::Result(item::text_result(text, None)),
+                Value::Object(old)
+                    if old.get("success").and_then(Value::as_bool) == Some(false) =>
+                {
+                    OwnedOutcome::Error(Value::String(content_text(
+                        old.get("content").unwrap_or(&Value::Null),
+                    )))
+                }
+                Value::Object(old) if old.contains_key("content") => {
+                    let text = content_text(old.get("content").unwrap_or(&Value::Null));
+                    OwnedOutcome::Result(item::text_result(&text, None))
+                }
+                other => OwnedOutcome::Result(serde_json::json!({ "content": other })),
+            };
+            sink.push(pos, item::result(&state.ids, id, outcome));
+        }
+        "reasoning" => state.turn(pos, sink),
+        "message" => {
+            if payload.get("role").and_then(Value::as_str) == Some("assistant") {
+                state.turn(pos, sink);
+            } else {
+                state.in_response = false;
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::read_bytes;
+    use crate::Format;
+    use loopguard_replay::Event;
+
+    const ROLLOUT: &str = concat!(
+        r#"{"timestamp":"t","type":"session_meta","payload":{"id":"rollout-1","cwd":"/w","originator":"codex_cli_rs","cli_version":"0.40.0"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"event_msg","payload":{"type":"user_message","message":"fix the build"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"turn_context","payload":{"cwd":"/w","model":"gpt-5"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"reasoning","summary":[]}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{\"command\":[\"cargo\",\"build\"]}","call_id":"call_1"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count","info":{"last_token_usage":{"input_tokens":900,"output_tokens":100,"total_tokens":1000}}}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"event_msg","payload":{"type":"exec_command_end","call_id":"call_1","exit_code":101}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"function_call_output","call_id":"call_1","output":"error[E0432]"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"custom_tool_call","name":"apply_patch","input":"*** Begin Patch","call_id":"call_2"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"custom_tool_call_output","call_id":"call_2","output":{"content":"failed","success":false}}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"compacted","payload":{"message":"summary"}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"response_item","payload":{"type":"local_shell_call","call_id":"call_3","action":{"type":"exec","command":["ls"]}}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"turn_context","payload":{}}"#,
+        "\n",
+        r#"{"timestamp":"t","type":"surprise","payload":{}}"#,
+        "\n",
+    );
+
+    #[test]
+    fn maps_a_rollout() {
+        let r = read_bytes(Format::CodexRollout, ROLLOUT.as_bytes(), "hint");
+        assert_eq!((r.calls(), r.results(), r.compactions()), (3, 2, 1));
+        assert_eq!(r.runs(), vec![("rollout-1".into(), Some("turn-1".into()))]);
+        let kinds: Vec<&str> = r
+            .items
+            .iter()
+            .map(|(_, i)| match i {
+                Item::Turn { .. } => "turn",
+                Item::Usage { .. } => "usage",
+                Item::Event(Event::Call { .. }) => "call",
+                Item::Event(Event::Result { .. }) => "result",
+                Item::Event(Event::Compaction { .. }) => "compaction",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "turn",
+                "call",
+                "usage",
+                "result",
+                "turn",
+                "call",
+                "result",
+                "compaction",
+                "turn",
+                "call"
+            ]
+        );
+        match &r.items[1].1 {
+            Item::Event(Event::Call { args, .. }) => {
+                assert_eq!(args, &serde_json::json!({"command": ["cargo", "build"]}));
+            }
+            other => panic!("{other:?}"),
+        }
+        let errors = r
+            .items
+            .iter()
+            .filter(|(_, i)| {
+                matches!(
+                    i,
+                    Item::Event(Event::Result {
+                        outcome: OwnedOutcome::Error(_),
+                        ..
+                    })
+                )
+            })
+            .count();
+        assert_eq!(errors, 1);
+        assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
+    }
+}

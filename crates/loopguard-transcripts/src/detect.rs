@@ -1,0 +1,513 @@
+//! Which format a file is in, from its first bytes (and, as a hint, its name).
+//!
+//! Detection reads a prefix (see [`PREFIX_BYTES`]) and looks at the shape of the JSON in it:
+//! the first line's keys and values for JSON Lines formats, the keys of the document (or
+//! of its first elements) for whole-document formats. It never needs the whole file, and a
+//! prefix that cuts a value in two is fine.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// How many bytes detection looks at.
+pub const PREFIX_BYTES: usize = 256 << 10;
+
+/// A transcript format with a reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Format {
+    /// OpenClaw (pi `SessionManager`) session JSONL.
+    #[serde(rename = "openclaw")]
+    OpenClaw,
+    /// Claude Code session JSONL.
+    ClaudeCode,
+    /// Codex CLI rollout JSONL (`~/.codex/sessions/**/rollout-*.jsonl`).
+    CodexRollout,
+    /// `codex exec --json` event stream.
+    CodexExec,
+    /// OpenAI chat-completions message arrays (`tool_calls` and `role: tool`).
+    OpenaiChat,
+    /// Anthropic Messages arrays (`tool_use` and `tool_result` blocks).
+    AnthropicMessages,
+    /// loopguard's own replay events (SPEC §7).
+    Loopguard,
+    /// SWE-agent `.traj` trajectory.
+    SweAgent,
+    /// OpenHands event trajectory.
+    #[serde(rename = "openhands")]
+    OpenHands,
+    /// Per-call streams pulled out of OpenClaw sessions (`anchor-call-streams.json`).
+    #[serde(rename = "openclaw-calls")]
+    OpenClawCalls,
+}
+
+impl Format {
+    /// Every format, in the order `--help` lists them.
+    pub const ALL: [Format; 10] = [
+        Self::OpenClaw,
+        Self::ClaudeCode,
+        Self::CodexRollout,
+        Self::CodexExec,
+        Self::OpenaiChat,
+        Self::AnthropicMessages,
+        Self::Loopguard,
+        Self::SweAgent,
+        Self::OpenHands,
+        Self::OpenClawCalls,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenClaw => "openclaw",
+            Self::ClaudeCode => "claude-code",
+            Self::CodexRollout => "codex-rollout",
+            Self::CodexExec => "codex-exec",
+            Self::OpenaiChat => "openai-chat",
+            Self::AnthropicMessages => "anthropic-messages",
+            Self::Loopguard => "loopguard",
+            Self::SweAgent => "swe-agent",
+            Self::OpenHands => "openhands",
+            Self::OpenClawCalls => "openclaw-calls",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|f| f.as_str()).collect();
+                format!("unknown format {s:?} (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// A file that belongs to a transcript without being one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Companion {
+    /// OpenClaw runtime trajectory sidecar (`<session>.trajectory.jsonl`): read for its run
+    /// ids when its transcript is scanned.
+    OpenClawTrajectory,
+    /// OpenClaw pointer to a trajectory sidecar (`<session>.trajectory-path.json`).
+    OpenClawTrajectoryPointer,
+    /// OpenClaw session store (`sessions.json`).
+    OpenClawSessionStore,
+}
+
+impl Companion {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenClawTrajectory => "openclaw-trajectory",
+            Self::OpenClawTrajectoryPointer => "openclaw-trajectory-pointer",
+            Self::OpenClawSessionStore => "openclaw-session-store",
+        }
+    }
+}
+
+/// What a file is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Detection {
+    /// A transcript this crate reads.
+    Transcript(Format),
+    /// A file that accompanies transcripts.
+    Companion(Companion),
+    /// Nothing known; why.
+    Unknown(String),
+}
+
+/// Detects the format of a file from its first bytes and its name.
+pub fn detect(prefix: &[u8], file_name: Option<&str>) -> Detection {
+    let prefix = &prefix[..prefix.len().min(PREFIX_BYTES)];
+    let text = skip_bom(prefix);
+    let Some(start) = text.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return Detection::Unknown("empty file".into());
+    };
+    let text = &text[start..];
+    if text.contains(&0) {
+        return Detection::Unknown("binary data".into());
+    }
+    if !matches!(text[0], b'{' | b'[') {
+        return Detection::Unknown("not JSON or JSON Lines".into());
+    }
+    let first_line = text.split(|&b| b == b'\n').next().unwrap_or(text);
+    let trimmed = first_line.trim_ascii();
+    if trimmed != b"{" && trimmed != b"[" {
+        if let Some(found) = by_line(&Shape::of(first_line), text) {
+            return found;
+        }
+    }
+    let shape = Shape::of(text);
+    if let Some(found) = by_document(&shape, text) {
+        return found;
+    }
+    let name = file_name.unwrap_or("");
+    if name.ends_with(".traj") {
+        return Detection::Transcript(Format::SweAgent);
+    }
+    let keys: Vec<&str> = shape
+        .keys
+        .iter()
+        .filter(|k| k.depth <= 2)
+        .map(|k| k.name.as_str())
+        .take(8)
+        .collect();
+    Detection::Unknown(if keys.is_empty() {
+        "JSON of no known transcript shape".into()
+    } else {
+        format!(
+            "JSON of no known transcript shape (keys: {})",
+            keys.join(", ")
+        )
+    })
+}
+
+fn skip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
+}
+
+/// JSON Lines formats, from the first line.
+fn by_line(line: &Shape, text: &[u8]) -> Option<Detection> {
+    use Detection::{Companion as C, Transcript as T};
+    let kind = line.value(1, "type");
+    if let Some(schema) = line.value(1, "traceSchema") {
+        return match schema {
+            "openclaw-trajectory" => Some(C(Companion::OpenClawTrajectory)),
+            "openclaw-trajectory-pointer" => Some(C(Companion::OpenClawTrajectoryPointer)),
+            _ => None,
+        };
+    }
+    match kind {
+        Some("session") if line.has(1, "id") => return Some(T(Format::OpenClaw)),
+        Some("call" | "result" | "compaction") => return Some(T(Format::Loopguard)),
+        Some(k)
+            if ["thread.", "turn.", "item."]
+                .iter()
+                .any(|p| k.starts_with(p)) =>
+        {
+            return Some(T(Format::CodexExec))
+        }
+        Some("session_meta" | "response_item" | "event_msg" | "turn_context" | "compacted")
+            if line.has(1, "payload") =>
+        {
+            return Some(T(Format::CodexRollout))
+        }
+        Some(
+            "user"
+            | "assistant"
+            | "system"
+            | "summary"
+            | "file-history-snapshot"
+            | "queue-operation"
+            | "progress"
+            | "attachment",
+        ) if [
+            "sessionId",
+            "uuid",
+            "leafUuid",
+            "messageId",
+            "snapshot",
+            "operation",
+        ]
+        .iter()
+        .any(|k| line.has(1, k)) =>
+        {
+            return Some(T(Format::ClaudeCode))
+        }
+        _ => {}
+    }
+    let chat = line.has(1, "role")
+        || line.has(1, "messages")
+        || line.has(1, "traj")
+        || (line.root == Some(b'[') && line.has(2, "role"));
+    chat.then(|| T(chat_dialect(&Shape::of(text))))
+}
+
+/// Whole-document formats, from the keys near the root.
+fn by_document(shape: &Shape, text: &[u8]) -> Option<Detection> {
+    use Detection::{Companion as C, Transcript as T};
+    match shape.root? {
+        b'{' => {
+            if shape.has(1, "trajectory") {
+                Some(T(Format::SweAgent))
+            } else if shape.has(1, "messages") {
+                Some(T(chat_dialect(shape)))
+            } else if shape.has(2, "calls") && (shape.has(2, "runId") || shape.has(2, "session_id"))
+            {
+                Some(T(Format::OpenClawCalls))
+            } else if shape.has(2, "sessionId") && shape.has(2, "updatedAt") {
+                Some(C(Companion::OpenClawSessionStore))
+            } else if shape.value(1, "traceSchema") == Some("openclaw-trajectory-pointer") {
+                Some(C(Companion::OpenClawTrajectoryPointer))
+            } else {
+                None
+            }
+        }
+        _ => {
+            if shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action")) {
+                Some(T(Format::OpenHands))
+            } else if shape.has(2, "role")
+                || shape.has(2, "traj")
+                || shape.has(2, "messages")
+                || shape.has(3, "role")
+            {
+                Some(T(chat_dialect(&Shape::of(text))))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// OpenAI or Anthropic, by the tool-call markers in the messages seen.
+fn chat_dialect(shape: &Shape) -> Format {
+    let openai = shape.keys.iter().any(|k| {
+        matches!(
+            k.name.as_str(),
+            "tool_calls" | "tool_call_id" | "function_call"
+        ) || (k.name == "role" && matches!(k.value.as_deref(), Some("tool" | "function")))
+    });
+    let anthropic = shape.keys.iter().any(|k| {
+        k.name == "type" && matches!(k.value.as_deref(), Some("tool_use" | "tool_result"))
+    });
+    if anthropic && !openai {
+        Format::AnthropicMessages
+    } else {
+        Format::OpenaiChat
+    }
+}
+
+/// The keys (and short string values) of a JSON text, possibly cut off, by depth.
+#[derive(Debug, Default)]
+struct Shape {
+    root: Option<u8>,
+    keys: Vec<Key>,
+}
+
+#[derive(Debug)]
+struct Key {
+    depth: usize,
+    name: String,
+    value: Option<String>,
+}
+
+/// Keys kept by [`Shape::of`].
+const MAX_KEYS: usize = 4096;
+/// Deepest keys kept.
+const MAX_DEPTH: usize = 6;
+
+impl Shape {
+    fn has(&self, depth: usize, name: &str) -> bool {
+        self.keys.iter().any(|k| k.depth == depth && k.name == name)
+    }
+
+    fn value(&self, depth: usize, name: &str) -> Option<&str> {
+        self.keys
+            .iter()
+            .find(|k| k.depth == depth && k.name == name)
+            .and_then(|k| k.value.as_deref())
+    }
+
+    /// Scans `text` token by token (no recursion: a stack of open containers).
+    fn of(text: &[u8]) -> Self {
+        let mut shape = Shape::default();
+        let mut stack: Vec<u8> = Vec::new();
+        let mut expect_key = false;
+        let mut pending: Option<String> = None;
+        let mut i = 0;
+        while i < text.len() && shape.keys.len() < MAX_KEYS {
+            let b = text[i];
+            match b {
+                b'"' => {
+                    let start = i + 1;
+                    let mut j = start;
+                    while j < text.len() && text[j] != b'"' {
+                        j += if text[j] == b'\\' { 2 } else { 1 };
+                    }
+                    let end = j.min(text.len());
+                    let s = String::from_utf8_lossy(&text[start..end]);
+                    if expect_key && stack.last() == Some(&b'{') {
+                        pending = Some(s.into_owned());
+                        expect_key = false;
+                    } else if let Some(name) = pending.take() {
+                        let value = s.chars().take(64).collect();
+                        shape.push(stack.len(), name, Some(value));
+                    }
+                    i = j + 1;
+                    continue;
+                }
+                b'{' | b'[' => {
+                    if shape.root.is_none() && stack.is_empty() {
+                        shape.root = Some(b);
+                    }
+                    if let Some(name) = pending.take() {
+                        shape.push(stack.len(), name, None);
+                    }
+                    stack.push(b);
+                    expect_key = b == b'{';
+                }
+                b'}' | b']' => {
+                    stack.pop();
+                    expect_key = false;
+                    if stack.is_empty() && shape.root.is_some() {
+                        // One complete value: whatever follows is another document or line.
+                        break;
+                    }
+                }
+                b',' => expect_key = stack.last() == Some(&b'{'),
+                b':' => {}
+                _ if b.is_ascii_whitespace() => {}
+                _ => {
+                    if let Some(name) = pending.take() {
+                        shape.push(stack.len(), name, None);
+                    }
+                    while i < text.len() && !matches!(text[i], b',' | b'}' | b']') {
+                        i += 1;
+                    }
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        shape
+    }
+
+    fn push(&mut self, depth: usize, name: String, value: Option<String>) {
+        if depth <= MAX_DEPTH {
+            self.keys.push(Key { depth, name, value });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(text: &str) -> Detection {
+        detect(text.as_bytes(), None)
+    }
+
+    fn format(text: &str) -> Format {
+        match t(text) {
+            Detection::Transcript(f) => f,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn line_formats() {
+        assert_eq!(
+            format("{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{}"),
+            Format::OpenClaw
+        );
+        assert_eq!(
+            format("{\"type\":\"call\",\"tool\":\"read\"}\n"),
+            Format::Loopguard
+        );
+        assert_eq!(
+            format("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n"),
+            Format::CodexExec
+        );
+        assert_eq!(
+            format("{\"timestamp\":\"t\",\"type\":\"session_meta\",\"payload\":{\"id\":\"x\"}}\n"),
+            Format::CodexRollout
+        );
+        assert_eq!(
+            format("{\"type\":\"summary\",\"summary\":\"s\",\"leafUuid\":\"u\"}\n"),
+            Format::ClaudeCode
+        );
+        assert_eq!(
+            format("{\"parentUuid\":null,\"isSidechain\":false,\"type\":\"user\",\"message\":{},\"uuid\":\"u\",\"sessionId\":\"s\"}\n"),
+            Format::ClaudeCode
+        );
+        assert_eq!(
+            format("{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"assistant\",\"tool_calls\":[]}\n"),
+            Format::OpenaiChat
+        );
+        assert_eq!(
+            format("{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\"}]}\n"),
+            Format::AnthropicMessages
+        );
+        assert_eq!(
+            t("{\"traceSchema\":\"openclaw-trajectory\",\"type\":\"session.started\"}\n"),
+            Detection::Companion(Companion::OpenClawTrajectory)
+        );
+    }
+
+    #[test]
+    fn document_formats() {
+        assert_eq!(
+            format("{\n \"environment\": \"x\",\n \"trajectory\": [\n"),
+            Format::SweAgent
+        );
+        assert_eq!(
+            format("[\n {\n  \"id\": 0,\n  \"source\": \"user\",\n  \"action\": \"message\""),
+            Format::OpenHands
+        );
+        assert_eq!(
+            format("[\n {\"task_id\": 0, \"traj\": [{\"role\": \"user\"}, {\"role\": \"tool\"}]}]"),
+            Format::OpenaiChat
+        );
+        assert_eq!(
+            format(
+                "{\n \"P1\": {\n  \"session_id\": \"s\",\n  \"runId\": \"r\",\n  \"calls\": []}}"
+            ),
+            Format::OpenClawCalls
+        );
+        assert_eq!(
+            format("{\n \"model\": \"m\",\n \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\"}]}]}"),
+            Format::AnthropicMessages
+        );
+        assert_eq!(
+            t("{\n \"agent:main\": {\"sessionId\": \"s\", \"updatedAt\": 1}}"),
+            Detection::Companion(Companion::OpenClawSessionStore)
+        );
+        assert_eq!(
+            detect(b"{\n \"x\": 1", Some("a.traj")),
+            Detection::Transcript(Format::SweAgent)
+        );
+    }
+
+    #[test]
+    fn unknown_files_say_why() {
+        for (text, why) in [
+            ("", "empty"),
+            ("   \n", "empty"),
+            ("hello", "not JSON"),
+            ("\0\0{", "binary"),
+            (
+                "{\n \"P1\": {\"firstWarning\": {}}}",
+                "keys: P1, firstWarning",
+            ),
+        ] {
+            match t(text) {
+                Detection::Unknown(reason) => assert!(reason.contains(why), "{text}: {reason}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for f in Format::ALL {
+            assert_eq!(f.as_str().parse::<Format>(), Ok(f));
+            assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
+        }
+        assert!("nope".parse::<Format>().unwrap_err().contains("openclaw"));
+    }
+}

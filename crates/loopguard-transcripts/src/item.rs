@@ -1,0 +1,194 @@
+//! What a reader produces: guard events in the SPEC §7 shape, plus the few facts about a
+//! transcript that the guard does not need but a scan report does (model turns, token
+//! usage, real run ids), each with its position in the file.
+
+use loopguard_replay::{Event, Ids, OwnedOutcome};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Where an item starts in its file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Pos {
+    /// 1-based line number.
+    pub line: u64,
+    /// 0-based byte offset.
+    pub offset: u64,
+}
+
+impl Pos {
+    /// The position of line `line` starting at byte `offset`.
+    pub const fn new(line: u64, offset: u64) -> Self {
+        Self { line, offset }
+    }
+}
+
+/// Tokens (and money) one model response consumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Usage {
+    /// Every token the response processed: input, output, cache reads and cache writes.
+    pub tokens: u64,
+    /// Its cost in the currency the transcript records (USD for every known format), when
+    /// the transcript records one.
+    pub cost: Option<f64>,
+}
+
+/// One thing a reader found in a transcript.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A tool call, a result or a compaction, with its session and run: exactly what the
+    /// guard consumes (SPEC §7). Readers always give results a `call_id` that names their
+    /// call (formats without ids get synthesized ones), and never give a call a blank tool.
+    Event(Event),
+    /// A model response begins; the calls it makes follow. `usage` when the response
+    /// carries its own numbers.
+    Turn {
+        /// Session and run of the response.
+        ids: Ids,
+        /// Tokens and cost of the response.
+        usage: Option<Usage>,
+    },
+    /// Usage of the response in progress, known only after its calls (Codex rollouts).
+    Usage {
+        /// Session and run of the response.
+        ids: Ids,
+        /// Tokens and cost.
+        usage: Usage,
+    },
+    /// The real id of the run `ids` names (OpenClaw writes it in side entries and in the
+    /// trajectory sidecar, after the run started). Reports show it instead of the
+    /// synthesized one.
+    RunLabel {
+        /// The run, under the id the reader gave it.
+        ids: Ids,
+        /// Its real id.
+        label: String,
+    },
+}
+
+impl Item {
+    /// The ids the item belongs to.
+    pub fn ids(&self) -> &Ids {
+        match self {
+            Self::Event(e) => e.ids(),
+            Self::Turn { ids, .. } | Self::Usage { ids, .. } | Self::RunLabel { ids, .. } => ids,
+        }
+    }
+}
+
+/// Where readers put what they read.
+pub trait Sink {
+    /// Takes one item found at `pos`.
+    fn push(&mut self, pos: Pos, item: Item);
+}
+
+impl<F: FnMut(Pos, Item)> Sink for F {
+    fn push(&mut self, pos: Pos, item: Item) {
+        self(pos, item)
+    }
+}
+
+impl Sink for Vec<(Pos, Item)> {
+    fn push(&mut self, pos: Pos, item: Item) {
+        Vec::push(self, (pos, item));
+    }
+}
+
+/// Normalized ids: trimmed, a blank session is `"default"`, blank runs are absent (as
+/// SPEC §7 reads them).
+pub fn ids(session: &str, run: Option<&str>) -> Ids {
+    Ids {
+        session: loopguard::text::non_blank(session)
+            .unwrap_or(loopguard::scope::DEFAULT_SESSION)
+            .to_owned(),
+        run: run.and_then(loopguard::text::non_blank).map(str::to_owned),
+        agent: None,
+    }
+}
+
+/// A call event, or `None` when the tool name is blank (readers count those as skipped).
+pub fn call(ids: &Ids, call_id: Option<&str>, tool: &str, args: Value) -> Option<Item> {
+    let tool = loopguard::text::non_blank(tool)?;
+    Some(Item::Event(Event::Call {
+        ids: ids.clone(),
+        call_id: call_id
+            .and_then(loopguard::text::non_blank)
+            .map(str::to_owned),
+        tool: tool.to_owned(),
+        args,
+        batch: None,
+    }))
+}
+
+/// A result event for the call `call_id`.
+pub fn result(ids: &Ids, call_id: &str, outcome: OwnedOutcome) -> Item {
+    Item::Event(Event::Result {
+        ids: ids.clone(),
+        call_id: Some(call_id.to_owned()),
+        tool: None,
+        args: None,
+        outcome,
+    })
+}
+
+/// A compaction event.
+pub fn compaction(ids: &Ids) -> Item {
+    Item::Event(Event::Compaction { ids: ids.clone() })
+}
+
+/// The result object tools return: `{content: [{type: "text", text}], details?}`, the
+/// shape the engine's outcome fingerprints read (SPEC §2).
+pub fn text_result(text: &str, details: Option<Value>) -> Value {
+    let mut map = serde_json::Map::with_capacity(2);
+    map.insert(
+        "content".into(),
+        Value::Array(vec![serde_json::json!({ "type": "text", "text": text })]),
+    );
+    if let Some(details) = details {
+        map.insert("details".into(), details);
+    }
+    Value::Object(map)
+}
+
+/// Arguments given as a JSON string (OpenAI, Codex): the parsed value, or `{"raw": text}`
+/// when the text is not JSON (truncated or hand-written arguments still get a stable
+/// signature).
+pub fn args_from_text(text: &str) -> Value {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => value,
+        Err(_) if text.trim().is_empty() => Value::Object(serde_json::Map::new()),
+        Err(_) => serde_json::json!({ "raw": text }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ids_and_calls_are_normalized() {
+        let i = ids("  ", Some(" r "));
+        assert_eq!(i.session, "default");
+        assert_eq!(i.run.as_deref(), Some("r"));
+        assert_eq!(ids("s", Some(" ")).run, None);
+        assert!(call(&i, None, "  ", json!({})).is_none());
+        match call(&i, Some(" "), " read ", json!({})) {
+            Some(Item::Event(Event::Call { tool, call_id, .. })) => {
+                assert_eq!(tool, "read");
+                assert_eq!(call_id, None);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn argument_text() {
+        assert_eq!(args_from_text(r#"{"a":1}"#), json!({"a": 1}));
+        assert_eq!(args_from_text(""), json!({}));
+        assert_eq!(args_from_text("{\"a\":"), json!({"raw": "{\"a\":"}));
+        assert_eq!(
+            text_result("x", Some(json!({"s": 1}))),
+            json!({"content": [{"type": "text", "text": "x"}], "details": {"s": 1}})
+        );
+    }
+}

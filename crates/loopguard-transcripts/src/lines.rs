@@ -1,0 +1,287 @@
+//! JSON Lines plumbing shared by the line-based readers: a line reader with a length cap
+//! that never buffers more than one line, positions, and parsing with repair.
+//!
+//! Transcripts are appended while agents run, copied between machines and cut by tools, so
+//! a reader meets half-written last lines, corrupt lines, bytes that are not UTF-8 and
+//! escaped surrogates split in two. A line that cannot be parsed is counted (see
+//! [`ReadStats`]) and reading goes on; a line whose only fault is its encoding is repaired
+//! (invalid bytes and lone surrogate escapes become U+FFFD) and used.
+
+use std::io::{self, BufRead};
+
+use serde::Deserialize;
+
+use crate::item::Pos;
+use crate::stats::{ReadStats, SkipReason};
+
+/// Default longest line (256 MiB, as `loopguard replay`); longer ones are skipped unread.
+pub const DEFAULT_MAX_LINE: usize = 256 << 20;
+
+/// One line of input, without its terminator.
+#[derive(Debug)]
+pub(crate) struct Line<'a> {
+    /// Where it starts.
+    pub pos: Pos,
+    /// Its bytes (a trailing `\r` removed).
+    pub bytes: &'a [u8],
+    /// Whether the file ended without a newline after it.
+    pub unterminated: bool,
+}
+
+/// Reads lines, skipping blank ones and counting the ones that are too long.
+pub(crate) struct Lines<R> {
+    input: R,
+    buf: Vec<u8>,
+    line: u64,
+    offset: u64,
+    max: usize,
+}
+
+impl<R: BufRead> Lines<R> {
+    /// Lines of `input`, at most `max` bytes each.
+    pub fn new(input: R, max: usize) -> Self {
+        Self {
+            input,
+            buf: Vec::with_capacity(1 << 12),
+            line: 0,
+            offset: 0,
+            max,
+        }
+    }
+
+    /// The next non-blank line; `None` at the end. Updates `stats.lines` and `stats.bytes`,
+    /// and counts lines that are too long as skipped.
+    pub fn next_line(&mut self, stats: &mut ReadStats) -> io::Result<Option<Line<'_>>> {
+        loop {
+            self.buf.clear();
+            let start = self.offset;
+            let Some((total, terminated)) = self.read_raw()? else {
+                return Ok(None);
+            };
+            self.line += 1;
+            self.offset += total as u64 + u64::from(terminated);
+            stats.lines = self.line;
+            stats.bytes = self.offset;
+            if total > self.max {
+                let max = self.max;
+                stats.skip(SkipReason::LineTooLong, self.line, || {
+                    format!("{total} bytes, limit {max}")
+                });
+                continue;
+            }
+            let mut end = self.buf.len();
+            if end > 0 && self.buf[end - 1] == b'\r' {
+                end -= 1;
+            }
+            if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Ok(Some(Line {
+                pos: Pos::new(self.line, start),
+                bytes: &self.buf[..end],
+                unterminated: !terminated,
+            }));
+        }
+    }
+
+    /// Reads one physical line into `buf` (up to `max` bytes of it). Returns its length and
+    /// whether a newline ended it, or `None` at the end of input.
+    fn read_raw(&mut self) -> io::Result<Option<(usize, bool)>> {
+        let mut total = 0usize;
+        let mut any = false;
+        loop {
+            let chunk = match self.input.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                return Ok(any.then_some((total, false)));
+            }
+            any = true;
+            let (part, found) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (&chunk[..i], true),
+                None => (chunk, false),
+            };
+            total += part.len();
+            if total <= self.max {
+                self.buf.extend_from_slice(part);
+            } else if !self.buf.is_empty() {
+                self.buf = Vec::with_capacity(1 << 12);
+            }
+            let used = part.len() + usize::from(found);
+            self.input.consume(used);
+            if found {
+                return Ok(Some((total, true)));
+            }
+        }
+    }
+}
+
+/// Parses a line into `T`, repairing its encoding when that is what stops it. The
+/// repaired copy, if one is needed, lives in `scratch`. Returns the value and whether it
+/// needed repair.
+pub(crate) fn parse<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    scratch: &'a mut Option<Vec<u8>>,
+) -> Result<(T, bool), serde_json::Error> {
+    match serde_json::from_slice(bytes) {
+        Ok(v) => Ok((v, false)),
+        Err(e) => match repair(bytes) {
+            Some(fixed) => {
+                let fixed: &'a mut Vec<u8> = Option::insert(scratch, fixed);
+                serde_json::from_slice(fixed).map(|v| (v, true))
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Counts a line that did not parse: a cut-off last line, or a corrupt one.
+pub(crate) fn skip_unparsable(
+    stats: &mut ReadStats,
+    line: &Line<'_>,
+    error: &serde_json::Error,
+    expected_object: bool,
+) {
+    let reason = if line.unterminated && error.is_eof() {
+        SkipReason::TruncatedLastLine
+    } else if expected_object && error.is_data() && !line.bytes.starts_with(b"{") {
+        SkipReason::NotAnObject
+    } else {
+        SkipReason::InvalidJson
+    };
+    stats.skip(reason, line.pos.line, || error.to_string());
+}
+
+/// A copy of `bytes` with invalid UTF-8 and escaped lone surrogates replaced by U+FFFD, or
+/// `None` when there is nothing to repair.
+pub(crate) fn repair(bytes: &[u8]) -> Option<Vec<u8>> {
+    let text = String::from_utf8_lossy(bytes);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
+    match fix_surrogates(text.as_bytes()) {
+        Some(fixed) => Some(fixed),
+        None if lossy => Some(text.into_owned().into_bytes()),
+        None => None,
+    }
+}
+
+/// Replaces `\uD800`–`\uDFFF` escapes that do not form a pair with `\uFFFD`.
+fn fix_surrogates(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    let mut copied = 0;
+    while let Some(found) = memchr::memchr(b'\\', &bytes[i..]) {
+        let at = i + found;
+        match bytes.get(at + 1) {
+            Some(b'u') => {
+                let Some(code) = hex4(bytes, at + 2) else {
+                    i = at + 2;
+                    continue;
+                };
+                if !(0xD800..=0xDFFF).contains(&code) {
+                    i = at + 6;
+                    continue;
+                }
+                let paired = (0xD800..0xDC00).contains(&code)
+                    && bytes.get(at + 6) == Some(&b'\\')
+                    && bytes.get(at + 7) == Some(&b'u')
+                    && hex4(bytes, at + 8).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                if paired {
+                    i = at + 12;
+                    continue;
+                }
+                let o = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+                o.extend_from_slice(&bytes[copied..at]);
+                o.extend_from_slice(b"\\ufffd");
+                i = at + 6;
+                copied = i;
+            }
+            Some(_) => i = at + 2,
+            None => break,
+        }
+    }
+    let mut out = out?;
+    out.extend_from_slice(&bytes[copied..]);
+    Some(out)
+}
+
+fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
+    let digits = bytes.get(at..at + 4)?;
+    let text = std::str::from_utf8(digits).ok()?;
+    u32::from_str_radix(text, 16)
+        .ok()
+        .filter(|_| digits.iter().all(u8::is_ascii_hexdigit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn all(input: &[u8], max: usize) -> (Vec<(u64, u64, String, bool)>, ReadStats) {
+        let mut stats = ReadStats::default();
+        let mut lines = Lines::new(input, max);
+        let mut out = Vec::new();
+        while let Some(l) = lines.next_line(&mut stats).unwrap() {
+            out.push((
+                l.pos.line,
+                l.pos.offset,
+                String::from_utf8_lossy(l.bytes).into_owned(),
+                l.unterminated,
+            ));
+        }
+        (out, stats)
+    }
+
+    #[test]
+    fn positions_blank_lines_crlf_and_the_last_line() {
+        let (lines, stats) = all(b"a\r\n\n  \nbb\nccc", 100);
+        assert_eq!(
+            lines,
+            vec![
+                (1, 0, "a".into(), false),
+                (4, 7, "bb".into(), false),
+                (5, 10, "ccc".into(), true)
+            ]
+        );
+        assert_eq!(stats.lines, 5);
+        assert_eq!(stats.bytes, 13);
+    }
+
+    #[test]
+    fn long_lines_are_counted_and_skipped() {
+        let mut input = b"x\n".to_vec();
+        input.extend(std::iter::repeat_n(b'y', 10_000));
+        input.extend(b"\nz\n");
+        let (lines, stats) = all(&input, 100);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1].0, 3);
+        assert_eq!(stats.skipped_for(SkipReason::LineTooLong), 1);
+        assert_eq!(stats.skipped[0].first_line, 2);
+    }
+
+    #[test]
+    fn repairs_encoding_only() {
+        let mut scratch = None;
+        let (v, repaired): (Value, bool) = parse(b"{\"a\":\"x\xffy\"}", &mut scratch).unwrap();
+        assert!(repaired);
+        assert_eq!(v["a"], "x\u{FFFD}y");
+        let mut scratch = None;
+        let (v, repaired): (Value, bool) = parse(
+            br#"{"a":"\ud83d","b":"\ud83d\udd04","c":"\\ud83d","d":"\udd04x"}"#,
+            &mut scratch,
+        )
+        .unwrap();
+        assert!(repaired);
+        assert_eq!(v["a"], "\u{FFFD}");
+        assert_eq!(v["b"], "\u{1F504}");
+        assert_eq!(v["c"], "\\ud83d");
+        assert_eq!(v["d"], "\u{FFFD}x");
+        let mut scratch = None;
+        assert!(parse::<Value>(b"{\"a\":", &mut scratch).is_err());
+        assert!(scratch.is_none());
+        assert_eq!(repair(br#"{"a":"\u12"}"#), None);
+        assert_eq!(repair(b"\\"), None);
+    }
+}

@@ -1,0 +1,82 @@
+//! Test helpers: the shared corpus (read in place, never copied) and in-memory reading.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+
+use crate::{read, Format, Item, Pos, ReadOptions, ReadStats};
+
+/// A file of the shared corpus (`LOOPGUARD_SHARED_DIR`, else `../shared` beside the
+/// repository), or `None` after printing a SKIPPED line when the corpus is absent.
+pub fn corpus(relative: &str) -> Option<PathBuf> {
+    let shared = std::env::var_os("LOOPGUARD_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let path = shared.join("corpus").join(relative);
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED: corpus file {relative} not found (set LOOPGUARD_SHARED_DIR to the shared folder)");
+        None
+    }
+}
+
+/// What a reader made of some bytes.
+pub struct Read {
+    pub items: Vec<(Pos, Item)>,
+    pub stats: ReadStats,
+}
+
+impl Read {
+    pub fn calls(&self) -> usize {
+        self.count(|e| matches!(e, loopguard_replay::Event::Call { .. }))
+    }
+
+    pub fn results(&self) -> usize {
+        self.count(|e| matches!(e, loopguard_replay::Event::Result { .. }))
+    }
+
+    pub fn compactions(&self) -> usize {
+        self.count(|e| matches!(e, loopguard_replay::Event::Compaction { .. }))
+    }
+
+    fn count(&self, f: impl Fn(&loopguard_replay::Event) -> bool) -> usize {
+        self.items
+            .iter()
+            .filter(|(_, i)| matches!(i, Item::Event(e) if f(e)))
+            .count()
+    }
+
+    /// Distinct runs of the events, in order of first appearance.
+    pub fn runs(&self) -> Vec<(String, Option<String>)> {
+        let mut out: Vec<(String, Option<String>)> = Vec::new();
+        for (_, item) in &self.items {
+            if let Item::Event(e) = item {
+                let key = (e.ids().session.clone(), e.ids().run.clone());
+                if !out.contains(&key) {
+                    out.push(key);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Reads `bytes` as `format`.
+pub fn read_bytes(format: Format, bytes: &[u8], session_hint: &str) -> Read {
+    let mut items = Vec::new();
+    let stats = read(
+        format,
+        Cursor::new(bytes),
+        &ReadOptions::new(session_hint),
+        &mut items,
+    )
+    .expect("in-memory reads do not fail");
+    Read { items, stats }
+}
+
+/// Reads a corpus file as `format`.
+pub fn read_corpus(format: Format, relative: &str) -> Option<Read> {
+    let path = corpus(relative)?;
+    let bytes = std::fs::read(&path).unwrap();
+    Some(read_bytes(format, &bytes, "corpus"))
+}

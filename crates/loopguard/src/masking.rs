@@ -1,0 +1,456 @@
+//! Volatile-token masking: before an outcome is fingerprinted, tokens that change on every
+//! call without meaning anything (UUIDs, nonces, timestamps, epoch milliseconds, durations,
+//! pids, request ids) are replaced by placeholders, so results that differ only by them
+//! count as the same outcome. Opt-in (the `loopguard.masking` block, or per tool).
+//!
+//! The rules are data ([`MASK_RULES`]): a name, a placeholder, a pattern, an example. A
+//! *token* is a maximal run of the characters `A-Z a-z 0-9 _ - + / = . : µ`; every rule
+//! needs a digit in the token, so the scanner jumps from digit to digit (eight bytes at a
+//! time) and only the few tokens that hold one are matched against the patterns. Two rules
+//! look at context instead: a number right after the word `pid` is a pid, and the token
+//! after a request-id key (`request_id=`, `requestId:` …) is a request id.
+
+use std::cell::RefCell;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// One masking rule.
+#[derive(Clone, Copy, Debug)]
+pub struct MaskRule {
+    /// Name used in configs (`masking.rules`) and by `config explain`.
+    pub name: &'static str,
+    /// What a match is replaced with.
+    pub placeholder: &'static str,
+    /// What the rule masks, in a sentence.
+    pub description: &'static str,
+    /// A regular expression applied inside a token (`None` for context rules).
+    pub pattern: Option<&'static str>,
+    /// Words that, right before a token, make that token volatile.
+    pub after_words: &'static [&'static str],
+    /// Input the rule masks, and the result (tested one by one).
+    pub example: (&'static str, &'static str),
+}
+
+/// Every masking rule, in the order they are tried.
+pub static MASK_RULES: &[MaskRule] = &[
+    MaskRule {
+        name: "uuid",
+        placeholder: "<uuid>",
+        description: "UUIDs in 8-4-4-4-12 hex form",
+        pattern: Some(
+            r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+        ),
+        after_words: &[],
+        example: (
+            "run 550e8400-e29b-41d4-a716-446655440000 done",
+            "run <uuid> done",
+        ),
+    },
+    MaskRule {
+        name: "iso8601",
+        placeholder: "<timestamp>",
+        description: "ISO-8601 dates and timestamps, with optional time, fraction and zone",
+        pattern: Some(
+            r"\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?",
+        ),
+        after_words: &[],
+        example: ("at 2026-04-09T22:52:03.638Z", "at <timestamp>"),
+    },
+    MaskRule {
+        name: "clock",
+        placeholder: "<time>",
+        description: "clock times such as 22:52:03 or 09:15:00.250",
+        pattern: Some(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"),
+        after_words: &[],
+        example: ("updated 22:52:03 UTC", "updated <time> UTC"),
+    },
+    MaskRule {
+        name: "epoch_ms",
+        placeholder: "<epoch-ms>",
+        description: "epoch milliseconds (13 digits, years 2017 to 2033)",
+        pattern: Some(r"\b1[5-9]\d{11}\b"),
+        after_words: &[],
+        example: ("ts=1775775123638", "ts=<epoch-ms>"),
+    },
+    MaskRule {
+        name: "duration",
+        placeholder: "<duration>",
+        description: "durations with a unit: 12ms, 1.5s, 3m, 2h, 250µs",
+        pattern: Some(r"\b\d+(?:\.\d+)?(?:ns|us|µs|ms|s|sec|secs|m|min|mins|h|hr|hrs)\b"),
+        after_words: &[],
+        example: ("took 1.25s", "took <duration>"),
+    },
+    MaskRule {
+        name: "pid",
+        placeholder: "<pid>",
+        description: "process ids: pid=123, pid:123, or a number right after the word pid",
+        pattern: Some(r"(?i:\bpid[=:])\d+"),
+        after_words: &["pid", "PID", "Pid"],
+        example: ("started (pid 48213)", "started (pid <pid>)"),
+    },
+    MaskRule {
+        name: "request_id",
+        placeholder: "<request-id>",
+        description: "request and trace ids: req_… tokens, or the value after a request-id key",
+        pattern: Some(r"\b(?:req|request|trace)_[A-Za-z0-9]{8,}"),
+        after_words: &[
+            "request_id",
+            "requestId",
+            "request-id",
+            "x-request-id",
+            "X-Request-Id",
+            "req_id",
+            "reqId",
+            "trace_id",
+            "traceId",
+            "trace-id",
+        ],
+        example: ("request_id: a1b2c3d4e5", "request_id: <request-id>"),
+    },
+    MaskRule {
+        name: "hex",
+        placeholder: "<hex>",
+        description: "hex nonces, hashes and long numbers: 16 or more hex digits",
+        pattern: Some(r"\b[0-9a-fA-F]{16,}\b"),
+        after_words: &[],
+        example: ("sha 9f86d081884c7d659a2feaa0c55ad015", "sha <hex>"),
+    },
+    MaskRule {
+        name: "base64",
+        placeholder: "<nonce>",
+        description:
+            "base64 nonces and tokens: 24 or more base64 characters with letters and digits",
+        pattern: Some(r"[A-Za-z0-9+/_-]{24,}={0,2}"),
+        after_words: &[],
+        example: ("nonce=dGhpcyBpcyBhIG5vbmNlIDEyMzQ1Ng==", "nonce=<nonce>"),
+    },
+];
+
+/// A set of rules to apply (a subset of [`MASK_RULES`]); empty by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MaskSet(u16);
+
+impl MaskSet {
+    /// Every rule.
+    pub const ALL: Self = Self((1 << MASK_RULES.len() as u16) - 1);
+    /// No rule.
+    pub const NONE: Self = Self(0);
+
+    /// The set of the named rules; the first unknown name is returned as an error.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Self, &'a str> {
+        let mut bits = 0u16;
+        for name in names {
+            let i = MASK_RULES.iter().position(|r| r.name == name).ok_or(name)?;
+            bits |= 1 << i;
+        }
+        Ok(Self(bits))
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The rules in the set.
+    pub fn rules(self) -> impl Iterator<Item = &'static MaskRule> {
+        MASK_RULES
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| self.0 & (1 << i) != 0)
+            .map(|(_, r)| r)
+    }
+
+    fn has(self, i: usize) -> bool {
+        self.0 & (1 << i) != 0
+    }
+}
+
+static PATTERNS: LazyLock<Vec<Option<Regex>>> = LazyLock::new(|| {
+    MASK_RULES
+        .iter()
+        .map(|r| {
+            r.pattern
+                .map(|p| Regex::new(p).expect("masking patterns are valid"))
+        })
+        .collect()
+});
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'+' | b'/' | b'=' | b'.' | b':')
+        // µ is U+00B5, 0xC2 0xB5 in UTF-8: both bytes belong to the token.
+        || b == 0xC2
+        || b == 0xB5
+}
+
+/// The position of the next ASCII digit at or after `from`, eight bytes at a time.
+fn next_digit(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut i = from;
+    while i + 8 <= bytes.len() {
+        let x = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        // High bit of each byte: b >= b'0', b > b'9', b >= 0x80. No byte carries into the
+        // next: ASCII bytes plus 0x50 or 0x46 stay below 0x100.
+        let ge_0 = x.wrapping_add(ONES * (0x80 - 0x30));
+        let gt_9 = x.wrapping_add(ONES * (0x7F - 0x39));
+        let digits = ge_0 & !gt_9 & !x & (ONES * 0x80);
+        if digits != 0 {
+            return Some(i + (digits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes[i.min(bytes.len())..]
+        .iter()
+        .position(u8::is_ascii_digit)
+        .map(|p| i + p)
+}
+
+/// The word before `start` (skipping spaces, `:`, `=`, quotes), if it is one of `words`.
+fn preceded_by(bytes: &[u8], start: usize, words: &[&str]) -> bool {
+    let mut end = start;
+    while end > 0 && matches!(bytes[end - 1], b' ' | b':' | b'=' | b'"' | b'\'' | b'(') {
+        end -= 1;
+    }
+    if end == start && start > 0 {
+        return false;
+    }
+    words.iter().any(|w| {
+        end >= w.len()
+            && &bytes[end - w.len()..end] == w.as_bytes()
+            && (end == w.len() || !bytes[end - w.len() - 1].is_ascii_alphanumeric())
+    })
+}
+
+thread_local! {
+    static OUT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Runs `f` with `text` masked by `set` (or `text` itself when nothing matched).
+pub(crate) fn with_masked<R>(text: &str, set: MaskSet, f: impl FnOnce(&str) -> R) -> R {
+    if set.is_empty() {
+        return f(text);
+    }
+    OUT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut out) => {
+            out.clear();
+            if mask_into(text, set, &mut out) {
+                f(&out)
+            } else {
+                f(text)
+            }
+        }
+        Err(_) => {
+            let mut out = String::new();
+            if mask_into(text, set, &mut out) {
+                f(&out)
+            } else {
+                f(text)
+            }
+        }
+    })
+}
+
+/// `text` with the rules of `set` applied.
+pub fn mask(text: &str, set: MaskSet) -> String {
+    with_masked(text, set, str::to_owned)
+}
+
+/// Writes the masked text into `out`; returns whether anything was masked (when not, `out`
+/// holds an unspecified prefix and the caller uses `text`).
+fn mask_into(text: &str, set: MaskSet, out: &mut String) -> bool {
+    let bytes = text.as_bytes();
+    let mut copied = 0; // bytes of `text` already in `out`
+    let mut changed = false;
+    let mut at = 0;
+    while let Some(digit) = next_digit(bytes, at) {
+        let mut start = digit;
+        while start > 0 && is_token_byte(bytes[start - 1]) {
+            start -= 1;
+        }
+        let mut end = digit;
+        while end < bytes.len() && is_token_byte(bytes[end]) {
+            end += 1;
+        }
+        // Token boundaries are ASCII or whole µ characters, so they are char boundaries,
+        // except for a stray 0xC2/0xB5 byte of another character: fall back to the char edge.
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        at = end.max(digit + 1);
+        if start >= end {
+            continue;
+        }
+        let token = &text[start..end];
+        if let Some(masked) = mask_token(bytes, start, token, set) {
+            out.push_str(&text[copied..start]);
+            out.push_str(&masked);
+            copied = end;
+            changed = true;
+        }
+    }
+    if changed {
+        out.push_str(&text[copied..]);
+    }
+    changed
+}
+
+/// The masked form of one token, if a rule applies.
+fn mask_token(bytes: &[u8], start: usize, token: &str, set: MaskSet) -> Option<String> {
+    let all_digits = token.bytes().all(|b| b.is_ascii_digit());
+    // Context rules first: "pid 123", "request_id: abc123".
+    for (i, rule) in MASK_RULES.iter().enumerate() {
+        if set.has(i) && !rule.after_words.is_empty() && preceded_by(bytes, start, rule.after_words)
+        {
+            return Some(rule.placeholder.to_owned());
+        }
+    }
+    // Plain numbers shorter than epoch milliseconds are not volatile.
+    if all_digits && token.len() < 13 {
+        return None;
+    }
+    let patterns = &*PATTERNS;
+    let mut current: Option<String> = None;
+    for (i, rule) in MASK_RULES.iter().enumerate() {
+        if !set.has(i) {
+            continue;
+        }
+        let Some(re) = &patterns[i] else { continue };
+        let input = current.as_deref().unwrap_or(token);
+        let mut hit = false;
+        let replaced = re.replace_all(input, |caps: &regex::Captures<'_>| {
+            let m = &caps[0];
+            if accepts(rule, m) {
+                hit = true;
+                rule.placeholder.to_owned()
+            } else {
+                m.to_owned()
+            }
+        });
+        if hit {
+            current = Some(replaced.into_owned());
+        }
+    }
+    current
+}
+
+/// Extra conditions a pattern cannot say: a base64 nonce mixes upper case, lower case and
+/// digits and is not a path (paths and identifiers are meaningful).
+fn accepts(rule: &MaskRule, m: &str) -> bool {
+    match rule.name {
+        "base64" => {
+            let b = m.as_bytes();
+            b.iter().any(u8::is_ascii_digit)
+                && b.iter().any(u8::is_ascii_uppercase)
+                && b.iter().any(u8::is_ascii_lowercase)
+                && b.iter().filter(|&&c| c == b'/').count() <= 2
+        }
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_masks_its_example_alone() {
+        for (i, rule) in MASK_RULES.iter().enumerate() {
+            let only = MaskSet(1 << i);
+            let (input, expected) = rule.example;
+            assert_eq!(mask(input, only), expected, "rule {}", rule.name);
+            // And the whole set masks it the same way.
+            assert_eq!(
+                mask(input, MaskSet::ALL),
+                expected,
+                "rule {} in the full set",
+                rule.name
+            );
+        }
+    }
+
+    #[test]
+    fn rules_by_name() {
+        let set = MaskSet::from_names(["uuid", "pid"]).unwrap();
+        assert_eq!(
+            set.rules().map(|r| r.name).collect::<Vec<_>>(),
+            ["uuid", "pid"]
+        );
+        assert_eq!(MaskSet::from_names(["uuid", "nope"]), Err("nope"));
+        assert_eq!(MaskSet::ALL.rules().count(), MASK_RULES.len());
+    }
+
+    #[test]
+    fn leaves_meaningful_text_alone() {
+        for text in [
+            "",
+            "no digits here at all",
+            "Found 3 files, 12 matches in 2 directories",
+            "error: expected 42 but got 41",
+            "version 2026.4.2 (build 1234)",
+            "port 8080 and 443",
+            "a [1234] b",
+            "ünïcödé 123 µ",
+            "/workspace/project/src/module_05/component_0123.ts",
+            "see docs/Guides/topic-0042/section-7.html",
+            "call-12345 and run-0007",
+        ] {
+            assert_eq!(mask(text, MaskSet::ALL), text, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn masks_volatile_tokens_in_context() {
+        let cases = [
+            (
+                "job 550e8400-e29b-41d4-a716-446655440000 started at 2026-04-09T22:52:03Z (pid 4821), took 35ms",
+                "job <uuid> started at <timestamp> (pid <pid>), took <duration>",
+            ),
+            ("2026-04-09 22:52:03", "<timestamp> <time>"),
+            ("{\"ts\":1775775123638,\"n\":17}", "{\"ts\":<epoch-ms>,\"n\":17}"),
+            ("X-Request-Id: 7f3a9c2e11", "X-Request-Id: <request-id>"),
+            ("id req_011CT8a9bXyZ done", "id <request-id> done"),
+            ("pid=99 pid:100", "<pid> <pid>"),
+            ("deadbeefdeadbeef0123", "<hex>"),
+            ("123456789012345678", "<hex>"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(mask(input, MaskSet::ALL), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn digit_scan_finds_every_digit() {
+        let text = "abcdefghijklmnopq7rstu9 ü8";
+        let bytes = text.as_bytes();
+        let mut found = Vec::new();
+        let mut at = 0;
+        while let Some(d) = next_digit(bytes, at) {
+            found.push(d);
+            at = d + 1;
+        }
+        let expected: Vec<usize> = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.is_ascii_digit())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn never_panics_on_odd_text() {
+        for text in [
+            "\u{B5}1",
+            "1\u{B5}",
+            "\u{C2}\u{B5}9\u{100}",
+            "µs1µs",
+            "9é9é9",
+            "::1::",
+        ] {
+            let _ = mask(text, MaskSet::ALL);
+        }
+    }
+}
