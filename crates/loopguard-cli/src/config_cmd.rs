@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
+use loopguard::config::extensions::Mode;
 use loopguard::config::{ConfigSet, EffectiveConfig, Enabled};
+use loopguard::masking::MASK_RULES;
 use loopguard::policy::{SendMatch, BUILTIN};
 use serde_json::{json, Value};
 
@@ -155,7 +157,107 @@ fn explanations(cfg: &EffectiveConfig) -> Vec<String> {
     let mut out = vec![format!("enabled is {}.", enabled_text(cfg.enabled))];
     out.extend(cfg.clamps.iter().map(|c| format!("{}.", c.reason)));
     out.extend(cfg.unreachable.iter().map(|u| format!("{}.", u.reason)));
+    out.extend(
+        extension_lines(cfg)
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}.")),
+    );
     out
+}
+
+/// The `loopguard` block in force, as (setting, value) lines; empty without the block.
+fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
+    let Some(ext) = cfg.extensions.as_deref() else {
+        return Vec::new();
+    };
+    let on_off = |levels: Option<String>| levels.unwrap_or_else(|| "off".into());
+    let mut lines = vec![
+        (
+            "loopguard.mode".to_owned(),
+            match ext.mode {
+                Mode::Enforce => "enforce (verdicts are enforced)".to_owned(),
+                Mode::Shadow => "shadow (everything is reported, every call is allowed)".to_owned(),
+            },
+        ),
+        (
+            "loopguard.masking".to_owned(),
+            if ext.masking.is_empty() {
+                "off (tools with mask: true use every rule)".to_owned()
+            } else {
+                ext.masking
+                    .rules()
+                    .map(|r| r.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
+            "detectors.consecutiveRepeat".to_owned(),
+            on_off(
+                ext.consecutive_repeat
+                    .map(|l| format!("warning {}, critical {}", l.warning, l.critical)),
+            ),
+        ),
+        (
+            "detectors.cycle".to_owned(),
+            on_off(ext.cycle.map(|c| {
+                format!(
+                    "lengths {}..={}, warning at {} repetitions, critical at {}",
+                    c.min_length, c.max_length, c.repeats.warning, c.repeats.critical
+                )
+            })),
+        ),
+        (
+            "detectors.errorCascade".to_owned(),
+            on_off(
+                ext.error_cascade
+                    .map(|l| format!("warning {}, critical {}", l.warning, l.critical)),
+            ),
+        ),
+        (
+            "detectors.batchDuplicates".to_owned(),
+            if ext.batch_duplicates { "on" } else { "off" }.to_owned(),
+        ),
+        (
+            "policy.builtin".to_owned(),
+            if ext.policy.builtin {
+                "SPEC tables apply to tools no rule classifies"
+            } else {
+                "off: only the rules below"
+            }
+            .to_owned(),
+        ),
+    ];
+    for (i, rule) in ext.policy.rules.iter().enumerate() {
+        let r = rule.source();
+        let mut parts = vec![format!("match {}", r.pattern)];
+        if let Some(class) = r.class {
+            parts.push(format!(
+                "class {}",
+                serde_json::to_value(class)
+                    .unwrap_or_default()
+                    .as_str()
+                    .unwrap_or("?")
+            ));
+        }
+        if !r.ignore_args.is_empty() {
+            parts.push(format!("ignoreArgs {}", r.ignore_args.join(", ")));
+        }
+        if !r.ignore_result.is_empty() {
+            parts.push(format!("ignoreResult {}", r.ignore_result.join(", ")));
+        }
+        if let Some(mask) = r.mask {
+            parts.push(format!("mask {mask}"));
+        }
+        if let Some(w) = r.warning_threshold {
+            parts.push(format!("warningThreshold {w}"));
+        }
+        if let Some(c) = r.critical_threshold {
+            parts.push(format!("criticalThreshold {c}"));
+        }
+        lines.push((format!("policy.tools[{i}]"), parts.join("; ")));
+    }
+    lines
 }
 
 fn print_table(label: &str, cfg: &EffectiveConfig) {
@@ -205,6 +307,9 @@ fn print_table(label: &str, cfg: &EffectiveConfig) {
     for (k, v) in rows {
         println!("  {k:<32} {v}");
     }
+    for (k, v) in extension_lines(cfg) {
+        println!("  {k:<32} {v}");
+    }
     for c in &cfg.clamps {
         println!("  note: {}", c.reason);
     }
@@ -218,6 +323,12 @@ fn policy_json() -> Value {
         "knownPolls": BUILTIN.polls.iter().map(|p| json!({"tool": p.tool, "actions": p.actions})).collect::<Vec<_>>(),
         "sends": BUILTIN.sends.iter().map(|s| json!({"tool": s.tool, "when": send_when(s.matches)})).collect::<Vec<_>>(),
         "volatileSendKeys": BUILTIN.volatile_send_keys,
+        "maskingRules": MASK_RULES.iter().map(|r| json!({
+            "name": r.name,
+            "placeholder": r.placeholder,
+            "description": r.description,
+            "example": {"input": r.example.0, "masked": r.example.1},
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -251,4 +362,12 @@ fn print_policy() {
         "  volatile send result keys (ignored): {}",
         BUILTIN.volatile_send_keys.join(", ")
     );
+    println!();
+    println!("masking rules (loopguard.masking; every rule needs a digit in the token)");
+    for r in MASK_RULES {
+        println!(
+            "  {:<11} {:<13} {}  e.g. {:?} → {:?}",
+            r.name, r.placeholder, r.description, r.example.0, r.example.1
+        );
+    }
 }

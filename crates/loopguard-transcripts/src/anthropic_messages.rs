@@ -65,12 +65,20 @@ impl Dialect for Anthropic {
                     },
                 );
                 conversation.unanswered.clear();
+                let batch = conversation.next_batch();
                 for (id, name, input) in tool_uses(content) {
                     let id = match id {
                         Some(id) => id.to_owned(),
                         None => conversation.synthesize_id(),
                     };
-                    match item::call(&conversation.ids, Some(&id), name, input.clone()) {
+                    let batch = Some(batch.clone());
+                    match item::call_in_batch(
+                        &conversation.ids,
+                        Some(&id),
+                        name,
+                        input.clone(),
+                        batch,
+                    ) {
                         Some(call) => {
                             conversation.expect(&id);
                             sink.push(pos, call);
@@ -187,13 +195,15 @@ pub(crate) fn emit_tool_uses(
     ids: &Ids,
     pos: Pos,
     content: &Value,
+    batch: Option<&str>,
     stats: &mut ReadStats,
     sink: &mut dyn Sink,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for (n, (id, name, input)) in tool_uses(content).enumerate() {
         let id = id.map_or_else(|| format!("line-{}#{n}", pos.line), str::to_owned);
-        match item::call(ids, Some(&id), name, input.clone()) {
+        let batch = Some(batch.map_or_else(|| format!("line-{}", pos.line), str::to_owned));
+        match item::call_in_batch(ids, Some(&id), name, input.clone(), batch) {
             Some(call) => {
                 sink.push(pos, call);
                 out.push(id);

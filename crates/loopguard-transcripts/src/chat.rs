@@ -37,6 +37,8 @@ pub(crate) struct Conversation {
     /// without an id answer them in order.
     pub unanswered: VecDeque<String>,
     synthesized: u64,
+    /// Model messages seen: names the batch of a message's parallel calls.
+    messages: u64,
 }
 
 impl Conversation {
@@ -46,7 +48,14 @@ impl Conversation {
             runs: 0,
             unanswered: VecDeque::new(),
             synthesized: 0,
+            messages: 0,
         }
+    }
+
+    /// A new model message: the name of the batch its tool calls form.
+    pub fn next_batch(&mut self) -> String {
+        self.messages += 1;
+        format!("message-{}", self.messages)
     }
 
     /// A user prompt: a new run.

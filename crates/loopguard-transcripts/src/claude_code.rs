@@ -133,7 +133,7 @@ pub fn read<R: BufRead + Seek>(
                 let ids: Ids = item::ids(session_id, run(chain).as_deref());
                 let response = message.get("id").and_then(Value::as_str).map(str::to_owned);
                 if response.is_none() || response != chain.last_response {
-                    chain.last_response = response;
+                    chain.last_response = response.clone();
                     let usage = message.get("usage").and_then(usage);
                     sink.push(
                         pos,
@@ -144,7 +144,8 @@ pub fn read<R: BufRead + Seek>(
                     );
                 }
                 let content = message.get("content").unwrap_or(&Value::Null);
-                emit_tool_uses(&ids, pos, content, &mut stats, sink);
+                // One API response (message.id) spans several lines: one batch.
+                emit_tool_uses(&ids, pos, content, response.as_deref(), &mut stats, sink);
             }
             "system" => {
                 if entry.subtype.as_deref() == Some("compact_boundary") {

@@ -107,6 +107,18 @@ pub fn ids(session: &str, run: Option<&str>) -> Ids {
 
 /// A call event, or `None` when the tool name is blank (readers count those as skipped).
 pub fn call(ids: &Ids, call_id: Option<&str>, tool: &str, args: Value) -> Option<Item> {
+    call_in_batch(ids, call_id, tool, args, None)
+}
+
+/// A call event that is one of the parallel calls of one model message, `batch` naming
+/// that message.
+pub fn call_in_batch(
+    ids: &Ids,
+    call_id: Option<&str>,
+    tool: &str,
+    args: Value,
+    batch: Option<String>,
+) -> Option<Item> {
     let tool = loopguard::text::non_blank(tool)?;
     Some(Item::Event(Event::Call {
         ids: ids.clone(),
@@ -115,7 +127,7 @@ pub fn call(ids: &Ids, call_id: Option<&str>, tool: &str, args: Value) -> Option
             .map(str::to_owned),
         tool: tool.to_owned(),
         args,
-        batch: None,
+        batch,
     }))
 }
 

@@ -59,13 +59,14 @@ impl Dialect for OpenAi {
                     .and_then(Value::as_array)
                     .map(Vec::as_slice)
                     .unwrap_or_default();
+                let batch = conversation.next_batch();
                 for call in calls {
                     let id = call.get("id").and_then(Value::as_str);
                     let function = call.get("function").unwrap_or(&Value::Null);
-                    emit_call(conversation, pos, id, function, stats, sink);
+                    emit_call(conversation, pos, id, function, &batch, stats, sink);
                 }
                 if let Some(function) = message.get("function_call") {
-                    emit_call(conversation, pos, None, function, stats, sink);
+                    emit_call(conversation, pos, None, function, &batch, stats, sink);
                 }
             }
             Some(role @ ("tool" | "function")) => {
@@ -103,6 +104,7 @@ fn emit_call(
     pos: Pos,
     id: Option<&str>,
     function: &Value,
+    batch: &str,
     stats: &mut ReadStats,
     sink: &mut dyn Sink,
 ) {
@@ -116,7 +118,14 @@ fn emit_call(
         Some(id) => id.to_owned(),
         None => conversation.synthesize_id(),
     };
-    match item::call(&conversation.ids, Some(&id), name, args) {
+    // The tool calls of one assistant message form one batch.
+    match item::call_in_batch(
+        &conversation.ids,
+        Some(&id),
+        name,
+        args,
+        Some(batch.to_owned()),
+    ) {
         Some(call) => {
             conversation.expect(&id);
             sink.push(pos, call);

@@ -597,7 +597,8 @@ impl Scanner {
         match answer {
             Answer::Result { recorded, .. } => {
                 report.outcomes += 1;
-                if let Some(abort) = recorded.abort {
+                // Shadow mode reports the abort it would have made.
+                if let Some(abort) = recorded.abort.or(recorded.would_abort) {
                     let index = call_index.unwrap_or(report.calls);
                     let key = LoopKey::Abort(abort.tool.clone());
                     let l = find_or_add_loop(report, run, key, &abort.tool, None);
@@ -608,6 +609,8 @@ impl Scanner {
                         tool: abort.tool.clone(),
                         paired_tool: None,
                         message: abort.message.clone(),
+                        signature: abort.signature,
+                        paired_signature: None,
                     };
                     record_finding(report, run, l, &detection, index, pos.line, true);
                     report.loops[l].stopped_run = true;

@@ -8,7 +8,9 @@
 //!   larger window, with the workload's runs of 1,000 calls and with every call in one run
 //!   (so that the window really fills);
 //! - `fingerprint_large`: outcome fingerprints of the ~1 MB results next to XXH3-128 over
-//!   the same number of raw bytes (the hashing limit).
+//!   the same number of raw bytes (the hashing limit);
+//! - `extensions_{small,medium}`: SPEC's engine next to the engine with every extension of
+//!   the `loopguard` block on.
 //!
 //! Per-call time = time per iteration / calls per iteration (criterion's throughput line
 //! shows calls per second).
@@ -198,5 +200,45 @@ fn fingerprint_large(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_call, history, fingerprint_large);
+/// Every extension of the `loopguard` block on (masking of every outcome, all four
+/// detectors, a tool policy), next to SPEC's engine alone.
+const ALL_EXTENSIONS: &str = "{
+  tools: { loopDetection: { enabled: true } },
+  loopguard: {
+    masking: {},
+    policy: { tools: [
+      { match: 'web_*', ignoreArgs: ['why'], ignoreResult: ['details.bytes'] },
+      { match: 'command_status', class: 'poll', warningThreshold: 5, criticalThreshold: 9 },
+    ] },
+    detectors: { consecutiveRepeat: {}, cycle: {}, errorCascade: {}, batchDuplicates: {} },
+  },
+}";
+
+fn extensions(c: &mut Criterion) {
+    ensure_workloads();
+    let all = ConfigSet::parse(ALL_EXTENSIONS).expect("valid config");
+    for (name, limit) in [("small", 20_000), ("medium", 4_000)] {
+        let pairs = load(name, limit);
+        let mut group = c.benchmark_group(format!("extensions_{name}"));
+        group.sample_size(20);
+        group.throughput(Throughput::Elements(pairs.len() as u64));
+        group.bench_function("spec", |b| {
+            b.iter_batched_ref(
+                || new_guard(30),
+                |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function("all_on", |b| {
+            b.iter_batched_ref(
+                || Guard::with_clock(all.clone(), Limits::default(), ManualClock::new(0)),
+                |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, per_call, history, fingerprint_large, extensions);
 criterion_main!(benches);

@@ -42,6 +42,8 @@ fn main() {
     // "quiet": thresholds out of reach, so every call is allowed and runs to its outcome
     // whatever the window (the cost of the window alone).
     let quiet = args.next().as_deref() == Some("quiet");
+    // A config file to use instead (for example one with the `loopguard` block).
+    let config_file = args.next();
     let mut lines = BufReader::new(File::open(&path).expect("workload")).lines();
     let mut pairs = Vec::new();
     while pairs.len() < limit {
@@ -62,15 +64,20 @@ fn main() {
             r["result"].take(),
         ));
     }
-    let config = ConfigSet::from_blocks(
-        LoopDetectionBlock {
-            enabled: Some(true),
-            history_size: Some(history),
-            warning_threshold: quiet.then_some(1_000_000),
-            ..Default::default()
-        },
-        [],
-    );
+    let config = match &config_file {
+        Some(path) => {
+            ConfigSet::parse(&std::fs::read_to_string(path).expect("config")).expect("valid config")
+        }
+        None => ConfigSet::from_blocks(
+            LoopDetectionBlock {
+                enabled: Some(true),
+                history_size: Some(history),
+                warning_threshold: quiet.then_some(1_000_000),
+                ..Default::default()
+            },
+            [],
+        ),
+    };
     let mut best = f64::MAX;
     for _ in 0..repeat {
         let mut guard = Guard::with_clock(config.clone(), Limits::default(), ManualClock::new(0));

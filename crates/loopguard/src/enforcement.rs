@@ -23,6 +23,10 @@ pub(crate) enum WarningKey {
     Poll(Signature, Option<Fingerprint>),
     /// An alternation between two signatures, whichever side is called.
     PingPong(Signature, Signature),
+    /// A cycle, by the (order-free) combination of its signatures.
+    Cycle(u128),
+    /// An error cascade, by the sequence number of its first failure.
+    Cascade(u64),
     /// Any other detector's warning on one signature.
     Other(crate::verdict::Detector, Signature),
 }
@@ -47,6 +51,8 @@ impl WarningKey {
                 f.map_or(0, Fingerprint::as_u128),
             ),
             Self::PingPong(a, b) => (b'x', a.as_u128(), b.as_u128()),
+            Self::Cycle(set) => (b'c', set, 0),
+            Self::Cascade(start) => (b'e', u128::from(start), 0),
             Self::Other(detector, s) => (b'0' + detector as u8, s.as_u128(), 0),
         };
         bytes[0] = tag;

@@ -97,8 +97,19 @@ type IdMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
 #[derive(Debug, Default)]
 struct Session {
     /// Boxed: a session's map is sized for growth, and most sessions hold one run.
-    runs: IdMap<Box<RunState>>,
+    runs: IdMap<RunSlot>,
+    /// Clock time of the last event (idle expiry).
     last_active: u64,
+    /// Event counter value of the last event (least-recently-used eviction: exact even
+    /// when the clock stands still, as in replays).
+    touched: u64,
+}
+
+/// A run and when it was last used (the guard's event counter).
+#[derive(Debug, Default)]
+struct RunSlot {
+    state: Box<RunState>,
+    touched: u64,
 }
 
 /// The loop guard with its state in memory.
@@ -113,6 +124,8 @@ pub struct Guard<C: Clock = SystemClock> {
     limits: Limits,
     clock: C,
     last_sweep: u64,
+    /// Counts events, for least-recently-used eviction.
+    tick: u64,
 }
 
 impl Guard<SystemClock> {
@@ -132,6 +145,7 @@ impl<C: Clock> Guard<C> {
             limits,
             clock,
             last_sweep,
+            tick: 0,
         }
     }
 
@@ -243,14 +257,18 @@ impl<C: Clock> Guard<C> {
             .get(scope.session())?
             .runs
             .get(scope.run().unwrap_or(""))
-            .map(|r| &**r)
+            .map(|r| &*r.state)
     }
 
     /// Every live run: session id, run id, state.
     pub fn runs(&self) -> impl Iterator<Item = (&str, Option<&str>, &RunState)> {
         self.sessions.iter().flat_map(|(session, s)| {
             s.runs.iter().map(move |(run, state)| {
-                (&**session, (!run.is_empty()).then_some(&**run), &**state)
+                (
+                    &**session,
+                    (!run.is_empty()).then_some(&**run),
+                    &*state.state,
+                )
             })
         })
     }
@@ -304,22 +322,26 @@ impl<C: Clock> Guard<C> {
         {
             self.evict_idle();
             if self.sessions.len() >= self.limits.max_sessions.max(1) {
-                evict_oldest(&mut self.sessions, |s| s.last_active);
+                evict_oldest(&mut self.sessions, |s| s.touched);
             }
         }
         let session = self.sessions.entry_ref(scope.session()).or_default();
+        self.tick += 1;
         session.last_active = now;
+        session.touched = self.tick;
         let key = scope.run().unwrap_or("");
         let max_runs = self.limits.max_runs_per_session.max(1);
         if session.runs.len() >= max_runs && !session.runs.contains_key(key) {
-            evict_oldest(&mut session.runs, |r| r.last_active());
+            evict_oldest(&mut session.runs, |r| r.touched);
         }
-        let run = session.runs.entry_ref(key).or_default();
+        let slot = session.runs.entry_ref(key).or_default();
+        slot.touched = self.tick;
+        let run = &mut *slot.state;
         (self.config.for_agent(scope.agent()), run, now)
     }
 }
 
-/// Removes the entry with the smallest activity time.
+/// Removes the least recently used entry.
 fn evict_oldest<V>(map: &mut IdMap<V>, active: impl Fn(&V) -> u64) {
     let oldest = map
         .iter()

@@ -260,6 +260,11 @@ impl History {
         self.records.is_empty()
     }
 
+    /// The absolute sequence number of the record at `index` (stable while it is kept).
+    pub fn seq_of(&self, index: usize) -> u64 {
+        self.base + index as u64
+    }
+
     /// Index of the newest record of `signature`.
     pub fn newest_of(&self, signature: Signature) -> Option<usize> {
         match &self.index {

@@ -176,6 +176,8 @@ impl RunState {
                 tool: call.tool.to_owned(),
                 paired_tool: None,
                 message: messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
+                signature: call.signature,
+                paired_signature: None,
             };
             self.push(cfg, call, id, RecordState::Veto, now, None);
             return Verdict::Block {
@@ -214,6 +216,11 @@ impl RunState {
                         WarningKey::ping_pong(call.signature, paired)
                     }
                     (Detector::GenericRepeat, _) => WarningKey::Generic(call.signature),
+                    (Detector::Cycle, _) => {
+                        WarningKey::Cycle(self.cycle_key(call, finding.cycle_len))
+                    }
+                    // One cascade per run, whichever call continues it.
+                    (Detector::ErrorCascade, _) => WarningKey::Cascade(finding.cascade_start),
                     (other, _) => WarningKey::Other(other, call.signature),
                 };
                 let w = warning_threshold(cfg, thresholds, finding.detector);
@@ -405,6 +412,7 @@ impl RunState {
                 }
                 Abort {
                     tool: tool.to_owned(),
+                    signature,
                     count,
                     message: messages::compaction_abort(tool, count, count),
                 }
@@ -495,7 +503,21 @@ impl RunState {
             tool: tool.to_owned(),
             paired_tool,
             message,
+            signature: call.signature,
+            paired_signature: f.paired.map(|(s, _)| s),
         }
+    }
+
+    /// The set of a cycle's signatures (the current call's and the newest `k - 1`
+    /// records'), whatever position the cycle is at: one warning key per cycle.
+    fn cycle_key(&self, call: &CallPrint<'_>, k: u8) -> u128 {
+        self.history
+            .records()
+            .iter()
+            .rev()
+            .take(usize::from(k).saturating_sub(1))
+            .map(|r| r.signature().as_u128())
+            .fold(call.signature.as_u128(), u128::wrapping_add)
     }
 
     /// `read → list → grep`: the tools of the cycle's last `k` calls, oldest first.

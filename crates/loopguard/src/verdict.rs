@@ -6,6 +6,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::fingerprint::Signature;
+
 /// Which rule fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -107,6 +109,10 @@ pub struct Detection {
     pub paired_tool: Option<String>,
     /// What the model reads: the level, the tool, the count, the pattern and what to do.
     pub message: String,
+    /// The call's signature (tool + args), to group detections into loops.
+    pub signature: Signature,
+    /// For ping-pong: the other side's signature.
+    pub paired_signature: Option<Signature>,
 }
 
 /// The engine's answer to a call, before it executes.
@@ -190,6 +196,8 @@ impl Verdict {
 pub struct Abort {
     /// The tool whose identical calls persisted.
     pub tool: String,
+    /// Their signature (tool + args).
+    pub signature: Signature,
     /// How many identical (tool, args, result) triples were seen.
     pub count: u32,
     /// The error the run ends with.

@@ -235,3 +235,144 @@ proptest! {
         }
     }
 }
+
+/// Random streams for the extension laws: a few tools, arguments, outcomes and batches.
+#[derive(Clone, Debug)]
+struct ExtStep {
+    tool: usize,
+    args: usize,
+    outcome: u8,
+    batch: Option<u8>,
+    compaction: bool,
+}
+
+fn ext_steps() -> impl Strategy<Value = Vec<ExtStep>> {
+    prop::collection::vec(
+        (
+            0..4usize,
+            0..3usize,
+            0..4u8,
+            prop::option::of(0..3u8),
+            prop::bool::weighted(0.03),
+        )
+            .prop_map(|(tool, args, outcome, batch, compaction)| ExtStep {
+                tool,
+                args,
+                outcome,
+                batch,
+                compaction,
+            }),
+        1..250,
+    )
+}
+
+/// Replays `steps` and returns every verdict; `changing` gives every outcome new content.
+fn verdicts(config: &ConfigSet, steps: &[ExtStep], changing: bool) -> Vec<Verdict> {
+    let mut guard = Guard::with_clock(config.clone(), Limits::default(), ManualClock::new(0));
+    let scope = Scope::new("s").with_run(Some("r"));
+    let mut out = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if step.compaction {
+            guard.on_compaction(&scope);
+        }
+        let tool = TOOLS[step.tool];
+        let args = args_for(tool, step.args);
+        let id = format!("c{i}");
+        let batch = step.batch.map(|b| format!("b{}", i / 3 + b as usize));
+        let call = Call::new(tool, &args)
+            .with_id(Some(&id))
+            .with_batch(batch.as_deref());
+        let verdict = guard.before_call(&scope, &call);
+        if !verdict.is_blocked() {
+            let result = if changing {
+                // A meaningful change (a word count), not a volatile token.
+                serde_json::json!({"content": [{"type": "text", "text": format!("{i} lines matched")}], "details": {"status": "running", "aggregated": format!("{i} lines")}})
+            } else {
+                serde_json::json!({"content": [{"type": "text", "text": format!("out {}", step.outcome)}]})
+            };
+            guard.after_call(&scope, &call, Outcome::Result(&result));
+        }
+        out.push(verdict);
+    }
+    out
+}
+
+const SPEC_CONFIG: &str = "{ tools: { loopDetection: { enabled: true, warningThreshold: 3, criticalThreshold: 5, globalCircuitBreakerThreshold: 8, historySize: 20 } } }";
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// A `loopguard` block whose features are all off answers exactly like SPEC's engine.
+    #[test]
+    fn extensions_off_equal_the_spec_engine(steps in ext_steps()) {
+        let spec = ConfigSet::parse(SPEC_CONFIG).unwrap();
+        let off = ConfigSet::parse(&SPEC_CONFIG.replacen(
+            "} } }",
+            "} }, loopguard: { mode: 'enforce', masking: { enabled: false }, policy: { tools: [] }, detectors: { consecutiveRepeat: { enabled: false }, cycle: { enabled: false }, errorCascade: { enabled: false }, batchDuplicates: { enabled: false } } } }",
+            1,
+        ))
+        .unwrap();
+        prop_assert!(off.global().extensions.is_some());
+        prop_assert_eq!(verdicts(&spec, &steps, false), verdicts(&off, &steps, false));
+    }
+
+    /// With every extension on, outcomes that keep changing in a meaningful field never
+    /// make an outcome-based detector block (consecutive runs, failures and batch
+    /// duplicates do not look at outcomes, so they are not part of this law).
+    #[test]
+    fn changing_outcomes_never_block_with_extensions(steps in ext_steps()) {
+        let config = ConfigSet::parse(&SPEC_CONFIG.replacen(
+            "} } }",
+            "} }, loopguard: { masking: {}, detectors: { consecutiveRepeat: { warningThreshold: 2, criticalThreshold: 1000 }, cycle: { warningRepeats: 2, criticalRepeats: 3 }, errorCascade: {}, batchDuplicates: { enabled: false } } } }",
+            1,
+        ))
+        .unwrap();
+        for (i, v) in verdicts(&config, &steps, true).iter().enumerate() {
+            if let Verdict::Block { detection, .. } = v {
+                prop_assert!(
+                    !matches!(
+                        detection.detector,
+                        Detector::GenericRepeat
+                            | Detector::KnownPollNoProgress
+                            | Detector::PingPong
+                            | Detector::GlobalCircuitBreaker
+                            | Detector::Cycle
+                            | Detector::CompactionLoopPersisted
+                    ),
+                    "step {i}: {detection:?}"
+                );
+            }
+        }
+    }
+
+    /// Shadow mode never blocks, and reports a detection wherever enforce mode warns.
+    #[test]
+    fn shadow_mode_always_allows(steps in ext_steps()) {
+        let enforce = ConfigSet::parse(&SPEC_CONFIG.replacen(
+            "} } }",
+            "} }, loopguard: { detectors: { consecutiveRepeat: {}, cycle: {}, batchDuplicates: {} } } }",
+            1,
+        ))
+        .unwrap();
+        let shadow = ConfigSet::parse(&SPEC_CONFIG.replacen(
+            "} } }",
+            "} }, loopguard: { mode: 'shadow', detectors: { consecutiveRepeat: {}, cycle: {}, batchDuplicates: {} } } }",
+            1,
+        ))
+        .unwrap();
+        let e = verdicts(&enforce, &steps, false);
+        let s = verdicts(&shadow, &steps, false);
+        for (i, (e, s)) in e.iter().zip(&s).enumerate() {
+            prop_assert!(!s.is_blocked(), "step {i}: shadow blocked");
+            prop_assert!(matches!(s, Verdict::Allow | Verdict::Shadow { .. }), "step {i}: {s:?}");
+            // Until enforce mode first blocks, both modes see the same history.
+            if e.is_blocked() {
+                prop_assert!(matches!(s, Verdict::Shadow { detection, .. } if detection.level == loopguard::Level::Critical), "step {i}: {s:?}");
+                break;
+            }
+            if let Verdict::Warn { detection, .. } = e {
+                prop_assert!(matches!(s, Verdict::Shadow { detection: d, .. } if d == detection), "step {i}: {s:?}");
+            }
+        }
+    }
+}

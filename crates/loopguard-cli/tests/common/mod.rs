@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: paths, and running the real binary.
 #![allow(dead_code)]
 
+pub mod vectors;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -439,7 +439,9 @@ impl<'o> Reader<'o> {
                         }
                     };
                     let name = block.name.as_deref().unwrap_or("");
-                    match item::call(&self.ids, Some(id), name, args) {
+                    // The calls of one assistant message (one line) form one batch.
+                    let batch = Some(format!("line-{}", pos.line));
+                    match item::call_in_batch(&self.ids, Some(id), name, args, batch) {
                         Some(call) => sink.push(pos, call),
                         None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
                             "toolCall without a name".into()

@@ -51,8 +51,12 @@ pub(crate) fn detect(
         }
     }
     if let Some(levels) = ext.error_cascade {
-        let n = failures(history);
-        if let Some(f) = consider(leveled(Detector::ErrorCascade, n, levels)) {
+        let (n, start) = failures(history);
+        let found = leveled(Detector::ErrorCascade, n, levels).map(|mut f| {
+            f.cascade_start = start;
+            f
+        });
+        if let Some(f) = consider(found) {
             return Some(f);
         }
     }
@@ -80,10 +84,12 @@ pub(crate) fn consecutive(history: &History, signature: Signature) -> u32 {
         .count() as u32
 }
 
-/// Consecutive failed outcomes, newest first; pending records and vetoes are skipped.
-pub(crate) fn failures(history: &History) -> u32 {
+/// Consecutive failed outcomes, newest first (pending records and vetoes are skipped),
+/// and the sequence number of the oldest failure: a new cascade is a new warning.
+pub(crate) fn failures(history: &History) -> (u32, u64) {
     let mut n = 0;
-    for r in history.records().iter().rev() {
+    let mut start = 0;
+    for (i, r) in history.records().iter().enumerate().rev() {
         if r.outcome().is_none() {
             continue;
         }
@@ -91,8 +97,9 @@ pub(crate) fn failures(history: &History) -> u32 {
             break;
         }
         n += 1;
+        start = history.seq_of(i);
     }
-    n
+    (n, start)
 }
 
 /// The longest-repeating cycle the current call would continue: for each length k, the

@@ -24,6 +24,8 @@ pub(crate) struct Finding {
     pub latest: Option<Fingerprint>,
     /// Cycle: its length (the newest records hold one repetition).
     pub cycle_len: u8,
+    /// Error cascade: sequence number of its first failure.
+    pub cascade_start: u64,
 }
 
 impl Finding {
@@ -36,6 +38,7 @@ impl Finding {
             missing: None,
             latest: None,
             cycle_len: 0,
+            cascade_start: 0,
         }
     }
 }
