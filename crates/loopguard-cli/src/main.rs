@@ -10,6 +10,7 @@ mod replay_cmd;
 mod scan_cmd;
 mod scan_html;
 mod scan_report;
+mod serve_cmd;
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
@@ -47,15 +48,20 @@ enum Command {
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
     Scan(scan_cmd::ScanArgs),
+    Serve(serve_cmd::ServeArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // `serve` sets up its own logs (on by default, text or JSON).
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_logging();
+    }
     let code = match cli.command {
         Command::Replay(args) => replay_cmd::run(args),
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Scan(args) => scan_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args),
     };
     ExitCode::from(code)
 }

@@ -369,8 +369,16 @@ fn result_fingerprint(
             )
         })));
     };
-    let details = result.get("details").and_then(Value::as_object);
-    let text = ContentText::new(result.get("content"));
+    // One pass over the (small) result object instead of a lookup per key.
+    let (mut details, mut content) = (None, None);
+    for (k, v) in result {
+        match k.as_str() {
+            "details" => details = v.as_object(),
+            "content" => content = Some(v),
+            _ => {}
+        }
+    }
+    let text = ContentText::new(content);
     let status = details
         .and_then(|d| d.get("status"))
         .and_then(Value::as_str);

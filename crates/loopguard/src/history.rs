@@ -21,35 +21,46 @@ pub const INDEX_MIN: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NameId(u32);
 
-/// Reference-counted interned strings (tool names, unknown tool names).
+/// Reference-counted interned strings (tool names, unknown tool names). Each slot keeps
+/// the name's hash, so lookups compare integers and only confirm with the string.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Names {
-    slots: Vec<(Box<str>, u32)>,
+    slots: Vec<(Box<str>, u32, u64)>,
+}
+
+fn name_hash(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
 }
 
 impl Names {
     /// The id of `name`, if it is live.
     pub fn find(&self, name: &str) -> Option<NameId> {
+        let hash = name_hash(name);
         self.slots
             .iter()
-            .position(|(n, refs)| *refs > 0 && &**n == name)
+            .position(|(n, refs, h)| *h == hash && *refs > 0 && &**n == name)
             .map(|i| NameId(i as u32))
     }
 
     /// Takes a reference to `name`, interning it if needed. A released slot that still
     /// holds the same name is taken back without allocating.
     pub fn acquire(&mut self, name: &str) -> NameId {
-        if let Some(i) = self.slots.iter().position(|(n, _)| &**n == name) {
+        let hash = name_hash(name);
+        if let Some(i) = self
+            .slots
+            .iter()
+            .position(|(n, _, h)| *h == hash && &**n == name)
+        {
             self.slots[i].1 += 1;
             return NameId(i as u32);
         }
-        match self.slots.iter().position(|(_, refs)| *refs == 0) {
+        match self.slots.iter().position(|(_, refs, _)| *refs == 0) {
             Some(i) => {
-                self.slots[i] = (name.into(), 1);
+                self.slots[i] = (name.into(), 1, hash);
                 NameId(i as u32)
             }
             None => {
-                self.slots.push((name.into(), 1));
+                self.slots.push((name.into(), 1, hash));
                 NameId((self.slots.len() - 1) as u32)
             }
         }
@@ -64,13 +75,13 @@ impl Names {
 
     /// The name behind an id.
     pub fn get(&self, id: NameId) -> &str {
-        self.slots.get(id.0 as usize).map_or("", |(n, _)| n)
+        self.slots.get(id.0 as usize).map_or("", |(n, _, _)| n)
     }
 
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<(Box<str>, u32)>()
-            + self.slots.iter().map(|(n, _)| n.len()).sum::<usize>()
+        self.slots.capacity() * std::mem::size_of::<(Box<str>, u32, u64)>()
+            + self.slots.iter().map(|(n, _, _)| n.len()).sum::<usize>()
     }
 }
 

@@ -1,0 +1,413 @@
+//! Helpers for the `loopguard serve` tests: start the real binary on a free loopback port,
+//! talk HTTP/1.1 to it over plain sockets, stop it gently or with SIGKILL.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running `loopguard serve`.
+pub struct Server {
+    child: Option<Child>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `loopguard serve --listen 127.0.0.1:0 ARGS` and waits until it listens.
+    pub fn start(args: &[&str]) -> Server {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::try_start(args, env).unwrap_or_else(|e| panic!("loopguard serve {args:?}: {e}"))
+    }
+
+    /// Starts the server, or returns what it said on stderr when it exited instead.
+    pub fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_loopguard"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("LOOPGUARD_TOKEN")
+            .env_remove("LOOPGUARD_DB")
+            .env_remove("LOOPGUARD_CONFIG")
+            .env_remove("LOOPGUARD_LISTEN")
+            .env("LOOPGUARD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        {
+            let log = std::sync::Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx.send(first);
+            for _ in lines {}
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).ok().flatten();
+        let Some(line) = line else {
+            let status = child.wait().map_err(|e| e.to_string())?;
+            // Give the stderr reader a moment to collect the last words.
+            std::thread::sleep(Duration::from_millis(100));
+            let said = log.lock().unwrap().clone();
+            return Err(format!(
+                "exited with {status} before listening; stderr: {said}"
+            ));
+        };
+        let url = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .ok_or_else(|| format!("unexpected first line {line:?}"))?;
+        let addr = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        Ok(Server {
+            child: Some(child),
+            addr,
+            stderr: log,
+        })
+    }
+
+    /// A new keep-alive connection.
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// What it logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends a signal with `kill(1)`.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM, then waits for a clean exit (status 0).
+    pub fn stop(mut self) {
+        self.signal("TERM");
+        let mut child = self.child.take().unwrap();
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(
+                    status.success(),
+                    "exit after SIGTERM: {status}; stderr: {}",
+                    self.stderr()
+                );
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no exit 20 s after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body is not JSON ({e}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A minimal HTTP/1.1 client over one keep-alive connection.
+pub struct Client {
+    addr: SocketAddr,
+    reader: BufReader<TcpStream>,
+    /// Extra headers sent with every request.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Client {
+    /// Connects.
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_nodelay(true).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Client {
+            addr,
+            reader: BufReader::new(stream),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Sends `Authorization: Bearer TOKEN` with every request.
+    pub fn with_token(mut self, token: &str) -> Client {
+        self.headers
+            .push(("Authorization".into(), format!("Bearer {token}")));
+        self
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&mut self, path: &str, body: &str) -> Response {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    /// `POST path` with a JSON Lines body.
+    pub fn post_ndjson(&mut self, path: &str, body: &[u8]) -> Response {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/x-ndjson")],
+            body,
+        )
+    }
+
+    /// `GET path`.
+    pub fn get(&mut self, path: &str) -> Response {
+        self.request("GET", path, &[], b"")
+    }
+
+    /// Any request.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        for (k, v) in &self.headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let stream = self.reader.get_mut();
+        // The server may answer (413) and close before reading a large body: a failed
+        // write is fine as long as the response can be read.
+        let _ = stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(body));
+        self.read_response()
+    }
+
+    /// Writes raw bytes (for malformed requests).
+    pub fn write_raw(&mut self, bytes: &[u8]) {
+        let _ = self.reader.get_mut().write_all(bytes);
+    }
+
+    /// Reads one response.
+    pub fn read_response(&mut self) -> Response {
+        let mut status_line = String::new();
+        self.reader
+            .read_line(&mut status_line)
+            .expect("status line");
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).expect("header line");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (k, v) = line.split_once(':').expect("header");
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = Vec::new();
+        if let Some(len) = find("content-length") {
+            body.resize(len.parse().unwrap(), 0);
+            self.reader.read_exact(&mut body).expect("body");
+        } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size).unwrap();
+                let size = usize::from_str_radix(size.trim(), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).unwrap();
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        }
+        Response {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile_lite::TempDir {
+    tempfile_lite::TempDir::new()
+}
+
+/// Just enough of a temporary directory (the CLI has no `tempfile` dependency).
+pub mod tempfile_lite {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+
+    /// Removed when dropped.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new() -> Self {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir()
+                .join(format!("loopguard-serve-test-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Default for TempDir {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// `loopguard replay [--config CONFIG] EVENTS`, its stdout.
+pub fn replay(config: Option<&Path>, events: &Path) -> Vec<u8> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loopguard"));
+    command.arg("replay");
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let out = command.arg(events).output().expect("run replay");
+    out.stdout
+}
+
+/// Runs `f` over `items` on `threads` threads; panics with every failure.
+pub fn parallel<T: Sync>(items: &[T], threads: usize, f: impl Fn(&T) -> Result<(), String> + Sync) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = f(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} failed:\n{}",
+        failures.len(),
+        items.len(),
+        failures.join("\n")
+    );
+}

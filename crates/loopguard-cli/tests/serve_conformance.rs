@@ -1,0 +1,160 @@
+//! The whole public conformance set through a real `loopguard serve`: the answers of
+//! `POST /v1/events` are those of `loopguard replay`, as JSON Lines and event by event.
+
+mod common;
+mod serve_common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use serve_common::{parallel, replay, tempdir, Server};
+
+fn cases() -> Vec<PathBuf> {
+    let mut cases: Vec<_> = fs::read_dir(common::conformance_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 70, "the whole conformance set is expected");
+    cases
+}
+
+fn config_of(case: &Path) -> Option<PathBuf> {
+    Some(case.join("config.json5")).filter(|p| p.exists())
+}
+
+fn name(case: &Path) -> String {
+    case.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Starts a server for a case (on a fresh SQLite file unless `memory`).
+fn start(case: &Path, memory: bool, dir: &Path) -> Result<Server, String> {
+    let mut args: Vec<String> = Vec::new();
+    if let Some(config) = config_of(case) {
+        args.push("--config".into());
+        args.push(config.display().to_string());
+    }
+    if memory {
+        args.push("--memory".into());
+    } else {
+        args.push("--db".into());
+        args.push(dir.join("db").display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::try_start(&args, &[])
+}
+
+/// Sent as one JSON Lines body: byte for byte what replay prints.
+fn ndjson_case(case: &Path, memory: bool) -> Result<(), String> {
+    let dir = tempdir();
+    if case.join("expected-exit").exists() {
+        // An invalid config: the server refuses to start, like replay (exit 1, one line).
+        let err = match start(case, memory, dir.path()) {
+            Ok(_) => return Err(format!("{}: started with an invalid config", name(case))),
+            Err(e) => e,
+        };
+        if !err.contains("exit status: 1") || !err.contains("loopguard: error:") {
+            return Err(format!("{}: {err}", name(case)));
+        }
+        return Ok(());
+    }
+    let server = start(case, memory, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
+    let events = fs::read(case.join("events.jsonl")).unwrap();
+    let response = server.client().post_ndjson("/v1/events", &events);
+    if response.status != 200 {
+        return Err(format!(
+            "{}: status {}: {}",
+            name(case),
+            response.status,
+            response.text()
+        ));
+    }
+    let want = replay(config_of(case).as_deref(), &case.join("events.jsonl"));
+    if response.body != want {
+        return Err(format!(
+            "{}: answers differ from replay\n got:\n{}\n want:\n{}",
+            name(case),
+            response.text(),
+            String::from_utf8_lossy(&want)
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn conformance_set_as_json_lines_on_sqlite() {
+    parallel(&cases(), 3, |case| ndjson_case(case, false));
+}
+
+#[test]
+fn conformance_set_as_json_lines_in_memory() {
+    parallel(&cases(), 3, |case| ndjson_case(case, true));
+}
+
+/// One request per event, as a host sends them: each answer is replay's line for it
+/// (but `seq`, which is the position in the request), and a line replay refuses is a
+/// 400 (not an event) or a 422 (refused by the engine) with its error.
+#[test]
+fn conformance_set_one_event_per_request() {
+    let cases: Vec<_> = cases()
+        .into_iter()
+        .filter(|c| !c.join("expected-exit").exists())
+        .collect();
+    parallel(&cases, 3, |case| {
+        let dir = tempdir();
+        let server = start(case, false, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
+        let mut client = server.client();
+        let want = common::json_lines(&replay(
+            config_of(case).as_deref(),
+            &case.join("events.jsonl"),
+        ));
+        let mut want = want.into_iter();
+        let text = fs::read(case.join("events.jsonl")).unwrap();
+        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let seq = i + 1;
+            let mut w = want.next().ok_or("fewer replay answers than lines")?;
+            let response = client.request(
+                "POST",
+                "/v1/events",
+                &[("Content-Type", "application/json")],
+                line,
+            );
+            let mut got = response.json();
+            let fail = |what: &str, got: &Value, w: &Value| {
+                format!(
+                    "{} line {seq}: {what}\n  got  {} {got}\n  want {w}",
+                    name(case),
+                    response.status
+                )
+            };
+            if w.get("error").is_some() {
+                let expected_status = if serde_json::from_slice::<Value>(line).is_ok()
+                    && loopguard_replay::parse_line(line).is_ok()
+                {
+                    422
+                } else {
+                    400
+                };
+                if response.status != expected_status || got.get("error").is_none() {
+                    return Err(fail("want an error", &got, &w));
+                }
+                continue;
+            }
+            if response.status != 200 {
+                return Err(fail("want 200", &got, &w));
+            }
+            got["seq"] = Value::Null;
+            w["seq"] = Value::Null;
+            if got != w {
+                return Err(fail("answers differ", &got, &w));
+            }
+        }
+        Ok(())
+    });
+}

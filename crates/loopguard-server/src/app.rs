@@ -1,0 +1,223 @@
+//! [`App`]: what every request handler shares: the store, the config in force, the token,
+//! the limits and the metrics; and reloading the config and token.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use loopguard::ConfigSet;
+use loopguard_store::Store;
+use serde::Serialize;
+
+use crate::auth::{Token, TokenSource};
+use crate::metrics::Metrics;
+
+/// Bounds on what one request may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Largest request body, in bytes (default 8 MiB).
+    pub max_body_bytes: usize,
+    /// Longest `session`, `run`, `agent`, `call_id` and `tool`, in bytes (default 256).
+    pub max_id_bytes: usize,
+    /// Most events in one request (default 1,000).
+    pub max_events_per_request: usize,
+    /// Requests handled at once; more wait their turn (default 256).
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 << 20,
+            max_id_bytes: 256,
+            max_events_per_request: 1000,
+            max_concurrent_requests: 256,
+        }
+    }
+}
+
+/// How to build an [`App`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The OpenClaw-style JSON5 config; `None` runs on the defaults (rolling detectors
+    /// off, post-compaction guard on). Re-read on reload.
+    pub config_path: Option<PathBuf>,
+    /// Where the bearer token comes from.
+    pub token: TokenSource,
+    /// Agent whose config applies to events that name none.
+    pub default_agent: Option<String>,
+    /// Request limits.
+    pub limits: RequestLimits,
+}
+
+/// What a reload did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReloadReport {
+    /// The config file read, if any.
+    pub config: Option<String>,
+    /// Agent blocks in it.
+    pub agents: usize,
+    /// Clamped or unreachable thresholds (the config applies anyway).
+    pub warnings: Vec<String>,
+    /// Whether requests now need a token.
+    pub token_required: bool,
+}
+
+/// The shared state of the server.
+pub struct App<S> {
+    store: S,
+    config: RwLock<Arc<ConfigSet>>,
+    token: RwLock<Option<Arc<Token>>>,
+    options: Options,
+    metrics: Metrics,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl<S> std::fmt::Debug for App<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> App<S> {
+    /// Reads the config and the token (an error, with every problem, if either is
+    /// unusable) and puts the server together.
+    pub fn new(store: S, options: Options) -> Result<Self, String> {
+        let (config, _) = load_config(&options)?;
+        let token = options.token.load()?;
+        Ok(Self {
+            store,
+            config: RwLock::new(Arc::new(config)),
+            token: RwLock::new(token.map(Arc::new)),
+            options,
+            metrics: Metrics::default(),
+            reload_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The options the server was built with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The request limits.
+    pub fn limits(&self) -> &RequestLimits {
+        &self.options.limits
+    }
+
+    /// The config in force (a snapshot: a reload does not change it under a request).
+    pub fn config(&self) -> Arc<ConfigSet> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The token in force, if requests need one.
+    pub fn token(&self) -> Option<Arc<Token>> {
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Re-reads the config file and the token file. Both must be usable for either to
+    /// change: otherwise the old ones stay in force, the problems are logged and returned.
+    pub async fn reload(&self) -> Result<ReloadReport, String> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let options = self.options.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let config = load_config(&options)?;
+            let token = options.token.load()?;
+            Ok::<_, String>((config, token))
+        })
+        .await
+        .map_err(|e| format!("reload failed: {e}"));
+        match loaded.and_then(|r| r) {
+            Ok(((config, report), token)) => {
+                let report = ReloadReport {
+                    token_required: token.is_some(),
+                    ..report
+                };
+                *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                *self.token.write().unwrap_or_else(|p| p.into_inner()) = token.map(Arc::new);
+                self.metrics.reload(true);
+                tracing::info!(
+                    target: "loopguard::server",
+                    config = report.config.as_deref(),
+                    agents = report.agents,
+                    warnings = report.warnings.len(),
+                    "config reloaded"
+                );
+                for warning in &report.warnings {
+                    tracing::warn!(target: "loopguard::server", "config: {warning}");
+                }
+                Ok(report)
+            }
+            Err(problems) => {
+                self.metrics.reload(false);
+                for line in problems.lines() {
+                    tracing::error!(target: "loopguard::server", "reload refused: {line}");
+                }
+                tracing::error!(
+                    target: "loopguard::server",
+                    "config not reloaded; the previous config stays in force"
+                );
+                Err(problems)
+            }
+        }
+    }
+}
+
+/// Reads and validates the config file, if any.
+fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), String> {
+    let Some(path) = &options.config_path else {
+        return Ok((
+            ConfigSet::default(),
+            ReloadReport {
+                config: None,
+                agents: 0,
+                warnings: Vec::new(),
+                token_required: false,
+            },
+        ));
+    };
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name}: not valid UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    let config = ConfigSet::parse_named(&text, Some(&name)).map_err(|e| e.to_string())?;
+    let mut warnings = Vec::new();
+    let scopes = std::iter::once(("global".to_owned(), config.global()))
+        .chain(config.agents().map(|(id, _, e)| (format!("agent {id}"), e)));
+    for (label, effective) in scopes {
+        warnings.extend(
+            effective
+                .clamps
+                .iter()
+                .map(|c| format!("{label}: {}", c.reason)),
+        );
+        warnings.extend(
+            effective
+                .unreachable
+                .iter()
+                .map(|u| format!("{label}: {}", u.reason)),
+        );
+    }
+    let report = ReloadReport {
+        config: Some(name),
+        agents: config.agents().count(),
+        warnings,
+        token_required: false,
+    };
+    Ok((config, report))
+}

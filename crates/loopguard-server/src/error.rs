@@ -1,0 +1,127 @@
+//! Errors as HTTP answers: a status and `{"error": "..."}` that says what is wrong.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use loopguard_store::StoreError;
+use serde_json::json;
+
+/// An error answer. Its body is always a JSON object with an `error` string; an invalid
+/// event also carries its `seq`, so the body is exactly what `loopguard replay` prints for
+/// that line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    seq: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a status and a message.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            seq: None,
+        }
+    }
+
+    /// 400: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 400 for one event of the request, numbered `seq`.
+    pub fn invalid_event(seq: u64, message: impl Into<String>) -> Self {
+        Self {
+            seq: Some(seq),
+            ..Self::bad_request(message)
+        }
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let status =
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        Self::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match self.seq {
+            Some(seq) => json!({ "seq": seq, "error": self.message }),
+            None => json!({ "error": self.message }),
+        };
+        let mut response = json_response(self.status, body.to_string().into_bytes());
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            || self.status == StatusCode::TOO_MANY_REQUESTS
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// A response with a JSON body already serialized.
+pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A JSON response from a value.
+pub(crate) fn json_value(status: StatusCode, value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => json_response(status, body),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the answer: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn body(r: Response) -> serde_json::Value {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn errors_are_json_objects() {
+        let r = ApiError::invalid_event(3, "call without tool").into_response();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(
+            body(r).await,
+            json!({"seq": 3, "error": "call without tool"})
+        );
+        let r = ApiError::from(StoreError::SessionLimit { limit: 5 }).into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert!(body(r).await["error"]
+            .as_str()
+            .unwrap()
+            .contains("session limit"));
+    }
+}

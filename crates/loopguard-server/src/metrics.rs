@@ -1,0 +1,372 @@
+//! Prometheus metrics (text exposition format 0.0.4), kept in atomics: recording costs a
+//! few relaxed increments, and all the series are fixed, so the output is bounded whatever
+//! clients send.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use loopguard::{Detector, Level, Verdict};
+use loopguard_replay::Answer;
+use loopguard_store::StoreStats;
+
+/// Route labels of the latency histogram; anything else is `other`.
+pub const ROUTES: &[&str] = &[
+    "/v1/events",
+    "/v1/sessions/{session}",
+    "/v1/runs/end",
+    "/v1/admin/reload",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.json",
+    "other",
+];
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+const DETECTORS: &[Detector] = &[
+    Detector::GenericRepeat,
+    Detector::KnownPollNoProgress,
+    Detector::PingPong,
+    Detector::UnknownToolRepeat,
+    Detector::GlobalCircuitBreaker,
+    Detector::CompactionLoopPersisted,
+];
+
+const STATUSES: &[u16] = &[200, 400, 401, 404, 405, 413, 422, 429, 500, 503];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; 16],
+    overflow: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        match BUCKETS.iter().position(|&b| secs <= b) {
+            Some(i) => self.buckets[i].fetch_add(1, Ordering::Relaxed),
+            None => self.overflow.fetch_add(1, Ordering::Relaxed),
+        };
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, route: &str) {
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{route=\"{route}\",le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.overflow.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{route=\"{route}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{route=\"{route}\"}} {cumulative}");
+    }
+}
+
+/// Every metric the server exports.
+#[derive(Default)]
+pub struct Metrics {
+    /// call, result, compaction, invalid.
+    events: [AtomicU64; 4],
+    allowed: AtomicU64,
+    /// Per detector, [warning, critical].
+    verdicts: [[AtomicU64; 2]; 6],
+    aborts: AtomicU64,
+    latency: [Histogram; 9],
+    /// Per status in [`STATUSES`], then "other".
+    responses: [AtomicU64; 11],
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// Counts an answer: its event type, verdict, abort.
+    pub fn answer(&self, answer: &Answer) {
+        let kind = match answer {
+            Answer::Call { verdict, .. } => {
+                self.verdict(verdict);
+                0
+            }
+            Answer::Result { recorded, .. } => {
+                if recorded.abort.is_some() {
+                    self.aborts.fetch_add(1, Ordering::Relaxed);
+                    self.detection(Detector::CompactionLoopPersisted, Level::Critical);
+                }
+                1
+            }
+            Answer::Compaction { .. } => 2,
+            Answer::Invalid { .. } => 3,
+        };
+        self.events[kind].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an event refused before it reached the engine.
+    pub fn invalid(&self) {
+        self.events[3].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A verdict with a detection (a warning, a block, or what would have fired in shadow
+    /// mode) counts under its detector and level; one without counts as allowed.
+    fn verdict(&self, verdict: &Verdict) {
+        match verdict.detection() {
+            Some(detection) => self.detection(detection.detector, detection.level),
+            None => {
+                self.allowed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn detection(&self, detector: Detector, level: Level) {
+        if let Some(d) = DETECTORS.iter().position(|&x| x == detector) {
+            let l = usize::from(level == Level::Critical);
+            self.verdicts[d][l].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a request: its route template, status and time.
+    pub fn request(&self, route: &str, status: u16, elapsed: Duration) {
+        let r = ROUTES
+            .iter()
+            .position(|&x| x == route)
+            .unwrap_or(ROUTES.len() - 1);
+        self.latency[r].observe(elapsed);
+        let s = STATUSES
+            .iter()
+            .position(|&x| x == status)
+            .unwrap_or(STATUSES.len());
+        self.responses[s].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a config reload.
+    pub fn reload(&self, ok: bool) {
+        if ok {
+            self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self, store: &StoreStats) -> String {
+        let mut out = String::with_capacity(8192);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+
+        head(
+            &mut out,
+            "loopguard_events_total",
+            "counter",
+            "Events answered, by type (invalid: refused or answered with an error).",
+        );
+        for (kind, n) in ["call", "result", "compaction", "invalid"]
+            .iter()
+            .zip(&self.events)
+        {
+            let _ = writeln!(out, "loopguard_events_total{{type=\"{kind}\"}} {}", load(n));
+        }
+
+        head(
+            &mut out,
+            "loopguard_verdicts_total",
+            "counter",
+            "Verdicts on calls, and aborts, by detector and level (allow: no detector fired).",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_verdicts_total{{detector=\"none\",level=\"allow\"}} {}",
+            load(&self.allowed)
+        );
+        for (detector, levels) in DETECTORS.iter().zip(&self.verdicts) {
+            for (level, n) in ["warning", "critical"].iter().zip(levels) {
+                let _ = writeln!(
+                    out,
+                    "loopguard_verdicts_total{{detector=\"{}\",level=\"{level}\"}} {}",
+                    detector.as_str(),
+                    load(n)
+                );
+            }
+        }
+
+        head(
+            &mut out,
+            "loopguard_aborts_total",
+            "counter",
+            "Runs aborted by the post-compaction guard.",
+        );
+        let _ = writeln!(out, "loopguard_aborts_total {}", load(&self.aborts));
+
+        head(
+            &mut out,
+            "loopguard_live_sessions",
+            "gauge",
+            "Sessions held.",
+        );
+        let _ = writeln!(out, "loopguard_live_sessions {}", store.sessions);
+        head(&mut out, "loopguard_live_runs", "gauge", "Runs held.");
+        let _ = writeln!(out, "loopguard_live_runs {}", store.runs);
+        head(
+            &mut out,
+            "loopguard_expired_runs_total",
+            "counter",
+            "Runs removed because they were idle.",
+        );
+        let _ = writeln!(out, "loopguard_expired_runs_total {}", store.expired_runs);
+
+        head(
+            &mut out,
+            "loopguard_store_commits_total",
+            "counter",
+            "Transactions committed by the store.",
+        );
+        let _ = writeln!(out, "loopguard_store_commits_total {}", store.commits);
+        head(
+            &mut out,
+            "loopguard_store_writes_total",
+            "counter",
+            "Run states written by the store.",
+        );
+        let _ = writeln!(out, "loopguard_store_writes_total {}", store.writes);
+        head(
+            &mut out,
+            "loopguard_store_conflicts_total",
+            "counter",
+            "Updates applied again after another writer changed the run.",
+        );
+        let _ = writeln!(out, "loopguard_store_conflicts_total {}", store.conflicts);
+        head(
+            &mut out,
+            "loopguard_store_failures_total",
+            "counter",
+            "Store transactions that failed.",
+        );
+        let _ = writeln!(out, "loopguard_store_failures_total {}", store.failures);
+        head(
+            &mut out,
+            "loopguard_store_commit_seconds_total",
+            "counter",
+            "Time spent committing.",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_store_commit_seconds_total {}",
+            store.commit_micros as f64 / 1e6
+        );
+
+        head(
+            &mut out,
+            "loopguard_http_responses_total",
+            "counter",
+            "HTTP responses by status code.",
+        );
+        for (code, n) in STATUSES.iter().zip(&self.responses) {
+            let _ = writeln!(
+                out,
+                "loopguard_http_responses_total{{code=\"{code}\"}} {}",
+                load(n)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "loopguard_http_responses_total{{code=\"other\"}} {}",
+            load(&self.responses[STATUSES.len()])
+        );
+
+        head(
+            &mut out,
+            "loopguard_http_request_duration_seconds",
+            "histogram",
+            "Time from request to response, by route.",
+        );
+        for (route, h) in ROUTES.iter().zip(&self.latency) {
+            h.render(&mut out, "loopguard_http_request_duration_seconds", route);
+        }
+
+        head(
+            &mut out,
+            "loopguard_config_reloads_total",
+            "counter",
+            "Config reloads, by result.",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_config_reloads_total{{result=\"ok\"}} {}",
+            load(&self.reloads_ok)
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_config_reloads_total{{result=\"failed\"}} {}",
+            load(&self.reloads_failed)
+        );
+        out
+    }
+}
+
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loopguard_replay::parse_line;
+
+    #[test]
+    fn counts_answers_and_renders_every_series() {
+        let m = Metrics::default();
+        let mut replayer = loopguard_replay::Replayer::new(loopguard::ConfigSet::default(), None);
+        let event = parse_line(br#"{"type":"call","tool":"read"}"#).unwrap();
+        m.answer(&replayer.apply(1, &event));
+        m.invalid();
+        m.request("/v1/events", 200, Duration::from_micros(300));
+        m.request("/nope", 404, Duration::from_secs(20));
+        m.reload(false);
+        let text = m.render(&StoreStats {
+            sessions: 2,
+            ..StoreStats::default()
+        });
+        for line in [
+            "loopguard_events_total{type=\"call\"} 1",
+            "loopguard_events_total{type=\"invalid\"} 1",
+            "loopguard_verdicts_total{detector=\"none\",level=\"allow\"} 1",
+            "loopguard_verdicts_total{detector=\"ping_pong\",level=\"critical\"} 0",
+            "loopguard_live_sessions 2",
+            "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.0005\"} 1",
+            "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.00025\"} 0",
+            "loopguard_http_request_duration_seconds_bucket{route=\"other\",le=\"+Inf\"} 1",
+            "loopguard_http_request_duration_seconds_count{route=\"other\"} 1",
+            "loopguard_http_responses_total{code=\"404\"} 1",
+            "loopguard_config_reloads_total{result=\"failed\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        // Every sample line is `name{labels} value` with a numeric value.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = l.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{l}");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Reading and ending sessions and runs:
+//! `GET /v1/sessions/{session}`, `DELETE /v1/sessions/{session}`, `POST /v1/runs/end`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use loopguard::Scope;
+use loopguard_store::{RunKey, RunSnapshot, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::error::{json_value, ApiError};
+use crate::events::{json_error, read_body};
+
+/// The state of one session, as `GET /v1/sessions/{session}` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SessionView {
+    /// The session id.
+    pub session: String,
+    /// Its live runs, most recently active first.
+    pub runs: Vec<RunView>,
+}
+
+/// One run of a [`SessionView`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunView {
+    /// The run id; `null` for calls outside any run.
+    pub run: Option<String>,
+    /// When the run last saw an event (Unix milliseconds).
+    pub last_active_ms: u64,
+    /// The rolling history.
+    pub history: HistoryView,
+    /// The post-compaction guard.
+    pub guard: GuardView,
+    /// Why the run stopped, when it did: every later call of it is blocked.
+    pub stopped: Option<StopView>,
+}
+
+/// Summary of a run's rolling history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HistoryView {
+    /// Records kept.
+    pub records: usize,
+    /// Calls waiting for their outcome.
+    pub pending: usize,
+    /// Calls with an outcome.
+    pub completed: usize,
+    /// Calls the guard blocked.
+    pub vetoes: usize,
+    /// Records per tool.
+    pub tools: BTreeMap<String, usize>,
+}
+
+/// The post-compaction guard of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GuardView {
+    /// Whether it is watching outcomes now.
+    pub armed: bool,
+    /// Outcomes it still watches.
+    pub remaining: u32,
+}
+
+/// Why a run stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StopView {
+    /// `global_circuit_breaker` or `compaction_loop_persisted`.
+    pub detector: String,
+    /// The count that stopped it.
+    pub count: u32,
+    /// The tool whose loop stopped it.
+    pub tool: String,
+}
+
+impl RunView {
+    fn of(snapshot: &RunSnapshot) -> Self {
+        let state = &snapshot.state;
+        let history = state.history();
+        let mut view = HistoryView {
+            records: history.len(),
+            pending: 0,
+            completed: 0,
+            vetoes: 0,
+            tools: BTreeMap::new(),
+        };
+        for record in history.records() {
+            if record.is_pending() {
+                view.pending += 1;
+            } else if record.is_veto() {
+                view.vetoes += 1;
+            } else {
+                view.completed += 1;
+            }
+            let tool = history.names().get(record.tool());
+            *view.tools.entry(tool.to_owned()).or_default() += 1;
+        }
+        let remaining = state.compaction_guard().remaining();
+        Self {
+            run: snapshot.run.clone(),
+            last_active_ms: state.last_active(),
+            history: view,
+            guard: GuardView {
+                armed: remaining > 0,
+                remaining,
+            },
+            stopped: state.stop().map(|s| StopView {
+                detector: s.detector.as_str().to_owned(),
+                count: s.count,
+                tool: s.tool.clone(),
+            }),
+        }
+    }
+}
+
+/// A session id from the path: trimmed, blank meaning `default`, length-checked.
+fn session_id<S: Store>(
+    app: &App<S>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
+    let Path(raw) = path.map_err(|e| ApiError::bad_request(format!("bad session id: {e}")))?;
+    let id = Scope::new(&raw).session().to_owned();
+    check_len("session", &id, app.limits().max_id_bytes)?;
+    Ok(id)
+}
+
+fn check_len(name: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.len() > max {
+        return Err(ApiError::bad_request(format!(
+            "{name} is {} bytes long, more than the limit of {max}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) async fn get_session<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let result = async {
+        let session = session_id(&app, path)?;
+        let runs = app.store().session(&session).await?;
+        if runs.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no live session {session:?}"),
+            ));
+        }
+        let view = SessionView {
+            runs: runs.iter().map(RunView::of).collect(),
+            session,
+        };
+        Ok(json_value(StatusCode::OK, &view))
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Answer of `DELETE /v1/sessions/{session}`.
+#[derive(Serialize)]
+struct SessionEnded {
+    session: String,
+    ended_runs: usize,
+}
+
+pub(crate) async fn end_session<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let result = async {
+        let session = session_id(&app, path)?;
+        let ended_runs = app.store().remove_session(&session).await?;
+        Ok::<_, ApiError>(json_value(
+            StatusCode::OK,
+            &SessionEnded {
+                session,
+                ended_runs,
+            },
+        ))
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Body of `POST /v1/runs/end`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndRun {
+    session: Option<String>,
+    run: Option<String>,
+}
+
+/// Answer of `POST /v1/runs/end`.
+#[derive(Serialize)]
+struct RunEnded<'a> {
+    session: &'a str,
+    run: Option<&'a str>,
+    ended: bool,
+}
+
+pub(crate) async fn end_run<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = async {
+        let bytes = read_body(body, &headers, app.limits().max_body_bytes).await?;
+        let EndRun { session, run } = serde_json::from_slice(&bytes).map_err(|e| {
+            let message = if e.is_syntax() || e.is_eof() {
+                json_error(&e)
+            } else {
+                format!("invalid body: {e}")
+            };
+            ApiError::bad_request(message)
+        })?;
+        let session = session.unwrap_or_default();
+        let scope = Scope::new(&session).with_run(run.as_deref());
+        let max = app.limits().max_id_bytes;
+        check_len("session", scope.session(), max)?;
+        check_len("run", scope.run().unwrap_or(""), max)?;
+        let ended = app.store().remove_run(RunKey::of(&scope)).await?;
+        Ok::<_, ApiError>(json_value(
+            StatusCode::OK,
+            &RunEnded {
+                session: scope.session(),
+                run: scope.run(),
+                ended,
+            },
+        ))
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}

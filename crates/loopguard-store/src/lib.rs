@@ -1,0 +1,299 @@
+//! # loopguard-store
+//!
+//! Where the loopguard sidecar keeps the state of every (session, run): the [`Store`] trait,
+//! an in-memory [`MemoryStore`] and the durable [`SqliteStore`].
+//!
+//! The engine works on one [`RunState`] per (session, run). A store has one job, in the
+//! manner of governor's keyed state stores: *give me the state for this key, let me compute
+//! an answer and a new state, store it atomically*. The caller never knows where the state
+//! lives:
+//!
+//! ```
+//! use loopguard::{ConfigSet, ManualClock};
+//! use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer};
+//! use loopguard_store::{Limits, MemoryStore, RunKey, Store};
+//! use std::sync::Arc;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(0)));
+//! let config = ConfigSet::default();
+//! let event = parse_line(br#"{"type":"compaction","session":"s","run":"r"}"#).unwrap();
+//! let scope = scope_of(&event, None);
+//! let answer = store
+//!     .update(RunKey::of(&scope), |run, now| {
+//!         apply_to_run(run, config.for_agent(scope.agent()), &scope, 1, &event, now)
+//!     })
+//!     .await?;
+//! assert!(matches!(answer, Answer::Compaction { armed: 3, .. }));
+//! # Ok::<(), loopguard_store::StoreError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## The promises every store keeps
+//!
+//! - **Atomic per key.** The closure given to [`Store::update`] sees the state every earlier
+//!   update of the same (session, run) left, and its new state replaces exactly that one. A
+//!   store that can lose a race (several processes or replicas on one database) detects it
+//!   and calls the closure again on the newer state, so the closure may run more than once
+//!   and must have no effect outside the state and its return value.
+//! - **Durable before the answer.** When the future of an update resolves with `Ok`, the new
+//!   state (and every state it was computed from) survives a crash of the process.
+//! - **Bounded.** At most [`Limits::max_sessions`] live sessions (a new session beyond it is
+//!   refused with [`StoreError::SessionLimit`]) and [`Limits::max_runs_per_session`] runs per
+//!   session (beyond it the least recently active run is forgotten, as the engine's `Guard`
+//!   does). A run that saw no event for [`Limits::idle_ttl`] is expired: updates treat it as
+//!   new at once, and [`Store::expire_idle`] removes it from memory and disk. A session goes
+//!   with its last run.
+//! - **Time is injected** ([`SharedClock`]), so tests move it by hand.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cache;
+mod etag;
+mod memory;
+mod path;
+mod sqlite;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use loopguard::{Clock, RunState, Scope};
+
+pub use memory::MemoryStore;
+pub use path::{default_db_path, default_db_path_from};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+/// The clock a store reads: shared, thread-safe, injectable (`loopguard::SystemClock` in
+/// production, `loopguard::ManualClock` in tests).
+pub type SharedClock = Arc<dyn Clock + Send + Sync>;
+
+/// The key of one run's state: a session id and an optional run id (calls without a run
+/// form their own scope in the session). Ids are used as given: normalize them first, as
+/// [`RunKey::of`] does with a [`Scope`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunKey<'a> {
+    /// The session id.
+    pub session: &'a str,
+    /// The run id; `None` for calls outside any run.
+    pub run: Option<&'a str>,
+}
+
+impl<'a> RunKey<'a> {
+    /// The key of `run` in `session`.
+    pub fn new(session: &'a str, run: Option<&'a str>) -> Self {
+        Self { session, run }
+    }
+
+    /// The key of a scope (its agent only selects a config, it is not part of the key).
+    pub fn of(scope: &Scope<'a>) -> Self {
+        Self::new(scope.session(), scope.run())
+    }
+
+    /// The run id as stored: the empty string for "no run" (run ids are never blank).
+    pub(crate) fn run_column(&self) -> &'a str {
+        self.run.unwrap_or("")
+    }
+}
+
+/// Bounds on what a store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Live sessions; an event that would open one more is refused.
+    pub max_sessions: usize,
+    /// Runs per session; beyond it the least recently active run is forgotten.
+    pub max_runs_per_session: usize,
+    /// A run that saw no event for this long is expired.
+    pub idle_ttl: Duration,
+}
+
+impl Default for Limits {
+    /// 100,000 sessions, 64 runs per session, 24 hours idle: the engine's own bounds.
+    fn default() -> Self {
+        Self {
+            max_sessions: 100_000,
+            max_runs_per_session: 64,
+            idle_ttl: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+impl Limits {
+    /// The idle time-to-live in clock milliseconds.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Oldest activity time that is still live at `now`.
+    pub(crate) fn cutoff(&self, now: u64) -> u64 {
+        now.saturating_sub(self.ttl_ms())
+    }
+}
+
+/// Why a store could not do what it was asked. Every variant leaves the state as it was
+/// before the failed operation, and maps to an HTTP status (see [`StoreError::http_status`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The event would open a session beyond [`Limits::max_sessions`].
+    #[error("session limit reached: {limit} sessions are live; idle ones expire, or end sessions that are over")]
+    SessionLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// The backend cannot be used now (disk full, I/O error, database locked by another
+    /// process for too long, store closed). Retrying later may succeed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Other writers kept changing this run's state while the update was retried.
+    #[error("the state of this run kept changing under concurrent writers; gave up after {attempts} attempts")]
+    Contention {
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl StoreError {
+    /// The HTTP status a server answers with: 429 for the session limit, 503 otherwise.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::SessionLimit { .. } => 429,
+            Self::Unavailable(_) | Self::Contention { .. } => 503,
+        }
+    }
+}
+
+/// One live run of a session, as [`Store::session`] returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSnapshot {
+    /// The run id; `None` for calls outside any run.
+    pub run: Option<String>,
+    /// Its state.
+    pub state: RunState,
+}
+
+/// Counters a store keeps about itself, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Live sessions held.
+    pub sessions: u64,
+    /// Live runs held.
+    pub runs: u64,
+    /// Transactions committed to the backend (0 for a store without one).
+    pub commits: u64,
+    /// Run states written.
+    pub writes: u64,
+    /// Updates that lost a race against another writer and were applied again.
+    pub conflicts: u64,
+    /// Backend operations that failed.
+    pub failures: u64,
+    /// Total time spent committing, in microseconds.
+    pub commit_micros: u64,
+    /// Runs removed because they were idle.
+    pub expired_runs: u64,
+}
+
+/// Where the state of every (session, run) lives. See the crate docs for the promises an
+/// implementation keeps.
+///
+/// The trait is shaped for backends shared by several processes or server replicas (a
+/// Redis store loads the state, calls the closure, and stores the result with a
+/// compare-and-swap or a server-side script, retrying on conflict), so every operation is
+/// async and fallible.
+pub trait Store: Send + Sync + 'static {
+    /// Gives `f` the state of `key` (a fresh one when the run is new or expired) and the
+    /// time in clock milliseconds; stores the state `f` leaves, atomically; resolves with
+    /// what `f` returned once the new state is durable. `f` may be called more than once
+    /// (see the crate docs); only the value of the call whose state was stored is returned.
+    fn update<R, F>(
+        &self,
+        key: RunKey<'_>,
+        f: F,
+    ) -> impl Future<Output = Result<R, StoreError>> + Send
+    where
+        R: Send,
+        F: FnMut(&mut RunState, u64) -> R + Send;
+
+    /// Applies several updates in order, as if by [`Store::update`] one after the other,
+    /// and resolves once all of them are durable. Stops at the first error: updates before
+    /// it may have been applied, later ones were not attempted (or, with a store that
+    /// pipelines them, failed with it). Stores that batch writes override this to make all
+    /// of them durable in one go.
+    fn update_all<R, F>(
+        &self,
+        ops: Vec<(RunKey<'_>, F)>,
+    ) -> impl Future<Output = Result<Vec<R>, StoreError>> + Send
+    where
+        R: Send,
+        F: FnMut(&mut RunState, u64) -> R + Send,
+    {
+        async move {
+            let mut out = Vec::with_capacity(ops.len());
+            for (key, f) in ops {
+                out.push(self.update(key, f).await?);
+            }
+            Ok(out)
+        }
+    }
+
+    /// Forgets a run (its prompt-to-answer cycle is over). Resolves with whether it
+    /// existed, once the removal is durable.
+    fn remove_run(&self, key: RunKey<'_>) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Forgets a session and all its runs. Resolves with the number of runs removed, once
+    /// the removal is durable.
+    fn remove_session(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// The live runs of a session, most recently active first.
+    fn session(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Vec<RunSnapshot>, StoreError>> + Send;
+
+    /// Removes every run idle for longer than [`Limits::idle_ttl`], from memory and from
+    /// the backend. Resolves with the number of runs removed from memory.
+    fn expire_idle(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Counters for metrics; cheap.
+    fn stats(&self) -> StoreStats;
+
+    /// Whether the store can take updates now (for readiness probes).
+    fn check(&self) -> Result<(), StoreError>;
+
+    /// Makes everything written so far durable and releases the backend; later
+    /// operations fail with [`StoreError::Unavailable`].
+    fn close(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_scopes_drop_the_agent() {
+        let scope = Scope::new(" s ").with_run(Some("r")).with_agent(Some("a"));
+        assert_eq!(RunKey::of(&scope), RunKey::new("s", Some("r")));
+        assert_eq!(RunKey::new("s", None).run_column(), "");
+    }
+
+    #[test]
+    fn errors_map_to_statuses() {
+        assert_eq!(StoreError::SessionLimit { limit: 1 }.http_status(), 429);
+        assert_eq!(StoreError::Unavailable("x".into()).http_status(), 503);
+        assert_eq!(StoreError::Contention { attempts: 3 }.http_status(), 503);
+    }
+
+    #[test]
+    fn cutoff_saturates() {
+        let limits = Limits {
+            idle_ttl: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        assert_eq!(limits.cutoff(5_000), 0);
+        assert_eq!(limits.cutoff(15_000), 5_000);
+    }
+}

@@ -1,0 +1,1106 @@
+//! [`SqliteStore`]: run states in memory, every change made durable in an SQLite file
+//! before it is acknowledged, with concurrent changes committed together (group commit).
+//!
+//! ## How a write becomes durable
+//!
+//! An update applies the event to the in-memory state under its shard lock and, still
+//! under the lock, queues the new state for the one writer thread, so the writes of one
+//! key are queued in the order they were made. The writer takes everything queued (up to
+//! [`SqliteOptions::max_batch`] writes), runs it as one `BEGIN IMMEDIATE … COMMIT`
+//! transaction with `synchronous=FULL` in WAL mode, then answers each waiting update. While
+//! it commits, new writes pile up and go into the next transaction: one fsync serves every
+//! request that arrived meanwhile, and nobody waits for a timer. Writes of one key that
+//! meet in one batch are merged into one row write.
+//!
+//! Each row carries a tag (a unique 64-bit number) and every write is a compare-and-swap
+//! on it, so two processes can share the file (a hook run from a short-lived process, a
+//! second server) without losing an update: the loser reloads the row and applies its
+//! event again. If a transaction fails (disk full, I/O error, database locked longer than
+//! the busy timeout), its updates fail with [`StoreError::Unavailable`], their states are
+//! dropped from memory, and every state computed from them is refused by the tag check and
+//! recomputed from the file.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use loopguard::RunState;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use crate::cache::{Cache, Expired, Reload, Sink};
+use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
+
+/// Version of the database layout this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Updates are applied again at most this often when other writers keep winning.
+const MAX_ATTEMPTS: u32 = 16;
+
+/// SQLite's `synchronous` setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// fsync the WAL at every commit: an acknowledged update survives a power loss.
+    #[default]
+    Full,
+    /// fsync only at checkpoints: an acknowledged update survives a crash of the process
+    /// but the last commits may be lost with a power loss or an OS crash.
+    Normal,
+}
+
+/// How an [`SqliteStore`] uses its file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// How long to wait for another process that holds the write lock (default 5 s).
+    pub busy_timeout: Duration,
+    /// Durability of each commit (default [`Synchronous::Full`]).
+    pub synchronous: Synchronous,
+    /// Most writes committed in one transaction (default 4096).
+    pub max_batch: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            synchronous: Synchronous::Full,
+            max_batch: 4096,
+        }
+    }
+}
+
+/// A store whose state survives restarts: in memory for speed, in an SQLite file (WAL) for
+/// durability. See the module docs for how writes are committed.
+pub struct SqliteStore {
+    cache: Cache,
+    writer: Writer,
+    path: PathBuf,
+    /// Clock time of the last scan of the whole table for expired rows.
+    last_full_sweep: AtomicU64,
+    /// The receiving end of [`Completions`], until a dispatcher task takes it.
+    dispatch: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Vec<Completion>>>>,
+    dispatching: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("limits", self.cache.limits())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a queued write did not land.
+#[derive(Debug)]
+enum WriteError {
+    /// The row is not at the version the write expected: here is what it holds.
+    Conflict(Reload),
+    /// The transaction failed.
+    Failed(String),
+}
+
+type Done = oneshot::Sender<Result<(), WriteError>>;
+
+enum Op {
+    Put {
+        session: Box<str>,
+        run: Box<str>,
+        state: Vec<u8>,
+        last_active: u64,
+        expected: Option<u64>,
+        etag: u64,
+        done: Done,
+    },
+    DeleteRun {
+        session: Box<str>,
+        run: Box<str>,
+        etag: Option<u64>,
+        done: Done,
+    },
+    DeleteSession {
+        session: Box<str>,
+        done: Done,
+    },
+    Sweep {
+        expired: Vec<Expired>,
+        /// Also delete every row idle since before this time (rows other processes wrote).
+        full: Option<u64>,
+        done: oneshot::Sender<Result<usize, String>>,
+    },
+    Close {
+        done: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// Counters shared with the writer thread.
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    conflicts: AtomicU64,
+    failures: AtomicU64,
+    commit_micros: AtomicU64,
+}
+
+/// The handle on the writer thread.
+struct Writer {
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counters: Arc<Counters>,
+    /// False after a failed transaction, true again after a successful one.
+    healthy: Arc<AtomicBool>,
+    /// The sender, cloned once: `Sender` is `Sync`, so the hot path needs no lock.
+    fast: mpsc::Sender<Op>,
+    closed: AtomicBool,
+}
+
+impl Writer {
+    fn send(&self, op: Op) {
+        // A closed writer drops the op; its `done` sender goes with it, and the waiting
+        // update sees the store as unavailable.
+        if !self.closed.load(Ordering::Acquire) {
+            let _ = self.fast.send(op);
+        }
+    }
+}
+
+type Ticket = oneshot::Receiver<Result<(), WriteError>>;
+
+/// The answer to one queued write.
+type Completion = (Done, Result<(), WriteError>);
+
+/// How the writer thread hands the answers of a commit to the waiting updates: all of them
+/// in one message to a dispatcher task on the server's runtime, which wakes each update
+/// from inside the runtime (one cross-thread wake per commit instead of one per update);
+/// directly when there is no dispatcher (yet, or any more).
+struct Completions {
+    batches: tokio::sync::mpsc::UnboundedSender<Vec<Completion>>,
+    dispatching: Arc<AtomicBool>,
+}
+
+impl Completions {
+    fn deliver(&self, batch: Vec<Completion>) {
+        if batch.is_empty() {
+            return;
+        }
+        let batch = if self.dispatching.load(Ordering::Acquire) {
+            match self.batches.send(batch) {
+                Ok(()) => return,
+                // The dispatcher's runtime is gone.
+                Err(returned) => returned.0,
+            }
+        } else {
+            batch
+        };
+        for (done, result) in batch {
+            let _ = done.send(result);
+        }
+    }
+}
+
+impl Sink for Writer {
+    type Ticket = Ticket;
+
+    fn put(&self, key: RunKey<'_>, state: &RunState, expected: Option<u64>, etag: u64) -> Ticket {
+        let (done, ticket) = oneshot::channel();
+        self.send(Op::Put {
+            session: key.session.into(),
+            run: key.run_column().into(),
+            state: state.to_bytes(),
+            last_active: state.last_active(),
+            expected,
+            etag,
+            done,
+        });
+        ticket
+    }
+
+    fn delete_run(&self, key: RunKey<'_>, etag: Option<u64>) -> Ticket {
+        let (done, ticket) = oneshot::channel();
+        self.send(Op::DeleteRun {
+            session: key.session.into(),
+            run: key.run_column().into(),
+            etag,
+            done,
+        });
+        ticket
+    }
+
+    fn delete_session(&self, session: &str) -> Ticket {
+        let (done, ticket) = oneshot::channel();
+        self.send(Op::DeleteSession {
+            session: session.into(),
+            done,
+        });
+        ticket
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable("the store is closed".into())
+}
+
+fn sql_error(context: &str, e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("{context}: {e}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its directory if needed) the database at `path`, and loads
+    /// every live run state into memory. Blocks while it reads; call it before serving.
+    pub fn open(
+        path: &Path,
+        limits: Limits,
+        clock: SharedClock,
+        options: SqliteOptions,
+    ) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir(dir).map_err(|e| {
+                StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        create_private_file(path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", path.display()))
+        })?;
+        let what = format!("cannot open {}", path.display());
+        let conn = Connection::open(path).map_err(|e| sql_error(&what, e))?;
+        prepare(&conn, &options).map_err(|e| StoreError::Unavailable(format!("{what}: {e}")))?;
+
+        let cache = Cache::new(limits, clock);
+        let now = cache.now();
+        let expired = conn
+            .execute(
+                "DELETE FROM runs WHERE last_active < ?1",
+                [as_sql(cache.limits().cutoff(now))],
+            )
+            .map_err(|e| sql_error(&what, e))?;
+        let (loaded, skipped) = load(&conn, &cache).map_err(|e| sql_error(&what, e))?;
+        tracing::info!(
+            target: "loopguard::store",
+            path = %path.display(),
+            runs = loaded,
+            skipped,
+            expired,
+            "store opened"
+        );
+
+        let checkpointer = spawn_checkpointer(path, &options).map_err(|e| sql_error(&what, e))?;
+        let (batches, dispatch) = tokio::sync::mpsc::unbounded_channel();
+        let dispatching = Arc::new(AtomicBool::new(false));
+        let completions = Completions {
+            batches,
+            dispatching: Arc::clone(&dispatching),
+        };
+        let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let healthy = Arc::new(AtomicBool::new(true));
+        let thread = {
+            let counters = Arc::clone(&counters);
+            let healthy = Arc::clone(&healthy);
+            let max_batch = options.max_batch.max(1);
+            std::thread::Builder::new()
+                .name("lg-store-writer".into())
+                .spawn(move || {
+                    write_loop(
+                        conn,
+                        rx,
+                        max_batch,
+                        &counters,
+                        &healthy,
+                        checkpointer,
+                        completions,
+                    )
+                })
+                .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?
+        };
+        Ok(Self {
+            cache,
+            writer: Writer {
+                fast: tx,
+                thread: Mutex::new(Some(thread)),
+                counters,
+                healthy,
+                closed: AtomicBool::new(false),
+            },
+            path: path.to_owned(),
+            last_full_sweep: AtomicU64::new(now),
+            dispatch: Mutex::new(Some(dispatch)),
+            dispatching,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ensure_open(&self) -> Result<(), StoreError> {
+        if self.writer.closed.load(Ordering::Acquire) {
+            return Err(closed());
+        }
+        if !self.dispatching.load(Ordering::Acquire) {
+            self.start_dispatcher();
+        }
+        Ok(())
+    }
+
+    /// Starts the task that hands out commit answers, on the runtime of the caller.
+    #[cold]
+    fn start_dispatcher(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(mut batches) = self
+            .dispatch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        runtime.spawn(async move {
+            while let Some(batch) = batches.recv().await {
+                for (done, result) in batch {
+                    let _ = done.send(result);
+                }
+            }
+        });
+        self.dispatching.store(true, Ordering::Release);
+    }
+
+    /// Waits for a queued write and turns its outcome into what the caller does next.
+    async fn settle(&self, key: RunKey<'_>, etag: u64, ticket: Ticket) -> Settled {
+        match ticket.await {
+            Ok(Ok(())) => Settled::Done,
+            Ok(Err(WriteError::Conflict(reload))) => Settled::Retry(reload),
+            Ok(Err(WriteError::Failed(message))) => {
+                self.cache.forget(key, etag);
+                Settled::Failed(StoreError::Unavailable(message))
+            }
+            Err(_) => {
+                self.cache.forget(key, etag);
+                Settled::Failed(closed())
+            }
+        }
+    }
+
+    /// Applies `f` again after a conflict, until it lands.
+    async fn retry<R, F>(
+        &self,
+        key: RunKey<'_>,
+        f: &mut F,
+        mut reload: Reload,
+    ) -> Result<R, StoreError>
+    where
+        F: FnMut(&mut RunState, u64) -> R,
+    {
+        for _ in 1..MAX_ATTEMPTS {
+            self.writer
+                .counters
+                .conflicts
+                .fetch_add(1, Ordering::Relaxed);
+            let applied = self.cache.apply(key, Some(reload), f, &self.writer)?;
+            match self.settle(key, applied.etag, applied.ticket).await {
+                Settled::Done => return Ok(applied.result),
+                Settled::Retry(next) => reload = next,
+                Settled::Failed(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Contention {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+}
+
+enum Settled {
+    Done,
+    Retry(Reload),
+    Failed(StoreError),
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Let the writer finish what is queued, then wait for it: the file is complete
+        // when the store is gone.
+        self.writer.closed.store(true, Ordering::Release);
+        let thread = self
+            .writer
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            // `fast` still holds the channel open: send a close and wait.
+            let (done, _wait) = oneshot::channel();
+            let _ = self.writer.fast.send(Op::Close { done });
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Store for SqliteStore {
+    async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
+    where
+        R: Send,
+        F: FnMut(&mut RunState, u64) -> R + Send,
+    {
+        self.ensure_open()?;
+        let applied = self.cache.apply(key, None, &mut f, &self.writer)?;
+        match self.settle(key, applied.etag, applied.ticket).await {
+            Settled::Done => Ok(applied.result),
+            Settled::Retry(reload) => self.retry(key, &mut f, reload).await,
+            Settled::Failed(e) => Err(e),
+        }
+    }
+
+    async fn update_all<R, F>(&self, ops: Vec<(RunKey<'_>, F)>) -> Result<Vec<R>, StoreError>
+    where
+        R: Send,
+        F: FnMut(&mut RunState, u64) -> R + Send,
+    {
+        self.ensure_open()?;
+        // Apply all in order and queue their writes, so that they share a commit; then
+        // wait for each in turn. A conflict is retried in order too, and every later write
+        // to the same key conflicts with it and is retried after it.
+        let mut pending = Vec::with_capacity(ops.len());
+        let mut first_error = None;
+        for (key, mut f) in ops {
+            match self.cache.apply(key, None, &mut f, &self.writer) {
+                Ok(applied) => pending.push((key, f, applied)),
+                Err(e) => {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(pending.len());
+        let mut failure = None;
+        for (key, mut f, applied) in pending {
+            if failure.is_some() {
+                // Still wait, so that nothing is left in flight when we answer.
+                let _ = self.settle(key, applied.etag, applied.ticket).await;
+                continue;
+            }
+            let result = match self.settle(key, applied.etag, applied.ticket).await {
+                Settled::Done => Ok(applied.result),
+                Settled::Retry(reload) => self.retry(key, &mut f, reload).await,
+                Settled::Failed(e) => Err(e),
+            };
+            match result {
+                Ok(r) => out.push(r),
+                Err(e) => failure = Some(e),
+            }
+        }
+        match failure.or(first_error) {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    async fn remove_run(&self, key: RunKey<'_>) -> Result<bool, StoreError> {
+        self.ensure_open()?;
+        let (live, ticket) = self.cache.remove_run(key, &self.writer);
+        wait(ticket).await?;
+        Ok(live)
+    }
+
+    async fn remove_session(&self, session: &str) -> Result<usize, StoreError> {
+        self.ensure_open()?;
+        let (live, ticket) = self.cache.remove_session(session, &self.writer);
+        wait(ticket).await?;
+        Ok(live)
+    }
+
+    async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
+        self.ensure_open()?;
+        Ok(self.cache.snapshot(session))
+    }
+
+    async fn expire_idle(&self) -> Result<usize, StoreError> {
+        self.ensure_open()?;
+        let (expired, cutoff) = self.cache.sweep();
+        let removed = expired.len();
+        // Rows this store never held (written by another process) are found by a scan
+        // of the whole table, once per TTL.
+        let now = self.cache.now();
+        let last = self.last_full_sweep.load(Ordering::Relaxed);
+        let full = (now.saturating_sub(last) >= self.cache.limits().ttl_ms()).then(|| {
+            self.last_full_sweep.store(now, Ordering::Relaxed);
+            cutoff
+        });
+        let (done, wait) = oneshot::channel();
+        self.writer.send(Op::Sweep {
+            expired,
+            full,
+            done,
+        });
+        match wait.await {
+            Ok(Ok(_rows)) => Ok(removed),
+            Ok(Err(message)) => Err(StoreError::Unavailable(message)),
+            Err(_) => Err(closed()),
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        let (sessions, runs) = self.cache.counts();
+        let c = &self.writer.counters;
+        StoreStats {
+            sessions,
+            runs,
+            commits: c.commits.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            conflicts: c.conflicts.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            commit_micros: c.commit_micros.load(Ordering::Relaxed),
+            expired_runs: self.cache.expired(),
+        }
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        self.ensure_open()?;
+        let alive = self
+            .writer
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|t| !t.is_finished());
+        if !alive {
+            return Err(StoreError::Unavailable("the store writer stopped".into()));
+        }
+        if !self.writer.healthy.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "the last transaction failed (see the logs)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        if self.writer.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let (done, wait) = oneshot::channel();
+        let _ = self.writer.fast.send(Op::Close { done });
+        let result = wait.await;
+        let thread = self
+            .writer
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            // The writer answered and is returning; joining takes no time.
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(StoreError::Unavailable(message)),
+            Err(_) => Err(closed()),
+        }
+    }
+}
+
+async fn wait(ticket: Ticket) -> Result<(), StoreError> {
+    match ticket.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(WriteError::Failed(message))) => Err(StoreError::Unavailable(message)),
+        // Deletes are unconditional here and cannot conflict.
+        Ok(Err(WriteError::Conflict(_))) => Ok(()),
+        Err(_) => Err(closed()),
+    }
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+/// Creates the database file readable by its owner only (SQLite gives its `-wal` and
+/// `-shm` files the same permissions); an existing file is left as it is.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn prepare(conn: &Connection, options: &SqliteOptions) -> Result<(), String> {
+    let sql = |e: rusqlite::Error| e.to_string();
+    conn.busy_timeout(options.busy_timeout).map_err(sql)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(format!(
+            "the database cannot use WAL mode (journal_mode is {mode})"
+        ));
+    }
+    let sync = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    // Checkpoints run in their own thread (see `checkpoint_loop`); the writer checkpoints
+    // only if the WAL grows past 64 MiB anyway. A 16 MiB page cache keeps the pages of
+    // the most active runs in memory.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous={sync}; PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;"
+    ))
+    .map_err(sql)?;
+    let tx =
+        rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate).map_err(sql)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS loopguard_meta (
+             key TEXT PRIMARY KEY,
+             value TEXT NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS runs (
+             session TEXT NOT NULL,
+             run TEXT NOT NULL,
+             etag INTEGER NOT NULL,
+             last_active INTEGER NOT NULL,
+             state BLOB NOT NULL,
+             PRIMARY KEY (session, run)
+         );",
+    )
+    .map_err(sql)?;
+    tx.execute(
+        "INSERT OR IGNORE INTO loopguard_meta (key, value) VALUES ('schema_version', ?1)",
+        [SCHEMA_VERSION.to_string()],
+    )
+    .map_err(sql)?;
+    let version: String = tx
+        .query_row(
+            "SELECT value FROM loopguard_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql)?;
+    if version != SCHEMA_VERSION.to_string() {
+        return Err(format!(
+            "database schema version {version} is not supported (this build uses {SCHEMA_VERSION})"
+        ));
+    }
+    tx.commit().map_err(sql)
+}
+
+/// Loads every live row into the cache; returns (kept, skipped).
+fn load(conn: &Connection, cache: &Cache) -> rusqlite::Result<(usize, usize)> {
+    let cutoff = cache.limits().cutoff(cache.now());
+    let mut stmt = conn.prepare(
+        "SELECT session, run, etag, state FROM runs WHERE last_active >= ?1
+         ORDER BY last_active DESC",
+    )?;
+    let mut rows = stmt.query([as_sql(cutoff)])?;
+    let (mut kept, mut skipped) = (0, 0);
+    while let Some(row) = rows.next()? {
+        let session: String = row.get(0)?;
+        let run: String = row.get(1)?;
+        let etag: i64 = row.get(2)?;
+        let state: Vec<u8> = row.get(3)?;
+        let key = RunKey::new(&session, (!run.is_empty()).then_some(run.as_str()));
+        if cache.load(key, &state, etag as u64) {
+            kept += 1;
+        } else {
+            skipped += 1;
+        }
+    }
+    Ok((kept, skipped))
+}
+
+/// SQLite integers are signed; tags and times are stored as their bit patterns.
+fn as_sql(v: u64) -> i64 {
+    v as i64
+}
+
+/// Writes of one batch, with consecutive writes of one key merged.
+enum Merged {
+    Put {
+        session: Box<str>,
+        run: Box<str>,
+        state: Vec<u8>,
+        last_active: u64,
+        expected: Option<u64>,
+        etag: u64,
+        done: Vec<Done>,
+    },
+    DeleteRun {
+        session: Box<str>,
+        run: Box<str>,
+        etag: Option<u64>,
+        done: Done,
+    },
+    DeleteSession {
+        session: Box<str>,
+        done: Done,
+    },
+    Sweep {
+        expired: Vec<Expired>,
+        full: Option<u64>,
+        done: oneshot::Sender<Result<usize, String>>,
+    },
+}
+
+/// What one merged entry came to inside the transaction.
+enum Landed {
+    Ok,
+    Conflict(Reload),
+    Rows(usize),
+}
+
+/// The checkpoint thread: asked to stop by dropping the sender.
+type Checkpointer = (mpsc::Sender<()>, JoinHandle<()>);
+
+/// Starts a thread with its own connection that folds the WAL back into the database
+/// every 250 ms with PASSIVE checkpoints, which never block the writer: commits never pay
+/// for a checkpoint, and pages rewritten many times are copied once.
+fn spawn_checkpointer(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Checkpointer> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    let (stop, stopped) = mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("lg-store-ckpt".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_millis(250))
+            {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(target: "loopguard::store", error = %e, "checkpoint failed");
+                }
+            }
+        })
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    Ok((stop, thread))
+}
+
+fn write_loop(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Op>,
+    max_batch: usize,
+    counters: &Counters,
+    healthy: &AtomicBool,
+    checkpointer: Checkpointer,
+    completions: Completions,
+) {
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut batch = Vec::with_capacity(max_batch.min(1024));
+    let mut close = None;
+    'serve: while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let mut merged = Vec::with_capacity(batch.len());
+        let mut last_put: HashMap<u64, usize> = HashMap::new();
+        for op in batch.drain(..) {
+            merge(op, &mut merged, &mut last_put, &hasher, &mut close);
+            if close.is_some() {
+                break;
+            }
+        }
+        if !merged.is_empty() {
+            commit(&mut conn, merged, counters, healthy, &completions);
+        }
+        if close.is_some() {
+            break 'serve;
+        }
+    }
+    let (stop, thread) = checkpointer;
+    drop(stop);
+    let _ = thread.join();
+    // Fold the WAL back into the database so that the file stands alone.
+    let result = conn
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .and_then(|()| conn.close().map_err(|(_, e)| e))
+        .map_err(|e| format!("closing the database: {e}"));
+    if let Err(message) = &result {
+        tracing::warn!(target: "loopguard::store", error = %message, "store closed with an error");
+    }
+    if let Some(done) = close {
+        let _ = done.send(result);
+    }
+}
+
+fn merge(
+    op: Op,
+    merged: &mut Vec<Merged>,
+    last_put: &mut HashMap<u64, usize>,
+    hasher: &std::collections::hash_map::RandomState,
+    close: &mut Option<oneshot::Sender<Result<(), String>>>,
+) {
+    match op {
+        Op::Put {
+            session,
+            run,
+            state,
+            last_active,
+            expected,
+            etag,
+            done,
+        } => {
+            let h = hasher.hash_one((&*session, &*run));
+            if let Some(&i) = last_put.get(&h) {
+                if let Merged::Put {
+                    session: s,
+                    run: r,
+                    state: st,
+                    last_active: la,
+                    etag: e,
+                    done: d,
+                    ..
+                } = &mut merged[i]
+                {
+                    // Only a write computed from the previous one continues the chain;
+                    // anything else must meet the row as the previous write left it.
+                    if *s == session && *r == run && expected == Some(*e) {
+                        *st = state;
+                        *la = last_active;
+                        *e = etag;
+                        d.push(done);
+                        return;
+                    }
+                }
+            }
+            last_put.insert(h, merged.len());
+            merged.push(Merged::Put {
+                session,
+                run,
+                state,
+                last_active,
+                expected,
+                etag,
+                done: vec![done],
+            });
+        }
+        Op::DeleteRun {
+            session,
+            run,
+            etag,
+            done,
+        } => {
+            last_put.remove(&hasher.hash_one((&*session, &*run)));
+            merged.push(Merged::DeleteRun {
+                session,
+                run,
+                etag,
+                done,
+            });
+        }
+        Op::DeleteSession { session, done } => {
+            // Touches many rows: no write after it may merge into one before it.
+            last_put.clear();
+            merged.push(Merged::DeleteSession { session, done });
+        }
+        Op::Sweep {
+            expired,
+            full,
+            done,
+        } => {
+            last_put.clear();
+            merged.push(Merged::Sweep {
+                expired,
+                full,
+                done,
+            });
+        }
+        Op::Close { done } => *close = Some(done),
+    }
+}
+
+fn commit(
+    conn: &mut Connection,
+    merged: Vec<Merged>,
+    counters: &Counters,
+    healthy: &AtomicBool,
+    completions: &Completions,
+) {
+    let mut out = Vec::with_capacity(merged.len());
+    let started = Instant::now();
+    let outcome = run_transaction(conn, &merged);
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    counters.commit_micros.fetch_add(micros, Ordering::Relaxed);
+    match outcome {
+        Ok(landed) => {
+            counters.commits.fetch_add(1, Ordering::Relaxed);
+            healthy.store(true, Ordering::Release);
+            for (entry, landed) in merged.into_iter().zip(landed) {
+                answer(entry, landed, counters, &mut out);
+            }
+        }
+        Err(e) => {
+            counters.failures.fetch_add(1, Ordering::Relaxed);
+            healthy.store(false, Ordering::Release);
+            let message = format!("database write failed: {e}");
+            tracing::error!(target: "loopguard::store", error = %e, writes = merged.len(), "transaction failed");
+            for entry in merged {
+                fail(entry, &message, &mut out);
+            }
+        }
+    }
+    completions.deliver(out);
+}
+
+fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result<Vec<Landed>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut landed = Vec::with_capacity(merged.len());
+    for entry in merged {
+        landed.push(match entry {
+            Merged::Put {
+                session,
+                run,
+                state,
+                last_active,
+                expected,
+                etag,
+                ..
+            } => {
+                let changed = match expected {
+                    None => tx
+                        .prepare_cached(
+                            "INSERT INTO runs (session, run, etag, last_active, state)
+                             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session, run) DO NOTHING",
+                        )?
+                        .execute(params![
+                            session,
+                            run,
+                            as_sql(*etag),
+                            as_sql(*last_active),
+                            state
+                        ])?,
+                    Some(old) => tx
+                        .prepare_cached(
+                            "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
+                             WHERE session = ?1 AND run = ?2 AND etag = ?6",
+                        )?
+                        .execute(params![
+                            session,
+                            run,
+                            as_sql(*etag),
+                            as_sql(*last_active),
+                            state,
+                            as_sql(*old)
+                        ])?,
+                };
+                if changed == 1 {
+                    Landed::Ok
+                } else {
+                    Landed::Conflict(read_row(&tx, session, run)?)
+                }
+            }
+            Merged::DeleteRun {
+                session, run, etag, ..
+            } => Landed::Rows(match etag {
+                None => tx
+                    .prepare_cached("DELETE FROM runs WHERE session = ?1 AND run = ?2")?
+                    .execute(params![session, run])?,
+                Some(etag) => tx
+                    .prepare_cached(
+                        "DELETE FROM runs WHERE session = ?1 AND run = ?2 AND etag = ?3",
+                    )?
+                    .execute(params![session, run, as_sql(*etag)])?,
+            }),
+            Merged::DeleteSession { session, .. } => Landed::Rows(
+                tx.prepare_cached("DELETE FROM runs WHERE session = ?1")?
+                    .execute(params![session])?,
+            ),
+            Merged::Sweep { expired, full, .. } => {
+                let mut rows = 0;
+                let mut delete = tx.prepare_cached(
+                    "DELETE FROM runs WHERE session = ?1 AND run = ?2 AND etag = ?3",
+                )?;
+                for e in expired {
+                    if let Some(etag) = e.etag {
+                        rows += delete.execute(params![&*e.session, &*e.run, as_sql(etag)])?;
+                    }
+                }
+                if let Some(cutoff) = full {
+                    rows += tx
+                        .prepare_cached("DELETE FROM runs WHERE last_active < ?1")?
+                        .execute(params![as_sql(*cutoff)])?;
+                }
+                Landed::Rows(rows)
+            }
+        });
+    }
+    tx.commit()?;
+    Ok(landed)
+}
+
+fn read_row(tx: &rusqlite::Transaction<'_>, session: &str, run: &str) -> rusqlite::Result<Reload> {
+    let row = tx
+        .prepare_cached("SELECT state, etag FROM runs WHERE session = ?1 AND run = ?2")?
+        .query_row(params![session, run], |r| {
+            Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
+        })
+        .optional()?;
+    Ok(match row {
+        Some((bytes, etag)) => Reload::Row {
+            bytes,
+            etag: etag as u64,
+        },
+        None => Reload::Absent,
+    })
+}
+
+fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Completion>) {
+    match (entry, landed) {
+        (Merged::Put { done, .. }, Landed::Ok) => {
+            counters
+                .writes
+                .fetch_add(done.len() as u64, Ordering::Relaxed);
+            out.extend(done.into_iter().map(|d| (d, Ok(()))));
+        }
+        (Merged::Put { done, .. }, Landed::Conflict(reload)) => {
+            out.extend(
+                done.into_iter()
+                    .map(|d| (d, Err(WriteError::Conflict(reload.clone())))),
+            );
+        }
+        (Merged::DeleteRun { done, .. } | Merged::DeleteSession { done, .. }, _) => {
+            out.push((done, Ok(())));
+        }
+        (Merged::Sweep { done, .. }, Landed::Rows(n)) => {
+            let _ = done.send(Ok(n));
+        }
+        (Merged::Sweep { done, .. }, _) => {
+            let _ = done.send(Ok(0));
+        }
+        (Merged::Put { done, .. }, Landed::Rows(_)) => {
+            out.extend(done.into_iter().map(|d| (d, Ok(()))));
+        }
+    }
+}
+
+fn fail(entry: Merged, message: &str, out: &mut Vec<Completion>) {
+    let failed = || Err(WriteError::Failed(message.to_owned()));
+    match entry {
+        Merged::Put { done, .. } => out.extend(done.into_iter().map(|d| (d, failed()))),
+        Merged::DeleteRun { done, .. } | Merged::DeleteSession { done, .. } => {
+            out.push((done, failed()));
+        }
+        Merged::Sweep { done, .. } => {
+            let _ = done.send(Err(message.to_owned()));
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The SQLite store through its public API: restarts, two stores on one file, expiry,
+//! failed transactions, and answers equal to the engine's replayer.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use loopguard::{ConfigSet, ManualClock};
+use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
+
+fn open(path: &Path, clock: &ManualClock) -> SqliteStore {
+    open_with(path, clock, Limits::default(), SqliteOptions::default())
+}
+
+fn open_with(
+    path: &Path,
+    clock: &ManualClock,
+    limits: Limits,
+    options: SqliteOptions,
+) -> SqliteStore {
+    let clock: SharedClock = Arc::new(clock.clone());
+    SqliteStore::open(path, limits, clock, options).expect("open store")
+}
+
+/// Applies one event line through `store`.
+async fn apply(
+    store: &impl Store,
+    config: &ConfigSet,
+    seq: u64,
+    line: &str,
+) -> Result<Answer, StoreError> {
+    let event = parse_line(line.as_bytes()).expect("valid event");
+    let scope = scope_of(&event, None);
+    store
+        .update(RunKey::of(&scope), |run, now| {
+            apply_to_run(
+                run,
+                config.for_agent(scope.agent()),
+                &scope,
+                seq,
+                &event,
+                now,
+            )
+        })
+        .await
+}
+
+/// A call and its identical result, `n` times, in session `s`, run `r`.
+fn loop_lines(session: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                format!(r#"{{"type":"call","session":"{session}","run":"r","call_id":"c{i}","tool":"read","args":{{"path":"/x"}}}}"#),
+                format!(r#"{{"type":"result","session":"{session}","run":"r","call_id":"c{i}","result":"same"}}"#),
+            ]
+        })
+        .collect()
+}
+
+fn replay_all(config: &ConfigSet, lines: &[String]) -> Vec<Answer> {
+    let mut replayer = Replayer::new(config.clone(), None);
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap()))
+        .collect()
+}
+
+#[tokio::test]
+async fn state_survives_a_restart_and_answers_equal_an_uninterrupted_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dir/loopguard.db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let lines = loop_lines("s", 25);
+    let want = replay_all(&config, &lines);
+
+    let mut got = Vec::new();
+    let store = open(&path, &clock);
+    for (i, line) in lines.iter().enumerate().take(30) {
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    drop(store); // no close: what was acknowledged must be on disk anyway
+    let store = open(&path, &clock);
+    assert_eq!(store.stats().runs, 1, "the run was reloaded");
+    for (i, line) in lines.iter().enumerate().skip(30) {
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    assert!(
+        got.iter()
+            .any(|a| matches!(a.verdict(), Some(v) if !matches!(v, loopguard::Verdict::Allow))),
+        "the stream reaches a warning, so state mattered"
+    );
+    store.close().await.unwrap();
+    assert!(matches!(
+        apply(&store, &config, 99, &lines[0]).await,
+        Err(StoreError::Unavailable(_))
+    ));
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the database is private to its owner");
+    }
+}
+
+#[tokio::test]
+async fn batches_commit_together_and_answer_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let lines = loop_lines("s", 15);
+    let want = replay_all(&config, &lines);
+    let store = open(&path, &clock);
+    let events: Vec<_> = lines
+        .iter()
+        .map(|l| parse_line(l.as_bytes()).unwrap())
+        .collect();
+    let ops: Vec<_> = events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| {
+            let scope = scope_of(event, None);
+            let cfg = config.for_agent(scope.agent());
+            let seq = i as u64 + 1;
+            (
+                RunKey::of(&scope),
+                move |run: &mut loopguard::RunState, now| {
+                    apply_to_run(run, cfg, &scope, seq, event, now)
+                },
+            )
+        })
+        .collect();
+    let got = store.update_all(ops).await.unwrap();
+    assert_eq!(got, want);
+    let stats = store.stats();
+    assert_eq!(stats.writes, 30);
+    assert!(stats.commits < 30, "one batch, few commits: {stats:?}");
+    drop(store);
+    let store = open(&path, &clock);
+    let runs = store.session("s").await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].state.history().len(), 15);
+}
+
+/// Two stores on one file (two processes, in effect): neither loses the other's updates.
+#[tokio::test]
+async fn two_stores_on_one_file_never_lose_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let a = open(&path, &clock);
+    let b = open(&path, &clock);
+    let lines = loop_lines("s", 12);
+    let want = replay_all(&config, &lines);
+    let mut got = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // Alternate pairs of events between the two stores: each one's memory is stale
+        // every time it gets the turn.
+        let store = if (i / 2) % 2 == 0 { &a } else { &b };
+        got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want, "answers as if one store had seen everything");
+    assert!(a.stats().conflicts + b.stats().conflicts >= 10);
+    drop((a, b));
+    let c = open(&path, &clock);
+    assert_eq!(c.session("s").await.unwrap()[0].state.history().len(), 12);
+}
+
+#[tokio::test]
+async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locked.db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let options = SqliteOptions {
+        busy_timeout: Duration::from_millis(50),
+        ..SqliteOptions::default()
+    };
+    let store = open_with(&path, &clock, Limits::default(), options);
+    let lines = loop_lines("s", 3);
+    apply(&store, &config, 1, &lines[0]).await.unwrap();
+    apply(&store, &config, 2, &lines[1]).await.unwrap();
+
+    // Another process takes the write lock and keeps it.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let refused = apply(&store, &config, 3, &lines[2]).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("locked") || m.contains("busy")),
+        "{refused:?}"
+    );
+    assert!(store.check().is_err(), "not ready after a failed commit");
+    other.execute_batch("ROLLBACK").unwrap();
+
+    // The refused call was not applied: the next one is the second call of the run.
+    let answer = apply(&store, &config, 3, &lines[2]).await.unwrap();
+    assert!(matches!(answer, Answer::Call { .. }));
+    assert!(store.check().is_ok(), "ready again");
+    let runs = store.session("s").await.unwrap();
+    assert_eq!(runs[0].state.history().len(), 2);
+    drop(store);
+    let store = open(&path, &clock);
+    assert_eq!(
+        store.session("s").await.unwrap()[0].state.history().len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn idle_runs_expire_from_memory_and_disk_without_sleeping() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ttl.db");
+    let clock = ManualClock::new(1_000_000);
+    let config = ConfigSet::default();
+    let limits = Limits {
+        idle_ttl: Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let store = open_with(&path, &clock, limits, SqliteOptions::default());
+    apply(
+        &store,
+        &config,
+        1,
+        r#"{"type":"compaction","session":"old"}"#,
+    )
+    .await
+    .unwrap();
+    clock.advance(Duration::from_secs(1800));
+    apply(
+        &store,
+        &config,
+        2,
+        r#"{"type":"compaction","session":"new","run":"r"}"#,
+    )
+    .await
+    .unwrap();
+    clock.advance(Duration::from_secs(1801));
+    assert_eq!(store.expire_idle().await.unwrap(), 1);
+    assert_eq!(store.stats().sessions, 1);
+    assert_eq!(store.stats().expired_runs, 1);
+    assert!(store.session("old").await.unwrap().is_empty());
+    drop(store);
+
+    let rows: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1, "the expired run is gone from disk too");
+
+    // A store opened later does not load what expired meanwhile.
+    clock.advance(Duration::from_secs(1800));
+    let store = open_with(&path, &clock, limits, SqliteOptions::default());
+    assert_eq!(store.stats().runs, 0);
+}
+
+#[tokio::test]
+async fn ending_runs_and_sessions_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("end.db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::default();
+    let store = open(&path, &clock);
+    for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
+        let line = format!(r#"{{"type":"compaction","session":"s","run":"{run}"}}"#);
+        apply(&store, &config, i as u64 + 1, &line).await.unwrap();
+    }
+    apply(&store, &config, 4, r#"{"type":"compaction","session":"t"}"#)
+        .await
+        .unwrap();
+    assert!(store
+        .remove_run(RunKey::new("s", Some("r2")))
+        .await
+        .unwrap());
+    assert!(!store
+        .remove_run(RunKey::new("s", Some("r2")))
+        .await
+        .unwrap());
+    assert_eq!(store.remove_session("t").await.unwrap(), 1);
+    drop(store);
+    let store = open(&path, &clock);
+    let runs: Vec<_> = store
+        .session("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run.unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    assert!(!runs.contains(&"r2".to_owned()));
+    assert!(store.session("t").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_session_limit_refuses_new_sessions_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::default();
+    let limits = Limits {
+        max_sessions: 2,
+        ..Limits::default()
+    };
+    let store = open_with(
+        &dir.path().join("cap.db"),
+        &clock,
+        limits,
+        SqliteOptions::default(),
+    );
+    for s in ["a", "b"] {
+        let line = format!(r#"{{"type":"compaction","session":"{s}"}}"#);
+        apply(&store, &config, 1, &line).await.unwrap();
+    }
+    let refused = apply(&store, &config, 1, r#"{"type":"compaction","session":"c"}"#).await;
+    assert_eq!(refused.unwrap_err(), StoreError::SessionLimit { limit: 2 });
+    apply(
+        &store,
+        &config,
+        1,
+        r#"{"type":"compaction","session":"a","run":"x"}"#,
+    )
+    .await
+    .expect("a live session can open runs");
+}
+
+#[tokio::test]
+async fn concurrent_updates_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000);
+    let store = Arc::new(open(&dir.path().join("group.db"), &clock));
+    let config = Arc::new(ConfigSet::enabled_defaults());
+    let mut tasks = Vec::new();
+    for t in 0..32 {
+        let store = Arc::clone(&store);
+        let config = Arc::clone(&config);
+        tasks.push(tokio::spawn(async move {
+            let lines = loop_lines(&format!("s{t}"), 10);
+            let mut got = Vec::new();
+            for (i, line) in lines.iter().enumerate() {
+                got.push(apply(&*store, &config, i as u64 + 1, line).await.unwrap());
+            }
+            (got, replay_all(&config, &lines))
+        }));
+    }
+    for task in tasks {
+        let (got, want) = task.await.unwrap();
+        assert_eq!(got, want);
+    }
+    let stats = store.stats();
+    assert_eq!(stats.writes, 32 * 20);
+    assert_eq!(stats.sessions, 32);
+}
+
+/// Rows this store never held (another process wrote them) are expired too, by the scan
+/// of the whole table that runs once per TTL, and at open.
+#[tokio::test]
+async fn rows_of_other_processes_expire_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foreign.db");
+    let clock = ManualClock::new(1_000_000);
+    let config = ConfigSet::default();
+    let limits = Limits {
+        idle_ttl: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let mine = open_with(&path, &clock, limits, SqliteOptions::default());
+    let other = open_with(&path, &clock, limits, SqliteOptions::default());
+    apply(
+        &other,
+        &config,
+        1,
+        r#"{"type":"compaction","session":"theirs"}"#,
+    )
+    .await
+    .unwrap();
+    drop(other);
+    let count = || -> i64 {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+            .unwrap()
+    };
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(mine.expire_idle().await.unwrap(), 0);
+    assert_eq!(count(), 1, "still live");
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(
+        mine.expire_idle().await.unwrap(),
+        0,
+        "not in this store's memory"
+    );
+    assert_eq!(count(), 0, "but gone from the file");
+}
