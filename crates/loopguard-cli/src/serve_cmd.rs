@@ -236,18 +236,18 @@ async fn run_with<S: Store>(
         config = app.options().config_path.as_ref().map(|p| p.display().to_string()),
         "loopguard serve started"
     );
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "listening on http://{addr} (store: {store_name})");
-    let _ = stdout.flush();
-    drop(stdout);
-    loopguard_server::serve(
+    // Signal handlers are in place before the server is announced.
+    let served = loopguard_server::serve(
         app,
         listener,
         sweep_every,
         loopguard_server::shutdown_signal(),
-    )
-    .await
-    .map_err(|e| format!("server failed: {e}"))
+    );
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "listening on http://{addr} (store: {store_name})");
+    let _ = stdout.flush();
+    drop(stdout);
+    served.await.map_err(|e| format!("server failed: {e}"))
 }
 
 fn init_logging(format: LogFormat) {

@@ -257,7 +257,8 @@ fn garbage_on_the_wire_does_not_stop_the_server() {
     let response = client.request("PUT", "/v1/events", &[], b"{}");
     assert_eq!(response.status, 405);
     assert!(error_of(&response).contains("PUT is not allowed"));
-    assert_eq!(client.get("/healthz").status, 200);
+    // A fresh connection: the server may close one whose request body it did not read.
+    assert_eq!(server.client().get("/healthz").status, 200);
     assert!(server.alive());
 }
 

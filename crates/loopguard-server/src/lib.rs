@@ -111,54 +111,87 @@ pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
 /// finish and closes the store. Meanwhile it expires idle runs every `sweep_every` and
-/// reloads the config on SIGHUP.
-pub async fn serve<S: Store>(
+/// reloads the config on SIGHUP. The SIGHUP handler is installed when this is called, so
+/// call it before announcing the server, then await it.
+pub fn serve<S: Store>(
     app: Arc<App<S>>,
     listener: TcpListener,
     sweep_every: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let sweeper = tokio::spawn(sweep(Arc::clone(&app), sweep_every));
-    let reloader = tokio::spawn(reload_on_hangup(Arc::clone(&app)));
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let served = axum::serve(listener, router(Arc::clone(&app)))
-        .with_graceful_shutdown(shutdown)
-        .await;
-    sweeper.abort();
-    reloader.abort();
-    tracing::info!(target: "loopguard::server", "stopped taking requests; closing the store");
-    if let Err(e) = app.store().close().await {
-        tracing::error!(target: "loopguard::server", error = %e, "closing the store failed");
+) -> impl Future<Output = std::io::Result<()>> {
+    let hangups = hangup_signal();
+    async move {
+        use axum::serve::ListenerExt;
+        let sweeper = tokio::spawn(sweep(Arc::clone(&app), sweep_every));
+        let reloader = tokio::spawn(reload_on_hangup(Arc::clone(&app), hangups));
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let served = axum::serve(listener, router(Arc::clone(&app)))
+            .with_graceful_shutdown(shutdown)
+            .await;
+        sweeper.abort();
+        reloader.abort();
+        tracing::info!(target: "loopguard::server", "stopped taking requests; closing the store");
+        if let Err(e) = app.store().close().await {
+            tracing::error!(target: "loopguard::server", error = %e, "closing the store failed");
+        }
+        served
     }
-    served
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: a signal that arrives in between is not
+/// lost (and does not kill the process with the default action).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
+    let (mut interrupt, mut terminate) = {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+    async move {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                () = wait(interrupt.as_mut()) => {}
+                () = wait(terminate.as_mut()) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!(target: "loopguard::server", "shutdown requested");
     }
-    tracing::info!(target: "loopguard::server", "shutdown requested");
 }
+
+/// Waits for one delivery of `signal`, or forever when it could not be installed.
+#[cfg(unix)]
+async fn wait(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = ();
+
+#[cfg(unix)]
+fn hangup_signal() -> Hangups {
+    use tokio::signal::unix::{signal, SignalKind};
+    signal(SignalKind::hangup()).ok()
+}
+
+#[cfg(not(unix))]
+fn hangup_signal() -> Hangups {}
 
 async fn sweep<S: Store>(app: Arc<App<S>>, every: Duration) {
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
@@ -177,9 +210,8 @@ async fn sweep<S: Store>(app: Arc<App<S>>, every: Duration) {
 }
 
 #[cfg(unix)]
-async fn reload_on_hangup<S: Store>(app: Arc<App<S>>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+async fn reload_on_hangup<S: Store>(app: Arc<App<S>>, hangups: Hangups) {
+    let Some(mut hangups) = hangups else {
         tracing::warn!(target: "loopguard::server", "cannot listen for SIGHUP; reload with POST /v1/admin/reload");
         return;
     };
@@ -190,7 +222,7 @@ async fn reload_on_hangup<S: Store>(app: Arc<App<S>>) {
 }
 
 #[cfg(not(unix))]
-async fn reload_on_hangup<S: Store>(_app: Arc<App<S>>) {}
+async fn reload_on_hangup<S: Store>(_app: Arc<App<S>>, _hangups: Hangups) {}
 
 async fn authenticate<S: Store>(
     State(app): State<Arc<App<S>>>,

@@ -240,5 +240,36 @@ fn extensions(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, per_call, history, fingerprint_large, extensions);
+/// A run's state with 30 records, to bytes and back (what durable stores pay per event).
+fn state_bytes(c: &mut Criterion) {
+    ensure_workloads();
+    let pairs = load("small", 30);
+    let mut guard = new_guard(30);
+    host_cycle(&mut guard, &pairs, true);
+    let state = guard
+        .run_state(&Scope::new("perf").with_run(Some("all")))
+        .expect("the run exists")
+        .clone();
+    let bytes = state.to_bytes();
+    println!(
+        "run state with {} records: {} bytes",
+        state.history().len(),
+        bytes.len()
+    );
+    let mut group = c.benchmark_group("state_bytes");
+    group.bench_function("to_bytes", |b| b.iter(|| black_box(state.to_bytes())));
+    group.bench_function("from_bytes", |b| {
+        b.iter(|| black_box(loopguard::RunState::from_bytes(&bytes).unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    per_call,
+    history,
+    fingerprint_large,
+    extensions,
+    state_bytes
+);
 criterion_main!(benches);

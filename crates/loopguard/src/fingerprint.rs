@@ -24,8 +24,8 @@ use crate::text::{is_js_space, non_blank, trim};
 pub const FINGERPRINT_VERSION: &str = "lg1";
 
 /// A 128-bit digest of a canonically encoded JSON value, shown as 32 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+/// Serialized as that hex string in human-readable formats, as 16 raw bytes otherwise.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fingerprint(u128);
 
 impl Fingerprint {
@@ -59,9 +59,55 @@ impl fmt::Debug for Fingerprint {
 
 /// What identifies a call pattern: the tool name and the args fingerprint, hashed together.
 /// Two calls have the same signature iff they have the same tool and args fingerprint.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+/// Serialized like a [`Fingerprint`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Signature(u128);
+
+/// Serde for 128-bit digests: hex in human-readable formats, 16 little-endian bytes in
+/// binary ones (states are stored per event; variable-length integers would only cost time).
+macro_rules! digest_serde {
+    ($t:ident) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    s.collect_str(self)
+                } else {
+                    s.serialize_bytes(&self.0.to_le_bytes())
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = u128;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("16 bytes or 32 hex digits")
+                    }
+                    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<u128, E> {
+                        let raw: [u8; 16] = b
+                            .try_into()
+                            .map_err(|_| E::invalid_length(b.len(), &self))?;
+                        Ok(u128::from_le_bytes(raw))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<u128, E> {
+                        u128::from_str_radix(s, 16).map_err(E::custom)
+                    }
+                }
+                let raw = if d.is_human_readable() {
+                    d.deserialize_str(V)?
+                } else {
+                    d.deserialize_bytes(V)?
+                };
+                Ok(Self(raw))
+            }
+        }
+    };
+}
+
+digest_serde!(Fingerprint);
+digest_serde!(Signature);
 
 impl Signature {
     /// The signature of `tool` (already trimmed) called with arguments of fingerprint `args`.

@@ -66,7 +66,7 @@ pub enum StateDecodeError {
 
 /// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
 /// covers the fingerprint version, since states hold fingerprints).
-pub const STATE_FORMAT_VERSION: u8 = 1;
+pub const STATE_FORMAT_VERSION: u8 = 2;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,20 +113,36 @@ impl RunState {
         self.last_active
     }
 
-    /// A compact, versioned binary form, for durable stores.
+    /// A compact, versioned binary form, for durable stores: a version byte, then the
+    /// state (postcard; fingerprints as raw 16-byte strings, since variable-length integers
+    /// would only cost time on random values).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = vec![STATE_FORMAT_VERSION];
-        // Serializing plain data into a Vec cannot fail.
-        out.extend(postcard::to_stdvec(self).unwrap_or_default());
+        let mut out = Vec::with_capacity(64 * self.history.len() + 256);
+        self.encode_into(&mut out);
         out
+    }
+
+    /// [`RunState::to_bytes`], appended to `out` (reuse one buffer across writes).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.push(STATE_FORMAT_VERSION);
+        // Encoding plain data into a Vec cannot fail.
+        if let Ok(bytes) = postcard::to_extend(self, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
         match bytes.split_first() {
             Some((&STATE_FORMAT_VERSION, rest)) => {
-                let mut state: Self = postcard::from_bytes(rest)
+                let (mut state, left): (Self, &[u8]) = postcard::take_from_bytes(rest)
                     .map_err(|e| StateDecodeError::Corrupt(e.to_string()))?;
+                if !left.is_empty() {
+                    return Err(StateDecodeError::Corrupt(format!(
+                        "{} bytes after the state",
+                        left.len()
+                    )));
+                }
                 state.history.restore_index();
                 Ok(state)
             }
