@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod config_cmd;
+mod hook_cmd;
+mod mcp_cmd;
 mod output;
 mod replay_cmd;
 mod scan_cmd;
@@ -33,7 +35,9 @@ loopguard replay --config openclaw.json5 events.jsonl\n  \
 cat events.jsonl | loopguard replay -\n  \
 loopguard config check openclaw.json5\n  \
 loopguard config explain openclaw.json5 --agent worker\n  \
-loopguard scan ~/.openclaw/agents/main/sessions --html report.html\n\n\
+loopguard scan ~/.openclaw/agents/main/sessions --html report.html\n  \
+loopguard hook claude-code --print-config\n  \
+loopguard mcp-proxy -- npx -y @modelcontextprotocol/server-everything\n\n\
 Logs go to stderr; set LOOPGUARD_LOG (e.g. LOOPGUARD_LOG=info) to see them."
 )]
 struct Cli {
@@ -49,6 +53,8 @@ enum Command {
     Config(config_cmd::ConfigCommand),
     Scan(scan_cmd::ScanArgs),
     Serve(serve_cmd::ServeArgs),
+    Hook(hook_cmd::HookArgs),
+    McpProxy(mcp_cmd::McpProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +68,8 @@ fn main() -> ExitCode {
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Scan(args) => scan_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Hook(args) => hook_cmd::run(args),
+        Command::McpProxy(args) => mcp_cmd::run(args),
     };
     ExitCode::from(code)
 }

@@ -198,7 +198,8 @@ fn string_field(map: &Map<String, Value>, key: &str) -> Result<Option<String>, S
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+/// What a JSON value is, for error messages: `a string`, `an array`, `null` …
+pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

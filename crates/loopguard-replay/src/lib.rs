@@ -35,7 +35,7 @@ use loopguard::{
 };
 
 pub use answer::Answer;
-pub use event::{from_value, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+pub use event::{from_value, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
 
 /// Default longest line `replay` reads (256 MiB); longer lines are reported and skipped.
 pub const DEFAULT_MAX_LINE: usize = 256 << 20;

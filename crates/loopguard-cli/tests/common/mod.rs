@@ -35,9 +35,16 @@ pub fn bin() -> Command {
 
 /// Runs `loopguard ARGS` with `stdin`.
 pub fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = bin();
+    cmd.args(args);
+    run_command(cmd, stdin)
+}
+
+/// Runs `cmd` with `stdin` (written from another thread, so that a child that answers
+/// before reading everything cannot deadlock the test).
+pub fn run_command(mut cmd: Command, stdin: &[u8]) -> Output {
     use std::io::Write;
-    let mut child = bin()
-        .args(args)
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,81 @@
+//! `loopguard mcp-proxy -- SERVER ARGS…`: a stdio MCP proxy with the guard in front of the
+//! server's tools.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::Args;
+use loopguard_mcp::{run as run_proxy, ProxyOptions};
+
+use crate::output::fatal;
+
+/// Run an MCP server behind loopguard: start the proxy where the MCP client starts the
+/// server.
+///
+/// The proxy starts SERVER_COMMAND and passes every message through unchanged, except
+/// tools/call: a call the guard blocks is answered by the proxy with a tool result
+/// (isError: true) carrying the loop message and never reaches the server; a warned call
+/// is forwarded and the warning is appended to its result; every result is recorded.
+/// Notifications, cancellations, progress, batches and server requests pass untouched.
+/// One proxy process is one session. When the server exits, open requests are answered
+/// with a "Connection closed" error and the proxy exits with the server's status; when
+/// the client goes away, the server's stdin is closed (then SIGTERM, then SIGKILL).
+///
+/// Without --config, detection is on with the default thresholds.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+loopguard mcp-proxy -- npx -y @modelcontextprotocol/server-everything\n  \
+loopguard mcp-proxy --config openclaw.json5 -- python3 my_server.py\n\n\
+In an MCP client's settings, replace the server's command and args:\n  \
+\"command\": \"loopguard\", \"args\": [\"mcp-proxy\", \"--\", \"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]\n\n\
+Diagnostics (blocked and warned calls, dropped lines) go to stderr.")]
+pub struct McpProxyArgs {
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it
+    /// detection is on with the default thresholds.
+    #[arg(long, value_name = "FILE", env = "LOOPGUARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Agent id whose config applies.
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
+    /// Session id for the calls of this proxy (default: mcp-proxy-PID).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// When the client goes away: how long the server gets to exit after its stdin is
+    /// closed, and again after SIGTERM, before SIGKILL (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    shutdown_grace_ms: u64,
+    /// The MCP server to run, and its arguments (after --).
+    #[arg(value_name = "SERVER_COMMAND", required = true, num_args = 1.., last = true)]
+    server: Vec<OsString>,
+}
+
+pub fn run(args: McpProxyArgs) -> u8 {
+    let config = match loopguard_hooks::load_config(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(message) => return fatal(&message),
+    };
+    let Some((program, rest)) = args.server.split_first() else {
+        return fatal("give the MCP server's command after --");
+    };
+    let mut server = Command::new(program);
+    server.args(rest);
+    let session = args
+        .session
+        .filter(|s| !loopguard::text::is_blank(s))
+        .unwrap_or_else(|| format!("mcp-proxy-{}", std::process::id()));
+    let mut options = ProxyOptions::new(config, session);
+    options.agent = args.agent;
+    options.shutdown_grace = std::time::Duration::from_millis(args.shutdown_grace_ms);
+    match run_proxy(
+        server,
+        std::io::stdin(),
+        std::io::stdout(),
+        std::io::stderr(),
+        options,
+    ) {
+        // Exit now: the thread reading the client may still be blocked on stdin.
+        Ok(exit) => std::process::exit(exit.code),
+        Err(e) => fatal(&e.to_string()),
+    }
+}

@@ -1,0 +1,145 @@
+//! Bad input to `loopguard hook`: whatever arrives, the hook never crashes, never exits 2
+//! (which the agents read as "block"), and fails open with exit 1 and one line on stderr.
+
+mod common;
+mod hook_common;
+
+use hook_common::Env;
+use serde_json::json;
+
+const AGENTS: [&str; 3] = ["claude-code", "codex", "gemini"];
+
+fn assert_fails_open(h: &hook_common::Hook, what: &str) {
+    assert_eq!(h.code, 1, "{what}: {h:?}");
+    assert_eq!(h.stdout, "", "{what}");
+    assert_eq!(h.stderr.lines().count(), 1, "{what}: {:?}", h.stderr);
+    assert!(
+        h.stderr.starts_with("loopguard hook "),
+        "{what}: {:?}",
+        h.stderr
+    );
+}
+
+#[test]
+fn garbage_on_stdin() {
+    let env = Env::new();
+    let mut deep = String::new();
+    for _ in 0..10_000 {
+        deep.push('[');
+    }
+    let inputs: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("text", b"PreToolUse Read /etc/passwd".to_vec()),
+        ("truncated JSON", br#"{"session_id":"s","hook_event_name":"PreTo"#.to_vec()),
+        ("not UTF-8", vec![0xff, 0xfe, b'{', 0x80]),
+        ("an array", b"[1,2,3]".to_vec()),
+        ("a string", b"\"PreToolUse\"".to_vec()),
+        ("deep nesting", deep.into_bytes()),
+        ("no event name", br#"{"session_id":"s","tool_name":"Read"}"#.to_vec()),
+        ("event name not a string", br#"{"hook_event_name":7}"#.to_vec()),
+        ("session id not a string", br#"{"hook_event_name":"PreToolUse","session_id":{"a":1},"tool_name":"Read"}"#.to_vec()),
+        ("call without a tool", br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_input":{}}"#.to_vec()),
+        ("tool name not a string", br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":["Read"]}"#.to_vec()),
+        ("tool use id not a string", br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Read","tool_use_id":12}"#.to_vec()),
+    ];
+    for agent in AGENTS {
+        // Each agent's name for "a tool call is about to run".
+        let before = if agent == "gemini" {
+            "BeforeTool"
+        } else {
+            "PreToolUse"
+        };
+        for (what, input) in &inputs {
+            let input = String::from_utf8_lossy(input).replace("PreToolUse", before);
+            let input = if what == &"not UTF-8" {
+                vec![0xff, 0xfe, b'{', 0x80]
+            } else {
+                input.into_bytes()
+            };
+            let h = hook_common::run(env.command(agent), &input);
+            assert_fails_open(&h, &format!("{agent} / {what}"));
+        }
+    }
+    assert!(!env.db.exists(), "nothing reached the database");
+}
+
+#[test]
+fn unknown_hook_events_do_nothing() {
+    let env = Env::new();
+    for (agent, nothing) in [("claude-code", ""), ("codex", ""), ("gemini", "{}")] {
+        for event in ["Stop", "Notification", "NoSuchEvent", "pretooluse"] {
+            let h = env.hook(agent, &json!({"session_id": "s", "hook_event_name": event}));
+            assert_eq!((h.code, h.stdout.as_str()), (0, nothing), "{agent} {event}");
+            assert!(h.stderr.contains(event), "{}", h.stderr);
+        }
+    }
+    assert!(!env.db.exists());
+}
+
+#[test]
+fn unusable_config_or_database_fail_open() {
+    let call = json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {}});
+    // An invalid config.
+    let env = Env::with_config("{ tools: { loopDetection: { enabled: 'yes' } } }");
+    assert_fails_open(&env.hook("claude-code", &call), "invalid config");
+    // A missing config file.
+    let mut env = Env::new();
+    env.config = Some(env.dir.path().join("nope.json5"));
+    let mut before = call.clone();
+    before["hook_event_name"] = json!("BeforeTool");
+    assert_fails_open(&env.hook("gemini", &before), "missing config");
+    // A database path under a regular file.
+    let mut env = Env::new();
+    std::fs::write(env.dir.path().join("file"), "x").unwrap();
+    env.db = env.dir.path().join("file/loopguard.db");
+    assert_fails_open(&env.hook("codex", &call), "database under a file");
+    // A file that is not a database.
+    let mut env = Env::new();
+    env.db = env.dir.path().join("not.db");
+    std::fs::write(&env.db, vec![b'x'; 8192]).unwrap();
+    let h = env.hook("claude-code", &call);
+    assert_fails_open(&h, "not a database");
+    assert!(h.stderr.contains("not.db"), "{}", h.stderr);
+    // No default location: neither XDG_DATA_HOME nor HOME.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"));
+    cmd.args(["hook", "claude-code"])
+        .env_remove("LOOPGUARD_DB")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("HOME");
+    assert_fails_open(
+        &hook_common::run(cmd, call.to_string().as_bytes()),
+        "no default database",
+    );
+}
+
+#[test]
+fn odd_but_valid_payloads_are_handled() {
+    let env = Env::new();
+    for payload in [
+        // No session id: the session "default".
+        json!({"hook_event_name": "PreToolUse", "tool_name": "Read"}),
+        // Null input, extra fields, unicode.
+        json!({"session_id": "sé", "hook_event_name": "PreToolUse", "tool_name": "Write", "tool_input": null, "extra": [1, 2], "tool_use_id": "✓"}),
+        // A huge argument.
+        json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Write", "tool_input": {"content": "x".repeat(5 << 20)}}),
+        // A response of an unexpected type.
+        json!({"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Write", "tool_input": {}, "tool_response": 42}),
+    ] {
+        let h = env.hook("claude-code", &payload);
+        assert_eq!((h.code, h.stdout.as_str()), (0, ""), "{h:?}");
+    }
+    assert_eq!(env.runs("default").len(), 1);
+    assert_eq!(env.runs("sé").len(), 1);
+}
+
+#[test]
+fn a_payload_over_the_limit_is_refused() {
+    let env = Env::new();
+    let mut big =
+        br#"{"hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{"x":""#.to_vec();
+    big.resize(big.len() + (64 << 20) + 10, b'a');
+    big.extend_from_slice(br#""}}"#);
+    let h = hook_common::run(env.command("codex"), &big);
+    assert_fails_open(&h, "oversized payload");
+    assert!(h.stderr.contains("larger than"), "{}", h.stderr);
+}

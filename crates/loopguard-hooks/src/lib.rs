@@ -1,0 +1,432 @@
+//! # loopguard-hooks
+//!
+//! Coding agents (Claude Code, Codex CLI, Gemini CLI) run an external command before and
+//! after each tool call, at each user prompt, around compactions and at the start and end
+//! of a session, with the event as JSON on stdin; the command answers on stdout and with
+//! its exit status. This crate speaks those protocols for the loopguard engine, so that
+//! one line of configuration puts loop protection into an agent:
+//!
+//! ```
+//! use loopguard_hooks::{handle, Agent, Options};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let options = Options::new(dir.path().join("loopguard.db"));
+//! let input = br#"{"session_id":"s1","hook_event_name":"PreToolUse","tool_name":"Read",
+//!                  "tool_input":{"file_path":"/tmp/a"},"tool_use_id":"toolu_1"}"#;
+//! let response = handle(Agent::ClaudeCode, input, &options, 1_700_000_000_000);
+//! assert_eq!(response.exit_code, 0);
+//! assert_eq!(response.stdout, ""); // allowed: nothing to say
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! Every invocation is a separate, short process: the state of each (session, run) lives
+//! in the SQLite file that `loopguard serve` uses ([`store`]), read and written in one
+//! transaction. The shared [`mapping`] turns every agent's events into the same engine
+//! operations; [`claude_code`], [`codex`] and [`gemini`] read each agent's payloads and
+//! write its answers; [`outcome`] reshapes tool responses into results the engine can
+//! fingerprint.
+//!
+//! Failures fail open: input that is not a payload, a config that cannot be read, a
+//! database that cannot be opened all exit with status 1 and one line on stderr, which
+//! every one of these agents treats as a non-blocking hook error (the call goes ahead).
+//! Status 2, which the agents read as "block", is never used.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod claude_code;
+pub mod codex;
+pub mod gemini;
+pub mod mapping;
+pub mod outcome;
+pub mod payload;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+
+use loopguard::ConfigSet;
+use serde_json::Value;
+
+use crate::mapping::{apply, HookEvent, NoteDelivery, Origin};
+use crate::payload::PayloadError;
+use crate::store::{DbOptions, HookDb};
+
+/// Exit status of a hook that did its job (whatever it decided).
+pub const EXIT_OK: u8 = 0;
+/// Exit status of a hook that failed (a non-blocking error for every agent: fail open).
+pub const EXIT_FAILED: u8 = 1;
+
+/// Largest payload read from stdin (64 MiB); a larger one is refused (fail open).
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+/// An agent whose hook protocol this crate speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Agent {
+    /// Anthropic's Claude Code.
+    ClaudeCode,
+    /// OpenAI's Codex CLI.
+    Codex,
+    /// Google's Gemini CLI.
+    Gemini,
+}
+
+impl Agent {
+    /// Every agent.
+    pub const ALL: [Agent; 3] = [Agent::ClaudeCode, Agent::Codex, Agent::Gemini];
+
+    /// The name used on the command line (`claude-code`, `codex`, `gemini`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "claude-code",
+            Self::Codex => "codex",
+            Self::Gemini => "gemini",
+        }
+    }
+
+    /// The agent named `name` on the command line.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The settings file the snippet of [`Agent::settings_snippet`] goes into.
+    pub fn settings_file(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => claude_code::SETTINGS_FILE,
+            Self::Codex => codex::SETTINGS_FILE,
+            Self::Gemini => gemini::SETTINGS_FILE,
+        }
+    }
+
+    /// The hook events the snippet registers.
+    pub fn events(self) -> &'static [&'static str] {
+        match self {
+            Self::ClaudeCode => claude_code::EVENTS,
+            Self::Codex => codex::EVENTS,
+            Self::Gemini => gemini::EVENTS,
+        }
+    }
+
+    /// The JSON to merge into the agent's settings file so that it runs `command` (a shell
+    /// command line) for every event loopguard handles.
+    pub fn settings_snippet(self, command: &str) -> String {
+        match self {
+            Self::ClaudeCode => claude_code::settings(command),
+            Self::Codex => codex::settings(command),
+            Self::Gemini => gemini::settings(command),
+        }
+    }
+
+    fn parse(self, payload: &Value) -> Result<(Origin, HookEvent), PayloadError> {
+        match self {
+            Self::ClaudeCode => claude_code::parse(payload),
+            Self::Codex => codex::parse(payload),
+            Self::Gemini => gemini::parse(payload),
+        }
+    }
+
+    fn delivery(self) -> NoteDelivery {
+        match self {
+            Self::ClaudeCode => claude_code::DELIVERY,
+            Self::Codex => codex::DELIVERY,
+            Self::Gemini => gemini::DELIVERY,
+        }
+    }
+
+    fn render(self, payload: &Value, event: &HookEvent, reaction: &mapping::Reaction) -> String {
+        match self {
+            Self::ClaudeCode => {
+                let name = payload
+                    .get("hook_event_name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                claude_code::render(name, event, reaction)
+            }
+            Self::Codex => codex::render(event, reaction),
+            Self::Gemini => gemini::render(event, reaction),
+        }
+    }
+
+    /// What the agent reads on stdout when the hook has nothing to say.
+    fn nothing(self) -> &'static str {
+        match self {
+            Self::Gemini => "{}",
+            Self::ClaudeCode | Self::Codex => "",
+        }
+    }
+}
+
+/// Where a hook keeps its state and which config applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The SQLite database file.
+    pub db: PathBuf,
+    /// A config document (JSON5, OpenClaw style); `None`: detection on with the default
+    /// thresholds (whoever installs the hook wants protection).
+    pub config: Option<PathBuf>,
+    /// The agent id whose config applies when the payload names none.
+    pub agent: Option<String>,
+    /// How the database file is used.
+    pub db_options: DbOptions,
+}
+
+impl Options {
+    /// State in `db`, the default config.
+    pub fn new(db: PathBuf) -> Self {
+        Self {
+            db,
+            config: None,
+            agent: None,
+            db_options: DbOptions::default(),
+        }
+    }
+}
+
+/// What the hook process prints and how it exits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// For stdout (the decision, in the agent's protocol; empty or `{}` for none).
+    pub stdout: String,
+    /// For stderr (diagnostics; agents show it to the user at most).
+    pub stderr: String,
+    /// The exit status.
+    pub exit_code: u8,
+}
+
+impl Response {
+    fn ignored(agent: Agent, event: &str) -> Self {
+        Self {
+            stdout: agent.nothing().to_owned(),
+            stderr: format!(
+                "loopguard hook {}: ignoring event {event:?}, which loopguard does not use\n",
+                agent.name()
+            ),
+            exit_code: EXIT_OK,
+        }
+    }
+
+    fn failed(agent: Agent, message: &str) -> Self {
+        Self {
+            stdout: String::new(),
+            stderr: format!("loopguard hook {}: {message}\n", agent.name()),
+            exit_code: EXIT_FAILED,
+        }
+    }
+}
+
+/// Reads the config for hooks: the file when given, else detection on with the default
+/// thresholds.
+pub fn load_config(path: Option<&Path>) -> Result<ConfigSet, String> {
+    let Some(path) = path else {
+        return Ok(ConfigSet::enabled_defaults());
+    };
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{}: not valid UTF-8 (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    ConfigSet::parse_named(&text, Some(&path.display().to_string()))
+        .map_err(|e| e.to_string().replace('\n', "; "))
+}
+
+/// Handles one hook invocation: `input` is what the agent wrote on stdin, `now` the clock
+/// time in Unix milliseconds.
+pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Response {
+    let payload: Value = match serde_json::from_slice(input) {
+        Ok(v) => v,
+        Err(e) => {
+            return Response::failed(agent, &format!("stdin is not a JSON hook payload: {e}"))
+        }
+    };
+    let (origin, event) = match agent.parse(&payload) {
+        Ok(parsed) => parsed,
+        Err(PayloadError::Unsupported(name)) => return Response::ignored(agent, &name),
+        Err(PayloadError::Invalid(message)) => return Response::failed(agent, &message),
+    };
+    // The config is read only for events that reach the engine.
+    let config = if event.needs_config() {
+        match load_config(options.config.as_deref()) {
+            Ok(config) => Some(config),
+            Err(message) => return Response::failed(agent, &message),
+        }
+    } else {
+        None
+    };
+    let result = HookDb::open_with(&options.db, options.db_options).and_then(|mut db| {
+        let mut tx = db.begin(now)?;
+        let reaction = apply(
+            &mut tx,
+            config.as_ref(),
+            options.agent.as_deref(),
+            &origin,
+            &event,
+            agent.delivery(),
+        )?;
+        let warnings: String = tx
+            .warnings()
+            .iter()
+            .map(|w| format!("loopguard hook {}: {w}\n", agent.name()))
+            .collect();
+        tx.commit()?;
+        // Best effort: a WAL left large is folded by a later hook.
+        let _ = db.fold_wal();
+        Ok((reaction, warnings))
+    });
+    match result {
+        Ok((reaction, warnings)) => {
+            let mut stdout = agent.render(&payload, &event, &reaction);
+            if stdout.is_empty() {
+                stdout = agent.nothing().to_owned();
+            }
+            Response {
+                stdout,
+                stderr: warnings,
+                exit_code: EXIT_OK,
+            }
+        }
+        Err(e) => Response::failed(agent, &e.to_string()),
+    }
+}
+
+/// A settings snippet: `{"hooks": {EVENT: [{"hooks": [{"type": "command", "command":
+/// COMMAND, EXTRA}]}], …}}`, events in the order given.
+fn snippet(events: &[&str], command: &str, extra: &str) -> String {
+    let command = Value::String(command.to_owned()).to_string();
+    let entries: Vec<String> = events
+        .iter()
+        .map(|event| {
+            format!(
+                "    \"{event}\": [\n      {{ \"hooks\": [{{ \"type\": \"command\", \"command\": {command}, {extra} }}] }}\n    ]"
+            )
+        })
+        .collect();
+    format!("{{\n  \"hooks\": {{\n{}\n  }}\n}}\n", entries.join(",\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(dir: &tempfile::TempDir) -> Options {
+        Options::new(dir.path().join("lg.db"))
+    }
+
+    #[test]
+    fn garbage_fails_open_without_touching_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        for agent in Agent::ALL {
+            for input in [
+                &b""[..],
+                b"not json",
+                b"[1,2]",
+                b"{\"session_id\":\"s\"}",
+                b"\xff\xfe",
+            ] {
+                let r = handle(agent, input, &options(&dir), 1);
+                assert_eq!(r.exit_code, EXIT_FAILED, "{agent:?} {input:?}");
+                assert_eq!(r.stdout, "");
+                assert!(
+                    r.stderr
+                        .starts_with(&format!("loopguard hook {}:", agent.name())),
+                    "{}",
+                    r.stderr
+                );
+            }
+        }
+        assert!(!dir.path().join("lg.db").exists());
+    }
+
+    #[test]
+    fn unknown_events_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = handle(
+            Agent::ClaudeCode,
+            br#"{"hook_event_name":"Notification","message":"x"}"#,
+            &options(&dir),
+            1,
+        );
+        assert_eq!((r.exit_code, r.stdout.as_str()), (0, ""));
+        assert!(r.stderr.contains("Notification"));
+        let r = handle(
+            Agent::Gemini,
+            br#"{"hook_event_name":"AfterModel"}"#,
+            &options(&dir),
+            1,
+        );
+        assert_eq!((r.exit_code, r.stdout.as_str()), (0, "{}"));
+    }
+
+    #[test]
+    fn a_bad_config_fails_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("bad.json5");
+        std::fs::write(
+            &cfg,
+            "{ tools: { loopDetection: { warningThreshold: -1 } } }",
+        )
+        .unwrap();
+        let options = Options {
+            config: Some(cfg),
+            ..options(&dir)
+        };
+        let r = handle(
+            Agent::Codex,
+            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{}}"#,
+            &options,
+            1,
+        );
+        assert_eq!(r.exit_code, EXIT_FAILED);
+        assert!(r.stderr.contains("warningThreshold"), "{}", r.stderr);
+        // Events that need no config still work.
+        let r = handle(
+            Agent::Codex,
+            br#"{"hook_event_name":"UserPromptSubmit","prompt":"x"}"#,
+            &options,
+            1,
+        );
+        assert_eq!(r.exit_code, EXIT_OK);
+    }
+
+    #[test]
+    fn an_unusable_database_fails_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, "x").unwrap();
+        let options = Options::new(blocker.join("lg.db"));
+        let r = handle(
+            Agent::ClaudeCode,
+            br#"{"hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{}}"#,
+            &options,
+            1,
+        );
+        assert_eq!(r.exit_code, EXIT_FAILED);
+        assert!(r.stderr.contains("cannot create"), "{}", r.stderr);
+    }
+
+    #[test]
+    fn agents_by_name() {
+        for agent in Agent::ALL {
+            assert_eq!(Agent::from_name(agent.name()), Some(agent));
+            assert!(!agent.events().is_empty());
+            assert!(
+                agent.settings_file().contains("settings.json")
+                    || agent.settings_file().contains("hooks.json")
+            );
+        }
+        assert_eq!(Agent::from_name("cursor"), None);
+    }
+
+    #[test]
+    fn snippets_escape_the_command() {
+        let s = Agent::ClaudeCode
+            .settings_snippet(r#"'/path with "quotes"/loopguard' hook claude-code"#);
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(
+            v["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+            r#"'/path with "quotes"/loopguard' hook claude-code"#
+        );
+    }
+}

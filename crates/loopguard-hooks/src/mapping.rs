@@ -1,0 +1,573 @@
+//! The events every agent's hooks report, and what each does to the engine.
+//!
+//! Each agent module turns its payload into an [`Origin`] and a [`HookEvent`]; [`apply`]
+//! runs the event against the stored state of its run and answers with a [`Reaction`],
+//! which the agent module renders in its own protocol.
+//!
+//! | event | engine operation |
+//! |---|---|
+//! | [`HookEvent::ToolCall`] | a `call` event of the current run: the verdict |
+//! | [`HookEvent::ToolResult`] | a `result` event of the current run (the call by id, tool and arguments) |
+//! | [`HookEvent::Compaction`] | a `compaction` event: arms the post-compaction guard |
+//! | [`HookEvent::PromptSubmitted`] | a new run: the session's run number goes up by one |
+//! | [`HookEvent::SessionStarted`] | a new run when the conversation starts clean; idle rows are swept |
+//! | [`HookEvent::SessionEnded`] | the session's runs are forgotten |
+//!
+//! Runs are named `prompt-N`, N being the number of prompts the session has seen (calls
+//! before the first prompt belong to `prompt-0`). The calls a subagent makes form a run of
+//! their own, `prompt-N/AGENT_ID`: a subagent works in a context of its own, and its calls
+//! should not count as repeats of the main conversation's (or of a parallel subagent's).
+
+use loopguard::{ConfigSet, Fingerprint, Verdict};
+use loopguard_replay::{apply_to_run, Answer, Event, Ids, OwnedOutcome};
+use serde_json::Value;
+
+use crate::store::{HookTx, StoreError};
+
+/// Where an event comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The agent's session id (`"default"` when the payload has none).
+    pub session: String,
+    /// The subagent whose call this is, when the agent says so: its calls form a run of
+    /// their own.
+    pub subagent: Option<String>,
+    /// The agent id whose config applies (`agents.list[].id`), when the payload names one
+    /// (the subagent type); otherwise the `--agent` of the command line.
+    pub agent: Option<String>,
+}
+
+impl Origin {
+    /// An origin in `session` (trimmed; blank means `"default"`), not from a subagent.
+    pub fn new(session: Option<&str>) -> Self {
+        Self {
+            session: session
+                .and_then(loopguard::text::non_blank)
+                .unwrap_or("default")
+                .to_owned(),
+            subagent: None,
+            agent: None,
+        }
+    }
+}
+
+/// A tool call as the agent reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolUse {
+    /// Tool name.
+    pub tool: String,
+    /// Arguments (`{}` when the agent sends none).
+    pub args: Value,
+    /// The agent's id for this call, when it has one.
+    pub call_id: Option<String>,
+}
+
+impl ToolUse {
+    /// The key of the call among the run's pending warning notes: its id, or its tool and
+    /// arguments when it has no id.
+    pub fn note_key(&self) -> String {
+        match &self.call_id {
+            Some(id) => format!("id:{id}"),
+            None => format!("call:{}:{}", self.tool, Fingerprint::of(&self.args)),
+        }
+    }
+}
+
+/// What a hook invocation reports, whatever the agent.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum HookEvent {
+    /// A tool call is about to run.
+    ToolCall(ToolUse),
+    /// A tool call finished.
+    ToolResult {
+        /// The call.
+        call: ToolUse,
+        /// Its result, its error, or nothing to record.
+        outcome: OwnedOutcome,
+    },
+    /// The context is about to be compacted.
+    Compaction,
+    /// The user submitted a prompt: a new run starts.
+    PromptSubmitted,
+    /// A session started; `fresh` when the conversation starts clean (a new session or a
+    /// cleared one) rather than resuming or continuing after a compaction.
+    SessionStarted {
+        /// Whether the conversation starts clean.
+        fresh: bool,
+    },
+    /// The session ended.
+    SessionEnded,
+}
+
+impl HookEvent {
+    /// Whether the event needs the engine's config (so the config file is read only then).
+    pub fn needs_config(&self) -> bool {
+        matches!(
+            self,
+            Self::ToolCall(_) | Self::ToolResult { .. } | Self::Compaction
+        )
+    }
+}
+
+/// What the agent should be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reaction {
+    /// Nothing: go on as usual.
+    Proceed,
+    /// Run the call, and show the model this note.
+    Warn {
+        /// `[loopguard] WARNING: …`
+        note: String,
+    },
+    /// Do not run the call; the model reads `message`.
+    Block {
+        /// The engine's message (level, tool, count, pattern, what to do instead).
+        message: String,
+        /// Which detector fired.
+        detector: String,
+        /// Its count.
+        count: u32,
+        /// The run is over: every later call of this run is blocked too.
+        terminal: bool,
+    },
+    /// An outcome was recorded.
+    Recorded {
+        /// A warning to show the model with this result (agents that cannot show one
+        /// before the call keep it until now).
+        note: Option<String>,
+        /// The run was aborted (`compaction_loop_persisted`): this message says why.
+        abort: Option<String>,
+    },
+}
+
+/// How an agent can show a warning to the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoteDelivery {
+    /// With the verdict, before the call runs (Claude Code, Codex: `additionalContext`).
+    BeforeCall,
+    /// With the result, after the call ran (Gemini CLI: `AfterTool`'s
+    /// `additionalContext`): the note is kept in the store until then.
+    WithResult,
+}
+
+/// The run id of run number `n`, for calls of `subagent` or of the main conversation.
+pub fn run_id(n: u64, subagent: Option<&str>) -> String {
+    match subagent {
+        Some(agent) => format!("prompt-{n}/{agent}"),
+        None => format!("prompt-{n}"),
+    }
+}
+
+/// Applies `event` to the stored state and answers it. `config` is needed for the events
+/// whose [`HookEvent::needs_config`] is true (others ignore it); `default_agent` is the
+/// `--agent` of the command line.
+pub fn apply(
+    tx: &mut HookTx<'_>,
+    config: Option<&ConfigSet>,
+    default_agent: Option<&str>,
+    origin: &Origin,
+    event: &HookEvent,
+    delivery: NoteDelivery,
+) -> Result<Reaction, StoreError> {
+    let session = origin.session.as_str();
+    match event {
+        HookEvent::PromptSubmitted => {
+            tx.start_run(session)?;
+            tx.sweep()?;
+            Ok(Reaction::Proceed)
+        }
+        HookEvent::SessionStarted { fresh } => {
+            if *fresh {
+                tx.start_run(session)?;
+            }
+            tx.sweep()?;
+            Ok(Reaction::Proceed)
+        }
+        HookEvent::SessionEnded => {
+            tx.forget_session(session)?;
+            Ok(Reaction::Proceed)
+        }
+        HookEvent::ToolCall(_) | HookEvent::ToolResult { .. } | HookEvent::Compaction => {
+            let default = ConfigSet::default();
+            let config = config.unwrap_or(&default);
+            let agent = origin
+                .agent
+                .as_deref()
+                .or(default_agent)
+                .and_then(loopguard::text::non_blank);
+            // A compaction belongs to the main conversation, whoever reports it.
+            let subagent = match event {
+                HookEvent::Compaction => None,
+                _ => origin.subagent.as_deref(),
+            };
+            let run = run_id(tx.run_number(session)?, subagent);
+            let ids = Ids {
+                session: session.to_owned(),
+                run: Some(run.clone()),
+                agent: agent.map(str::to_owned),
+            };
+            let replay_event = match event {
+                HookEvent::ToolCall(call) => Event::Call {
+                    ids,
+                    call_id: call.call_id.clone(),
+                    tool: call.tool.clone(),
+                    args: call.args.clone(),
+                    batch: None,
+                },
+                HookEvent::ToolResult { call, outcome } => Event::Result {
+                    ids,
+                    call_id: call.call_id.clone(),
+                    tool: Some(call.tool.clone()),
+                    args: Some(call.args.clone()),
+                    outcome: outcome.clone(),
+                },
+                _ => Event::Compaction { ids },
+            };
+            let cfg = config.for_agent(agent);
+            let answer = tx.update_run(session, Some(&run), |state, now| {
+                let scope = loopguard_replay::scope_of(&replay_event, None);
+                apply_to_run(state, cfg, &scope, 1, &replay_event, now)
+            })?;
+            match (answer, event) {
+                (Answer::Call { verdict, .. }, HookEvent::ToolCall(call)) => {
+                    let reaction = reaction_to(&verdict);
+                    if let (Reaction::Warn { note }, NoteDelivery::WithResult) =
+                        (&reaction, delivery)
+                    {
+                        tx.put_note(session, &run, &call.note_key(), note)?;
+                    }
+                    Ok(reaction)
+                }
+                (Answer::Result { recorded, .. }, HookEvent::ToolResult { call, .. }) => {
+                    let note = match delivery {
+                        NoteDelivery::WithResult => {
+                            tx.take_note(session, &run, &call.note_key())?
+                        }
+                        NoteDelivery::BeforeCall => None,
+                    };
+                    Ok(Reaction::Recorded {
+                        note,
+                        abort: recorded.abort.map(|a| a.message),
+                    })
+                }
+                _ => Ok(Reaction::Proceed),
+            }
+        }
+    }
+}
+
+/// The reaction to a verdict. Shadow verdicts are not shown to the model (that is what
+/// shadow mode means); warnings are shown when the engine says to surface them.
+pub fn reaction_to(verdict: &Verdict) -> Reaction {
+    match verdict {
+        Verdict::Block {
+            detection,
+            terminal,
+        } => Reaction::Block {
+            message: detection.message.clone(),
+            detector: detection.detector.as_str().to_owned(),
+            count: detection.count,
+            terminal: *terminal,
+        },
+        Verdict::Warn { .. } => match verdict.warning_note() {
+            Some(note) => Reaction::Warn { note },
+            None => Reaction::Proceed,
+        },
+        _ => Reaction::Proceed,
+    }
+}
+
+/// A short line for the user (not the model) about a block.
+pub fn block_summary(tool: &str, detector: &str, count: u32, terminal: bool) -> String {
+    if terminal {
+        format!("loopguard stopped this run: {tool} was blocked ({detector}, {count})")
+    } else {
+        format!("loopguard blocked {tool} ({detector}, {count})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::HookDb;
+    use serde_json::json;
+
+    fn call(id: Option<&str>) -> ToolUse {
+        ToolUse {
+            tool: "read".into(),
+            args: json!({"path": "/x"}),
+            call_id: id.map(str::to_owned),
+        }
+    }
+
+    fn result(id: Option<&str>) -> HookEvent {
+        HookEvent::ToolResult {
+            call: call(id),
+            outcome: OwnedOutcome::Result(json!({"content": [{"type": "text", "text": "same"}]})),
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        db: HookDb,
+        config: ConfigSet,
+        now: u64,
+    }
+
+    impl Fixture {
+        fn new(config: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let db = HookDb::open(&dir.path().join("db")).unwrap();
+            Self {
+                _dir: dir,
+                db,
+                config: ConfigSet::parse(config).unwrap(),
+                now: 1_000,
+            }
+        }
+
+        fn send(&mut self, origin: &Origin, event: HookEvent, delivery: NoteDelivery) -> Reaction {
+            self.now += 1;
+            let mut tx = self.db.begin(self.now).unwrap();
+            let r = apply(&mut tx, Some(&self.config), None, origin, &event, delivery).unwrap();
+            tx.commit().unwrap();
+            r
+        }
+    }
+
+    const LOW: &str = "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3, globalCircuitBreakerThreshold: 5 } } }";
+
+    #[test]
+    fn a_loop_warns_then_blocks_then_stops_the_run() {
+        let mut f = Fixture::new(LOW);
+        let o = Origin::new(Some("s"));
+        let mut reactions = Vec::new();
+        for i in 0..7 {
+            let id = format!("c{i}");
+            let r = f.send(
+                &o,
+                HookEvent::ToolCall(call(Some(&id))),
+                NoteDelivery::BeforeCall,
+            );
+            if !matches!(r, Reaction::Block { .. }) {
+                f.send(&o, result(Some(&id)), NoteDelivery::BeforeCall);
+            }
+            reactions.push(r);
+        }
+        assert_eq!(reactions[0], Reaction::Proceed);
+        assert!(
+            matches!(&reactions[2], Reaction::Warn { note } if note.starts_with("[loopguard] WARNING"))
+        );
+        assert!(
+            matches!(&reactions[3], Reaction::Block { terminal: false, detector, .. } if detector == "generic_repeat")
+        );
+        assert!(
+            matches!(&reactions[5], Reaction::Block { terminal: true, detector, .. } if detector == "global_circuit_breaker")
+        );
+        assert!(matches!(
+            &reactions[6],
+            Reaction::Block { terminal: true, .. }
+        ));
+    }
+
+    #[test]
+    fn a_prompt_starts_a_clean_run() {
+        let mut f = Fixture::new(LOW);
+        let o = Origin::new(Some("s"));
+        for i in 0..3 {
+            let id = format!("c{i}");
+            f.send(
+                &o,
+                HookEvent::ToolCall(call(Some(&id))),
+                NoteDelivery::BeforeCall,
+            );
+            f.send(&o, result(Some(&id)), NoteDelivery::BeforeCall);
+        }
+        assert!(matches!(
+            f.send(
+                &o,
+                HookEvent::ToolCall(call(None)),
+                NoteDelivery::BeforeCall
+            ),
+            Reaction::Block { .. }
+        ));
+        f.send(&o, HookEvent::PromptSubmitted, NoteDelivery::BeforeCall);
+        assert_eq!(
+            f.send(
+                &o,
+                HookEvent::ToolCall(call(Some("n"))),
+                NoteDelivery::BeforeCall
+            ),
+            Reaction::Proceed
+        );
+        // Another session is unaffected by either.
+        assert_eq!(
+            f.send(
+                &Origin::new(Some("t")),
+                HookEvent::ToolCall(call(None)),
+                NoteDelivery::BeforeCall
+            ),
+            Reaction::Proceed
+        );
+    }
+
+    #[test]
+    fn subagents_have_runs_of_their_own() {
+        let mut f = Fixture::new(LOW);
+        let main = Origin::new(Some("s"));
+        let sub = Origin {
+            subagent: Some("a1".into()),
+            ..Origin::new(Some("s"))
+        };
+        for i in 0..3 {
+            let id = format!("m{i}");
+            f.send(
+                &main,
+                HookEvent::ToolCall(call(Some(&id))),
+                NoteDelivery::BeforeCall,
+            );
+            f.send(&main, result(Some(&id)), NoteDelivery::BeforeCall);
+        }
+        assert_eq!(
+            f.send(
+                &sub,
+                HookEvent::ToolCall(call(Some("x"))),
+                NoteDelivery::BeforeCall
+            ),
+            Reaction::Proceed
+        );
+        let tx = f.db.begin(f.now).unwrap();
+        assert_eq!(
+            tx.run_state("s", Some("prompt-0/a1"))
+                .unwrap()
+                .unwrap()
+                .history()
+                .len(),
+            1
+        );
+        assert_eq!(
+            tx.run_state("s", Some("prompt-0"))
+                .unwrap()
+                .unwrap()
+                .history()
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn compaction_arms_the_guard_and_a_repeated_outcome_aborts() {
+        let mut f = Fixture::new("{}");
+        let o = Origin::new(Some("s"));
+        assert_eq!(
+            f.send(&o, HookEvent::Compaction, NoteDelivery::BeforeCall),
+            Reaction::Proceed
+        );
+        let mut last = Reaction::Proceed;
+        for i in 0..3 {
+            let id = format!("c{i}");
+            f.send(
+                &o,
+                HookEvent::ToolCall(call(Some(&id))),
+                NoteDelivery::BeforeCall,
+            );
+            last = f.send(&o, result(Some(&id)), NoteDelivery::BeforeCall);
+        }
+        assert!(
+            matches!(&last, Reaction::Recorded { abort: Some(m), .. } if m.contains("read")),
+            "{last:?}"
+        );
+    }
+
+    #[test]
+    fn notes_wait_for_the_result_when_the_agent_needs_it() {
+        let mut f = Fixture::new(LOW);
+        let o = Origin::new(Some("s"));
+        let mut seen = None;
+        for _ in 0..3 {
+            let r = f.send(
+                &o,
+                HookEvent::ToolCall(call(None)),
+                NoteDelivery::WithResult,
+            );
+            let back = f.send(&o, result(None), NoteDelivery::WithResult);
+            if let Reaction::Warn { note } = r {
+                seen = Some(note.clone());
+                assert_eq!(
+                    back,
+                    Reaction::Recorded {
+                        note: Some(note),
+                        abort: None
+                    }
+                );
+            } else {
+                assert_eq!(
+                    back,
+                    Reaction::Recorded {
+                        note: None,
+                        abort: None
+                    }
+                );
+            }
+        }
+        assert!(seen.is_some());
+    }
+
+    #[test]
+    fn session_end_forgets_and_clean_starts_begin_a_run() {
+        let mut f = Fixture::new(LOW);
+        let o = Origin::new(Some("s"));
+        f.send(
+            &o,
+            HookEvent::ToolCall(call(None)),
+            NoteDelivery::BeforeCall,
+        );
+        f.send(
+            &o,
+            HookEvent::SessionStarted { fresh: false },
+            NoteDelivery::BeforeCall,
+        );
+        assert_eq!(f.db.begin(f.now).unwrap().run_number("s").unwrap(), 0);
+        f.send(
+            &o,
+            HookEvent::SessionStarted { fresh: true },
+            NoteDelivery::BeforeCall,
+        );
+        assert_eq!(f.db.begin(f.now).unwrap().run_number("s").unwrap(), 1);
+        f.send(&o, HookEvent::SessionEnded, NoteDelivery::BeforeCall);
+        let tx = f.db.begin(f.now).unwrap();
+        assert_eq!(tx.run_number("s").unwrap(), 0);
+        assert!(tx.run_state("s", Some("prompt-0")).unwrap().is_none());
+    }
+
+    #[test]
+    fn shadow_mode_never_tells_the_model() {
+        let mut f = Fixture::new("{ tools: { loopDetection: { enabled: true, warningThreshold: 1, criticalThreshold: 2 } }, loopguard: { mode: 'shadow' } }");
+        let o = Origin::new(Some("s"));
+        for _ in 0..6 {
+            assert_eq!(
+                f.send(
+                    &o,
+                    HookEvent::ToolCall(call(None)),
+                    NoteDelivery::BeforeCall
+                ),
+                Reaction::Proceed
+            );
+            f.send(&o, result(None), NoteDelivery::BeforeCall);
+        }
+    }
+
+    #[test]
+    fn note_keys() {
+        assert_eq!(call(Some("t1")).note_key(), "id:t1");
+        let a = call(None).note_key();
+        assert!(a.starts_with("call:read:"));
+        let mut other = call(None);
+        other.args = json!({"path": "/y"});
+        assert_ne!(a, other.note_key());
+        assert_eq!(run_id(3, None), "prompt-3");
+        assert_eq!(run_id(3, Some("a")), "prompt-3/a");
+    }
+}

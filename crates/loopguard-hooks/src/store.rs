@@ -1,0 +1,779 @@
+//! Where hook processes keep their state: the SQLite file `loopguard serve` uses.
+//!
+//! Each hook invocation is a process of its own that lives a few milliseconds, so it
+//! cannot keep a cache, a writer thread or a group commit the way
+//! `loopguard_store::SqliteStore` does (that store also reads every live run at start).
+//! Instead, one invocation is one `BEGIN IMMEDIATE … COMMIT` transaction that reads the
+//! one row it needs, applies the event and writes the row back:
+//!
+//! - **The same rows.** Run states live in the store's `runs` table (schema version 1, see
+//!   `docs/serve.md`), keyed by (session, run), as `RunState::to_bytes()`, each write with a
+//!   fresh unique tag. A `loopguard serve` on the same file sees every hook write as a
+//!   change made by another process (its compare-and-swap on the tag fails, and it reloads
+//!   the row), so the two can share one database.
+//! - **Safe with concurrent hooks.** `BEGIN IMMEDIATE` takes the write lock before the row
+//!   is read, so two hook processes of one session (parallel tool calls) are serialized:
+//!   neither can lose the other's update. Other writers are waited for up to the busy
+//!   timeout (5 s).
+//! - **Committed before the answer, without waiting for the disk.** WAL mode with
+//!   `synchronous=NORMAL` by default: the commit is in the WAL before the hook prints its
+//!   decision, so it survives the crash of any process; an OS crash or a power loss may lose
+//!   the last few updates (history of a session that died with the machine). A commit that
+//!   waits for an fsync costs a few milliseconds more, and tens of them on a disk busy with
+//!   the agent's own builds, at every tool call. `Synchronous::Full` (`--sync full`) makes
+//!   every commit wait for the disk.
+//! - **Checkpoints of its own.** SQLite's last connection to close folds the WAL back into
+//!   the database (several fsyncs), and the next process that opens the file alone reads
+//!   the whole WAL again, because what was checkpointed is known only to the shared memory
+//!   that closed with it. So hooks turn both automatic and closing checkpoints off, and the
+//!   hook whose commit leaves the WAL over 512 KiB folds it back and empties it
+//!   ([`HookDb::fold_wal`]): one hook in a few dozen pays the fsyncs, and every hook reads
+//!   at most 512 KiB of WAL at open.
+//! - **Bounded.** A run idle for 24 hours starts afresh; a session keeps at most 64 runs;
+//!   idle rows are swept, a few hundred at a time, whenever a session or a run starts.
+//!
+//! Two tables of its own sit beside `runs` in the same file: `hook_sessions` (the current
+//! run number of each agent session, advanced at every user prompt) and `hook_notes`
+//! (warnings waiting for the result of their call, for agents that can show the model a
+//! note only after the tool ran).
+
+use std::hash::BuildHasher;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use loopguard::RunState;
+use rusqlite::config::DbConfig;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+/// Version of the shared layout (`loopguard_meta.schema_version`) this code reads and writes.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// A run that saw no event for this long starts afresh, and its row is swept (the store's
+/// default idle time-to-live: 24 hours).
+pub const IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Runs kept per session: when a run starts, the least recently active beyond this many
+/// are deleted (the store's default).
+pub const MAX_RUNS_PER_SESSION: u32 = 64;
+
+/// Idle rows removed per table by one sweep, so that a sweep never makes a hook slow.
+const SWEEP_BATCH: u32 = 256;
+
+/// How long to wait for another process that holds the write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database directory or file could not be created.
+    #[error("cannot create {path}: {source}")]
+    Create {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// SQLite refused (locked longer than the busy timeout, disk full, not a database …).
+    #[error("database {path}: {message}")]
+    Sql {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        message: String,
+    },
+    /// The file was written by a newer loopguard with another layout.
+    #[error("database {path}: schema version {found} is not supported (this build uses {SCHEMA_VERSION})")]
+    Schema {
+        /// The database file.
+        path: PathBuf,
+        /// The version found.
+        found: String,
+    },
+}
+
+/// SQLite's `synchronous` setting for hook transactions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// fsync the WAL at every commit: a hook's update survives a power loss.
+    Full,
+    /// fsync only at checkpoints: an update survives the crash of any process, and at
+    /// worst the last updates before a power loss or an OS crash are lost.
+    #[default]
+    Normal,
+}
+
+/// How hook processes use the database file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DbOptions {
+    /// Durability of each commit (default [`Synchronous::Normal`]).
+    pub synchronous: Synchronous,
+    /// WAL size in bytes beyond which [`HookDb::fold_wal`] folds the WAL back into the
+    /// database and empties it (default 512 KiB).
+    pub wal_limit: u64,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Normal,
+            wal_limit: 512 << 10,
+        }
+    }
+}
+
+/// An open database file.
+#[derive(Debug)]
+pub struct HookDb {
+    conn: Connection,
+    path: PathBuf,
+    options: DbOptions,
+}
+
+impl HookDb {
+    /// Opens the database at `path` with the default [`DbOptions`], creating it (and its
+    /// directory, private to the user) when missing.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, DbOptions::default())
+    }
+
+    /// [`HookDb::open`] with `options`.
+    pub fn open_with(path: &Path, options: DbOptions) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir(dir).map_err(|source| StoreError::Create {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        create_private_file(path).map_err(|source| StoreError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+        let sql = |e: rusqlite::Error| sql_error(path, e);
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(sql)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sql {
+                path: path.to_owned(),
+                message: format!("the database cannot use WAL mode (journal_mode is {mode})"),
+            });
+        }
+        let sync = match options.synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        // Checkpoints are the hooks' own (see `fold_wal`), not SQLite's: an automatic or
+        // closing checkpoint in a process that is alone on the file is forgotten by the
+        // next one, which then reads the whole WAL again.
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous={sync}; PRAGMA wal_autocheckpoint=0;"
+        ))
+        .map_err(sql)?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(sql)?;
+        Ok(Self {
+            conn,
+            path: path.to_owned(),
+            options,
+        })
+    }
+
+    /// When the WAL has grown past [`DbOptions::wal_limit`], folds it back into the
+    /// database and empties it (`wal_checkpoint(TRUNCATE)`), waiting at most 100 ms for
+    /// other connections; returns whether it did. Call it after committing: it keeps the
+    /// WAL that the next hook process reads at open small.
+    pub fn fold_wal(&mut self) -> Result<bool, StoreError> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        if size <= self.options.wal_limit {
+            return Ok(false);
+        }
+        let sql = |e: rusqlite::Error| sql_error(&self.path, e);
+        self.conn
+            .busy_timeout(Duration::from_millis(100))
+            .map_err(sql)?;
+        let busy: i64 = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(sql)?;
+        self.conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        Ok(busy == 0)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts a write transaction at clock time `now` (Unix milliseconds); nothing it does
+    /// is visible to others until [`HookTx::commit`].
+    pub fn begin(&mut self, now: u64) -> Result<HookTx<'_>, StoreError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_error(&path, e))?;
+        let tx = HookTx {
+            tx,
+            path,
+            now,
+            warnings: Vec::new(),
+        };
+        tx.ensure_schema()?;
+        Ok(tx)
+    }
+}
+
+/// One transaction: everything a hook invocation reads and writes.
+#[derive(Debug)]
+pub struct HookTx<'c> {
+    tx: rusqlite::Transaction<'c>,
+    path: PathBuf,
+    now: u64,
+    warnings: Vec<String>,
+}
+
+impl HookTx<'_> {
+    fn sql(&self, e: rusqlite::Error) -> StoreError {
+        sql_error(&self.path, e)
+    }
+
+    fn ensure_schema(&self) -> Result<(), StoreError> {
+        // The first two tables are the store's, created exactly as it creates them.
+        self.tx
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS loopguard_meta (
+                     key TEXT PRIMARY KEY,
+                     value TEXT NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS runs (
+                     session TEXT NOT NULL,
+                     run TEXT NOT NULL,
+                     etag INTEGER NOT NULL,
+                     last_active INTEGER NOT NULL,
+                     state BLOB NOT NULL,
+                     PRIMARY KEY (session, run)
+                 );
+                 CREATE TABLE IF NOT EXISTS hook_sessions (
+                     session TEXT PRIMARY KEY,
+                     run INTEGER NOT NULL,
+                     last_active INTEGER NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS hook_notes (
+                     session TEXT NOT NULL,
+                     run TEXT NOT NULL,
+                     call TEXT NOT NULL,
+                     note TEXT NOT NULL,
+                     last_active INTEGER NOT NULL,
+                     PRIMARY KEY (session, run, call)
+                 );
+                 INSERT OR IGNORE INTO loopguard_meta (key, value)
+                     VALUES ('schema_version', '1');",
+            )
+            .map_err(|e| self.sql(e))?;
+        let version: String = self
+            .tx
+            .query_row(
+                "SELECT value FROM loopguard_meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::Schema {
+                path: self.path.clone(),
+                found: version,
+            });
+        }
+        Ok(())
+    }
+
+    /// The clock time of this transaction.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn cutoff(&self) -> u64 {
+        self.now.saturating_sub(IDLE_TTL_MS)
+    }
+
+    /// Things worth a line on stderr (an unreadable state that was started afresh).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The current run number of `session`: how many runs started (user prompts) so far.
+    pub fn run_number(&self, session: &str) -> Result<u64, StoreError> {
+        let n: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT run FROM hook_sessions WHERE session = ?1")
+            .and_then(|mut s| s.query_row([session], |r| r.get(0)).optional())
+            .map_err(|e| self.sql(e))?;
+        Ok(n.map_or(0, |n| n.max(0) as u64))
+    }
+
+    /// Starts the next run of `session` and returns its number. Runs of the session beyond
+    /// the [`MAX_RUNS_PER_SESSION`] most recently active are deleted.
+    pub fn start_run(&self, session: &str) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO hook_sessions (session, run, last_active) VALUES (?1, 1, ?2)
+                 ON CONFLICT (session) DO UPDATE
+                     SET run = run + 1, last_active = excluded.last_active
+                 RETURNING run",
+            )
+            .and_then(|mut s| s.query_row(params![session, as_sql(self.now)], |r| r.get(0)))
+            .map_err(|e| self.sql(e))?;
+        self.tx
+            .prepare_cached(
+                "DELETE FROM runs WHERE session = ?1 AND run NOT IN
+                     (SELECT run FROM runs WHERE session = ?1
+                      ORDER BY last_active DESC LIMIT ?2)",
+            )
+            .and_then(|mut s| s.execute(params![session, MAX_RUNS_PER_SESSION - 1]))
+            .map_err(|e| self.sql(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// Gives `f` the state of (`session`, `run`) (a fresh one when the run is new, idle
+    /// past the time-to-live, or unreadable) and the clock time, and stores the state `f`
+    /// leaves.
+    pub fn update_run<R>(
+        &mut self,
+        session: &str,
+        run: Option<&str>,
+        f: impl FnOnce(&mut RunState, u64) -> R,
+    ) -> Result<R, StoreError> {
+        let run_column = run.unwrap_or("");
+        let row: Option<(Vec<u8>, i64)> = self
+            .tx
+            .prepare_cached("SELECT state, last_active FROM runs WHERE session = ?1 AND run = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![session, run_column], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| sql_error(&self.path, e))?;
+        let mut state = match row {
+            Some((bytes, last_active)) if last_active as u64 >= self.cutoff() => {
+                match RunState::from_bytes(&bytes) {
+                    Ok(state) => state,
+                    Err(e) => {
+                        self.warnings.push(format!(
+                            "the stored state of session {session:?} run {run_column:?} is unreadable ({e}); starting the run afresh"
+                        ));
+                        RunState::default()
+                    }
+                }
+            }
+            _ => RunState::default(),
+        };
+        let result = f(&mut state, self.now);
+        let last_active = state.last_active().max(self.now);
+        self.tx
+            .prepare_cached(
+                "INSERT INTO runs (session, run, etag, last_active, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session, run) DO UPDATE SET
+                     etag = excluded.etag,
+                     last_active = excluded.last_active,
+                     state = excluded.state",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    session,
+                    run_column,
+                    as_sql(fresh_tag()),
+                    as_sql(last_active),
+                    state.to_bytes()
+                ])
+            })
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(result)
+    }
+
+    /// The state of (`session`, `run`) as stored, when there is one (for inspection).
+    pub fn run_state(
+        &self,
+        session: &str,
+        run: Option<&str>,
+    ) -> Result<Option<RunState>, StoreError> {
+        let bytes: Option<Vec<u8>> = self
+            .tx
+            .prepare_cached("SELECT state FROM runs WHERE session = ?1 AND run = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![session, run.unwrap_or("")], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| self.sql(e))?;
+        Ok(bytes.and_then(|b| RunState::from_bytes(&b).ok()))
+    }
+
+    /// Keeps a warning note for the call `call` of (`session`, `run`), to be shown with its
+    /// result; replaces an older note of the same call.
+    pub fn put_note(
+        &self,
+        session: &str,
+        run: &str,
+        call: &str,
+        note: &str,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO hook_notes (session, run, call, note, last_active)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| s.execute(params![session, run, call, note, as_sql(self.now)]))
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// Takes (reads and deletes) the note kept for the call `call`, if any.
+    pub fn take_note(
+        &self,
+        session: &str,
+        run: &str,
+        call: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let note: Option<String> = self
+            .tx
+            .prepare_cached(
+                "DELETE FROM hook_notes WHERE session = ?1 AND run = ?2 AND call = ?3
+                 RETURNING note",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![session, run, call], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| self.sql(e))?;
+        Ok(note)
+    }
+
+    /// Forgets a session: its runs, its run number and its notes. Returns the runs removed.
+    pub fn forget_session(&self, session: &str) -> Result<usize, StoreError> {
+        let runs = self
+            .tx
+            .prepare_cached("DELETE FROM runs WHERE session = ?1")
+            .and_then(|mut s| s.execute([session]))
+            .map_err(|e| self.sql(e))?;
+        for sql in [
+            "DELETE FROM hook_sessions WHERE session = ?1",
+            "DELETE FROM hook_notes WHERE session = ?1",
+        ] {
+            self.tx
+                .prepare_cached(sql)
+                .and_then(|mut s| s.execute([session]))
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(runs)
+    }
+
+    /// Removes rows idle for longer than [`IDLE_TTL_MS`], at most a few hundred per table
+    /// (a later sweep takes the rest). A session's run number is kept while any of its runs
+    /// is live. Returns the run rows removed.
+    pub fn sweep(&self) -> Result<usize, StoreError> {
+        let cutoff = as_sql(self.cutoff());
+        let mut runs = 0;
+        for (i, sql) in [
+            "DELETE FROM runs WHERE rowid IN
+                 (SELECT rowid FROM runs WHERE last_active < ?1 LIMIT ?2)",
+            "DELETE FROM hook_notes WHERE rowid IN
+                 (SELECT rowid FROM hook_notes WHERE last_active < ?1 LIMIT ?2)",
+            "DELETE FROM hook_sessions WHERE rowid IN
+                 (SELECT h.rowid FROM hook_sessions h WHERE h.last_active < ?1
+                  AND NOT EXISTS (SELECT 1 FROM runs r
+                                  WHERE r.session = h.session AND r.last_active >= ?1)
+                  LIMIT ?2)",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n = self
+                .tx
+                .prepare_cached(sql)
+                .and_then(|mut s| s.execute(params![cutoff, SWEEP_BATCH]))
+                .map_err(|e| self.sql(e))?;
+            if i == 0 {
+                runs = n;
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Commits: everything done in this transaction becomes durable and visible at once.
+    pub fn commit(self) -> Result<(), StoreError> {
+        let path = self.path;
+        self.tx.commit().map_err(|e| sql_error(&path, e))
+    }
+}
+
+fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    StoreError::Sql {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// SQLite integers are signed; tags and times are stored as their bit patterns, as the
+/// store does.
+fn as_sql(v: u64) -> i64 {
+    v as i64
+}
+
+/// A tag no other write is expected to use: the store's tags are unique 64-bit numbers too
+/// (each process starts at a random point); this process writes one or two.
+fn fresh_tag() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one((
+        std::process::id(),
+        std::time::SystemTime::now(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+    ))
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+/// Creates the database file readable by its owner only; an existing file is left as it is.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loopguard::{CallPrint, ConfigSet, Outcome, Scope};
+    use serde_json::json;
+
+    fn db() -> (tempfile::TempDir, HookDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = HookDb::open(&dir.path().join("sub/loopguard.db")).unwrap();
+        (dir, db)
+    }
+
+    fn call(tx: &mut HookTx<'_>, session: &str, run: &str) -> bool {
+        let config = ConfigSet::enabled_defaults();
+        let cfg = config.for_agent(None);
+        let args = json!({"path": "/x"});
+        tx.update_run(session, Some(run), |state, now| {
+            let scope = Scope::new(session).with_run(Some(run));
+            let print = CallPrint::for_config("read", &args, cfg);
+            let verdict = state.before_call(cfg, &scope, &print, None, None, now);
+            state.after_call(
+                cfg,
+                &scope,
+                &print,
+                None,
+                Outcome::Result(&json!("same")),
+                now,
+            );
+            verdict.is_blocked()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn states_survive_across_transactions_and_connections() {
+        let (dir, mut db) = db();
+        for _ in 0..3 {
+            let mut tx = db.begin(1_000).unwrap();
+            assert!(!call(&mut tx, "s", "r"));
+            tx.commit().unwrap();
+        }
+        drop(db);
+        let mut db = HookDb::open(&dir.path().join("sub/loopguard.db")).unwrap();
+        let tx = db.begin(2_000).unwrap();
+        let state = tx.run_state("s", Some("r")).unwrap().unwrap();
+        assert_eq!(state.history().len(), 3);
+        assert!(tx.run_state("s", Some("other")).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_uncommitted_transaction_leaves_no_trace() {
+        let (_dir, mut db) = db();
+        {
+            let mut tx = db.begin(1_000).unwrap();
+            call(&mut tx, "s", "r");
+            tx.start_run("s").unwrap();
+        }
+        let tx = db.begin(1_000).unwrap();
+        assert!(tx.run_state("s", Some("r")).unwrap().is_none());
+        assert_eq!(tx.run_number("s").unwrap(), 0);
+    }
+
+    #[test]
+    fn runs_are_numbered_per_session_and_capped() {
+        let (_dir, mut db) = db();
+        let mut tx = db.begin(1_000).unwrap();
+        assert_eq!(tx.run_number("s").unwrap(), 0);
+        assert_eq!(tx.start_run("s").unwrap(), 1);
+        assert_eq!(tx.start_run("s").unwrap(), 2);
+        assert_eq!(tx.start_run("t").unwrap(), 1);
+        assert_eq!(tx.run_number("s").unwrap(), 2);
+        // 70 runs with a state each: only the 64 most recent survive the next start.
+        for n in 0..70u64 {
+            tx.now = 2_000 + n;
+            call(&mut tx, "s", &format!("prompt-{n}"));
+        }
+        tx.now = 5_000;
+        tx.start_run("s").unwrap();
+        let left: i64 = tx
+            .tx
+            .query_row("SELECT count(*) FROM runs WHERE session = 's'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(left, i64::from(MAX_RUNS_PER_SESSION - 1));
+        assert!(tx.run_state("s", Some("prompt-0")).unwrap().is_none());
+        assert!(tx.run_state("s", Some("prompt-69")).unwrap().is_some());
+    }
+
+    #[test]
+    fn idle_runs_start_afresh_and_are_swept() {
+        let (_dir, mut db) = db();
+        let mut tx = db.begin(1_000).unwrap();
+        call(&mut tx, "old", "r");
+        tx.start_run("old").unwrap();
+        tx.put_note("old", "r", "c", "note").unwrap();
+        tx.commit().unwrap();
+
+        let later = 1_000 + IDLE_TTL_MS + 1;
+        let mut tx = db.begin(later).unwrap();
+        // Read before the sweep: expired, so a fresh state.
+        let len = tx
+            .update_run("old", Some("r"), |s, _| s.history().len())
+            .unwrap();
+        assert_eq!(len, 0);
+        tx.commit().unwrap();
+
+        let mut tx = db.begin(later + IDLE_TTL_MS + 1).unwrap();
+        call(&mut tx, "live", "r");
+        assert_eq!(tx.sweep().unwrap(), 1);
+        assert!(tx.run_state("old", Some("r")).unwrap().is_none());
+        assert_eq!(tx.run_number("old").unwrap(), 0);
+        assert!(tx.take_note("old", "r", "c").unwrap().is_none());
+        assert!(tx.run_state("live", Some("r")).unwrap().is_some());
+    }
+
+    #[test]
+    fn notes_are_taken_once() {
+        let (_dir, mut db) = db();
+        let tx = db.begin(1).unwrap();
+        tx.put_note("s", "r", "c", "first").unwrap();
+        tx.put_note("s", "r", "c", "second").unwrap();
+        assert_eq!(
+            tx.take_note("s", "r", "c").unwrap().as_deref(),
+            Some("second")
+        );
+        assert_eq!(tx.take_note("s", "r", "c").unwrap(), None);
+    }
+
+    #[test]
+    fn forgetting_a_session_removes_everything_of_it() {
+        let (_dir, mut db) = db();
+        let mut tx = db.begin(1).unwrap();
+        call(&mut tx, "s", "a");
+        call(&mut tx, "s", "b");
+        call(&mut tx, "t", "a");
+        tx.start_run("s").unwrap();
+        tx.put_note("s", "a", "c", "n").unwrap();
+        assert_eq!(tx.forget_session("s").unwrap(), 2);
+        assert_eq!(tx.run_number("s").unwrap(), 0);
+        assert!(tx.take_note("s", "a", "c").unwrap().is_none());
+        assert!(tx.run_state("t", Some("a")).unwrap().is_some());
+    }
+
+    #[test]
+    fn unreadable_states_start_afresh_with_a_warning() {
+        let (_dir, mut db) = db();
+        let mut tx = db.begin(1).unwrap();
+        tx.tx
+            .execute("INSERT INTO runs VALUES ('s', 'r', 1, 1, x'ff00ff')", [])
+            .unwrap();
+        let len = tx
+            .update_run("s", Some("r"), |s, _| s.history().len())
+            .unwrap();
+        assert_eq!(len, 0);
+        assert_eq!(tx.warnings().len(), 1);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let (_dir, mut db) = db();
+        db.begin(1).unwrap().commit().unwrap();
+        db.conn
+            .execute(
+                "UPDATE loopguard_meta SET value = '2' WHERE key = 'schema_version'",
+                [],
+            )
+            .unwrap();
+        let err = db.begin(1).unwrap_err();
+        assert!(err.to_string().contains("schema version 2"), "{err}");
+    }
+
+    #[test]
+    fn a_large_wal_is_folded_back_and_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lg.db");
+        let options = DbOptions {
+            wal_limit: 16 << 10,
+            ..DbOptions::default()
+        };
+        let mut db = HookDb::open_with(&path, options).unwrap();
+        assert!(!db.fold_wal().unwrap(), "nothing to fold yet");
+        for i in 0..20 {
+            let mut tx = db.begin(1_000 + i).unwrap();
+            call(&mut tx, "s", &format!("r{i}"));
+            tx.commit().unwrap();
+        }
+        let wal = dir.path().join("lg.db-wal");
+        assert!(std::fs::metadata(&wal).unwrap().len() > 16 << 10);
+        // Closing does not checkpoint: the next process would read it all again.
+        drop(db);
+        assert!(std::fs::metadata(&wal).unwrap().len() > 16 << 10);
+        let mut db = HookDb::open_with(&path, options).unwrap();
+        assert!(db.fold_wal().unwrap());
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        drop(db);
+        let mut db = HookDb::open(&path).unwrap();
+        let tx = db.begin(2_000).unwrap();
+        for i in 0..20 {
+            assert!(tx.run_state("s", Some(&format!("r{i}"))).unwrap().is_some());
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, _db) = db();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir.path().join("sub")), 0o700);
+        assert_eq!(mode(&dir.path().join("sub/loopguard.db")), 0o600);
+    }
+}

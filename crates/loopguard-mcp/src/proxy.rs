@@ -1,0 +1,367 @@
+//! The proxy process: the server as a child process, three threads, one relay.
+//!
+//! - the **client thread** reads the client's lines and hands them to the relay; what the
+//!   relay forwards goes to the server's stdin, what it answers itself to the client;
+//! - the **server thread** reads the server's stdout the same way, towards the client;
+//! - the **calling thread** waits for either side to finish and shuts down: when the
+//!   client goes away (end of its input, or its output closed), the server's stdin is
+//!   closed, the server gets `shutdown_grace` to exit, then SIGTERM, then as long again,
+//!   then SIGKILL (the MCP stdio shutdown sequence); when the server goes away, every
+//!   request it left unanswered is answered with a "Connection closed" error (code
+//!   -32000, what the MCP SDKs report for a closed connection) and the proxy ends.
+//!
+//! The server's stderr is the proxy's stderr. The proxy's exit status is the server's
+//! (128 + N when a signal N ended it).
+
+use std::io::{self, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use loopguard::ConfigSet;
+
+use crate::framing::{read_line, Line};
+use crate::relay::Relay;
+
+/// Default longest line read from either side (256 MiB); longer lines are skipped.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 256 << 20;
+
+/// How the proxy runs.
+#[derive(Clone, Debug)]
+pub struct ProxyOptions {
+    /// The engine's config.
+    pub config: ConfigSet,
+    /// The session all calls belong to.
+    pub session: String,
+    /// The agent whose config applies.
+    pub agent: Option<String>,
+    /// How long the server gets to exit after its stdin is closed, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Longest line read from either side.
+    pub max_line_bytes: usize,
+}
+
+impl ProxyOptions {
+    /// Options for `session` under `config`: no agent, 2 s grace, 256 MiB lines.
+    pub fn new(config: ConfigSet, session: String) -> Self {
+        Self {
+            config,
+            session,
+            agent: None,
+            shutdown_grace: Duration::from_secs(2),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
+    }
+}
+
+/// Why the proxy could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The server could not be started.
+    #[error("cannot start the MCP server {program:?}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A thread of the proxy could not be started.
+    #[error("cannot start a thread: {0}")]
+    Thread(io::Error),
+}
+
+/// How the proxy ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyExit {
+    /// The exit status to end with: the server's (128 + N for signal N), or 1 when it
+    /// cannot be known.
+    pub code: i32,
+    /// What ended the session.
+    pub reason: String,
+}
+
+enum Event {
+    /// The client's input ended (or could not be read).
+    ClientEof,
+    /// Writing to the client failed: it is gone.
+    ClientGone,
+    /// The server's stdout ended.
+    ServerEof,
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes whole lines to one destination; after a write fails, it drops everything.
+struct LineWriter<W: Write> {
+    inner: W,
+    broken: bool,
+}
+
+impl<W: Write> LineWriter<W> {
+    fn new(inner: W) -> Self {
+        Self {
+            inner,
+            broken: false,
+        }
+    }
+
+    /// Writes `line` and a newline, and flushes; false when the destination is gone.
+    fn send(&mut self, line: &[u8]) -> bool {
+        if self.broken {
+            return false;
+        }
+        let ok = self
+            .inner
+            .write_all(line)
+            .and_then(|()| self.inner.write_all(b"\n"))
+            .and_then(|()| self.inner.flush())
+            .is_ok();
+        self.broken = !ok;
+        ok
+    }
+}
+
+/// Runs the proxy: starts `server`, relays between the client (`client_in`, `client_out`)
+/// and it until one side goes away, and returns how it ended. Diagnostics go to `log`.
+pub fn run<R, W, L>(
+    mut server: Command,
+    client_in: R,
+    client_out: W,
+    log: L,
+    options: ProxyOptions,
+) -> Result<ProxyExit, ProxyError>
+where
+    R: io::Read + Send + 'static,
+    W: Write + Send + 'static,
+    L: Write + Send + 'static,
+{
+    let program = server.get_program().to_string_lossy().into_owned();
+    let mut child = server
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| ProxyError::Spawn { program, source })?;
+    let server_in: Shared<Option<ChildStdin>> = Arc::new(Mutex::new(child.stdin.take()));
+    let Some(server_out) = child.stdout.take() else {
+        return Err(ProxyError::Spawn {
+            program: server.get_program().to_string_lossy().into_owned(),
+            source: io::Error::other("no stdout pipe"),
+        });
+    };
+    let relay = Arc::new(Mutex::new(Relay::new(
+        options.config.clone(),
+        options.session.clone(),
+        options.agent.clone(),
+    )));
+    let client = Arc::new(Mutex::new(LineWriter::new(client_out)));
+    let log: Shared<Box<dyn Write + Send>> = Arc::new(Mutex::new(Box::new(log)));
+    let (events, finished) = mpsc::channel::<Event>();
+    let max = options.max_line_bytes;
+
+    // Client → server.
+    {
+        let (relay, client, server_in, log, events) = (
+            Arc::clone(&relay),
+            Arc::clone(&client),
+            Arc::clone(&server_in),
+            Arc::clone(&log),
+            events.clone(),
+        );
+        thread::Builder::new()
+            .name("lg-mcp-client".into())
+            .spawn(move || {
+                let mut input = BufReader::new(client_in);
+                loop {
+                    let line = match read_line(&mut input, max) {
+                        Ok(Line::Data(line)) => line,
+                        Ok(Line::TooLong(n)) => {
+                            say(&log, &format!("skipped a line of {n} bytes from the client (longer than {max})"));
+                            continue;
+                        }
+                        Ok(Line::Eof) | Err(_) => break,
+                    };
+                    let decided = lock(&relay).from_client(&line);
+                    for entry in &decided.log {
+                        say(&log, entry);
+                    }
+                    if let Some(answer) = decided.to_client {
+                        if !lock(&client).send(&answer) {
+                            let _ = events.send(Event::ClientGone);
+                            return;
+                        }
+                    }
+                    if let Some(forward) = decided.to_server {
+                        let mut server_in = lock(&server_in);
+                        if let Some(pipe) = server_in.as_mut() {
+                            let sent = pipe
+                                .write_all(&forward)
+                                .and_then(|()| pipe.write_all(b"\n"))
+                                .and_then(|()| pipe.flush());
+                            if sent.is_err() {
+                                // The server is going away; its end is reported by the
+                                // server thread.
+                                *server_in = None;
+                            }
+                        }
+                    }
+                }
+                let _ = events.send(Event::ClientEof);
+            })
+            .map_err(ProxyError::Thread)?;
+    }
+
+    // Server → client.
+    {
+        let (relay, client, log, events) = (
+            Arc::clone(&relay),
+            Arc::clone(&client),
+            Arc::clone(&log),
+            events.clone(),
+        );
+        thread::Builder::new()
+            .name("lg-mcp-server".into())
+            .spawn(move || {
+                let mut input = BufReader::new(server_out);
+                loop {
+                    let line = match read_line(&mut input, max) {
+                        Ok(Line::Data(line)) => line,
+                        Ok(Line::TooLong(n)) => {
+                            say(&log, &format!("dropped a line of {n} bytes from the server (longer than {max})"));
+                            continue;
+                        }
+                        Ok(Line::Eof) | Err(_) => break,
+                    };
+                    let decided = lock(&relay).from_server(&line);
+                    for entry in &decided.log {
+                        say(&log, entry);
+                    }
+                    if let Some(out) = decided.to_client {
+                        if !lock(&client).send(&out) {
+                            let _ = events.send(Event::ClientGone);
+                            // Keep draining, so that the server never blocks on a full pipe.
+                        }
+                    }
+                }
+                let _ = events.send(Event::ServerEof);
+            })
+            .map_err(ProxyError::Thread)?;
+    }
+    drop(events);
+
+    let first = finished.recv().unwrap_or(Event::ServerEof);
+    let exit = match first {
+        Event::ServerEof => {
+            // The server closed its stdout: it is exiting (or has crashed). Give it the
+            // grace period to finish, then make sure.
+            let status = wait_or_stop(&mut child, &server_in, options.shutdown_grace);
+            let why = format!("the MCP server exited ({})", describe(status));
+            let answers = lock(&relay).close(&why);
+            let mut client = lock(&client);
+            for answer in &answers {
+                client.send(answer);
+            }
+            say(&log, &why);
+            ProxyExit {
+                code: exit_code(status),
+                reason: why,
+            }
+        }
+        Event::ClientEof | Event::ClientGone => {
+            let status = wait_or_stop(&mut child, &server_in, options.shutdown_grace);
+            // The server's last words (answers to requests the client may still read).
+            let deadline = Instant::now() + options.shutdown_grace;
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                match finished.recv_timeout(left) {
+                    Ok(Event::ServerEof) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            ProxyExit {
+                code: exit_code(status),
+                reason: format!("the client went away; the MCP server {}", describe(status)),
+            }
+        }
+    };
+    Ok(exit)
+}
+
+fn say(log: &Mutex<Box<dyn Write + Send>>, message: &str) {
+    let mut log = lock(log);
+    let _ = writeln!(log, "loopguard mcp-proxy: {message}");
+    let _ = log.flush();
+}
+
+/// Closes the server's stdin and waits for it to exit: `grace`, then SIGTERM and `grace`
+/// again, then SIGKILL.
+fn wait_or_stop(
+    child: &mut Child,
+    server_in: &Mutex<Option<ChildStdin>>,
+    grace: Duration,
+) -> Option<ExitStatus> {
+    *lock(server_in) = None;
+    if let Some(status) = wait_for(child, grace) {
+        return Some(status);
+    }
+    terminate(child);
+    if let Some(status) = wait_for(child, grace) {
+        return Some(status);
+    }
+    let _ = child.kill();
+    child.wait().ok()
+}
+
+fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(unix)]
+fn terminate(child: &Child) {
+    let pid = rustix::process::Pid::from_child(child);
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+}
+
+#[cfg(not(unix))]
+fn terminate(child: &mut Child) {
+    let _ = child.kill();
+}
+
+/// The exit status to end with: the server's code, 128 + N for signal N, 1 if unknown.
+fn exit_code(status: Option<ExitStatus>) -> i32 {
+    let Some(status) = status else { return 1 };
+    if let Some(code) = status.code() {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    1
+}
+
+fn describe(status: Option<ExitStatus>) -> String {
+    match status {
+        None => "exit status unknown".into(),
+        Some(s) => match s.code() {
+            Some(code) => format!("exit status {code}"),
+            None => format!("ended by a signal, status {}", exit_code(Some(s))),
+        },
+    }
+}
