@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use loopguard::SystemClock;
-use loopguard_server::{App, Options, RequestLimits, TokenSource};
+use loopguard_server::{App, Options, RequestLimits, StoreFailure, TokenSource};
 use loopguard_store::{
-    default_db_path, Limits, MemoryStore, SharedClock, SqliteOptions, SqliteStore, Store,
-    Synchronous,
+    default_db_path, Limits, MemoryStore, RedisOptions, RedisStore, RedisTarget, SharedClock,
+    SqliteOptions, SqliteStore, Store, Synchronous,
 };
 
 use crate::output::{fatal, load_config};
@@ -19,13 +19,22 @@ use crate::EXIT_OK;
 /// Environment variable holding the bearer token itself (never shown by --help).
 const TOKEN_ENV: &str = "LOOPGUARD_TOKEN";
 
+/// Environment variable holding the Redis password (instead of the URL, where process
+/// listings show it).
+const REDIS_PASSWORD_ENV: &str = "LOOPGUARD_REDIS_PASSWORD";
+
+/// Store deadline when the store is Redis and `--store-deadline` is not given.
+const REDIS_DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
+
 /// Run the guard as a local HTTP service (the sidecar) with its state on disk.
 ///
 /// Agent runtimes in any language POST each tool call before running it and each outcome
 /// after, to /v1/events, in the replay event format; the answers are exactly what
 /// `loopguard replay` prints for those events. State is kept per (session, run) in an
 /// SQLite file and is durable before each answer is sent, so a restart in the middle of a
-/// loop loses nothing. Endpoints are described at /openapi.json.
+/// loop loses nothing. With --store redis://… several replicas behind a load balancer share
+/// their state in Redis (or a Redis Cluster), so a loop spread over replicas is caught.
+/// Endpoints are described at /openapi.json.
 ///
 /// On start it prints `listening on http://ADDR` on stdout. SIGHUP (or POST
 /// /v1/admin/reload) re-reads the config and token files; an invalid config is refused and
@@ -35,6 +44,8 @@ const TOKEN_ENV: &str = "LOOPGUARD_TOKEN";
 loopguard serve\n  \
 loopguard serve --config ~/.openclaw/openclaw.json --listen 127.0.0.1:7671\n  \
 loopguard serve --memory --log-format json\n  \
+loopguard serve --store redis://10.0.0.5:6379 --listen 0.0.0.0:7671 --on-store-failure fail-open\n  \
+loopguard serve --store redis-cluster://r1:7000,r2:7000,r3:7000 --redis-prefix prod:\n  \
 LOOPGUARD_TOKEN=$(cat token) loopguard serve --listen 0.0.0.0:7671\n\n\
 The database defaults to $XDG_DATA_HOME/loopguard/loopguard.db, else \
 ~/.local/share/loopguard/loopguard.db.\n\
@@ -61,6 +72,45 @@ pub struct ServeArgs {
     /// Keep state in memory only: nothing survives a restart (wins over --db).
     #[arg(long)]
     memory: bool,
+    /// Where state lives, as a URL: redis://HOST:PORT[/DB] (rediss:// with TLS) for a Redis
+    /// shared by several replicas, redis-cluster://HOST:PORT,HOST:PORT,... (rediss-cluster://)
+    /// for a Redis Cluster; also sqlite:PATH and memory. Instead of --db and --memory.
+    /// The Redis password may be in the URL (redis://:PASSWORD@HOST) or, better, in the
+    /// LOOPGUARD_REDIS_PASSWORD variable.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LOOPGUARD_STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+    /// Prefix of every Redis key (several deployments can share one Redis).
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "loopguard:",
+        env = "LOOPGUARD_REDIS_PREFIX"
+    )]
+    redis_prefix: String,
+    /// PEM file of the certificate authority to trust for rediss:// (default: the
+    /// system's roots).
+    #[arg(long, value_name = "FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// What /v1/events answers when the store cannot be used (Redis down or too slow, disk
+    /// full): fail-closed answers 503 with a JSON error; fail-open answers as if the guard
+    /// allowed the event, with "degraded": true, and counts it in
+    /// loopguard_degraded_answers_total.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = FailureMode::FailClosed,
+        env = "LOOPGUARD_ON_STORE_FAILURE"
+    )]
+    on_store_failure: FailureMode,
+    /// Longest time the store may take over one request (then it has failed for that
+    /// request, see --on-store-failure). Default 1s with Redis, none with SQLite or memory.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    store_deadline: Option<Duration>,
     /// File holding the bearer token every request must carry (else the LOOPGUARD_TOKEN
     /// variable; without either, requests are not authenticated).
     #[arg(long, value_name = "FILE")]
@@ -105,6 +155,49 @@ enum SyncMode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FailureMode {
+    FailClosed,
+    FailOpen,
+}
+
+/// Where `--store`, `--db` and `--memory` say state lives.
+#[derive(Debug, PartialEq, Eq)]
+enum StoreChoice {
+    Memory,
+    Sqlite(Option<PathBuf>),
+    Redis(RedisTarget),
+}
+
+impl StoreChoice {
+    fn of(args: &ServeArgs) -> Result<Self, String> {
+        let Some(url) = args.store.as_deref().map(str::trim) else {
+            return Ok(if args.memory {
+                Self::Memory
+            } else {
+                Self::Sqlite(args.db.clone())
+            });
+        };
+        if args.memory || args.db.is_some() {
+            return Err(
+                "give the store either with --store or with --db/--memory, not both".into(),
+            );
+        }
+        if url == "memory" {
+            return Ok(Self::Memory);
+        }
+        if let Some(path) = url.strip_prefix("sqlite:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            return Ok(Self::Sqlite(
+                (!path.is_empty()).then(|| PathBuf::from(path)),
+            ));
+        }
+        RedisTarget::parse(url)
+            .map(Self::Redis)
+            .map_err(|e| format!("--store: {e}"))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -135,6 +228,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     if args.idle_ttl.is_zero() {
         return Err("--idle-ttl must be longer than 0".into());
     }
+    if args.store_deadline.is_some_and(|d| d.is_zero()) {
+        return Err("--store-deadline must be longer than 0".into());
+    }
+    let choice = StoreChoice::of(&args)?;
     // Refuse a bad config before touching the database.
     load_config(args.config.as_deref())?;
     let token = match (&args.token_file, std::env::var(TOKEN_ENV)) {
@@ -157,6 +254,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             max_events_per_request: args.max_events_per_request,
             max_concurrent_requests: args.max_concurrent_requests,
         },
+        on_store_failure: match args.on_store_failure {
+            FailureMode::FailClosed => StoreFailure::FailClosed,
+            FailureMode::FailOpen => StoreFailure::FailOpen,
+        },
+        store_deadline: args.store_deadline,
     };
     let limits = Limits {
         max_sessions: args.max_sessions,
@@ -175,19 +277,48 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let clock: SharedClock = Arc::new(SystemClock);
 
-    if args.memory {
-        let store = MemoryStore::new(limits, clock);
-        return runtime.block_on(run_with(
-            store,
-            options,
-            &args.listen,
-            sweep_every,
-            "memory (nothing survives a restart)".into(),
-        ));
-    }
-    let path = match &args.db {
-        Some(path) => path.clone(),
-        None => default_db_path()?,
+    let path = match choice {
+        StoreChoice::Memory => {
+            let store = MemoryStore::new(limits, clock);
+            return runtime.block_on(run_with(
+                store,
+                options,
+                &args.listen,
+                sweep_every,
+                "memory (nothing survives a restart)".into(),
+            ));
+        }
+        StoreChoice::Redis(target) => {
+            let redis = RedisOptions {
+                prefix: args.redis_prefix.clone(),
+                deadline: args.store_deadline.unwrap_or(REDIS_DEFAULT_DEADLINE),
+                password: std::env::var(REDIS_PASSWORD_ENV).ok(),
+                ca_pem: match &args.redis_ca_file {
+                    Some(file) => Some(std::fs::read(file).map_err(|e| {
+                        format!("--redis-ca-file: cannot read {}: {e}", file.display())
+                    })?),
+                    None => None,
+                },
+                ..RedisOptions::default()
+            };
+            let options = Options {
+                store_deadline: Some(redis.deadline),
+                ..options
+            };
+            let described = format!(
+                "redis {target} (prefix {:?}, {})",
+                redis.prefix,
+                options.on_store_failure.as_str()
+            );
+            return runtime.block_on(async move {
+                let store = RedisStore::connect(target, limits, clock, redis)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                run_with(store, options, &args.listen, sweep_every, described).await
+            });
+        }
+        StoreChoice::Sqlite(Some(path)) => path,
+        StoreChoice::Sqlite(None) => default_db_path()?,
     };
     let sqlite = SqliteOptions {
         synchronous: match args.sync {
@@ -290,6 +421,44 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(extra: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once("serve").chain(extra.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn store_choices() {
+        assert_eq!(StoreChoice::of(&args(&[])), Ok(StoreChoice::Sqlite(None)));
+        assert_eq!(
+            StoreChoice::of(&args(&["--memory"])),
+            Ok(StoreChoice::Memory)
+        );
+        assert_eq!(
+            StoreChoice::of(&args(&["--store", "sqlite:/tmp/x.db"])),
+            Ok(StoreChoice::Sqlite(Some("/tmp/x.db".into())))
+        );
+        assert_eq!(
+            StoreChoice::of(&args(&["--store", "memory"])),
+            Ok(StoreChoice::Memory)
+        );
+        match StoreChoice::of(&args(&["--store", "redis-cluster://a:1,b:2"])) {
+            Ok(StoreChoice::Redis(t)) => assert!(t.is_cluster()),
+            other => panic!("{other:?}"),
+        }
+        let both = StoreChoice::of(&args(&["--store", "memory", "--db", "x"])).unwrap_err();
+        assert!(both.contains("not both"));
+        let bad = StoreChoice::of(&args(&["--store", "postgres://x"])).unwrap_err();
+        assert!(
+            bad.starts_with("--store: unknown Redis URL scheme"),
+            "{bad}"
+        );
+    }
 
     #[test]
     fn durations() {

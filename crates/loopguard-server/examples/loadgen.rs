@@ -5,7 +5,14 @@
 //! ```sh
 //! loadgen --addr 127.0.0.1:7671 --connections 64 --duration 10s --warmup 2s
 //! loadgen --addr 127.0.0.1:7671 --fill-sessions 100000 --calls 30 --pid 1234
+//! loadgen --addr 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 --pid 11,12,13 --connections 64
 //! ```
+//!
+//! With several addresses (replicas of one deployment), each connection keeps one HTTP
+//! connection to every replica and sends each request to the next replica in turn, as a
+//! load balancer that spreads one session's events over replicas would; CPU is summed over
+//! every `--pid`. `--fill-sessions` then spreads sessions over the replicas, and reports
+//! resident memory only when given `--pid`.
 //!
 //! The first form prints events/s and latency percentiles over the measured window; the
 //! second fills the server with sessions of `--calls` calls and results each (one array per
@@ -23,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 struct Args {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     connections: usize,
     duration: Duration,
     warmup: Duration,
@@ -32,13 +39,13 @@ struct Args {
     token: Option<String>,
     fill_sessions: usize,
     calls: usize,
-    pid: Option<u32>,
+    pids: Vec<u32>,
     label: String,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        addr: "127.0.0.1:7671".parse().unwrap(),
+        addrs: vec!["127.0.0.1:7671".parse().unwrap()],
         connections: 64,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(2),
@@ -47,7 +54,7 @@ fn parse_args() -> Result<Args, String> {
         token: std::env::var("LOOPGUARD_TOKEN").ok(),
         fill_sessions: 0,
         calls: 30,
-        pid: None,
+        pids: Vec::new(),
         label: "server".into(),
     };
     let mut it = std::env::args().skip(1);
@@ -55,7 +62,12 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let number = |v: String| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
         match flag.as_str() {
-            "--addr" => args.addr = value()?.parse().map_err(|e| format!("--addr: {e}"))?,
+            "--addr" => {
+                args.addrs = value()?
+                    .split(',')
+                    .map(|a| a.trim().parse().map_err(|e| format!("--addr {a}: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--connections" => args.connections = number(value()?)? as usize,
             "--duration" => args.duration = seconds(&value()?)?,
             "--warmup" => args.warmup = seconds(&value()?)?,
@@ -66,7 +78,12 @@ fn parse_args() -> Result<Args, String> {
             "--token" => args.token = Some(value()?),
             "--fill-sessions" => args.fill_sessions = number(value()?)? as usize,
             "--calls" => args.calls = number(value()?)? as usize,
-            "--pid" => args.pid = Some(number(value()?)? as u32),
+            "--pid" => {
+                args.pids = value()?
+                    .split(',')
+                    .map(|p| p.trim().parse().map_err(|e| format!("--pid {p}: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--label" => args.label = value()?,
             other => return Err(format!("unknown argument {other}")),
         }
@@ -175,14 +192,17 @@ struct Tally {
 
 async fn drive(args: &Args, index: usize, start: Instant, budget: u64) -> Tally {
     let mut tally = Tally::default();
-    let mut conn = match Conn::open(args.addr, args.token.clone()).await {
-        Ok(c) => c,
-        Err(e) => {
-            tally.errors = 1;
-            tally.first_error = Some(e);
-            return tally;
+    let mut conns = Vec::with_capacity(args.addrs.len());
+    for &addr in &args.addrs {
+        match Conn::open(addr, args.token.clone()).await {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                tally.errors = 1;
+                tally.first_error = Some(e);
+                return tally;
+            }
         }
-    };
+    }
     let sessions: Vec<String> = (0..args.sessions_per_connection)
         .map(|k| format!("load-{index}-{k}"))
         .collect();
@@ -198,10 +218,12 @@ async fn drive(args: &Args, index: usize, start: Instant, budget: u64) -> Tally 
         // Round-robin over this connection's sessions, two events (call, result) each.
         let session = &sessions[((step / 2) as usize) % sessions.len()];
         let body = event(session, step / (2 * sessions.len() as u64) * 2 + step % 2);
+        // Each request to the next replica (starting apart, so that replicas share the load).
+        let replica = (index + step as usize) % conns.len();
         step += 1;
         sent += 1;
         let t = Instant::now();
-        let outcome = conn.post(body).await;
+        let outcome = conns[replica].post(body).await;
         let elapsed = t.elapsed();
         match outcome {
             Ok((200, _)) => {
@@ -222,8 +244,8 @@ async fn drive(args: &Args, index: usize, start: Instant, budget: u64) -> Tally 
             Err(e) => {
                 tally.errors += 1;
                 tally.first_error.get_or_insert(e);
-                match Conn::open(args.addr, args.token.clone()).await {
-                    Ok(c) => conn = c,
+                match Conn::open(args.addrs[replica], args.token.clone()).await {
+                    Ok(c) => conns[replica] = c,
                     Err(_) => break,
                 }
             }
@@ -238,6 +260,11 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i] as f64 / 1000.0
+}
+
+/// CPU time (user + system) the processes have used, in microseconds.
+fn cpu_micros_of(pids: &[u32]) -> Result<u64, String> {
+    pids.iter().map(|&p| cpu_micros(p)).sum()
 }
 
 /// CPU time (user + system) a process has used, in microseconds.
@@ -262,7 +289,9 @@ fn cpu_micros(pid: u32) -> Result<u64, String> {
 
 async fn load(args: Args) -> Result<(), String> {
     let start = Instant::now();
-    let cpu_at_start = args.pid.map(cpu_micros).transpose()?;
+    let cpu_at_start = (!args.pids.is_empty())
+        .then(|| cpu_micros_of(&args.pids))
+        .transpose()?;
     let budget = args.max_requests / args.connections as u64;
     let args = std::sync::Arc::new(args);
     let tasks: Vec<_> = (0..args.connections)
@@ -283,12 +312,12 @@ async fn load(args: Args) -> Result<(), String> {
     }
     let window = start.elapsed().saturating_sub(args.warmup).as_secs_f64();
     // CPU is spread over every event answered, warm-up included.
-    let cpu_per_event = match (args.pid, cpu_at_start) {
-        (Some(pid), Some(before)) => {
-            let used = cpu_micros(pid)?.saturating_sub(before) as f64;
+    let cpu_per_event = match cpu_at_start {
+        Some(before) => {
+            let used = cpu_micros_of(&args.pids)?.saturating_sub(before) as f64;
             Some(used / (answered as f64).max(1.0))
         }
-        _ => None,
+        None => None,
     };
     latencies.sort_unstable();
     let rate = measured as f64 / window;
@@ -298,9 +327,10 @@ async fn load(args: Args) -> Result<(), String> {
         percentile(&latencies, 0.999),
     );
     println!(
-        "{}: {measured} events in {window:.1} s over {} connections: {rate:.0} events/s, p50 {p50:.3} ms, p99 {p99:.3} ms, p99.9 {p999:.3} ms, {errors} errors{}",
+        "{}: {measured} events in {window:.1} s over {} connections to {} server(s): {rate:.0} events/s, p50 {p50:.3} ms, p99 {p99:.3} ms, p99.9 {p999:.3} ms, {errors} errors{}",
         args.label,
         args.connections,
+        args.addrs.len(),
         cpu_per_event.map_or(String::new(), |c| format!(", server CPU {c:.1} us/event"))
     );
     if let Some(e) = first_error {
@@ -309,7 +339,7 @@ async fn load(args: Args) -> Result<(), String> {
     println!(
         "{}",
         serde_json::json!({
-            "label": args.label, "connections": args.connections, "events": measured,
+            "label": args.label, "connections": args.connections, "servers": args.addrs.len(), "events": measured,
             "seconds": window, "events_per_second": rate, "p50_ms": p50, "p99_ms": p99,
             "p999_ms": p999, "errors": errors, "server_cpu_us_per_event": cpu_per_event,
         })
@@ -318,6 +348,11 @@ async fn load(args: Args) -> Result<(), String> {
         return Err(format!("{errors} requests failed"));
     }
     Ok(())
+}
+
+/// Resident memory of the processes together, in KiB.
+fn rss_kib_of(pids: &[u32]) -> Result<u64, String> {
+    pids.iter().map(|&p| rss_kib(p)).sum()
 }
 
 fn rss_kib(pid: u32) -> Result<u64, String> {
@@ -346,10 +381,7 @@ fn session_body(session: &str, calls: usize) -> Vec<u8> {
 }
 
 async fn fill(args: Args) -> Result<(), String> {
-    let pid = args
-        .pid
-        .ok_or("--fill-sessions needs --pid of the server")?;
-    let before = rss_kib(pid)?;
+    let before = rss_kib_of(&args.pids)?;
     let started = Instant::now();
     let per_connection = args.fill_sessions.div_ceil(args.connections);
     let args = std::sync::Arc::new(args);
@@ -357,7 +389,8 @@ async fn fill(args: Args) -> Result<(), String> {
         .map(|c| {
             let args = std::sync::Arc::clone(&args);
             tokio::spawn(async move {
-                let mut conn = Conn::open(args.addr, args.token.clone()).await?;
+                let addr = args.addrs[c % args.addrs.len()];
+                let mut conn = Conn::open(addr, args.token.clone()).await?;
                 let first = c * per_connection;
                 let last = (first + per_connection).min(args.fill_sessions);
                 for s in first..last {
@@ -380,7 +413,7 @@ async fn fill(args: Args) -> Result<(), String> {
     let seconds = started.elapsed().as_secs_f64();
     // Let the allocator settle, then read.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = rss_kib(pid)?;
+    let after = rss_kib_of(&args.pids)?;
     let per_session = (after.saturating_sub(before)) as f64 * 1024.0 / args.fill_sessions as f64;
     println!(
         "{}: {} sessions x {} calls in {seconds:.1} s: RSS {before} KiB -> {after} KiB, {per_session:.0} bytes per live session",

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use loopguard::ConfigSet;
 use loopguard_store::Store;
@@ -35,6 +36,30 @@ impl Default for RequestLimits {
     }
 }
 
+/// What `POST /v1/events` answers when the store fails (cannot be reached, does not
+/// answer within [`Options::store_deadline`], cannot write).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// 503 with a JSON error (`Retry-After: 1`); the event is not applied.
+    #[default]
+    FailClosed,
+    /// Answer as if the guard allowed the event (a call is allowed, a result not
+    /// recorded, a compaction arms nothing), with `"degraded": true` on the answer; count
+    /// it in `loopguard_degraded_answers_total`. The event is recorded nowhere.
+    FailOpen,
+}
+
+impl StoreFailure {
+    /// `fail-closed` or `fail-open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FailClosed => "fail-closed",
+            Self::FailOpen => "fail-open",
+        }
+    }
+}
+
 /// How to build an [`App`].
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -47,6 +72,12 @@ pub struct Options {
     pub default_agent: Option<String>,
     /// Request limits.
     pub limits: RequestLimits,
+    /// What event answers become when the store fails.
+    pub on_store_failure: StoreFailure,
+    /// Longest time the store may take over the events of one request (and over each
+    /// session read or removal); past it the store has failed for that request. `None`:
+    /// only the store's own limits apply.
+    pub store_deadline: Option<Duration>,
 }
 
 /// What a reload did.

@@ -14,18 +14,20 @@
 //!   line per non-blank line, `seq` the line number, invalid lines answered in place.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use loopguard::RunState;
+use loopguard::{ConfigSet, RunState};
 use loopguard_replay::{apply_to_run, from_value, parse_line, scope_of, Answer, Event};
-use loopguard_store::{RunKey, Store};
+use loopguard_store::{RunKey, Store, StoreError};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::app::App;
+use crate::app::{App, StoreFailure};
 use crate::error::{json_value, ApiError};
 
 /// Media types that select JSON Lines.
@@ -217,14 +219,8 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
     }
     // Both lists are in seq order: merge them.
     let mut out = Vec::with_capacity(bytes.len().min(1 << 20) / 4 + 64);
-    let mut invalid = invalid.into_iter().peekable();
-    let seq_of = |a: &Answer| match a {
-        Answer::Call { seq, .. }
-        | Answer::Result { seq, .. }
-        | Answer::Compaction { seq, .. }
-        | Answer::Invalid { seq, .. } => *seq,
-    };
-    let write = |a: &Answer, out: &mut Vec<u8>| -> Result<(), ApiError> {
+    let mut invalid = invalid.into_iter().map(Out::Answer).peekable();
+    let write = |a: &Out, out: &mut Vec<u8>| -> Result<(), ApiError> {
         serde_json::to_writer(&mut *out, a).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -235,7 +231,7 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
         Ok(())
     };
     for answer in &answers {
-        while let Some(bad) = invalid.next_if(|b| seq_of(b) < seq_of(answer)) {
+        while let Some(bad) = invalid.next_if(|b| b.seq() < answer.seq()) {
             write(&bad, &mut out)?;
         }
         write(answer, &mut out)?;
@@ -251,27 +247,169 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
     Ok(response)
 }
 
+/// The answer to one valid event: the engine's (through the store), or, when the store
+/// failed in fail-open mode, an allowing answer marked `"degraded": true`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Out {
+    /// What `apply_to_run` answered (or an invalid line, in JSON Lines).
+    Answer(Answer),
+    /// Answered without the store.
+    Degraded(Degraded),
+}
+
+impl Out {
+    fn seq(&self) -> u64 {
+        match self {
+            Self::Answer(
+                Answer::Call { seq, .. }
+                | Answer::Result { seq, .. }
+                | Answer::Compaction { seq, .. }
+                | Answer::Invalid { seq, .. },
+            ) => *seq,
+            Self::Degraded(d) => d.seq,
+        }
+    }
+
+    fn is_error(&self) -> bool {
+        matches!(self, Self::Answer(a) if a.is_error())
+    }
+}
+
+impl Serialize for Out {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Answer(a) => a.serialize(serializer),
+            Self::Degraded(d) => d.serialize(serializer),
+        }
+    }
+}
+
+/// An event answered without the store (fail-open): the answer of a guard that saw
+/// nothing wrong, marked `"degraded": true`. Nothing was recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Degraded {
+    seq: u64,
+    kind: &'static str,
+    session: String,
+    run: Option<String>,
+}
+
+impl Degraded {
+    fn of(seq: u64, event: &Event, default_agent: Option<&str>) -> Self {
+        let scope = scope_of(event, default_agent);
+        let kind = match event {
+            Event::Call { .. } => "call",
+            Event::Result { .. } => "result",
+            Event::Compaction { .. } => "compaction",
+        };
+        Self {
+            seq,
+            kind,
+            session: scope.session().to_owned(),
+            run: scope.run().map(str::to_owned),
+        }
+    }
+}
+
+impl Serialize for Degraded {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(None)?;
+        m.serialize_entry("seq", &self.seq)?;
+        m.serialize_entry("type", self.kind)?;
+        m.serialize_entry("session", &self.session)?;
+        m.serialize_entry("run", &self.run)?;
+        match self.kind {
+            "call" => m.serialize_entry("verdict", "allow")?,
+            "result" => {
+                m.serialize_entry("recorded", &false)?;
+                m.serialize_entry("abort", &())?;
+            }
+            _ => m.serialize_entry("armed", &0)?,
+        }
+        m.serialize_entry("degraded", &true)?;
+        m.end()
+    }
+}
+
+/// Runs a store operation within the request's deadline (from `started`), if any.
+pub(crate) async fn within<T>(
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match deadline {
+        None => op.await,
+        Some((at, limit)) => tokio::time::timeout_at(at, op).await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "the store did not answer within the deadline of {} ms",
+                limit.as_millis()
+            )))
+        }),
+    }
+}
+
+/// The deadline of a request that starts now.
+pub(crate) fn deadline_of<S: Store>(app: &App<S>) -> Option<(tokio::time::Instant, Duration)> {
+    app.options()
+        .store_deadline
+        .map(|d| (tokio::time::Instant::now() + d, d))
+}
+
+/// The store operation of one event: its key, and the closure that applies it.
+fn operation<'a>(
+    config: &'a ConfigSet,
+    default_agent: Option<&'a str>,
+    seq: u64,
+    event: &'a Event,
+) -> (
+    RunKey<'a>,
+    impl FnMut(&mut RunState, u64) -> Answer + Send + 'a,
+) {
+    let scope = scope_of(event, default_agent);
+    let cfg = config.for_agent(scope.agent());
+    let f = move |run: &mut RunState, now: u64| apply_to_run(run, cfg, &scope, seq, event, now);
+    (RunKey::of(&scope), f)
+}
+
 /// Applies valid events in order through the store; each answer is exactly
-/// `apply_to_run`'s.
-async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Answer>, ApiError> {
+/// `apply_to_run`'s. When the store fails: fail-closed, the request fails (503); fail-open,
+/// the failing event and every later one of the request are answered degraded (once the
+/// store failed, waiting for it again for each event would only hold the request up).
+async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Out>, ApiError> {
     let config = app.config();
     let default_agent = app.options().default_agent.as_deref();
-    let ops: Vec<_> = events
-        .iter()
-        .map(|(seq, event)| {
-            let seq = *seq;
-            let scope = scope_of(event, default_agent);
-            let cfg = config.for_agent(scope.agent());
-            let f =
-                move |run: &mut RunState, now: u64| apply_to_run(run, cfg, &scope, seq, event, now);
-            (RunKey::of(&scope), f)
-        })
-        .collect();
-    let answers = app.store().update_all(ops).await?;
-    for answer in &answers {
-        app.metrics().answer(answer);
+    let deadline = deadline_of(app);
+    let op = |seq: u64, event| operation(&config, default_agent, seq, event);
+    if app.options().on_store_failure == StoreFailure::FailClosed {
+        let ops: Vec<_> = events.iter().map(|(seq, event)| op(*seq, event)).collect();
+        let answers = within(deadline, app.store().update_all(ops)).await?;
+        for answer in &answers {
+            app.metrics().answer(answer);
+        }
+        return Ok(answers.into_iter().map(Out::Answer).collect());
     }
-    Ok(answers)
+    let mut out = Vec::with_capacity(events.len());
+    let mut failed = false;
+    for (seq, event) in events {
+        if !failed {
+            let (key, f) = op(*seq, event);
+            match within(deadline, app.store().update(key, f)).await {
+                Ok(answer) => {
+                    app.metrics().answer(&answer);
+                    out.push(Out::Answer(answer));
+                    continue;
+                }
+                Err(e) if e.http_status() == 503 => {
+                    tracing::warn!(target: "loopguard::server", error = %e, events = events.len() - out.len(), "store failed; answering fail-open (degraded)");
+                    failed = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let degraded = Degraded::of(*seq, event, default_agent);
+        app.metrics().degraded(degraded.kind);
+        out.push(Out::Degraded(degraded));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use app::{App, Options, ReloadReport, RequestLimits};
+pub use app::{App, Options, ReloadReport, RequestLimits, StoreFailure};
 pub use auth::{AuthError, Token, TokenSource, MAX_TOKEN_BYTES};
 pub use error::ApiError;
 pub use metrics::{Metrics, ROUTES};
@@ -285,9 +285,15 @@ async fn healthz() -> Response {
     error::json_value(StatusCode::OK, &json!({"status": "ok"}))
 }
 
+/// Ready when the store takes writes. When it does not: 503, unless the server answers
+/// fail-open, which it can do without the store: then 200 with `"status": "degraded"`.
 async fn readyz<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
     match app.store().check() {
         Ok(()) => error::json_value(StatusCode::OK, &json!({"status": "ready"})),
+        Err(e) if app.options().on_store_failure == StoreFailure::FailOpen => error::json_value(
+            StatusCode::OK,
+            &json!({"status": "degraded", "error": e.to_string()}),
+        ),
         Err(e) => error::json_value(
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"status": "unavailable", "error": e.to_string()}),
@@ -296,7 +302,8 @@ async fn readyz<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
 }
 
 async fn metrics<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
-    let text = app.metrics().render(&app.store().stats());
+    let store_up = app.store().check().is_ok();
+    let text = app.metrics().render(&app.store().stats(), store_up);
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -331,5 +338,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     .into_response()
 }
 
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod tests;

@@ -92,6 +92,8 @@ pub struct Metrics {
     responses: [AtomicU64; 11],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// Fail-open answers given without the store: call, result, compaction.
+    degraded: [AtomicU64; 3],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -119,6 +121,18 @@ impl Metrics {
             Answer::Invalid { .. } => 3,
         };
         self.events[kind].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an event answered without the store (fail-open): `kind` is `call`,
+    /// `result` or `compaction`.
+    pub fn degraded(&self, kind: &str) {
+        let (i, event) = match kind {
+            "call" => (0, 0),
+            "result" => (1, 1),
+            _ => (2, 2),
+        };
+        self.degraded[i].fetch_add(1, Ordering::Relaxed);
+        self.events[event].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an event refused before it reached the engine.
@@ -167,8 +181,9 @@ impl Metrics {
         }
     }
 
-    /// The exposition text.
-    pub fn render(&self, store: &StoreStats) -> String {
+    /// The exposition text; `store_up` is whether the store takes writes now (its
+    /// readiness check).
+    pub fn render(&self, store: &StoreStats, store_up: bool) -> String {
         let mut out = String::with_capacity(8192);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
 
@@ -274,6 +289,27 @@ impl Metrics {
 
         head(
             &mut out,
+            "loopguard_store_up",
+            "gauge",
+            "1 when the store takes writes (its readiness check passes), 0 when it cannot be used.",
+        );
+        let _ = writeln!(out, "loopguard_store_up {}", u8::from(store_up));
+        head(
+            &mut out,
+            "loopguard_degraded_answers_total",
+            "counter",
+            "Events answered without the store because it failed (fail-open), by type.",
+        );
+        for (kind, n) in ["call", "result", "compaction"].iter().zip(&self.degraded) {
+            let _ = writeln!(
+                out,
+                "loopguard_degraded_answers_total{{type=\"{kind}\"}} {}",
+                load(n)
+            );
+        }
+
+        head(
+            &mut out,
             "loopguard_http_responses_total",
             "counter",
             "HTTP responses by status code.",
@@ -341,10 +377,14 @@ mod tests {
         m.request("/v1/events", 200, Duration::from_micros(300));
         m.request("/nope", 404, Duration::from_secs(20));
         m.reload(false);
-        let text = m.render(&StoreStats {
-            sessions: 2,
-            ..StoreStats::default()
-        });
+        m.degraded("result");
+        let text = m.render(
+            &StoreStats {
+                sessions: 2,
+                ..StoreStats::default()
+            },
+            false,
+        );
         for line in [
             "loopguard_events_total{type=\"call\"} 1",
             "loopguard_events_total{type=\"invalid\"} 1",
@@ -357,6 +397,10 @@ mod tests {
             "loopguard_http_request_duration_seconds_count{route=\"other\"} 1",
             "loopguard_http_responses_total{code=\"404\"} 1",
             "loopguard_config_reloads_total{result=\"failed\"} 1",
+            "loopguard_store_up 0",
+            "loopguard_degraded_answers_total{type=\"result\"} 1",
+            "loopguard_degraded_answers_total{type=\"call\"} 0",
+            "loopguard_events_total{type=\"result\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

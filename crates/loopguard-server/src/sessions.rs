@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::error::{json_value, ApiError};
-use crate::events::{json_error, read_body};
+use crate::events::{deadline_of, json_error, read_body, within};
 
 /// The state of one session, as `GET /v1/sessions/{session}` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -143,7 +143,7 @@ pub(crate) async fn get_session<S: Store>(
 ) -> Response {
     let result = async {
         let session = session_id(&app, path)?;
-        let runs = app.store().session(&session).await?;
+        let runs = within(deadline_of(&app), app.store().session(&session)).await?;
         if runs.is_empty() {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -173,7 +173,7 @@ pub(crate) async fn end_session<S: Store>(
 ) -> Response {
     let result = async {
         let session = session_id(&app, path)?;
-        let ended_runs = app.store().remove_session(&session).await?;
+        let ended_runs = within(deadline_of(&app), app.store().remove_session(&session)).await?;
         Ok::<_, ApiError>(json_value(
             StatusCode::OK,
             &SessionEnded {
@@ -222,7 +222,11 @@ pub(crate) async fn end_run<S: Store>(
         let max = app.limits().max_id_bytes;
         check_len("session", scope.session(), max)?;
         check_len("run", scope.run().unwrap_or(""), max)?;
-        let ended = app.store().remove_run(RunKey::of(&scope)).await?;
+        let ended = within(
+            deadline_of(&app),
+            app.store().remove_run(RunKey::of(&scope)),
+        )
+        .await?;
         Ok::<_, ApiError>(json_value(
             StatusCode::OK,
             &RunEnded {

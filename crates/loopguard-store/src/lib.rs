@@ -1,7 +1,8 @@
 //! # loopguard-store
 //!
 //! Where the loopguard sidecar keeps the state of every (session, run): the [`Store`] trait,
-//! an in-memory [`MemoryStore`] and the durable [`SqliteStore`].
+//! an in-memory [`MemoryStore`], the durable [`SqliteStore`], and (feature `redis`, on by
+//! default) the [`RedisStore`] that several server replicas share.
 //!
 //! The engine works on one [`RunState`] per (session, run). A store has one job, in the
 //! manner of governor's keyed state stores: *give me the state for this key, let me compute
@@ -53,6 +54,8 @@ mod cache;
 mod etag;
 mod memory;
 mod path;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sqlite;
 
 use std::future::Future;
@@ -63,6 +66,8 @@ use loopguard::{Clock, RunState, Scope};
 
 pub use memory::MemoryStore;
 pub use path::{default_db_path, default_db_path_from};
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore, RedisTarget};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 /// The clock a store reads: shared, thread-safe, injectable (`loopguard::SystemClock` in

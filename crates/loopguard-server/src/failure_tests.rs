@@ -1,0 +1,339 @@
+//! What the server answers when its store fails or hangs: fail-closed (503), fail-open
+//! (degraded answers), the store deadline, readiness and metrics, and recovery.
+
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use http_body_util::BodyExt;
+use loopguard::{ManualClock, RunState};
+use loopguard_store::{Limits, MemoryStore, RunKey, RunSnapshot, StoreError, StoreStats};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::*;
+
+const OK: u8 = 0;
+const FAIL: u8 = 1;
+const HANG: u8 = 2;
+
+/// A memory store that fails (503) or never answers, on demand; `ok_left` updates pass
+/// before a failure starts.
+struct Faulty {
+    inner: MemoryStore,
+    mode: AtomicU8,
+    ok_left: AtomicUsize,
+}
+
+impl Faulty {
+    fn new() -> Self {
+        Self {
+            inner: MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(1_000))),
+            mode: AtomicU8::new(OK),
+            ok_left: AtomicUsize::new(0),
+        }
+    }
+
+    async fn gate(&self) -> Result<(), StoreError> {
+        match self.mode.load(Ordering::SeqCst) {
+            FAIL if self
+                .ok_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err() =>
+            {
+                Err(StoreError::Unavailable("redis: connection refused".into()))
+            }
+            HANG => std::future::pending().await,
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Store for Faulty {
+    async fn update<R, F>(&self, key: RunKey<'_>, f: F) -> Result<R, StoreError>
+    where
+        R: Send,
+        F: FnMut(&mut RunState, u64) -> R + Send,
+    {
+        self.gate().await?;
+        self.inner.update(key, f).await
+    }
+
+    async fn remove_run(&self, key: RunKey<'_>) -> Result<bool, StoreError> {
+        self.gate().await?;
+        self.inner.remove_run(key).await
+    }
+
+    async fn remove_session(&self, session: &str) -> Result<usize, StoreError> {
+        self.gate().await?;
+        self.inner.remove_session(session).await
+    }
+
+    async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
+        self.gate().await?;
+        self.inner.session(session).await
+    }
+
+    async fn expire_idle(&self) -> Result<usize, StoreError> {
+        self.inner.expire_idle().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        match self.mode.load(Ordering::SeqCst) {
+            OK => Ok(()),
+            _ => Err(StoreError::Unavailable("redis: connection refused".into())),
+        }
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        self.inner.close().await
+    }
+}
+
+fn app(on_store_failure: StoreFailure, deadline: Option<Duration>) -> Arc<App<Faulty>> {
+    let options = Options {
+        on_store_failure,
+        store_deadline: deadline,
+        ..Options::default()
+    };
+    Arc::new(App::new(Faulty::new(), options).unwrap())
+}
+
+async fn send(
+    app: &Arc<App<Faulty>>,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body.to_owned()))
+        .unwrap();
+    let response = router(Arc::clone(app)).oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, body.to_vec())
+}
+
+async fn post(app: &Arc<App<Faulty>>, body: &str) -> (StatusCode, Value) {
+    let (status, _, body) = send(app, "POST", "/v1/events", "application/json", body).await;
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+async fn text(app: &Arc<App<Faulty>>, path: &str) -> (StatusCode, String) {
+    let (status, _, body) = send(app, "GET", path, "text/plain", "").await;
+    (status, String::from_utf8(body).unwrap())
+}
+
+const CALL: &str =
+    r#"{"type":"call","session":"s","run":"r","call_id":"c1","tool":"read","args":{"p":1}}"#;
+const RESULT: &str = r#"{"type":"result","session":"s","run":"r","call_id":"c1","result":"ok"}"#;
+const COMPACTION: &str = r#"{"type":"compaction","session":" s ","run":"r"}"#;
+
+#[tokio::test]
+async fn fail_closed_answers_503_and_applies_nothing() {
+    let app = app(StoreFailure::FailClosed, None);
+    app.store().mode.store(FAIL, Ordering::SeqCst);
+    let (status, headers, body) = send(&app, "POST", "/v1/events", "application/json", CALL).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("store unavailable: redis: connection refused"));
+    let (status, ready) = text(&app, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(ready.contains("\"unavailable\""), "{ready}");
+    let (_, metrics) = text(&app, "/metrics").await;
+    assert!(metrics.contains("loopguard_store_up 0\n"));
+    // The refused event and the readiness probe.
+    assert!(metrics.contains("loopguard_http_responses_total{code=\"503\"} 2\n"));
+    // The session endpoints fail the same way.
+    let (status, _, _) = send(&app, "GET", "/v1/sessions/s", "text/plain", "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    app.store().mode.store(OK, Ordering::SeqCst);
+    let (status, answer) = post(&app, CALL).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(answer.get("degraded").is_none());
+    let (status, answer) = post(&app, RESULT).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["recorded"], true, "the refused call left no trace");
+    let (_, metrics) = text(&app, "/metrics").await;
+    assert!(metrics.contains("loopguard_store_up 1\n"));
+}
+
+#[tokio::test]
+async fn fail_open_allows_and_marks_the_answers_degraded() {
+    let app = app(StoreFailure::FailOpen, None);
+    app.store().mode.store(FAIL, Ordering::SeqCst);
+    let (status, answer) = post(&app, CALL).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        answer,
+        json!({"seq":1,"type":"call","session":"s","run":"r","verdict":"allow","degraded":true})
+    );
+    let (status, answer) = post(&app, RESULT).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        answer,
+        json!({"seq":1,"type":"result","session":"s","run":"r","recorded":false,"abort":null,"degraded":true})
+    );
+    let (_, answer) = post(&app, COMPACTION).await;
+    assert_eq!(
+        answer,
+        json!({"seq":1,"type":"compaction","session":"s","run":"r","armed":0,"degraded":true})
+    );
+    // JSON Lines: invalid lines are still answered in place, valid ones degraded.
+    let body = format!("{CALL}\nnot json\n\n{COMPACTION}\n");
+    let (status, _, out) = send(&app, "POST", "/v1/events", "application/x-ndjson", &body).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["degraded"], true);
+    assert_eq!(lines[1]["seq"], 2);
+    assert!(lines[1]["error"].is_string());
+    assert_eq!(lines[2]["seq"], 4);
+    assert_eq!(lines[2]["degraded"], true);
+
+    let (status, ready) = text(&app, "/readyz").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a fail-open server can still answer"
+    );
+    assert!(ready.contains("\"degraded\""), "{ready}");
+    let (_, metrics) = text(&app, "/metrics").await;
+    for line in [
+        "loopguard_store_up 0",
+        "loopguard_degraded_answers_total{type=\"call\"} 2",
+        "loopguard_degraded_answers_total{type=\"result\"} 1",
+        "loopguard_degraded_answers_total{type=\"compaction\"} 2",
+        "loopguard_events_total{type=\"call\"} 2",
+        "loopguard_verdicts_total{detector=\"none\",level=\"allow\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+
+    // Recovery: real answers again, and nothing of the degraded events was recorded.
+    app.store().mode.store(OK, Ordering::SeqCst);
+    let (status, answer) = post(&app, RESULT).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (_, answer) = post(&app, CALL).await;
+    assert_eq!(
+        answer,
+        json!({"seq":1,"type":"call","session":"s","run":"r","verdict":"allow"})
+    );
+}
+
+/// In an array, events before the failure keep their real answers; the failing one and
+/// the rest are degraded without waiting for the store again.
+#[tokio::test]
+async fn fail_open_in_an_array_degrades_from_the_failure_on() {
+    let app = app(StoreFailure::FailOpen, None);
+    app.store().ok_left.store(2, Ordering::SeqCst);
+    app.store().mode.store(FAIL, Ordering::SeqCst);
+    let body = format!("[{CALL},{RESULT},{COMPACTION},{CALL}]");
+    let (status, answers) = post(&app, &body).await;
+    assert_eq!(status, StatusCode::OK);
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers[0]["verdict"], "allow");
+    assert!(answers[0].get("degraded").is_none());
+    assert_eq!(answers[1]["recorded"], true);
+    assert!(answers[1].get("degraded").is_none());
+    assert_eq!(answers[2]["degraded"], true);
+    assert_eq!(answers[2]["seq"], 3);
+    assert_eq!(answers[3]["degraded"], true);
+    assert_eq!(app.store().ok_left.load(Ordering::SeqCst), 0);
+}
+
+/// A store that never answers: each request ends at the deadline, as a 503 (fail-closed)
+/// or degraded answers (fail-open); the session endpoints end at it too.
+#[tokio::test]
+async fn a_hanging_store_is_cut_off_at_the_deadline() {
+    let deadline = Duration::from_millis(100);
+    for mode in [StoreFailure::FailClosed, StoreFailure::FailOpen] {
+        let app = app(mode, Some(deadline));
+        app.store().mode.store(HANG, Ordering::SeqCst);
+        let started = Instant::now();
+        let (status, answer) = post(&app, &format!("[{CALL},{COMPACTION}]")).await;
+        let took = started.elapsed();
+        assert!(
+            took >= deadline && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        match mode {
+            StoreFailure::FailClosed => {
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+                assert!(answer["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("did not answer within the deadline of 100 ms"));
+            }
+            _ => {
+                assert_eq!(status, StatusCode::OK);
+                assert_eq!(answer[0]["degraded"], true);
+                assert_eq!(answer[1]["degraded"], true);
+            }
+        }
+        for (method, path) in [("GET", "/v1/sessions/s"), ("DELETE", "/v1/sessions/s")] {
+            let started = Instant::now();
+            let (status, _, _) = send(&app, method, path, "text/plain", "").await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{method} {path}");
+            assert!(started.elapsed() < Duration::from_secs(2));
+        }
+        let started = Instant::now();
+        let (status, _, _) = send(
+            &app,
+            "POST",
+            "/v1/runs/end",
+            "application/json",
+            r#"{"session":"s","run":"r"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
+
+/// The session limit is not a store failure: 429 in both modes.
+#[tokio::test]
+async fn the_session_limit_is_refused_in_both_modes() {
+    for mode in [StoreFailure::FailClosed, StoreFailure::FailOpen] {
+        let store = Faulty {
+            inner: MemoryStore::new(
+                Limits {
+                    max_sessions: 1,
+                    ..Limits::default()
+                },
+                Arc::new(ManualClock::new(1_000)),
+            ),
+            mode: AtomicU8::new(OK),
+            ok_left: AtomicUsize::new(0),
+        };
+        let options = Options {
+            on_store_failure: mode,
+            ..Options::default()
+        };
+        let app = Arc::new(App::new(store, options).unwrap());
+        assert_eq!(post(&app, CALL).await.0, StatusCode::OK);
+        let other = r#"{"type":"call","session":"other","tool":"read"}"#;
+        let (status, answer) = post(&app, other).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{mode:?}: {answer}");
+    }
+}

@@ -1,0 +1,770 @@
+//! The Redis store against real `redis-server` processes (started here, on free loopback
+//! ports): answers equal the engine's replayer across stores, no update is lost under
+//! concurrent writers, the session and run limits hold across stores, idle runs expire
+//! (by the clock and by Redis TTLs), unreadable states start afresh, and an unreachable,
+//! frozen or password-protected Redis is handled as documented.
+#![cfg(feature = "redis")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use loopguard::{ConfigSet, ManualClock, SystemClock};
+use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
+use loopguard_store::{
+    Limits, RedisOptions, RedisStore, RedisTarget, RunKey, SharedClock, Store, StoreError,
+};
+
+async fn connect(
+    url: &str,
+    clock: SharedClock,
+    limits: Limits,
+    options: RedisOptions,
+) -> RedisStore {
+    RedisStore::connect(RedisTarget::parse(url).unwrap(), limits, clock, options)
+        .await
+        .expect("connect")
+}
+
+fn options(prefix: &str) -> RedisOptions {
+    RedisOptions {
+        prefix: prefix.into(),
+        deadline: Duration::from_secs(2),
+        health_interval: Duration::from_millis(100),
+        ..RedisOptions::default()
+    }
+}
+
+async fn apply(
+    store: &impl Store,
+    config: &ConfigSet,
+    seq: u64,
+    line: &str,
+) -> Result<Answer, StoreError> {
+    let event = parse_line(line.as_bytes()).expect("valid event");
+    let scope = scope_of(&event, None);
+    store
+        .update(RunKey::of(&scope), |run, now| {
+            apply_to_run(
+                run,
+                config.for_agent(scope.agent()),
+                &scope,
+                seq,
+                &event,
+                now,
+            )
+        })
+        .await
+}
+
+fn loop_lines(session: &str, run: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                format!(r#"{{"type":"call","session":"{session}","run":"{run}","call_id":"c{i}","tool":"read","args":{{"path":"/x"}}}}"#),
+                format!(r#"{{"type":"result","session":"{session}","run":"{run}","call_id":"c{i}","result":"same"}}"#),
+            ]
+        })
+        .collect()
+}
+
+fn replay_all(config: &ConfigSet, lines: &[String]) -> Vec<Answer> {
+    let mut replayer = Replayer::new(config.clone(), None);
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap()))
+        .collect()
+}
+
+/// Two stores (two replicas) on one Redis, taking turns: the answers of one
+/// uninterrupted replay, and the key layout of the docs.
+async fn two_stores_take_turns(url: &str) {
+    let clock: SharedClock = Arc::new(ManualClock::new(1_000));
+    let config = ConfigSet::enabled_defaults();
+    let a = connect(url, clock.clone(), Limits::default(), options("t1:")).await;
+    let b = connect(url, clock, Limits::default(), options("t1:")).await;
+    let mut lines = loop_lines("s", "r", 25);
+    lines.extend(loop_lines("other", "r", 3));
+    lines.push(r#"{"type":"compaction","session":"s","run":"r"}"#.into());
+    let want = replay_all(&config, &lines);
+    let mut got = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let store = if i % 2 == 0 { &a } else { &b };
+        got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    assert!(
+        want.iter()
+            .any(|w| matches!(w, Answer::Call { verdict, .. } if verdict.is_blocked())),
+        "the loop was blocked"
+    );
+    let runs = b.session("s").await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run.as_deref(), Some("r"));
+    assert!(runs[0].state.history().len() >= 20);
+    assert!(b.remove_run(RunKey::new("s", Some("r"))).await.unwrap());
+    assert!(!a.remove_run(RunKey::new("s", Some("r"))).await.unwrap());
+    assert!(a.session("s").await.unwrap().is_empty());
+    assert_eq!(a.remove_session("other").await.unwrap(), 1);
+    a.close().await.unwrap();
+    assert!(a.check().is_err());
+    assert!(apply(&a, &config, 1, &lines[0]).await.is_err());
+}
+
+#[tokio::test]
+async fn two_stores_on_one_redis_answer_like_one_replay() {
+    if !require("two_stores_on_one_redis_answer_like_one_replay") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    two_stores_take_turns(&redis.url()).await;
+
+    // The key layout: a string per run with the TTL, a sorted set per session, the
+    // registry; the value is [layout version][etag][state].
+    let clock: SharedClock = Arc::new(SystemClock);
+    let store = connect(&redis.url(), clock, Limits::default(), options("lay:")).await;
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"a}b","run":"r1"}"#;
+    apply(&store, &config, 1, line).await.unwrap();
+    let value = redis.command(&["GET", "lay:{a%7Db}:r:r1"]).unwrap();
+    let Resp::Bulk(Some(bytes)) = value else {
+        panic!("{value:?}")
+    };
+    assert_eq!(bytes[0], 1, "layout version");
+    assert!(bytes.len() > 9);
+    let ttl = redis
+        .command(&["PTTL", "lay:{a%7Db}:r:r1"])
+        .unwrap()
+        .int()
+        .unwrap();
+    assert!(ttl > 86_000_000 && ttl <= 86_400_000, "{ttl}");
+    let score = redis
+        .command(&["ZSCORE", "lay:{a%7Db}:runs", "r1"])
+        .unwrap()
+        .int()
+        .unwrap();
+    assert!(score > 1_600_000_000_000, "last activity in ms: {score}");
+    assert!(
+        redis
+            .command(&["PTTL", "lay:{a%7Db}:runs"])
+            .unwrap()
+            .int()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(
+        redis.command(&["ZCARD", "lay:{%}:sessions"]).unwrap().int(),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn a_redis_cluster_serves_the_same_answers_and_spreads_sessions() {
+    if !require("a_redis_cluster_serves_the_same_answers_and_spreads_sessions") {
+        return;
+    }
+    let cluster = RedisCluster::start(3).unwrap();
+    two_stores_take_turns(&cluster.url()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let store = connect(&cluster.url(), clock, Limits::default(), options("spread:")).await;
+    let config = ConfigSet::default();
+    for i in 0..60 {
+        let line = format!(r#"{{"type":"compaction","session":"s{i}","run":"r"}}"#);
+        apply(&store, &config, 1, &line).await.unwrap();
+    }
+    let used = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.command(&["DBSIZE"]).unwrap().int().unwrap() > 0)
+        .count();
+    assert_eq!(used, 3, "60 sessions land on every shard");
+    // 60 sessions x (run + index) + the registry.
+    assert_eq!(cluster.keys().unwrap(), 121);
+    store.expire_idle().await.unwrap();
+    assert_eq!(
+        store.stats().sessions,
+        60,
+        "the registry, on its own shard, counts them"
+    );
+
+    // The scripts that touch several keys of a session (evicting a run, ending a
+    // session) run on the session's shard.
+    let limits = Limits {
+        max_runs_per_session: 2,
+        ..Limits::default()
+    };
+    let clock: SharedClock = Arc::new(SystemClock);
+    let store = connect(&cluster.url(), clock, limits, options("evict:")).await;
+    for run in ["r1", "r2", "r3"] {
+        let line = format!(r#"{{"type":"compaction","session":"s","run":"{run}"}}"#);
+        apply(&store, &config, 1, &line).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let runs: Vec<_> = store
+        .session("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run.unwrap())
+        .collect();
+    assert_eq!(runs, ["r3", "r2"]);
+    assert_eq!(store.remove_session("s").await.unwrap(), 2);
+    assert!(store.session("s").await.unwrap().is_empty());
+}
+
+/// Many writers on one run at once, through two stores: every update lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_lose_no_update() {
+    if !require("concurrent_writers_lose_no_update") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock: SharedClock = Arc::new(ManualClock::new(1_000));
+    // A window large enough to keep every call, and thresholds that never fire.
+    let config = Arc::new(
+        ConfigSet::parse(
+            "{ tools: { loopDetection: { enabled: true, historySize: 400, warningThreshold: 1000, criticalThreshold: 1001, globalCircuitBreakerThreshold: 1002 } } }",
+        )
+        .unwrap(),
+    );
+    let stores = [
+        Arc::new(
+            connect(
+                &redis.url(),
+                clock.clone(),
+                Limits::default(),
+                options("cc:"),
+            )
+            .await,
+        ),
+        Arc::new(connect(&redis.url(), clock, Limits::default(), options("cc:")).await),
+    ];
+    let mut tasks = Vec::new();
+    for t in 0..40 {
+        let store = Arc::clone(&stores[t % 2]);
+        let config = Arc::clone(&config);
+        tasks.push(tokio::spawn(async move {
+            for k in 0..5 {
+                let line = format!(
+                    r#"{{"type":"call","session":"hot","run":"r","call_id":"t{t}-{k}","tool":"read","args":{{"n":{k}}}}}"#
+                );
+                let answer = apply(&*store, &config, 1, &line).await.unwrap();
+                assert!(matches!(answer, Answer::Call { .. }));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let runs = stores[0].session("hot").await.unwrap();
+    assert_eq!(
+        runs[0].state.history().len(),
+        200,
+        "every call recorded once"
+    );
+    let conflicts = stores[0].stats().conflicts + stores[1].stats().conflicts;
+    assert!(conflicts > 0, "the writers did race");
+    assert_eq!(stores[0].stats().writes + stores[1].stats().writes, 200);
+}
+
+#[tokio::test]
+async fn limits_hold_across_stores() {
+    if !require("limits_hold_across_stores") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock = ManualClock::new(1_000);
+    let shared: SharedClock = Arc::new(clock.clone());
+    let limits = Limits {
+        max_sessions: 2,
+        max_runs_per_session: 2,
+        ..Limits::default()
+    };
+    let a = connect(&redis.url(), shared.clone(), limits, options("lim:")).await;
+    let b = connect(&redis.url(), shared, limits, options("lim:")).await;
+    let config = ConfigSet::default();
+    let compaction = |session: &str, run: &str| {
+        format!(r#"{{"type":"compaction","session":"{session}","run":"{run}"}}"#)
+    };
+    for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
+        clock.advance(Duration::from_millis(10));
+        let store = if i % 2 == 0 { &a } else { &b };
+        apply(store, &config, 1, &compaction("s1", run))
+            .await
+            .unwrap();
+    }
+    let runs: Vec<_> = a
+        .session("s1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run.unwrap())
+        .collect();
+    assert_eq!(runs, ["r3", "r2"], "r1 was the least recently active");
+    assert_eq!(
+        redis.command(&["EXISTS", "lim:{s1}:r:r1"]).unwrap().int(),
+        Some(0),
+        "its state is gone from Redis"
+    );
+    apply(&b, &config, 1, &compaction("s2", "r")).await.unwrap();
+    let refused = apply(&a, &config, 1, &compaction("s3", "r")).await;
+    assert_eq!(refused.unwrap_err(), StoreError::SessionLimit { limit: 2 });
+    assert_eq!(
+        redis.command(&["EXISTS", "lim:{s3}:runs"]).unwrap().int(),
+        Some(0),
+        "a refused session writes nothing"
+    );
+    // Events of live sessions are still taken.
+    apply(&a, &config, 1, &compaction("s2", "r")).await.unwrap();
+    assert_eq!(b.remove_session("s2").await.unwrap(), 1);
+    apply(&a, &config, 1, &compaction("s3", "r")).await.unwrap();
+    // Ending a session's last run frees its place too.
+    assert!(a.remove_run(RunKey::new("s3", Some("r"))).await.unwrap());
+    apply(&b, &config, 1, &compaction("s4", "r")).await.unwrap();
+    assert_eq!(a.stats().sessions.max(b.stats().sessions), 2);
+}
+
+#[tokio::test]
+async fn idle_runs_start_afresh_and_redis_expires_them() {
+    if !require("idle_runs_start_afresh_and_redis_expires_them") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let limits = Limits {
+        max_sessions: 1,
+        idle_ttl: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let store = connect(
+        &redis.url(),
+        Arc::new(clock.clone()),
+        limits,
+        options("idle:"),
+    )
+    .await;
+    let config = ConfigSet::default();
+    let armed = |answer: Answer| match answer {
+        Answer::Compaction { armed, .. } => armed,
+        other => panic!("{other:?}"),
+    };
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    let call = r#"{"type":"call","session":"s","run":"r","call_id":"c","tool":"read"}"#;
+    assert_eq!(armed(apply(&store, &config, 1, line).await.unwrap()), 3);
+    apply(&store, &config, 2, call).await.unwrap();
+    clock.advance(Duration::from_secs(61));
+    assert!(
+        store.session("s").await.unwrap().is_empty(),
+        "idle past the TTL"
+    );
+    // The next event starts the run afresh: the guard armed before is gone.
+    let fresh = apply(
+        &store,
+        &config,
+        3,
+        r#"{"type":"result","session":"s","run":"r","call_id":"c","result":1}"#,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(fresh, Answer::Invalid { .. }),
+        "the pending call was forgotten: {fresh:?}"
+    );
+    // The registry forgets an idle session after 1.25 TTL, making room for another.
+    clock.advance(Duration::from_secs(76));
+    store.expire_idle().await.unwrap();
+    assert_eq!(store.stats().sessions, 0);
+    apply(
+        &store,
+        &config,
+        1,
+        r#"{"type":"compaction","session":"t","run":"r"}"#,
+    )
+    .await
+    .unwrap();
+
+    // Redis expires the keys by itself (real time).
+    let quick = Limits {
+        idle_ttl: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let store = connect(&redis.url(), Arc::new(SystemClock), quick, options("ttl:")).await;
+    apply(&store, &config, 1, line).await.unwrap();
+    assert_eq!(
+        redis
+            .command(&["EXISTS", "ttl:{s}:r:r", "ttl:{s}:runs"])
+            .unwrap()
+            .int(),
+        Some(2)
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        redis
+            .command(&["EXISTS", "ttl:{s}:r:r", "ttl:{s}:runs"])
+            .unwrap()
+            .int(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn unreadable_states_start_afresh() {
+    if !require("unreadable_states_start_afresh") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let store = connect(
+        &redis.url(),
+        Arc::new(ManualClock::new(1_000)),
+        Limits::default(),
+        options("bad:"),
+    )
+    .await;
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    for garbage in [
+        &b"\x01\x00\x00\x00\x00\x00\x00\x00\x07garbage"[..],
+        b"\x09v9",
+        b"",
+        b"x",
+    ] {
+        redis
+            .command_bytes(&[b"SET", b"bad:{s}:r:r", garbage])
+            .unwrap();
+        let answer = apply(&store, &config, 1, line).await.unwrap();
+        assert!(matches!(answer, Answer::Compaction { armed: 3, .. }));
+        let Resp::Bulk(Some(now)) = redis.command(&["GET", "bad:{s}:r:r"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(now[0], 1, "overwritten with a readable state");
+    }
+}
+
+/// Redis down at start, then up: the store starts unavailable, refuses updates within
+/// the deadline, and recovers by itself once Redis answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_fast_and_recovers() {
+    if !require("an_unreachable_redis_fails_fast_and_recovers") {
+        return;
+    }
+    let port = free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let opts = RedisOptions {
+        deadline: Duration::from_millis(300),
+        ..options("down:")
+    };
+    let store = connect(&url, Arc::new(SystemClock), Limits::default(), opts).await;
+    assert!(store.check().is_err());
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    let started = Instant::now();
+    let refused = apply(&store, &config, 1, line).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Unavailable(_)), "{refused:?}");
+    assert_eq!(refused.http_status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let _redis = RedisServer::start_on(Some(port), &[]).unwrap();
+    let started = Instant::now();
+    while store.check().is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never recovered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut answered = None;
+    while answered.is_none() && started.elapsed() < Duration::from_secs(10) {
+        answered = apply(&store, &config, 1, line).await.ok();
+    }
+    assert!(matches!(
+        answered,
+        Some(Answer::Compaction { armed: 3, .. })
+    ));
+    assert!(store.stats().failures > 0);
+}
+
+/// A Redis that accepts connections but does not answer (SIGSTOP): every operation ends
+/// at the deadline; once it answers again, so does the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_is_bounded_by_the_deadline() {
+    if !require("a_frozen_redis_is_bounded_by_the_deadline") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let opts = RedisOptions {
+        deadline: Duration::from_millis(250),
+        ..options("slow:")
+    };
+    let store = connect(&redis.url(), Arc::new(SystemClock), Limits::default(), opts).await;
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    apply(&store, &config, 1, line).await.unwrap();
+    redis.freeze(true).unwrap();
+    for attempt in 0..3 {
+        let started = Instant::now();
+        let refused = apply(&store, &config, 1, line).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(refused, StoreError::Unavailable(_)), "{refused:?}");
+        assert!(took < Duration::from_millis(800), "{took:?}");
+        if attempt == 0 {
+            assert!(
+                took >= Duration::from_millis(200),
+                "waited for the deadline: {took:?}"
+            );
+        } else {
+            // Known down: fails at once until a health ping gets through.
+            assert!(took < Duration::from_millis(50), "{took:?}");
+            assert!(refused.to_string().contains("failing fast"), "{refused}");
+        }
+        let started = Instant::now();
+        assert!(store.session("s").await.is_err());
+        assert!(started.elapsed() < Duration::from_millis(800));
+    }
+    assert!(store.check().is_err());
+    redis.freeze(false).unwrap();
+    let started = Instant::now();
+    loop {
+        if let Ok(answer) = apply(&store, &config, 1, line).await {
+            assert!(matches!(answer, Answer::Compaction { .. }));
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never recovered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn passwords_and_bad_settings() {
+    if !require("passwords_and_bad_settings") {
+        return;
+    }
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]).unwrap();
+    let port = redis.port();
+    let limits = Limits::default();
+    let clock: SharedClock = Arc::new(SystemClock);
+    let wrong = RedisStore::connect(
+        RedisTarget::parse(&format!("redis://:nope@127.0.0.1:{port}")).unwrap(),
+        limits,
+        clock.clone(),
+        options("pw:"),
+    )
+    .await
+    .map(|s| format!("{:?} {:?}", s, s.check()))
+    .unwrap_err();
+    assert!(
+        wrong.to_string().contains("refused the credentials"),
+        "{wrong}"
+    );
+    assert!(!wrong.to_string().contains("nope"), "{wrong}");
+    let store = connect(
+        &format!("redis://127.0.0.1:{port}"),
+        clock.clone(),
+        limits,
+        RedisOptions {
+            password: Some("s3cret".into()),
+            ..options("pw:")
+        },
+    )
+    .await;
+    let answer = apply(
+        &store,
+        &ConfigSet::default(),
+        1,
+        r#"{"type":"compaction","session":"s"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(answer, Answer::Compaction { armed: 3, .. }));
+    let braces = RedisStore::connect(
+        RedisTarget::parse(&format!("redis://127.0.0.1:{port}")).unwrap(),
+        limits,
+        clock,
+        options("a{b}:"),
+    )
+    .await
+    .unwrap_err();
+    assert!(braces.to_string().contains("braces"));
+}
+
+/// A session that stays active for many TTLs keeps its place in the registry (it is
+/// refreshed once per quarter TTL), so the session limit keeps counting it; once idle it
+/// leaves after 1.25 TTL.
+#[tokio::test]
+async fn live_sessions_keep_their_place_in_the_registry() {
+    if !require("live_sessions_keep_their_place_in_the_registry") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let limits = Limits {
+        max_sessions: 1,
+        idle_ttl: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let store = connect(
+        &redis.url(),
+        Arc::new(clock.clone()),
+        limits,
+        options("reg:"),
+    )
+    .await;
+    let config = ConfigSet::default();
+    let event = |session: &str, run: &str| {
+        format!(r#"{{"type":"compaction","session":"{session}","run":"{run}"}}"#)
+    };
+    apply(&store, &config, 1, &event("s1", "a")).await.unwrap();
+    for step in 0..12 {
+        clock.advance(Duration::from_secs(20));
+        // A new run now and then: its first event refreshes the entry too.
+        let run = if step % 4 == 3 {
+            format!("b{step}")
+        } else {
+            "a".into()
+        };
+        apply(&store, &config, 1, &event("s1", &run)).await.unwrap();
+        // The refresh runs in the background.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        store.expire_idle().await.unwrap();
+        assert_eq!(store.stats().sessions, 1, "step {step}");
+        let refused = apply(&store, &config, 1, &event("s2", "a")).await;
+        assert_eq!(
+            refused.unwrap_err(),
+            StoreError::SessionLimit { limit: 1 },
+            "step {step}: s1 is live for {} s",
+            (step + 1) * 20
+        );
+    }
+    clock.advance(Duration::from_secs(76));
+    store.expire_idle().await.unwrap();
+    assert_eq!(store.stats().sessions, 0);
+    apply(&store, &config, 1, &event("s2", "a")).await.unwrap();
+}
+
+/// `rediss://`: TLS with a private certificate authority given as a PEM file; without it
+/// the server's certificate is not trusted and the store serves as unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_authority() {
+    if !require("tls_with_a_private_authority") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(e) => {
+                panic!("openssl is needed for this test (scripts/setup/redis.sh installs it): {e}")
+            }
+        }
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=loopguard-test-ca",
+            "-days",
+            "2",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.path().join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let tls_port = free_port().unwrap();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.crt"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ])
+    .unwrap();
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let clock: SharedClock = Arc::new(SystemClock);
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    let store = connect(
+        &url,
+        clock.clone(),
+        Limits::default(),
+        RedisOptions {
+            ca_pem: Some(std::fs::read(path("ca.crt")).unwrap()),
+            ..options("tls:")
+        },
+    )
+    .await;
+    assert!(store.check().is_ok());
+    let answer = apply(&store, &config, 1, line).await.unwrap();
+    assert!(matches!(answer, Answer::Compaction { armed: 3, .. }));
+    assert_eq!(
+        redis.command(&["EXISTS", "tls:{s}:r:r"]).unwrap().int(),
+        Some(1),
+        "written over TLS"
+    );
+    // The system's roots do not know this authority.
+    let untrusted = connect(&url, clock, Limits::default(), options("tls:")).await;
+    assert!(untrusted.check().is_err());
+    assert!(apply(&untrusted, &config, 1, line).await.is_err());
+}
