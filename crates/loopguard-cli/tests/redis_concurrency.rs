@@ -9,72 +9,20 @@ mod redis_common;
 mod serve_common;
 
 use loopguard::ConfigSet;
-use redis_common::{
-    detectors, prefix, replay_lines, replicas, require, session_events, RedisCluster, RedisServer,
-    CONFIG,
-};
-use serde_json::{json, Value};
-use serve_common::{tempdir, Server};
+use redis_common::{prefix, replicas, require, RedisCluster, RedisServer};
+use serde_json::json;
+use serve_common::{config_file, hammer_sessions, tempdir, CONFIG};
 
 const CLIENTS: usize = 24;
 const SESSIONS_PER_CLIENT: usize = 6;
 
 fn hammer(url: &str, label: &str) -> String {
     let dir = tempdir();
-    let config_path = dir.path().join("config.json5");
-    std::fs::write(&config_path, CONFIG).unwrap();
+    let config_path = config_file(dir.path());
     let prefix = prefix(label);
     let servers = replicas(3, url, &prefix, Some(&config_path), &[]).unwrap();
     let config = ConfigSet::parse(CONFIG).unwrap();
-    std::thread::scope(|s| {
-        for c in 0..CLIENTS {
-            let servers = &servers;
-            let config = &config;
-            s.spawn(move || {
-                let mut clients: Vec<_> = servers.iter().map(Server::client).collect();
-                let sessions: Vec<(String, Vec<String>)> = (0..SESSIONS_PER_CLIENT)
-                    .map(|k| {
-                        let name = format!("c{c}-s{k}");
-                        let events = session_events(&name, c * 100 + k);
-                        (name, events)
-                    })
-                    .collect();
-                let mut answers: Vec<Vec<Value>> = vec![Vec::new(); sessions.len()];
-                let longest = sessions.iter().map(|(_, e)| e.len()).max().unwrap();
-                let mut n = c;
-                for i in 0..longest {
-                    for (k, (_, events)) in sessions.iter().enumerate() {
-                        let Some(line) = events.get(i) else { continue };
-                        let replica = n % clients.len();
-                        n += 1;
-                        let response = clients[replica].post("/v1/events", line);
-                        assert!(
-                            matches!(response.status, 200 | 422),
-                            "replica {replica}: {} {}",
-                            response.status,
-                            response.text()
-                        );
-                        answers[k].push(response.json());
-                    }
-                }
-                for ((name, events), got) in sessions.iter().zip(answers) {
-                    let want = replay_lines(config, events);
-                    assert_eq!(got.len(), want.len());
-                    for (n, (g, w)) in got.iter().zip(&want).enumerate() {
-                        assert_eq!(g, w, "session {name}, event {n}: {}", events[n]);
-                    }
-                    let fired = detectors(&got);
-                    for d in [
-                        "generic_repeat",
-                        "known_poll_no_progress",
-                        "unknown_tool_repeat",
-                    ] {
-                        assert!(fired.iter().any(|f| f == d), "{name}: {d} never fired");
-                    }
-                }
-            });
-        }
-    });
+    hammer_sessions(&servers, &config, CLIENTS, SESSIONS_PER_CLIENT);
     prefix
 }
 

@@ -10,9 +10,10 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use redis_common::{cases, config_of, name, prefix, replicas, require, RedisCluster, RedisServer};
+use common::vectors::{config_of, conformance_cases, name};
+use redis_common::{prefix, replicas, require, RedisCluster, RedisServer};
 use serde_json::Value;
-use serve_common::{parallel, replay};
+use serve_common::{check_event_by_event, parallel, replay, Server};
 
 /// One request per event, event `k` to replica `k % 3`: each answer is replay's line for
 /// it (`seq` aside), and a line replay refuses is a 400 (not an event) or a 422 (refused
@@ -29,56 +30,8 @@ fn round_robin(url: &str, case: &Path) -> Result<(), String> {
     }
     let servers = replicas(3, url, &prefix("conf"), config.as_deref(), &[])
         .map_err(|e| format!("{}: {e}", name(case)))?;
-    let mut clients: Vec<_> = servers.iter().map(|s| s.client()).collect();
-    let want = common::json_lines(&replay(config.as_deref(), &case.join("events.jsonl")));
-    let mut want = want.into_iter();
-    let text = fs::read(case.join("events.jsonl")).unwrap();
-    let mut k = 0;
-    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let seq = i + 1;
-        let mut w = want.next().ok_or("fewer replay answers than lines")?;
-        let replica = k % clients.len();
-        k += 1;
-        let response = clients[replica].request(
-            "POST",
-            "/v1/events",
-            &[("Content-Type", "application/json")],
-            line,
-        );
-        let mut got = response.json();
-        let fail = |what: &str, got: &Value, w: &Value| {
-            format!(
-                "{} line {seq} (replica {replica}): {what}\n  got  {} {got}\n  want {w}",
-                name(case),
-                response.status
-            )
-        };
-        if w.get("error").is_some() {
-            let expected_status = if serde_json::from_slice::<Value>(line).is_ok()
-                && loopguard_replay::parse_line(line).is_ok()
-            {
-                422
-            } else {
-                400
-            };
-            if response.status != expected_status || got.get("error").is_none() {
-                return Err(fail("want an error", &got, &w));
-            }
-            continue;
-        }
-        if response.status != 200 {
-            return Err(fail("want 200", &got, &w));
-        }
-        got["seq"] = Value::Null;
-        w["seq"] = Value::Null;
-        if got != w {
-            return Err(fail("answers differ", &got, &w));
-        }
-    }
-    Ok(())
+    let mut clients: Vec<_> = servers.iter().map(Server::client).collect();
+    check_event_by_event(case, &mut clients)
 }
 
 /// Chunks of three lines as JSON Lines, each chunk to the next replica: byte for byte
@@ -126,7 +79,9 @@ fn conformance_round_robin_over_three_replicas_on_one_redis() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    parallel(&cases(), 3, |case| round_robin(&redis.url(), case));
+    parallel(&conformance_cases(), 3, |case| {
+        round_robin(&redis.url(), case)
+    });
     // The keys of every case (60-odd runs) are there, under the TTL, nothing else.
     let keys = redis.command(&["DBSIZE"]).unwrap().int().unwrap();
     assert!(keys > 70, "{keys} keys");
@@ -138,7 +93,9 @@ fn conformance_in_json_lines_chunks_over_three_replicas_on_one_redis() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    parallel(&cases(), 3, |case| ndjson_chunks(&redis.url(), case));
+    parallel(&conformance_cases(), 3, |case| {
+        ndjson_chunks(&redis.url(), case)
+    });
 }
 
 #[test]
@@ -147,7 +104,9 @@ fn conformance_round_robin_over_three_replicas_on_a_redis_cluster() {
         return;
     }
     let cluster = RedisCluster::start(3).unwrap();
-    parallel(&cases(), 3, |case| round_robin(&cluster.url(), case));
+    parallel(&conformance_cases(), 3, |case| {
+        round_robin(&cluster.url(), case)
+    });
     for node in cluster.nodes() {
         let keys = node.command(&["DBSIZE"]).unwrap().int().unwrap();
         assert!(keys > 0, "every shard holds sessions");

@@ -19,17 +19,11 @@ use std::time::{Duration, Instant};
 
 use loopguard::ConfigSet;
 use loopguard_store::redis::testing::free_port;
-use redis_common::{
-    detectors, metric, prefix, replay_lines, replicas, require, session_events, RedisServer, CONFIG,
-};
+use redis_common::{metric, prefix, replicas, require, RedisServer};
 use serde_json::Value;
-use serve_common::{tempdir, Client, Server};
-
-fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("config.json5");
-    std::fs::write(&path, CONFIG).unwrap();
-    path
-}
+use serve_common::{
+    assert_replays, config_file, detectors, session_events, tempdir, Client, Server, CONFIG,
+};
 
 /// The events of `n` sessions, interleaved: (session index, line).
 fn interleaved(label: &str, n: usize) -> (Vec<Vec<String>>, Vec<(usize, String)>) {
@@ -51,11 +45,7 @@ fn interleaved(label: &str, n: usize) -> (Vec<Vec<String>>, Vec<(usize, String)>
 /// Checks that each session's answers equal a sequential replay of its `applied` events.
 fn check_sessions(config: &ConfigSet, applied: &[Vec<String>], answers: &[Vec<Value>]) {
     for (k, (lines, got)) in applied.iter().zip(answers).enumerate() {
-        let want = replay_lines(config, lines);
-        assert_eq!(got.len(), want.len(), "session {k}");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g, w, "session {k}, event {i}: {}", lines[i]);
-        }
+        assert_replays(config, &k.to_string(), lines, got);
     }
 }
 

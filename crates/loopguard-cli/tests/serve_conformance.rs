@@ -5,30 +5,10 @@ mod common;
 mod serve_common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde_json::Value;
-use serve_common::{parallel, replay, tempdir, Server};
-
-fn cases() -> Vec<PathBuf> {
-    let mut cases: Vec<_> = fs::read_dir(common::conformance_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 70, "the whole conformance set is expected");
-    cases
-}
-
-fn config_of(case: &Path) -> Option<PathBuf> {
-    Some(case.join("config.json5")).filter(|p| p.exists())
-}
-
-fn name(case: &Path) -> String {
-    case.file_name().unwrap().to_string_lossy().into_owned()
-}
+use common::vectors::{config_of, conformance_cases, name};
+use serve_common::{check_event_by_event, parallel, replay, tempdir, Server};
 
 /// Starts a server for a case (on a fresh SQLite file unless `memory`).
 fn start(case: &Path, memory: bool, dir: &Path) -> Result<Server, String> {
@@ -86,12 +66,12 @@ fn ndjson_case(case: &Path, memory: bool) -> Result<(), String> {
 
 #[test]
 fn conformance_set_as_json_lines_on_sqlite() {
-    parallel(&cases(), 3, |case| ndjson_case(case, false));
+    parallel(&conformance_cases(), 3, |case| ndjson_case(case, false));
 }
 
 #[test]
 fn conformance_set_as_json_lines_in_memory() {
-    parallel(&cases(), 3, |case| ndjson_case(case, true));
+    parallel(&conformance_cases(), 3, |case| ndjson_case(case, true));
 }
 
 /// One request per event, as a host sends them: each answer is replay's line for it
@@ -99,62 +79,13 @@ fn conformance_set_as_json_lines_in_memory() {
 /// 400 (not an event) or a 422 (refused by the engine) with its error.
 #[test]
 fn conformance_set_one_event_per_request() {
-    let cases: Vec<_> = cases()
+    let cases: Vec<_> = conformance_cases()
         .into_iter()
         .filter(|c| !c.join("expected-exit").exists())
         .collect();
     parallel(&cases, 3, |case| {
         let dir = tempdir();
         let server = start(case, false, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
-        let mut client = server.client();
-        let want = common::json_lines(&replay(
-            config_of(case).as_deref(),
-            &case.join("events.jsonl"),
-        ));
-        let mut want = want.into_iter();
-        let text = fs::read(case.join("events.jsonl")).unwrap();
-        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let seq = i + 1;
-            let mut w = want.next().ok_or("fewer replay answers than lines")?;
-            let response = client.request(
-                "POST",
-                "/v1/events",
-                &[("Content-Type", "application/json")],
-                line,
-            );
-            let mut got = response.json();
-            let fail = |what: &str, got: &Value, w: &Value| {
-                format!(
-                    "{} line {seq}: {what}\n  got  {} {got}\n  want {w}",
-                    name(case),
-                    response.status
-                )
-            };
-            if w.get("error").is_some() {
-                let expected_status = if serde_json::from_slice::<Value>(line).is_ok()
-                    && loopguard_replay::parse_line(line).is_ok()
-                {
-                    422
-                } else {
-                    400
-                };
-                if response.status != expected_status || got.get("error").is_none() {
-                    return Err(fail("want an error", &got, &w));
-                }
-                continue;
-            }
-            if response.status != 200 {
-                return Err(fail("want 200", &got, &w));
-            }
-            got["seq"] = Value::Null;
-            w["seq"] = Value::Null;
-            if got != w {
-                return Err(fail("answers differ", &got, &w));
-            }
-        }
-        Ok(())
+        check_event_by_event(case, &mut [server.client()])
     });
 }

@@ -37,16 +37,14 @@
 //! (warnings waiting for the result of their call, for agents that can show the model a
 //! note only after the tool ran).
 
-use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loopguard::RunState;
+use loopguard_store::sqlite_file::{self, as_sql, fresh_tag, SchemaError};
+pub use loopguard_store::{Synchronous, SCHEMA_VERSION};
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-
-/// Version of the shared layout (`loopguard_meta.schema_version`) this code reads and writes.
-pub const SCHEMA_VERSION: &str = "1";
 
 /// A run that saw no event for this long starts afresh, and its row is swept (the store's
 /// default idle time-to-live: 24 hours).
@@ -92,18 +90,6 @@ pub enum StoreError {
     },
 }
 
-/// SQLite's `synchronous` setting for hook transactions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Synchronous {
-    /// fsync the WAL at every commit: a hook's update survives a power loss.
-    Full,
-    /// fsync only at checkpoints: an update survives the crash of any process, and at
-    /// worst the last updates before a power loss or an OS crash are lost.
-    #[default]
-    Normal,
-}
-
 /// How hook processes use the database file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DbOptions {
@@ -140,13 +126,7 @@ impl HookDb {
 
     /// [`HookDb::open`] with `options`.
     pub fn open_with(path: &Path, options: DbOptions) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_private_dir(dir).map_err(|source| StoreError::Create {
-                path: dir.to_owned(),
-                source,
-            })?;
-        }
-        create_private_file(path).map_err(|source| StoreError::Create {
+        sqlite_file::create_private(path).map_err(|(path, source)| StoreError::Create {
             path: path.to_owned(),
             source,
         })?;
@@ -162,10 +142,7 @@ impl HookDb {
                 message: format!("the database cannot use WAL mode (journal_mode is {mode})"),
             });
         }
-        let sync = match options.synchronous {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        };
+        let sync = options.synchronous.pragma();
         // Checkpoints are the hooks' own (see `fold_wal`), not SQLite's: an automatic or
         // closing checkpoint in a process that is alone on the file is forgotten by the
         // next one, which then reads the whole WAL again.
@@ -244,22 +221,21 @@ impl HookTx<'_> {
     }
 
     fn ensure_schema(&self) -> Result<(), StoreError> {
-        // The first two tables are the store's, created exactly as it creates them.
+        // The store's tables first, then the hooks' own.
+        sqlite_file::ensure_schema(&self.tx).map_err(|e| match e {
+            SchemaError::Version { found } => StoreError::Schema {
+                path: self.path.clone(),
+                found,
+            },
+            SchemaError::Sql(e) => self.sql(e),
+            other => StoreError::Sql {
+                path: self.path.clone(),
+                message: other.to_string(),
+            },
+        })?;
         self.tx
             .execute_batch(
-                "CREATE TABLE IF NOT EXISTS loopguard_meta (
-                     key TEXT PRIMARY KEY,
-                     value TEXT NOT NULL
-                 );
-                 CREATE TABLE IF NOT EXISTS runs (
-                     session TEXT NOT NULL,
-                     run TEXT NOT NULL,
-                     etag INTEGER NOT NULL,
-                     last_active INTEGER NOT NULL,
-                     state BLOB NOT NULL,
-                     PRIMARY KEY (session, run)
-                 );
-                 CREATE TABLE IF NOT EXISTS hook_sessions (
+                "CREATE TABLE IF NOT EXISTS hook_sessions (
                      session TEXT PRIMARY KEY,
                      run INTEGER NOT NULL,
                      last_active INTEGER NOT NULL
@@ -271,26 +247,9 @@ impl HookTx<'_> {
                      note TEXT NOT NULL,
                      last_active INTEGER NOT NULL,
                      PRIMARY KEY (session, run, call)
-                 );
-                 INSERT OR IGNORE INTO loopguard_meta (key, value)
-                     VALUES ('schema_version', '1');",
+                 );",
             )
-            .map_err(|e| self.sql(e))?;
-        let version: String = self
-            .tx
-            .query_row(
-                "SELECT value FROM loopguard_meta WHERE key = 'schema_version'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.sql(e))?;
-        if version != SCHEMA_VERSION {
-            return Err(StoreError::Schema {
-                path: self.path.clone(),
-                found: version,
-            });
-        }
-        Ok(())
+            .map_err(|e| self.sql(e))
     }
 
     /// The clock time of this transaction.
@@ -519,51 +478,6 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// SQLite integers are signed; tags and times are stored as their bit patterns, as the
-/// store does.
-fn as_sql(v: u64) -> i64 {
-    v as i64
-}
-
-/// A tag no other write is expected to use: the store's tags are unique 64-bit numbers too
-/// (each process starts at a random point); this process writes one or two.
-fn fresh_tag() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    std::collections::hash_map::RandomState::new().hash_one((
-        std::process::id(),
-        std::time::SystemTime::now(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-    ))
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)
-}
-
-/// Creates the database file readable by its owner only; an existing file is left as it is.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -720,6 +634,13 @@ mod tests {
             .unwrap();
         assert_eq!(len, 0);
         assert_eq!(tx.warnings().len(), 1);
+    }
+
+    #[test]
+    fn bounds_are_the_stores() {
+        let limits = loopguard_store::Limits::default();
+        assert_eq!(u128::from(IDLE_TTL_MS), limits.idle_ttl.as_millis());
+        assert_eq!(MAX_RUNS_PER_SESSION as usize, limits.max_runs_per_session);
     }
 
     #[test]

@@ -109,18 +109,6 @@ pub(crate) fn json_error(e: &serde_json::Error) -> String {
     format!("invalid JSON: {e}")
 }
 
-/// What kind of JSON value this is, in words.
-pub(crate) fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Refuses ids longer than `max` bytes.
 fn check_ids(event: &Event, max: usize) -> Result<(), String> {
     let ids = event.ids();
@@ -165,7 +153,7 @@ async fn json<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError
         other => {
             return Err(ApiError::bad_request(format!(
                 "the body must be an event object or an array of event objects, not {}",
-                kind_of(&other)
+                loopguard_replay::kind_of(&other)
             )))
         }
     };

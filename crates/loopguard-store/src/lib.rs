@@ -57,6 +57,7 @@ mod path;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod sqlite;
+pub mod sqlite_file;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -69,6 +70,7 @@ pub use path::{default_db_path, default_db_path_from};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, RedisTarget};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite_file::SCHEMA_VERSION;
 
 /// The clock a store reads: shared, thread-safe, injectable (`loopguard::SystemClock` in
 /// production, `loopguard::ManualClock` in tests).

@@ -33,10 +33,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use crate::cache::{Cache, Expired, Reload, Sink};
+use crate::sqlite_file::{as_sql, create_private, ensure_schema};
 use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
-
-/// Version of the database layout this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
 
 /// Updates are applied again at most this often when other writers keep winning.
 const MAX_ATTEMPTS: u32 = 16;
@@ -51,6 +49,16 @@ pub enum Synchronous {
     /// fsync only at checkpoints: an acknowledged update survives a crash of the process
     /// but the last commits may be lost with a power loss or an OS crash.
     Normal,
+}
+
+impl Synchronous {
+    /// The value of SQLite's `PRAGMA synchronous` for it.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
+        }
+    }
 }
 
 /// How an [`SqliteStore`] uses its file.
@@ -258,13 +266,8 @@ impl SqliteStore {
         clock: SharedClock,
         options: SqliteOptions,
     ) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_private_dir(dir).map_err(|e| {
-                StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
-        create_private_file(path).map_err(|e| {
-            StoreError::Unavailable(format!("cannot create {}: {e}", path.display()))
+        create_private(path).map_err(|(what, e)| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", what.display()))
         })?;
         let what = format!("cannot open {}", path.display());
         let conn = Connection::open(path).map_err(|e| sql_error(&what, e))?;
@@ -615,34 +618,6 @@ async fn wait(ticket: Ticket) -> Result<(), StoreError> {
     }
 }
 
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)
-}
-
-/// Creates the database file readable by its owner only (SQLite gives its `-wal` and
-/// `-shm` files the same permissions); an existing file is left as it is.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 fn prepare(conn: &Connection, options: &SqliteOptions) -> Result<(), String> {
     let sql = |e: rusqlite::Error| e.to_string();
     conn.busy_timeout(options.busy_timeout).map_err(sql)?;
@@ -654,10 +629,7 @@ fn prepare(conn: &Connection, options: &SqliteOptions) -> Result<(), String> {
             "the database cannot use WAL mode (journal_mode is {mode})"
         ));
     }
-    let sync = match options.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
+    let sync = options.synchronous.pragma();
     // Checkpoints run in their own thread (see `checkpoint_loop`); the writer checkpoints
     // only if the WAL grows past 64 MiB anyway. A 16 MiB page cache keeps the pages of
     // the most active runs in memory.
@@ -667,38 +639,7 @@ fn prepare(conn: &Connection, options: &SqliteOptions) -> Result<(), String> {
     .map_err(sql)?;
     let tx =
         rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate).map_err(sql)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS loopguard_meta (
-             key TEXT PRIMARY KEY,
-             value TEXT NOT NULL
-         );
-         CREATE TABLE IF NOT EXISTS runs (
-             session TEXT NOT NULL,
-             run TEXT NOT NULL,
-             etag INTEGER NOT NULL,
-             last_active INTEGER NOT NULL,
-             state BLOB NOT NULL,
-             PRIMARY KEY (session, run)
-         );",
-    )
-    .map_err(sql)?;
-    tx.execute(
-        "INSERT OR IGNORE INTO loopguard_meta (key, value) VALUES ('schema_version', ?1)",
-        [SCHEMA_VERSION.to_string()],
-    )
-    .map_err(sql)?;
-    let version: String = tx
-        .query_row(
-            "SELECT value FROM loopguard_meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql)?;
-    if version != SCHEMA_VERSION.to_string() {
-        return Err(format!(
-            "database schema version {version} is not supported (this build uses {SCHEMA_VERSION})"
-        ));
-    }
+    ensure_schema(&tx).map_err(|e| e.to_string())?;
     tx.commit().map_err(sql)
 }
 
@@ -724,11 +665,6 @@ fn load(conn: &Connection, cache: &Cache) -> rusqlite::Result<(usize, usize)> {
         }
     }
     Ok((kept, skipped))
-}
-
-/// SQLite integers are signed; tags and times are stored as their bit patterns.
-fn as_sql(v: u64) -> i64 {
-    v as i64
 }
 
 /// Writes of one batch, with consecutive writes of one key merged.

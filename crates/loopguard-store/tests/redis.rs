@@ -8,8 +8,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{apply, compaction, loop_lines, replay_all, run_names};
 use loopguard::{ConfigSet, ManualClock, SystemClock};
-use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_replay::Answer;
 use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
 use loopguard_store::{
     Limits, RedisOptions, RedisStore, RedisTarget, RunKey, SharedClock, Store, StoreError,
@@ -35,46 +38,14 @@ fn options(prefix: &str) -> RedisOptions {
     }
 }
 
-async fn apply(
-    store: &impl Store,
-    config: &ConfigSet,
-    seq: u64,
-    line: &str,
-) -> Result<Answer, StoreError> {
-    let event = parse_line(line.as_bytes()).expect("valid event");
-    let scope = scope_of(&event, None);
-    store
-        .update(RunKey::of(&scope), |run, now| {
-            apply_to_run(
-                run,
-                config.for_agent(scope.agent()),
-                &scope,
-                seq,
-                &event,
-                now,
-            )
-        })
-        .await
-}
-
-fn loop_lines(session: &str, run: &str, n: usize) -> Vec<String> {
-    (0..n)
-        .flat_map(|i| {
-            [
-                format!(r#"{{"type":"call","session":"{session}","run":"{run}","call_id":"c{i}","tool":"read","args":{{"path":"/x"}}}}"#),
-                format!(r#"{{"type":"result","session":"{session}","run":"{run}","call_id":"c{i}","result":"same"}}"#),
-            ]
-        })
-        .collect()
-}
-
-fn replay_all(config: &ConfigSet, lines: &[String]) -> Vec<Answer> {
-    let mut replayer = Replayer::new(config.clone(), None);
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap()))
-        .collect()
+/// A store that holds one session at most, whose runs go idle after 60 s by `clock`.
+async fn one_session_store(url: &str, clock: &ManualClock, prefix: &str) -> RedisStore {
+    let limits = Limits {
+        max_sessions: 1,
+        idle_ttl: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    connect(url, Arc::new(clock.clone()), limits, options(prefix)).await
 }
 
 /// Two stores (two replicas) on one Redis, taking turns: the answers of one
@@ -170,8 +141,9 @@ async fn a_redis_cluster_serves_the_same_answers_and_spreads_sessions() {
     let store = connect(&cluster.url(), clock, Limits::default(), options("spread:")).await;
     let config = ConfigSet::default();
     for i in 0..60 {
-        let line = format!(r#"{{"type":"compaction","session":"s{i}","run":"r"}}"#);
-        apply(&store, &config, 1, &line).await.unwrap();
+        apply(&store, &config, 1, &compaction(&format!("s{i}"), "r"))
+            .await
+            .unwrap();
     }
     let used = cluster
         .nodes()
@@ -197,17 +169,12 @@ async fn a_redis_cluster_serves_the_same_answers_and_spreads_sessions() {
     let clock: SharedClock = Arc::new(SystemClock);
     let store = connect(&cluster.url(), clock, limits, options("evict:")).await;
     for run in ["r1", "r2", "r3"] {
-        let line = format!(r#"{{"type":"compaction","session":"s","run":"{run}"}}"#);
-        apply(&store, &config, 1, &line).await.unwrap();
+        apply(&store, &config, 1, &compaction("s", run))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let runs: Vec<_> = store
-        .session("s")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.run.unwrap())
-        .collect();
+    let runs = run_names(&store, "s").await;
     assert_eq!(runs, ["r3", "r2"]);
     assert_eq!(store.remove_session("s").await.unwrap(), 2);
     assert!(store.session("s").await.unwrap().is_empty());
@@ -284,9 +251,6 @@ async fn limits_hold_across_stores() {
     let a = connect(&redis.url(), shared.clone(), limits, options("lim:")).await;
     let b = connect(&redis.url(), shared, limits, options("lim:")).await;
     let config = ConfigSet::default();
-    let compaction = |session: &str, run: &str| {
-        format!(r#"{{"type":"compaction","session":"{session}","run":"{run}"}}"#)
-    };
     for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
         clock.advance(Duration::from_millis(10));
         let store = if i % 2 == 0 { &a } else { &b };
@@ -294,13 +258,7 @@ async fn limits_hold_across_stores() {
             .await
             .unwrap();
     }
-    let runs: Vec<_> = a
-        .session("s1")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.run.unwrap())
-        .collect();
+    let runs = run_names(&a, "s1").await;
     assert_eq!(runs, ["r3", "r2"], "r1 was the least recently active");
     assert_eq!(
         redis.command(&["EXISTS", "lim:{s1}:r:r1"]).unwrap().int(),
@@ -332,18 +290,7 @@ async fn idle_runs_start_afresh_and_redis_expires_them() {
     }
     let redis = RedisServer::start().unwrap();
     let clock = ManualClock::new(1_000_000);
-    let limits = Limits {
-        max_sessions: 1,
-        idle_ttl: Duration::from_secs(60),
-        ..Limits::default()
-    };
-    let store = connect(
-        &redis.url(),
-        Arc::new(clock.clone()),
-        limits,
-        options("idle:"),
-    )
-    .await;
+    let store = one_session_store(&redis.url(), &clock, "idle:").await;
     let config = ConfigSet::default();
     let armed = |answer: Answer| match answer {
         Answer::Compaction { armed, .. } => armed,
@@ -375,14 +322,9 @@ async fn idle_runs_start_afresh_and_redis_expires_them() {
     clock.advance(Duration::from_secs(76));
     store.expire_idle().await.unwrap();
     assert_eq!(store.stats().sessions, 0);
-    apply(
-        &store,
-        &config,
-        1,
-        r#"{"type":"compaction","session":"t","run":"r"}"#,
-    )
-    .await
-    .unwrap();
+    apply(&store, &config, 1, &compaction("t", "r"))
+        .await
+        .unwrap();
 
     // Redis expires the keys by itself (real time).
     let quick = Limits {
@@ -604,23 +546,11 @@ async fn live_sessions_keep_their_place_in_the_registry() {
     }
     let redis = RedisServer::start().unwrap();
     let clock = ManualClock::new(1_000_000);
-    let limits = Limits {
-        max_sessions: 1,
-        idle_ttl: Duration::from_secs(60),
-        ..Limits::default()
-    };
-    let store = connect(
-        &redis.url(),
-        Arc::new(clock.clone()),
-        limits,
-        options("reg:"),
-    )
-    .await;
+    let store = one_session_store(&redis.url(), &clock, "reg:").await;
     let config = ConfigSet::default();
-    let event = |session: &str, run: &str| {
-        format!(r#"{{"type":"compaction","session":"{session}","run":"{run}"}}"#)
-    };
-    apply(&store, &config, 1, &event("s1", "a")).await.unwrap();
+    apply(&store, &config, 1, &compaction("s1", "a"))
+        .await
+        .unwrap();
     for step in 0..12 {
         clock.advance(Duration::from_secs(20));
         // A new run now and then: its first event refreshes the entry too.
@@ -629,12 +559,14 @@ async fn live_sessions_keep_their_place_in_the_registry() {
         } else {
             "a".into()
         };
-        apply(&store, &config, 1, &event("s1", &run)).await.unwrap();
+        apply(&store, &config, 1, &compaction("s1", &run))
+            .await
+            .unwrap();
         // The refresh runs in the background.
         tokio::time::sleep(Duration::from_millis(30)).await;
         store.expire_idle().await.unwrap();
         assert_eq!(store.stats().sessions, 1, "step {step}");
-        let refused = apply(&store, &config, 1, &event("s2", "a")).await;
+        let refused = apply(&store, &config, 1, &compaction("s2", "a")).await;
         assert_eq!(
             refused.unwrap_err(),
             StoreError::SessionLimit { limit: 1 },
@@ -645,7 +577,9 @@ async fn live_sessions_keep_their_place_in_the_registry() {
     clock.advance(Duration::from_secs(76));
     store.expire_idle().await.unwrap();
     assert_eq!(store.stats().sessions, 0);
-    apply(&store, &config, 1, &event("s2", "a")).await.unwrap();
+    apply(&store, &config, 1, &compaction("s2", "a"))
+        .await
+        .unwrap();
 }
 
 /// `rediss://`: TLS with a private certificate authority given as a PEM file; without it

@@ -5,8 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::{apply, compaction, loop_lines, replay_all, run_names};
 use loopguard::{ConfigSet, ManualClock};
-use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer};
 use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
 
 fn open(path: &Path, clock: &ManualClock) -> SqliteStore {
@@ -23,57 +26,13 @@ fn open_with(
     SqliteStore::open(path, limits, clock, options).expect("open store")
 }
 
-/// Applies one event line through `store`.
-async fn apply(
-    store: &impl Store,
-    config: &ConfigSet,
-    seq: u64,
-    line: &str,
-) -> Result<Answer, StoreError> {
-    let event = parse_line(line.as_bytes()).expect("valid event");
-    let scope = scope_of(&event, None);
-    store
-        .update(RunKey::of(&scope), |run, now| {
-            apply_to_run(
-                run,
-                config.for_agent(scope.agent()),
-                &scope,
-                seq,
-                &event,
-                now,
-            )
-        })
-        .await
-}
-
-/// A call and its identical result, `n` times, in session `s`, run `r`.
-fn loop_lines(session: &str, n: usize) -> Vec<String> {
-    (0..n)
-        .flat_map(|i| {
-            [
-                format!(r#"{{"type":"call","session":"{session}","run":"r","call_id":"c{i}","tool":"read","args":{{"path":"/x"}}}}"#),
-                format!(r#"{{"type":"result","session":"{session}","run":"r","call_id":"c{i}","result":"same"}}"#),
-            ]
-        })
-        .collect()
-}
-
-fn replay_all(config: &ConfigSet, lines: &[String]) -> Vec<Answer> {
-    let mut replayer = Replayer::new(config.clone(), None);
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap()))
-        .collect()
-}
-
 #[tokio::test]
 async fn state_survives_a_restart_and_answers_equal_an_uninterrupted_replay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/dir/loopguard.db");
     let clock = ManualClock::new(1_000);
     let config = ConfigSet::enabled_defaults();
-    let lines = loop_lines("s", 25);
+    let lines = loop_lines("s", "r", 25);
     let want = replay_all(&config, &lines);
 
     let mut got = Vec::new();
@@ -113,7 +72,7 @@ async fn batches_commit_together_and_answer_in_order() {
     let path = dir.path().join("db");
     let clock = ManualClock::new(1_000);
     let config = ConfigSet::enabled_defaults();
-    let lines = loop_lines("s", 15);
+    let lines = loop_lines("s", "r", 15);
     let want = replay_all(&config, &lines);
     let store = open(&path, &clock);
     let events: Vec<_> = lines
@@ -156,7 +115,7 @@ async fn two_stores_on_one_file_never_lose_an_update() {
     let config = ConfigSet::enabled_defaults();
     let a = open(&path, &clock);
     let b = open(&path, &clock);
-    let lines = loop_lines("s", 12);
+    let lines = loop_lines("s", "r", 12);
     let want = replay_all(&config, &lines);
     let mut got = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -183,7 +142,7 @@ async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
         ..SqliteOptions::default()
     };
     let store = open_with(&path, &clock, Limits::default(), options);
-    let lines = loop_lines("s", 3);
+    let lines = loop_lines("s", "r", 3);
     apply(&store, &config, 1, &lines[0]).await.unwrap();
     apply(&store, &config, 2, &lines[1]).await.unwrap();
 
@@ -232,14 +191,9 @@ async fn idle_runs_expire_from_memory_and_disk_without_sleeping() {
     .await
     .unwrap();
     clock.advance(Duration::from_secs(1800));
-    apply(
-        &store,
-        &config,
-        2,
-        r#"{"type":"compaction","session":"new","run":"r"}"#,
-    )
-    .await
-    .unwrap();
+    apply(&store, &config, 2, &compaction("new", "r"))
+        .await
+        .unwrap();
     clock.advance(Duration::from_secs(1801));
     assert_eq!(store.expire_idle().await.unwrap(), 1);
     assert_eq!(store.stats().sessions, 1);
@@ -267,8 +221,9 @@ async fn ending_runs_and_sessions_is_durable() {
     let config = ConfigSet::default();
     let store = open(&path, &clock);
     for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
-        let line = format!(r#"{{"type":"compaction","session":"s","run":"{run}"}}"#);
-        apply(&store, &config, i as u64 + 1, &line).await.unwrap();
+        apply(&store, &config, i as u64 + 1, &compaction("s", run))
+            .await
+            .unwrap();
     }
     apply(&store, &config, 4, r#"{"type":"compaction","session":"t"}"#)
         .await
@@ -284,13 +239,7 @@ async fn ending_runs_and_sessions_is_durable() {
     assert_eq!(store.remove_session("t").await.unwrap(), 1);
     drop(store);
     let store = open(&path, &clock);
-    let runs: Vec<_> = store
-        .session("s")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.run.unwrap())
-        .collect();
+    let runs = run_names(&store, "s").await;
     assert_eq!(runs.len(), 2);
     assert!(!runs.contains(&"r2".to_owned()));
     assert!(store.session("t").await.unwrap().is_empty());
@@ -317,14 +266,9 @@ async fn the_session_limit_refuses_new_sessions_only() {
     }
     let refused = apply(&store, &config, 1, r#"{"type":"compaction","session":"c"}"#).await;
     assert_eq!(refused.unwrap_err(), StoreError::SessionLimit { limit: 2 });
-    apply(
-        &store,
-        &config,
-        1,
-        r#"{"type":"compaction","session":"a","run":"x"}"#,
-    )
-    .await
-    .expect("a live session can open runs");
+    apply(&store, &config, 1, &compaction("a", "x"))
+        .await
+        .expect("a live session can open runs");
 }
 
 #[tokio::test]
@@ -338,7 +282,7 @@ async fn concurrent_updates_share_commits() {
         let store = Arc::clone(&store);
         let config = Arc::clone(&config);
         tasks.push(tokio::spawn(async move {
-            let lines = loop_lines(&format!("s{t}"), 10);
+            let lines = loop_lines(&format!("s{t}"), "r", 10);
             let mut got = Vec::new();
             for (i, line) in lines.iter().enumerate() {
                 got.push(apply(&*store, &config, i as u64 + 1, line).await.unwrap());

@@ -21,6 +21,23 @@ pub fn cases(dir: &Path) -> Vec<PathBuf> {
     cases
 }
 
+/// The whole public conformance set kept in the repository, sorted.
+pub fn conformance_cases() -> Vec<PathBuf> {
+    let cases = cases(&super::conformance_dir());
+    assert!(cases.len() >= 70, "the whole conformance set is expected");
+    cases
+}
+
+/// A case's config file, if it has one.
+pub fn config_of(case: &Path) -> Option<PathBuf> {
+    Some(case.join("config.json5")).filter(|p| p.exists())
+}
+
+/// A case's name.
+pub fn name(case: &Path) -> String {
+    case.file_name().unwrap().to_string_lossy().into_owned()
+}
+
 /// Runs every case; returns one line per failing case.
 pub fn failures(dir: &Path) -> (usize, Vec<String>) {
     let cases = cases(dir);
@@ -29,7 +46,7 @@ pub fn failures(dir: &Path) -> (usize, Vec<String>) {
         .filter_map(|case| {
             check_case(case)
                 .err()
-                .map(|e| format!("{}: {e}", case.file_name().unwrap().to_string_lossy()))
+                .map(|e| format!("{}: {e}", name(case)))
         })
         .collect();
     (cases.len(), failures)
@@ -38,9 +55,8 @@ pub fn failures(dir: &Path) -> (usize, Vec<String>) {
 /// Runs one case.
 pub fn check_case(dir: &Path) -> Result<(), String> {
     let events = dir.join("events.jsonl");
-    let config = dir.join("config.json5");
     let mut args = vec!["replay".to_owned()];
-    if config.exists() {
+    if let Some(config) = config_of(dir) {
         args.push("--config".into());
         args.push(config.display().to_string());
     }

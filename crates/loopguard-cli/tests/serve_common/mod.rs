@@ -415,3 +415,252 @@ pub fn parallel<T: Sync>(items: &[T], threads: usize, f: impl Fn(&T) -> Result<(
         failures.join("\n")
     );
 }
+
+/// Sends the events of a conformance case one request each, event `k` to
+/// `clients[k % clients.len()]` (one client for one server, or one per replica as a load
+/// balancer spreading one session would): each answer is replay's line for it (but
+/// `seq`, which is the position in the request), and a line replay refuses is a 400 (not
+/// an event) or a 422 (refused by the engine) with its error.
+pub fn check_event_by_event(case: &Path, clients: &mut [Client]) -> Result<(), String> {
+    use crate::common::vectors::{config_of, name};
+    use serde_json::Value;
+
+    let events = case.join("events.jsonl");
+    let want = crate::common::json_lines(&replay(config_of(case).as_deref(), &events));
+    let mut want = want.into_iter();
+    let text = std::fs::read(&events).unwrap();
+    let mut k = 0;
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let seq = i + 1;
+        let mut w = want.next().ok_or("fewer replay answers than lines")?;
+        let replica = k % clients.len();
+        k += 1;
+        let response = clients[replica].request(
+            "POST",
+            "/v1/events",
+            &[("Content-Type", "application/json")],
+            line,
+        );
+        let mut got = response.json();
+        let fail = |what: &str, got: &Value, w: &Value| {
+            let at = if clients.len() > 1 {
+                format!(" (replica {replica})")
+            } else {
+                String::new()
+            };
+            format!(
+                "{} line {seq}{at}: {what}\n  got  {} {got}\n  want {w}",
+                name(case),
+                response.status
+            )
+        };
+        if w.get("error").is_some() {
+            let expected_status = if serde_json::from_slice::<Value>(line).is_ok()
+                && loopguard_replay::parse_line(line).is_ok()
+            {
+                422
+            } else {
+                400
+            };
+            if response.status != expected_status || got.get("error").is_none() {
+                return Err(fail("want an error", &got, &w));
+            }
+            continue;
+        }
+        if response.status != 200 {
+            return Err(fail("want 200", &got, &w));
+        }
+        got["seq"] = Value::Null;
+        w["seq"] = Value::Null;
+        if got != w {
+            return Err(fail("answers differ", &got, &w));
+        }
+    }
+    Ok(())
+}
+
+/// Thresholds low enough that every detector fires within a short session.
+pub const CONFIG: &str = "{ tools: { loopDetection: { enabled: true, warningThreshold: 3, criticalThreshold: 6, globalCircuitBreakerThreshold: 9, unknownToolThreshold: 4 } } }";
+
+/// Writes [`CONFIG`] to `DIR/config.json5`; returns its path.
+pub fn config_file(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("config.json5");
+    std::fs::write(&path, CONFIG).unwrap();
+    path
+}
+
+/// The events of one session: several runs mixing loops the detectors catch (identical
+/// reads, a stuck poll, ping-pong, an unknown tool, a loop surviving a compaction) with
+/// calls that make progress, and a result naming no pending call.
+pub fn session_events(session: &str, seed: usize) -> Vec<String> {
+    use serde_json::{json, Value};
+
+    let mut out = Vec::new();
+    let call =
+        |out: &mut Vec<String>, run: &str, id: String, tool: &str, args: Value, outcome: Value| {
+            out.push(
+            json!({"type":"call","session":session,"run":run,"call_id":id,"tool":tool,"args":args})
+                .to_string(),
+        );
+            let mut result = json!({"type":"result","session":session,"run":run,"call_id":id});
+            match outcome.get("error") {
+                Some(error) => result["error"] = error.clone(),
+                None => result["result"] = outcome,
+            }
+            out.push(result.to_string());
+        };
+    for step in 0..12 {
+        let i = step + seed;
+        let same = json!({"content":[{"type":"text","text":"same"}]});
+        call(
+            &mut out,
+            "loop",
+            format!("a{step}"),
+            "read",
+            json!({"path": "/x"}),
+            same,
+        );
+        let poll = json!({"action": "poll", "sessionId": "p"});
+        let running = json!({"details": {"status": "running", "aggregated": "..."}});
+        call(
+            &mut out,
+            "poll",
+            format!("p{step}"),
+            "process",
+            poll,
+            running,
+        );
+        let (tool, path) = if step % 2 == 0 {
+            ("read", "/a")
+        } else {
+            ("list", "/b")
+        };
+        call(
+            &mut out,
+            "pp",
+            format!("q{step}"),
+            tool,
+            json!({"path": path}),
+            json!(format!("{tool} same")),
+        );
+        call(
+            &mut out,
+            "fresh",
+            format!("f{step}"),
+            "read",
+            json!({"path": format!("/f{i}")}),
+            json!(format!("content {i}")),
+        );
+        call(
+            &mut out,
+            "missing",
+            format!("m{step}"),
+            "nope",
+            json!({}),
+            json!({"error": "Tool nope not found"}),
+        );
+        if step == 2 {
+            out.push(json!({"type":"compaction","session":session,"run":"loop"}).to_string());
+        }
+    }
+    // A result that names no pending call: the engine refuses it in both worlds.
+    out.push(
+        json!({"type":"result","session":session,"run":"loop","call_id":"zzz","result":1})
+            .to_string(),
+    );
+    out
+}
+
+/// What a sequential replay answers to `lines` (each with `seq` 1, as single events get).
+pub fn replay_lines(config: &loopguard::ConfigSet, lines: &[String]) -> Vec<serde_json::Value> {
+    let mut replayer = loopguard_replay::Replayer::new(config.clone(), None);
+    lines
+        .iter()
+        .map(|l| {
+            let event = loopguard_replay::parse_line(l.as_bytes()).unwrap();
+            serde_json::to_value(replayer.apply(1, &event)).unwrap()
+        })
+        .collect()
+}
+
+/// Asserts that the answers `got` to the events `lines` of one session equal a sequential
+/// replay of them.
+pub fn assert_replays(
+    config: &loopguard::ConfigSet,
+    session: &str,
+    lines: &[String],
+    got: &[serde_json::Value],
+) {
+    let want = replay_lines(config, lines);
+    assert_eq!(got.len(), want.len(), "session {session}");
+    for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "session {session}, event {n}: {}", lines[n]);
+    }
+}
+
+/// The detectors that fired in a list of answers.
+pub fn detectors(answers: &[serde_json::Value]) -> Vec<String> {
+    answers
+        .iter()
+        .filter_map(|a| a["detector"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `threads` clients at once, each with [`session_events`] for `sessions_per_client`
+/// sessions of its own, interleaved, one request per event, each event to the next of
+/// `servers` in turn: every answer is 200 or 422, the answers of every session equal a
+/// sequential replay of it, and every detector fired in every session.
+pub fn hammer_sessions(
+    servers: &[Server],
+    config: &loopguard::ConfigSet,
+    threads: usize,
+    sessions_per_client: usize,
+) {
+    std::thread::scope(|s| {
+        for c in 0..threads {
+            s.spawn(move || {
+                let mut clients: Vec<_> = servers.iter().map(Server::client).collect();
+                let sessions: Vec<(String, Vec<String>)> = (0..sessions_per_client)
+                    .map(|k| {
+                        let name = format!("c{c}-s{k}");
+                        let events = session_events(&name, c * 100 + k);
+                        (name, events)
+                    })
+                    .collect();
+                let mut answers: Vec<Vec<serde_json::Value>> = vec![Vec::new(); sessions.len()];
+                // Interleave the sessions of this client; other clients run at the same time.
+                let longest = sessions.iter().map(|(_, e)| e.len()).max().unwrap();
+                let mut n = c;
+                for i in 0..longest {
+                    for (k, (_, events)) in sessions.iter().enumerate() {
+                        let Some(line) = events.get(i) else { continue };
+                        let replica = n % clients.len();
+                        n += 1;
+                        let response = clients[replica].post("/v1/events", line);
+                        assert!(
+                            matches!(response.status, 200 | 422),
+                            "replica {replica}: {} {}",
+                            response.status,
+                            response.text()
+                        );
+                        answers[k].push(response.json());
+                    }
+                }
+                for ((name, events), got) in sessions.iter().zip(answers) {
+                    assert_replays(config, name, events, &got);
+                    let fired = detectors(&got);
+                    for d in [
+                        "generic_repeat",
+                        "known_poll_no_progress",
+                        "unknown_tool_repeat",
+                    ] {
+                        assert!(fired.iter().any(|f| f == d), "{name}: {d} never fired");
+                    }
+                }
+            });
+        }
+    });
+}
