@@ -21,6 +21,7 @@ use crate::output::fatal;
 /// One proxy process is one session. When the server exits, open requests are answered
 /// with a "Connection closed" error and the proxy exits with the server's status; when
 /// the client goes away, the server's stdin is closed (then SIGTERM, then SIGKILL).
+/// SIGTERM, SIGINT and SIGHUP sent to the proxy are passed on to the server.
 ///
 /// Without --config, detection is on with the default thresholds.
 #[derive(Args, Debug)]
@@ -67,6 +68,7 @@ pub fn run(args: McpProxyArgs) -> u8 {
     let mut options = ProxyOptions::new(config, session);
     options.agent = args.agent;
     options.shutdown_grace = std::time::Duration::from_millis(args.shutdown_grace_ms);
+    options.forward_signals = true;
     match run_proxy(
         server,
         std::io::stdin(),

@@ -198,6 +198,35 @@ fn a_server_killed_by_a_signal() {
 }
 
 #[test]
+fn signals_to_the_proxy_are_passed_on_to_the_server() {
+    for (signal, number) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
+        // A server that says hello, then exits with 40 + N when signal N arrives.
+        let script = format!(
+            r#"trap 'echo "server: got {signal}" >&2; exit {code}' {signal}
+echo '{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"up"}}}}'
+while :; do sleep 0.05; done"#,
+            code = 40 + number
+        );
+        let mut p = Proxy::start(&[], &["sh", "-c", &script]);
+        p.send(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+        );
+        // The hello went through: the server runs, and so does the signal handling,
+        // which the proxy installs before it starts the server.
+        assert_eq!(p.recv_json()["params"]["data"], "up");
+        p.signal(signal);
+        // The request the server never answered gets the closed-connection error.
+        let answer = p.recv_json();
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["error"]["code"], -32000);
+        p.stderr_contains(&format!("passed SIG{signal} on to the MCP server"));
+        p.stderr_contains(&format!("server: got {signal}"));
+        let (code, _) = p.wait(Duration::from_secs(10));
+        assert_eq!(code, 40 + number, "the proxy ends with the server's status");
+    }
+}
+
+#[test]
 fn the_client_going_away_stops_the_server() {
     let dir = tempfile::tempdir().unwrap();
     // A server that exits at the end of its input: at once.

@@ -11,7 +11,9 @@
 //!   -32000, what the MCP SDKs report for a closed connection) and the proxy ends.
 //!
 //! The server's stderr is the proxy's stderr. The proxy's exit status is the server's
-//! (128 + N when a signal N ended it).
+//! (128 + N when a signal N ended it). With [`ProxyOptions::forward_signals`], SIGTERM,
+//! SIGINT and SIGHUP sent to the proxy are passed on to the server, and the proxy ends
+//! when the server does (so a client stopping the proxy stops the server the same way).
 
 use std::io::{self, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -41,6 +43,10 @@ pub struct ProxyOptions {
     pub shutdown_grace: Duration,
     /// Longest line read from either side.
     pub max_line_bytes: usize,
+    /// Pass SIGTERM, SIGINT and SIGHUP on to the server (Unix; the process-wide signal
+    /// handlers are installed for as long as the proxy runs). For a process that is the
+    /// proxy and nothing else, like `loopguard mcp-proxy`.
+    pub forward_signals: bool,
 }
 
 impl ProxyOptions {
@@ -52,6 +58,7 @@ impl ProxyOptions {
             agent: None,
             shutdown_grace: Duration::from_secs(2),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            forward_signals: false,
         }
     }
 }
@@ -71,6 +78,9 @@ pub enum ProxyError {
     /// A thread of the proxy could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(io::Error),
+    /// The signal handlers could not be installed.
+    #[error("cannot handle signals: {0}")]
+    Signals(io::Error),
 }
 
 /// How the proxy ended.
@@ -142,6 +152,13 @@ where
     W: Write + Send + 'static,
     L: Write + Send + 'static,
 {
+    let log: Shared<Box<dyn Write + Send>> = Arc::new(Mutex::new(Box::new(log)));
+    // Installed before the server starts, so that no signal can fall between the two.
+    let forwarding = if options.forward_signals {
+        Some(SignalForwarder::install(Arc::clone(&log))?)
+    } else {
+        None
+    };
     let program = server.get_program().to_string_lossy().into_owned();
     let mut child = server
         .stdin(Stdio::piped())
@@ -161,8 +178,10 @@ where
         options.session.clone(),
         options.agent.clone(),
     )));
+    if let Some(forwarding) = &forwarding {
+        forwarding.target(&child);
+    }
     let client = Arc::new(Mutex::new(LineWriter::new(client_out)));
-    let log: Shared<Box<dyn Write + Send>> = Arc::new(Mutex::new(Box::new(log)));
     let (events, finished) = mpsc::channel::<Event>();
     let max = options.max_line_bytes;
 
@@ -257,6 +276,8 @@ where
     drop(events);
 
     let first = finished.recv().unwrap_or(Event::ServerEof);
+    // Stop forwarding before the server is reaped: after that its pid may be reused.
+    drop(forwarding);
     let exit = match first {
         Event::ServerEof => {
             // The server closed its stdout: it is exiting (or has crashed). Give it the
@@ -327,6 +348,85 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
             _ => return None,
         }
     }
+}
+
+/// Passes the signals that ask a process to stop on to the server, while it lives.
+#[cfg(unix)]
+struct SignalForwarder {
+    handle: signal_hook::iterator::Handle,
+    server: Arc<Mutex<Option<rustix::process::Pid>>>,
+}
+
+#[cfg(unix)]
+impl SignalForwarder {
+    fn install(log: Shared<Box<dyn Write + Send>>) -> Result<Self, ProxyError> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .map_err(ProxyError::Signals)?;
+        let handle = signals.handle();
+        let server: Arc<Mutex<Option<rustix::process::Pid>>> = Arc::new(Mutex::new(None));
+        let target = Arc::clone(&server);
+        thread::Builder::new()
+            .name("lg-mcp-signals".into())
+            .spawn(move || {
+                for number in signals.forever() {
+                    let Some(signal) = rustix::process::Signal::from_named_raw(number) else {
+                        continue;
+                    };
+                    // Held while signalling, so that `Drop` cannot finish in between.
+                    let pid = lock(&target);
+                    match *pid {
+                        Some(pid) => {
+                            let _ = rustix::process::kill_process(pid, signal);
+                            say(
+                                &log,
+                                &format!("passed {} on to the MCP server", signal_name(number)),
+                            );
+                        }
+                        None => say(
+                            &log,
+                            &format!("{} before the MCP server started", signal_name(number)),
+                        ),
+                    }
+                }
+            })
+            .map_err(ProxyError::Thread)?;
+        Ok(Self { handle, server })
+    }
+
+    fn target(&self, child: &Child) {
+        *lock(&self.server) = Some(rustix::process::Pid::from_child(child));
+    }
+}
+
+#[cfg(unix)]
+impl Drop for SignalForwarder {
+    fn drop(&mut self) {
+        *lock(&self.server) = None;
+        self.handle.close();
+    }
+}
+
+#[cfg(unix)]
+fn signal_name(number: i32) -> &'static str {
+    match number {
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+#[cfg(not(unix))]
+struct SignalForwarder;
+
+#[cfg(not(unix))]
+impl SignalForwarder {
+    fn install(_log: Shared<Box<dyn Write + Send>>) -> Result<Self, ProxyError> {
+        Ok(Self)
+    }
+
+    fn target(&self, _child: &Child) {}
 }
 
 #[cfg(unix)]

@@ -105,9 +105,34 @@ impl Proxy {
         self.stdin = None;
     }
 
+    /// Sends the proxy a signal (`TERM`, `INT`, `HUP`, ...) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg("-s")
+            .arg(name)
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {name} failed");
+    }
+
     /// What the proxy wrote on stderr so far (the server's stderr included).
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until the proxy's stderr contains `needle` (fails after 10 s: stderr is read
+    /// by a thread of its own, so it may lag behind stdout).
+    pub fn stderr_contains(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.stderr().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "stderr never said {needle:?}: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Waits for the proxy to exit (fails after `limit`); returns its exit code and how
