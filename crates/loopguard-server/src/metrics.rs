@@ -237,8 +237,11 @@ impl Metrics {
             "Sessions held.",
         );
         let _ = writeln!(out, "loopguard_live_sessions {}", store.sessions);
-        head(&mut out, "loopguard_live_runs", "gauge", "Runs held.");
-        let _ = writeln!(out, "loopguard_live_runs {}", store.runs);
+        // Left out rather than reported as 0 when the store cannot count its runs.
+        if let Some(runs) = store.runs {
+            head(&mut out, "loopguard_live_runs", "gauge", "Runs held.");
+            let _ = writeln!(out, "loopguard_live_runs {runs}");
+        }
         head(
             &mut out,
             "loopguard_expired_runs_total",
@@ -381,6 +384,7 @@ mod tests {
         let text = m.render(
             &StoreStats {
                 sessions: 2,
+                runs: Some(3),
                 ..StoreStats::default()
             },
             false,
@@ -391,6 +395,7 @@ mod tests {
             "loopguard_verdicts_total{detector=\"none\",level=\"allow\"} 1",
             "loopguard_verdicts_total{detector=\"ping_pong\",level=\"critical\"} 0",
             "loopguard_live_sessions 2",
+            "loopguard_live_runs 3",
             "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.0005\"} 1",
             "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.00025\"} 0",
             "loopguard_http_request_duration_seconds_bucket{route=\"other\",le=\"+Inf\"} 1",
@@ -412,5 +417,12 @@ mod tests {
             let value = l.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{l}");
         }
+        // A store that cannot count its runs (Redis) gets no runs gauge rather than 0.
+        let uncounted = m.render(&StoreStats::default(), true);
+        assert!(!uncounted.contains("loopguard_live_runs"), "{uncounted}");
+        assert!(
+            uncounted.contains("loopguard_live_sessions 0\n"),
+            "{uncounted}"
+        );
     }
 }

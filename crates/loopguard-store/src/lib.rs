@@ -185,8 +185,9 @@ pub struct RunSnapshot {
 pub struct StoreStats {
     /// Live sessions held.
     pub sessions: u64,
-    /// Live runs held.
-    pub runs: u64,
+    /// Live runs held; `None` when the store cannot count them cheaply (Redis, whose runs
+    /// live in one set per session).
+    pub runs: Option<u64>,
     /// Transactions committed to the backend (0 for a store without one).
     pub commits: u64,
     /// Run states written.

@@ -80,7 +80,7 @@ impl Store for MemoryStore {
         let (sessions, runs) = self.cache.counts();
         StoreStats {
             sessions,
-            runs,
+            runs: Some(runs),
             writes: self.writes.load(Ordering::Relaxed),
             expired_runs: self.cache.expired(),
             ..StoreStats::default()

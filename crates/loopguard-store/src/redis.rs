@@ -944,7 +944,7 @@ impl Store for RedisStore {
         let writes = s.writes.load(Ordering::Relaxed);
         StoreStats {
             sessions: s.sessions.load(Ordering::Relaxed),
-            runs: 0,
+            runs: None,
             commits: writes,
             writes,
             conflicts: s.conflicts.load(Ordering::Relaxed),

@@ -553,7 +553,7 @@ impl Store for SqliteStore {
         let c = &self.writer.counters;
         StoreStats {
             sessions,
-            runs,
+            runs: Some(runs),
             commits: c.commits.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             conflicts: c.conflicts.load(Ordering::Relaxed),
