@@ -17,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
         ..ScanOptions::default()
     };
     for format in Format::ALL {
-        let scan = scan_bytes(data, Some(format), "fuzz", &options).expect("in-memory scans do not fail");
+        let scan =
+            scan_bytes(data, Some(format), "fuzz", &options).expect("in-memory scans do not fail");
         for session in &scan.sessions {
             assert_eq!(session.timeline.marks.len() as u64, session.calls);
             assert!(session.blocked_calls <= session.calls);
