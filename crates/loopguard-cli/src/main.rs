@@ -52,7 +52,7 @@ enum Command {
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
     Scan(scan_cmd::ScanArgs),
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
     Hook(hook_cmd::HookArgs),
     McpProxy(mcp_cmd::McpProxyArgs),
 }
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay_cmd::run(args),
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Scan(args) => scan_cmd::run(args),
-        Command::Serve(args) => serve_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(*args),
         Command::Hook(args) => hook_cmd::run(args),
         Command::McpProxy(args) => mcp_cmd::run(args),
     };

@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use loopguard::SystemClock;
 use loopguard_server::{App, Options, RequestLimits, StoreFailure, TokenSource};
 use loopguard_store::{
-    default_db_path, Limits, MemoryStore, RedisOptions, RedisStore, RedisTarget, SharedClock,
-    SqliteOptions, SqliteStore, Store, Synchronous,
+    default_db_path, ClientCert, Limits, MemoryStore, RedisOptions, RedisStore, RedisTarget,
+    SharedClock, SqliteOptions, SqliteStore, Store, Synchronous,
 };
 
 use crate::output::{fatal, load_config};
@@ -96,6 +96,13 @@ pub struct ServeArgs {
     /// system's roots).
     #[arg(long, value_name = "FILE")]
     redis_ca_file: Option<PathBuf>,
+    /// PEM client certificate to present over rediss://, for a Redis that checks client
+    /// certificates (tls-auth-clients yes); needs --redis-key-file.
+    #[arg(long, value_name = "FILE", requires = "redis_key_file")]
+    redis_cert_file: Option<PathBuf>,
+    /// PEM private key of --redis-cert-file.
+    #[arg(long, value_name = "FILE", requires = "redis_cert_file")]
+    redis_key_file: Option<PathBuf>,
     /// What /v1/events answers when the store cannot be used (Redis down or too slow, disk
     /// full): fail-closed answers 503 with a JSON error; fail-open answers as if the guard
     /// allowed the event, with "degraded": true, and counts it in
@@ -293,11 +300,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 prefix: args.redis_prefix.clone(),
                 deadline: args.store_deadline.unwrap_or(REDIS_DEFAULT_DEADLINE),
                 password: std::env::var(REDIS_PASSWORD_ENV).ok(),
-                ca_pem: match &args.redis_ca_file {
-                    Some(file) => Some(std::fs::read(file).map_err(|e| {
-                        format!("--redis-ca-file: cannot read {}: {e}", file.display())
-                    })?),
-                    None => None,
+                ca_pem: read_pem("--redis-ca-file", args.redis_ca_file.as_deref())?,
+                client_cert: match (
+                    read_pem("--redis-cert-file", args.redis_cert_file.as_deref())?,
+                    read_pem("--redis-key-file", args.redis_key_file.as_deref())?,
+                ) {
+                    (Some(cert_pem), Some(key_pem)) => Some(ClientCert { cert_pem, key_pem }),
+                    _ => None,
                 },
                 ..RedisOptions::default()
             };
@@ -416,6 +425,14 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     ms.map(Duration::from_millis)
         .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// The contents of a PEM file given with `flag`, if any.
+fn read_pem(flag: &str, file: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, String> {
+    file.map(|file| {
+        std::fs::read(file).map_err(|e| format!("{flag}: cannot read {}: {e}", file.display()))
+    })
+    .transpose()
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ use loopguard::{Clock, RunState, Scope};
 pub use memory::MemoryStore;
 pub use path::{default_db_path, default_db_path_from};
 #[cfg(feature = "redis")]
-pub use redis::{RedisOptions, RedisStore, RedisTarget};
+pub use redis::{ClientCert, RedisOptions, RedisStore, RedisTarget};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use sqlite_file::SCHEMA_VERSION;
 

@@ -94,6 +94,24 @@ use keys::{Layout, RunKeys};
 use scripts::Scripts;
 pub use target::RedisTarget;
 
+/// A client certificate and its private key, both PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The certificate (and any intermediates).
+    pub cert_pem: Vec<u8>,
+    /// The private key.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key never reaches a log.
+        f.debug_struct("ClientCert")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .finish_non_exhaustive()
+    }
+}
+
 /// How a [`RedisStore`] connects and behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisOptions {
@@ -110,6 +128,9 @@ pub struct RedisOptions {
     /// A PEM certificate (or bundle) of the authority to trust for `rediss://`, instead of
     /// the system's roots.
     pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate to present over `rediss://`, for a Redis that authenticates
+    /// its clients by certificate (`tls-auth-clients yes`).
+    pub client_cert: Option<ClientCert>,
     /// Attempts of one update while other replicas keep changing the run (default 100;
     /// the deadline bounds them too). A retry needs no extra read: the script that
     /// refuses a write answers with the value to apply the event to.
@@ -125,6 +146,7 @@ impl Default for RedisOptions {
             deadline: Duration::from_secs(1),
             password: None,
             ca_pem: None,
+            client_cert: None,
             max_attempts: 100,
             health_interval: Duration::from_secs(1),
         }
@@ -296,9 +318,17 @@ impl RedisStore {
             // The first provider installed wins; a second call is a no-op.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let certs = options.ca_pem.as_ref().map(|pem| ::redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.clone()),
+        let certs = (options.ca_pem.is_some() || options.client_cert.is_some()).then(|| {
+            ::redis::TlsCertificates {
+                client_tls: options
+                    .client_cert
+                    .as_ref()
+                    .map(|c| ::redis::ClientTlsConfig {
+                        client_cert: c.cert_pem.clone(),
+                        client_key: c.key_pem.clone(),
+                    }),
+                root_cert: options.ca_pem.clone(),
+            }
         });
         let deadline = options.deadline.max(Duration::from_millis(1));
         // A direct connection first, to tell refused credentials (fatal) from a Redis not

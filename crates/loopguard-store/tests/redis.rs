@@ -15,7 +15,8 @@ use loopguard::{ConfigSet, ManualClock, SystemClock};
 use loopguard_replay::Answer;
 use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
 use loopguard_store::{
-    Limits, RedisOptions, RedisStore, RedisTarget, RunKey, SharedClock, Store, StoreError,
+    ClientCert, Limits, RedisOptions, RedisStore, RedisTarget, RunKey, SharedClock, Store,
+    StoreError,
 };
 
 async fn connect(
@@ -582,18 +583,14 @@ async fn live_sessions_keep_their_place_in_the_registry() {
         .unwrap();
 }
 
-/// `rediss://`: TLS with a private certificate authority given as a PEM file; without it
-/// the server's certificate is not trusted and the store serves as unavailable.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_with_a_private_authority() {
-    if !require("tls_with_a_private_authority") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+/// A private certificate authority in `dir` (`ca.crt`), and certificates it signed for the
+/// server (`server.crt`, for 127.0.0.1 and localhost) and for a client (`client.crt`), with
+/// their keys (`*.key`).
+fn tls_material(dir: &std::path::Path) {
     let run = |args: &[&str]| {
         let out = std::process::Command::new("openssl")
             .args(args)
-            .current_dir(dir.path())
+            .current_dir(dir)
             .output();
         match out {
             Ok(out) if out.status.success() => {}
@@ -625,42 +622,54 @@ async fn tls_with_a_private_authority() {
         ],
     ]
     .concat());
-    run(&[
-        &["req"][..],
-        &ec,
-        &[
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    ]
-    .concat());
     std::fs::write(
-        dir.path().join("ext.cnf"),
+        dir.join("server.cnf"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
     )
     .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-    let path = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (name, subject) in [
+        ("server", "/CN=localhost"),
+        ("client", "/CN=loopguard-replica"),
+    ] {
+        let (key, csr, crt, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.cnf"),
+        );
+        run(&[
+            &["req"][..],
+            &ec,
+            &["-keyout", &key, "-out", &csr, "-subj", subject],
+        ]
+        .concat());
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ]);
+    }
+}
+
+/// A Redis serving TLS only, with the certificates of [`tls_material`] made in `dir`;
+/// `auth_clients` is its `tls-auth-clients` (`yes`: clients need a certificate). Returns
+/// it and its `rediss://` URL.
+fn tls_redis(dir: &std::path::Path, auth_clients: &str) -> (RedisServer, String) {
+    tls_material(dir);
+    let path = |name: &str| dir.join(name).display().to_string();
     let tls_port = free_port().unwrap();
     let redis = RedisServer::start_with(&[
         "--tls-port",
@@ -672,10 +681,22 @@ async fn tls_with_a_private_authority() {
         "--tls-ca-cert-file",
         &path("ca.crt"),
         "--tls-auth-clients",
-        "no",
+        auth_clients,
     ])
     .unwrap();
-    let url = format!("rediss://127.0.0.1:{tls_port}");
+    (redis, format!("rediss://127.0.0.1:{tls_port}"))
+}
+
+/// `rediss://`: TLS with a private certificate authority given as a PEM file; without it
+/// the server's certificate is not trusted and the store serves as unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_authority() {
+    if !require("tls_with_a_private_authority") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (redis, url) = tls_redis(dir.path(), "no");
+    let path = |name: &str| dir.path().join(name).display().to_string();
     let clock: SharedClock = Arc::new(SystemClock);
     let config = ConfigSet::default();
     let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
@@ -701,4 +722,64 @@ async fn tls_with_a_private_authority() {
     let untrusted = connect(&url, clock, Limits::default(), options("tls:")).await;
     assert!(untrusted.check().is_err());
     assert!(apply(&untrusted, &config, 1, line).await.is_err());
+}
+
+/// A Redis that checks client certificates (`tls-auth-clients yes`) serves a store that
+/// presents one its authority signed, and refuses one that presents none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_client_certificate() {
+    if !require("tls_with_a_client_certificate") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (redis, url) = tls_redis(dir.path(), "yes");
+    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+    let clock: SharedClock = Arc::new(SystemClock);
+    let config = ConfigSet::default();
+    let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
+    let with_cert = connect(
+        &url,
+        clock.clone(),
+        Limits::default(),
+        RedisOptions {
+            ca_pem: Some(read("ca.crt")),
+            client_cert: Some(ClientCert {
+                cert_pem: read("client.crt"),
+                key_pem: read("client.key"),
+            }),
+            ..options("mtls:")
+        },
+    )
+    .await;
+    assert!(with_cert.check().is_ok());
+    apply(&with_cert, &config, 1, line).await.unwrap();
+    assert_eq!(
+        redis.command(&["EXISTS", "mtls:{s}:r:r"]).unwrap().int(),
+        Some(1),
+        "written over mutual TLS"
+    );
+    let without = connect(
+        &url,
+        clock,
+        Limits::default(),
+        RedisOptions {
+            ca_pem: Some(read("ca.crt")),
+            ..options("mtls:")
+        },
+    )
+    .await;
+    assert!(
+        without.check().is_err(),
+        "no client certificate, no service"
+    );
+    assert!(apply(&without, &config, 1, line).await.is_err());
+    // The key never shows in the options' debug output.
+    let shown = format!(
+        "{:?}",
+        ClientCert {
+            cert_pem: read("client.crt"),
+            key_pem: read("client.key"),
+        }
+    );
+    assert!(!shown.contains("PRIVATE KEY"), "{shown}");
 }
