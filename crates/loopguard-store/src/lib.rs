@@ -61,7 +61,6 @@ pub mod sqlite_file;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use loopguard::{Clock, RunState, Scope};
 
@@ -104,39 +103,10 @@ impl<'a> RunKey<'a> {
     }
 }
 
-/// Bounds on what a store keeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Live sessions; an event that would open one more is refused.
-    pub max_sessions: usize,
-    /// Runs per session; beyond it the least recently active run is forgotten.
-    pub max_runs_per_session: usize,
-    /// A run that saw no event for this long is expired.
-    pub idle_ttl: Duration,
-}
-
-impl Default for Limits {
-    /// 100,000 sessions, 64 runs per session, 24 hours idle: the engine's own bounds.
-    fn default() -> Self {
-        Self {
-            max_sessions: 100_000,
-            max_runs_per_session: 64,
-            idle_ttl: Duration::from_secs(24 * 60 * 60),
-        }
-    }
-}
-
-impl Limits {
-    /// The idle time-to-live in clock milliseconds.
-    pub(crate) fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Oldest activity time that is still live at `now`.
-    pub(crate) fn cutoff(&self, now: u64) -> u64 {
-        now.saturating_sub(self.ttl_ms())
-    }
-}
+/// Bounds on what a store keeps: the engine's own [`loopguard::Limits`], except that an
+/// event that would open a session beyond `max_sessions` is refused
+/// ([`StoreError::SessionLimit`]) rather than evicting one.
+pub use loopguard::Limits;
 
 /// Why a store could not do what it was asked. Every variant leaves the state as it was
 /// before the failed operation, and maps to an HTTP status (see [`StoreError::http_status`]).
@@ -293,15 +263,5 @@ mod tests {
         assert_eq!(StoreError::SessionLimit { limit: 1 }.http_status(), 429);
         assert_eq!(StoreError::Unavailable("x".into()).http_status(), 503);
         assert_eq!(StoreError::Contention { attempts: 3 }.http_status(), 503);
-    }
-
-    #[test]
-    fn cutoff_saturates() {
-        let limits = Limits {
-            idle_ttl: Duration::from_secs(10),
-            ..Limits::default()
-        };
-        assert_eq!(limits.cutoff(5_000), 0);
-        assert_eq!(limits.cutoff(15_000), 5_000);
     }
 }

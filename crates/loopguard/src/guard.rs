@@ -69,10 +69,12 @@ impl<'a> PreparedCall<'a> {
     }
 }
 
-/// Bounds on the memory a [`Guard`] holds.
+/// Bounds on the memory a [`Guard`] holds (and on what the stores of `loopguard serve`
+/// keep, with the same meaning except where said).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Sessions kept; beyond it the least recently active session is forgotten.
+    /// Sessions kept; beyond it the least recently active session is forgotten (a store
+    /// refuses the event that would open one more instead).
     pub max_sessions: usize,
     /// Runs kept per session; beyond it the least recently active run is forgotten.
     pub max_runs_per_session: usize,
@@ -88,6 +90,18 @@ impl Default for Limits {
             max_runs_per_session: 64,
             idle_ttl: Duration::from_secs(24 * 60 * 60),
         }
+    }
+}
+
+impl Limits {
+    /// The idle time-to-live in clock milliseconds.
+    pub fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The oldest activity time (clock milliseconds) that is still live at `now`.
+    pub fn cutoff(&self, now: u64) -> u64 {
+        now.saturating_sub(self.ttl_ms())
     }
 }
 
@@ -298,10 +312,9 @@ impl<C: Clock> Guard<C> {
     pub fn evict_idle(&mut self) -> usize {
         let now = self.clock.now_ms();
         self.last_sweep = now;
-        let ttl = self.limits.idle_ttl.as_millis() as u64;
+        let cutoff = self.limits.cutoff(now);
         let before = self.sessions.len();
-        self.sessions
-            .retain(|_, s| now.saturating_sub(s.last_active) <= ttl);
+        self.sessions.retain(|_, s| s.last_active >= cutoff);
         before - self.sessions.len()
     }
 
@@ -312,7 +325,7 @@ impl<C: Clock> Guard<C> {
         scope: &Scope<'_>,
     ) -> (&crate::config::EffectiveConfig, &mut RunState, u64) {
         let now = self.clock.now_ms();
-        let sweep_every = (self.limits.idle_ttl.as_millis() as u64 / 8).max(1000);
+        let sweep_every = (self.limits.ttl_ms() / 8).max(1000);
         if now.saturating_sub(self.last_sweep) >= sweep_every {
             self.evict_idle();
         }
@@ -422,5 +435,15 @@ mod tests {
         let _ = g.before_call(&s, &Call::new("read", &args));
         assert!(g.end_session("s"));
         assert_eq!(g.session_count(), 0);
+    }
+
+    #[test]
+    fn cutoff_saturates() {
+        let limits = Limits {
+            idle_ttl: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        assert_eq!(limits.cutoff(5_000), 0);
+        assert_eq!(limits.cutoff(15_000), 5_000);
     }
 }
