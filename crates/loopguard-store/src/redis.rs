@@ -531,6 +531,16 @@ impl RedisStore {
         self.limits.ttl_ms().max(1)
     }
 
+    /// Runs a script with its keys and arguments on the shared connection; a failure
+    /// counts against the link (see [`Shared::fail`]).
+    async fn invoke(&self, script: &::redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        let mut c = self.conn.clone();
+        script
+            .invoke_async(&mut c)
+            .await
+            .map_err(|e| self.shared.fail(&e))
+    }
+
     async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let mut c = self.conn.clone();
         ::redis::cmd("GET")
@@ -550,24 +560,23 @@ impl RedisStore {
         cutoff: u64,
         registered: bool,
     ) -> Result<Cas, StoreError> {
-        let mut c = self.conn.clone();
-        let reply: Value = self
-            .scripts
-            .cas
-            .key(&keys.run)
-            .key(&keys.index)
-            .arg(expected)
-            .arg(value)
-            .arg(self.ttl_arg())
-            .arg(score)
-            .arg(cutoff)
-            .arg(self.limits.max_runs_per_session.max(1))
-            .arg(&keys.member)
-            .arg(if registered { "1" } else { "0" })
-            .arg(&keys.run_prefix)
-            .invoke_async(&mut c)
-            .await
-            .map_err(|e| self.shared.fail(&e))?;
+        let reply = self
+            .invoke(
+                self.scripts
+                    .cas
+                    .key(&keys.run)
+                    .key(&keys.index)
+                    .arg(expected)
+                    .arg(value)
+                    .arg(self.ttl_arg())
+                    .arg(score)
+                    .arg(cutoff)
+                    .arg(self.limits.max_runs_per_session.max(1))
+                    .arg(&keys.member)
+                    .arg(if registered { "1" } else { "0" })
+                    .arg(&keys.run_prefix),
+            )
+            .await?;
         let items = array(reply)?;
         match items.first().and_then(int) {
             Some(1) => Ok(Cas::Stored(items.get(1).and_then(score_of))),
@@ -854,17 +863,16 @@ impl Store for RedisStore {
         let keys = self.layout.run(key.session, key.run);
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         self.bounded(async {
-            let mut c = self.conn.clone();
-            let reply: Value = self
-                .scripts
-                .remove_run
-                .key(&keys.run)
-                .key(&keys.index)
-                .arg(&keys.member)
-                .arg(cutoff)
-                .invoke_async(&mut c)
-                .await
-                .map_err(|e| self.shared.fail(&e))?;
+            let reply = self
+                .invoke(
+                    self.scripts
+                        .remove_run
+                        .key(&keys.run)
+                        .key(&keys.index)
+                        .arg(&keys.member)
+                        .arg(cutoff),
+                )
+                .await?;
             let items = array(reply)?;
             let (Some(live), Some(left)) =
                 (items.first().and_then(int), items.get(1).and_then(int))
@@ -883,16 +891,15 @@ impl Store for RedisStore {
         let keys = self.layout.session(session);
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         self.bounded(async {
-            let mut c = self.conn.clone();
-            let reply: Value = self
-                .scripts
-                .remove_session
-                .key(&keys.index)
-                .arg(&keys.run_prefix)
-                .arg(cutoff)
-                .invoke_async(&mut c)
-                .await
-                .map_err(|e| self.shared.fail(&e))?;
+            let reply = self
+                .invoke(
+                    self.scripts
+                        .remove_session
+                        .key(&keys.index)
+                        .arg(&keys.run_prefix)
+                        .arg(cutoff),
+                )
+                .await?;
             let live = int(&reply).ok_or_else(|| unexpected("the remove-session script"))?;
             self.unregister(&keys.member).await?;
             Ok(usize::try_from(live).unwrap_or(0))
@@ -905,16 +912,15 @@ impl Store for RedisStore {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         let items = self
             .bounded(async {
-                let mut c = self.conn.clone();
-                let reply: Value = self
-                    .scripts
-                    .session
-                    .key(&keys.index)
-                    .arg(&keys.run_prefix)
-                    .arg(cutoff)
-                    .invoke_async(&mut c)
-                    .await
-                    .map_err(|e| self.shared.fail(&e))?;
+                let reply = self
+                    .invoke(
+                        self.scripts
+                            .session
+                            .key(&keys.index)
+                            .arg(&keys.run_prefix)
+                            .arg(cutoff),
+                    )
+                    .await?;
                 array(reply)
             })
             .await?;
