@@ -137,6 +137,29 @@ impl Cache {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The runs of `session` in its shard, the session opened if it is new and the session
+    /// limit leaves room (the count is reserved atomically, so concurrent shards cannot
+    /// overshoot it).
+    fn session_runs<'s>(
+        &self,
+        shard: &'s mut Shard,
+        session: &str,
+    ) -> Result<&'s mut Vec<Slot>, StoreError> {
+        if !shard.sessions.contains_key(session) {
+            let limit = self.limits.max_sessions;
+            self.sessions
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < limit).then_some(n + 1)
+                })
+                .map_err(|_| StoreError::SessionLimit { limit })?;
+            shard.sessions.insert(session.into(), Vec::with_capacity(1));
+        }
+        Ok(shard
+            .sessions
+            .get_mut(session)
+            .expect("session inserted above"))
+    }
+
     /// Applies `f` to the state of `key` (created, reloaded or reset as needed) and hands
     /// the new state to `sink`, all under the session's shard lock.
     pub(crate) fn apply<R, S: Sink>(
@@ -149,21 +172,7 @@ impl Cache {
         let now = self.clock.now_ms();
         let cutoff = self.limits.cutoff(now);
         let mut shard = self.shard(key.session);
-        if !shard.sessions.contains_key(key.session) {
-            let limit = self.limits.max_sessions;
-            self.sessions
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < limit).then_some(n + 1)
-                })
-                .map_err(|_| StoreError::SessionLimit { limit })?;
-            shard
-                .sessions
-                .insert(key.session.into(), Vec::with_capacity(1));
-        }
-        let runs = shard
-            .sessions
-            .get_mut(key.session)
-            .expect("session inserted above");
+        let runs = self.session_runs(&mut shard, key.session)?;
         let run = key.run_column();
         let index = match runs.iter().position(|s| &*s.run == run) {
             Some(i) => i,
@@ -355,19 +364,9 @@ impl Cache {
             return false;
         }
         let mut shard = self.shard(key.session);
-        if !shard.sessions.contains_key(key.session) {
-            if self.sessions.load(Ordering::Acquire) >= self.limits.max_sessions {
-                return false;
-            }
-            self.sessions.fetch_add(1, Ordering::AcqRel);
-            shard
-                .sessions
-                .insert(key.session.into(), Vec::with_capacity(1));
-        }
-        let runs = shard
-            .sessions
-            .get_mut(key.session)
-            .expect("session inserted above");
+        let Ok(runs) = self.session_runs(&mut shard, key.session) else {
+            return false;
+        };
         let run = key.run_column();
         if let Some(slot) = runs.iter_mut().find(|s| &*s.run == run) {
             slot.state = state;
