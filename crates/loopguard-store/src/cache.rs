@@ -403,19 +403,9 @@ impl Cache {
 /// Reads a stored state; an unreadable one is logged and treated as absent (the next
 /// write replaces it).
 fn decode(key: RunKey<'_>, bytes: &[u8]) -> Option<RunState> {
-    match RunState::from_bytes(bytes) {
-        Ok(state) => Some(state),
-        Err(error) => {
-            tracing::warn!(
-                target: "loopguard::store",
-                session = key.session,
-                run = key.run,
-                %error,
-                "stored run state unreadable; starting the run afresh"
-            );
-            None
-        }
-    }
+    RunState::from_bytes(bytes)
+        .map_err(|error| crate::warn_unreadable(key, &error))
+        .ok()
 }
 
 #[cfg(test)]

@@ -108,6 +108,18 @@ impl<'a> RunKey<'a> {
 /// ([`StoreError::SessionLimit`]) rather than evicting one.
 pub use loopguard::Limits;
 
+/// Logs a stored state that cannot be read; the run starts afresh and its next write
+/// replaces it.
+pub(crate) fn warn_unreadable(key: RunKey<'_>, error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        target: "loopguard::store",
+        session = key.session,
+        run = key.run,
+        %error,
+        "stored run state unreadable; starting the run afresh"
+    );
+}
+
 /// Why a store could not do what it was asked. Every variant leaves the state as it was
 /// before the failed operation, and maps to an HTTP status (see [`StoreError::http_status`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

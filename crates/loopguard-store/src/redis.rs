@@ -680,13 +680,7 @@ impl RedisStore {
             let mut state = match current.as_deref() {
                 None => RunState::default(),
                 Some(bytes) => value::decode(bytes).unwrap_or_else(|error| {
-                    tracing::warn!(
-                        target: "loopguard::store",
-                        session = key.session,
-                        run = key.run,
-                        %error,
-                        "stored run state unreadable; starting the run afresh"
-                    );
+                    crate::warn_unreadable(key, &error);
                     RunState::default()
                 }),
             };
