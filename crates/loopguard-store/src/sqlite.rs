@@ -115,23 +115,27 @@ enum WriteError {
 
 type Done = oneshot::Sender<Result<(), WriteError>>;
 
-enum Op {
-    Put {
-        session: Box<str>,
-        run: Box<str>,
-        state: Vec<u8>,
-        last_active: u64,
-        expected: Option<u64>,
-        etag: u64,
-        done: Done,
-    },
-    DeleteRun {
+/// A row write: a run's new state, compare-and-swapped on its tag. `D` is who waits for
+/// it: one update when queued, every update merged into it within a batch.
+struct Put<D> {
+    session: Box<str>,
+    run: Box<str>,
+    state: Vec<u8>,
+    last_active: u64,
+    expected: Option<u64>,
+    etag: u64,
+    done: D,
+}
+
+/// Rows deleted.
+enum Delete {
+    Run {
         session: Box<str>,
         run: Box<str>,
         etag: Option<u64>,
         done: Done,
     },
-    DeleteSession {
+    Session {
         session: Box<str>,
         done: Done,
     },
@@ -141,6 +145,12 @@ enum Op {
         full: Option<u64>,
         done: oneshot::Sender<Result<usize, String>>,
     },
+}
+
+/// What the writer thread is sent.
+enum Op {
+    Put(Put<Done>),
+    Delete(Delete),
     Close {
         done: oneshot::Sender<Result<(), String>>,
     },
@@ -216,7 +226,7 @@ impl Sink for Writer {
 
     fn put(&self, key: RunKey<'_>, state: &RunState, expected: Option<u64>, etag: u64) -> Ticket {
         let (done, ticket) = oneshot::channel();
-        self.send(Op::Put {
+        self.send(Op::Put(Put {
             session: key.session.into(),
             run: key.run_column().into(),
             state: state.to_bytes(),
@@ -224,27 +234,27 @@ impl Sink for Writer {
             expected,
             etag,
             done,
-        });
+        }));
         ticket
     }
 
     fn delete_run(&self, key: RunKey<'_>, etag: Option<u64>) -> Ticket {
         let (done, ticket) = oneshot::channel();
-        self.send(Op::DeleteRun {
+        self.send(Op::Delete(Delete::Run {
             session: key.session.into(),
             run: key.run_column().into(),
             etag,
             done,
-        });
+        }));
         ticket
     }
 
     fn delete_session(&self, session: &str) -> Ticket {
         let (done, ticket) = oneshot::channel();
-        self.send(Op::DeleteSession {
+        self.send(Op::Delete(Delete::Session {
             session: session.into(),
             done,
-        });
+        }));
         ticket
     }
 }
@@ -536,11 +546,11 @@ impl Store for SqliteStore {
             cutoff
         });
         let (done, wait) = oneshot::channel();
-        self.writer.send(Op::Sweep {
+        self.writer.send(Op::Delete(Delete::Sweep {
             expired,
             full,
             done,
-        });
+        }));
         match wait.await {
             Ok(Ok(_rows)) => Ok(removed),
             Ok(Err(message)) => Err(StoreError::Unavailable(message)),
@@ -669,30 +679,8 @@ fn load(conn: &Connection, cache: &Cache) -> rusqlite::Result<(usize, usize)> {
 
 /// Writes of one batch, with consecutive writes of one key merged.
 enum Merged {
-    Put {
-        session: Box<str>,
-        run: Box<str>,
-        state: Vec<u8>,
-        last_active: u64,
-        expected: Option<u64>,
-        etag: u64,
-        done: Vec<Done>,
-    },
-    DeleteRun {
-        session: Box<str>,
-        run: Box<str>,
-        etag: Option<u64>,
-        done: Done,
-    },
-    DeleteSession {
-        session: Box<str>,
-        done: Done,
-    },
-    Sweep {
-        expired: Vec<Expired>,
-        full: Option<u64>,
-        done: oneshot::Sender<Result<usize, String>>,
-    },
+    Put(Put<Vec<Done>>),
+    Delete(Delete),
 }
 
 /// What one merged entry came to inside the transaction.
@@ -786,79 +774,44 @@ fn merge(
     close: &mut Option<oneshot::Sender<Result<(), String>>>,
 ) {
     match op {
-        Op::Put {
-            session,
-            run,
-            state,
-            last_active,
-            expected,
-            etag,
-            done,
-        } => {
-            let h = hasher.hash_one((&*session, &*run));
+        Op::Put(put) => {
+            let h = hasher.hash_one((&*put.session, &*put.run));
             if let Some(&i) = last_put.get(&h) {
-                if let Merged::Put {
-                    session: s,
-                    run: r,
-                    state: st,
-                    last_active: la,
-                    etag: e,
-                    done: d,
-                    ..
-                } = &mut merged[i]
-                {
+                if let Merged::Put(previous) = &mut merged[i] {
                     // Only a write computed from the previous one continues the chain;
                     // anything else must meet the row as the previous write left it.
-                    if *s == session && *r == run && expected == Some(*e) {
-                        *st = state;
-                        *la = last_active;
-                        *e = etag;
-                        d.push(done);
+                    if previous.session == put.session
+                        && previous.run == put.run
+                        && put.expected == Some(previous.etag)
+                    {
+                        previous.state = put.state;
+                        previous.last_active = put.last_active;
+                        previous.etag = put.etag;
+                        previous.done.push(put.done);
                         return;
                     }
                 }
             }
             last_put.insert(h, merged.len());
-            merged.push(Merged::Put {
-                session,
-                run,
-                state,
-                last_active,
-                expected,
-                etag,
-                done: vec![done],
-            });
+            merged.push(Merged::Put(Put {
+                session: put.session,
+                run: put.run,
+                state: put.state,
+                last_active: put.last_active,
+                expected: put.expected,
+                etag: put.etag,
+                done: vec![put.done],
+            }));
         }
-        Op::DeleteRun {
-            session,
-            run,
-            etag,
-            done,
-        } => {
-            last_put.remove(&hasher.hash_one((&*session, &*run)));
-            merged.push(Merged::DeleteRun {
-                session,
-                run,
-                etag,
-                done,
-            });
-        }
-        Op::DeleteSession { session, done } => {
-            // Touches many rows: no write after it may merge into one before it.
-            last_put.clear();
-            merged.push(Merged::DeleteSession { session, done });
-        }
-        Op::Sweep {
-            expired,
-            full,
-            done,
-        } => {
-            last_put.clear();
-            merged.push(Merged::Sweep {
-                expired,
-                full,
-                done,
-            });
+        Op::Delete(delete) => {
+            match &delete {
+                Delete::Run { session, run, .. } => {
+                    last_put.remove(&hasher.hash_one((&**session, &**run)));
+                }
+                // Touch many rows: no write after them may merge into one before them.
+                Delete::Session { .. } | Delete::Sweep { .. } => last_put.clear(),
+            }
+            merged.push(Merged::Delete(delete));
         }
         Op::Close { done } => *close = Some(done),
     }
@@ -902,7 +855,7 @@ fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result
     let mut landed = Vec::with_capacity(merged.len());
     for entry in merged {
         landed.push(match entry {
-            Merged::Put {
+            Merged::Put(Put {
                 session,
                 run,
                 state,
@@ -910,7 +863,7 @@ fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result
                 expected,
                 etag,
                 ..
-            } => {
+            }) => {
                 let changed = match expected {
                     None => tx
                         .prepare_cached(
@@ -944,9 +897,9 @@ fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result
                     Landed::Conflict(read_row(&tx, session, run)?)
                 }
             }
-            Merged::DeleteRun {
+            Merged::Delete(Delete::Run {
                 session, run, etag, ..
-            } => Landed::Rows(match etag {
+            }) => Landed::Rows(match etag {
                 None => tx
                     .prepare_cached("DELETE FROM runs WHERE session = ?1 AND run = ?2")?
                     .execute(params![session, run])?,
@@ -956,11 +909,11 @@ fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result
                     )?
                     .execute(params![session, run, as_sql(*etag)])?,
             }),
-            Merged::DeleteSession { session, .. } => Landed::Rows(
+            Merged::Delete(Delete::Session { session, .. }) => Landed::Rows(
                 tx.prepare_cached("DELETE FROM runs WHERE session = ?1")?
                     .execute(params![session])?,
             ),
-            Merged::Sweep { expired, full, .. } => {
+            Merged::Delete(Delete::Sweep { expired, full, .. }) => {
                 let mut rows = 0;
                 let mut delete = tx.prepare_cached(
                     "DELETE FROM runs WHERE session = ?1 AND run = ?2 AND etag = ?3",
@@ -1001,28 +954,28 @@ fn read_row(tx: &rusqlite::Transaction<'_>, session: &str, run: &str) -> rusqlit
 
 fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Completion>) {
     match (entry, landed) {
-        (Merged::Put { done, .. }, Landed::Ok) => {
+        (Merged::Put(Put { done, .. }), Landed::Ok) => {
             counters
                 .writes
                 .fetch_add(done.len() as u64, Ordering::Relaxed);
             out.extend(done.into_iter().map(|d| (d, Ok(()))));
         }
-        (Merged::Put { done, .. }, Landed::Conflict(reload)) => {
+        (Merged::Put(Put { done, .. }), Landed::Conflict(reload)) => {
             out.extend(
                 done.into_iter()
                     .map(|d| (d, Err(WriteError::Conflict(reload.clone())))),
             );
         }
-        (Merged::DeleteRun { done, .. } | Merged::DeleteSession { done, .. }, _) => {
+        (Merged::Delete(Delete::Run { done, .. } | Delete::Session { done, .. }), _) => {
             out.push((done, Ok(())));
         }
-        (Merged::Sweep { done, .. }, Landed::Rows(n)) => {
+        (Merged::Delete(Delete::Sweep { done, .. }), Landed::Rows(n)) => {
             let _ = done.send(Ok(n));
         }
-        (Merged::Sweep { done, .. }, _) => {
+        (Merged::Delete(Delete::Sweep { done, .. }), _) => {
             let _ = done.send(Ok(0));
         }
-        (Merged::Put { done, .. }, Landed::Rows(_)) => {
+        (Merged::Put(Put { done, .. }), Landed::Rows(_)) => {
             out.extend(done.into_iter().map(|d| (d, Ok(()))));
         }
     }
@@ -1031,11 +984,11 @@ fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Comp
 fn fail(entry: Merged, message: &str, out: &mut Vec<Completion>) {
     let failed = || Err(WriteError::Failed(message.to_owned()));
     match entry {
-        Merged::Put { done, .. } => out.extend(done.into_iter().map(|d| (d, failed()))),
-        Merged::DeleteRun { done, .. } | Merged::DeleteSession { done, .. } => {
+        Merged::Put(Put { done, .. }) => out.extend(done.into_iter().map(|d| (d, failed()))),
+        Merged::Delete(Delete::Run { done, .. } | Delete::Session { done, .. }) => {
             out.push((done, failed()));
         }
-        Merged::Sweep { done, .. } => {
+        Merged::Delete(Delete::Sweep { done, .. }) => {
             let _ = done.send(Err(message.to_owned()));
         }
     }
