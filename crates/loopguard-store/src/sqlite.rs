@@ -178,6 +178,11 @@ struct Writer {
 }
 
 impl Writer {
+    /// The writer thread's handle, for the one caller that joins it.
+    fn take_thread(&self) -> Option<JoinHandle<()>> {
+        self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     fn send(&self, op: Op) {
         // A closed writer drops the op; its `done` sender goes with it, and the waiting
         // update sees the store as unavailable.
@@ -440,12 +445,7 @@ impl Drop for SqliteStore {
         // Let the writer finish what is queued, then wait for it: the file is complete
         // when the store is gone.
         self.writer.closed.store(true, Ordering::Release);
-        let thread = self
-            .writer
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let thread = self.writer.take_thread();
         if let Some(thread) = thread {
             // `fast` still holds the channel open: send a close and wait.
             let (done, _wait) = oneshot::channel();
@@ -600,12 +600,7 @@ impl Store for SqliteStore {
         let (done, wait) = oneshot::channel();
         let _ = self.writer.fast.send(Op::Close { done });
         let result = wait.await;
-        let thread = self
-            .writer
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let thread = self.writer.take_thread();
         if let Some(thread) = thread {
             // The writer answered and is returning; joining takes no time.
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
