@@ -6,11 +6,13 @@
 //! Instead, one invocation is one `BEGIN IMMEDIATE … COMMIT` transaction that reads the
 //! one row it needs, applies the event and writes the row back:
 //!
-//! - **The same rows.** Run states live in the store's `runs` table (schema version 1, see
+//! - **The same rows.** Run states live in the store's `runs` table (schema version 2, see
 //!   `docs/serve.md`), keyed by (session, run), as `RunState::to_bytes()`, each write with a
-//!   fresh unique tag. A `loopguard serve` on the same file sees every hook write as a
-//!   change made by another process (its compare-and-swap on the tag fails, and it reloads
-//!   the row), so the two can share one database.
+//!   fresh unique tag. A run is read with the server's change log applied
+//!   (`sqlite_file::read_run`) and written back whole, which ends its chain of deltas. A
+//!   `loopguard serve` on the same file sees every hook commit as a change made by another
+//!   process (it folds its log and reloads what it holds), so the two can share one
+//!   database.
 //! - **Safe with concurrent hooks.** `BEGIN IMMEDIATE` takes the write lock before the row
 //!   is read, so two hook processes of one session (parallel tool calls) are serialized:
 //!   neither can lose the other's update. Other writers are waited for up to the busy
@@ -310,17 +312,11 @@ impl HookTx<'_> {
         f: impl FnOnce(&mut RunState, u64) -> R,
     ) -> Result<R, StoreError> {
         let run_column = run.unwrap_or("");
-        let row: Option<(Vec<u8>, i64)> = self
-            .tx
-            .prepare_cached("SELECT state, last_active FROM runs WHERE session = ?1 AND run = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![session, run_column], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
+        let stored = sqlite_file::read_run(&self.tx, session, run_column)
             .map_err(|e| sql_error(&self.path, e))?;
-        let mut state = match row {
-            Some((bytes, last_active)) if last_active as u64 >= self.cutoff() => {
-                match RunState::from_bytes(&bytes) {
+        let mut state = match stored {
+            Some(stored) if stored.last_active >= self.cutoff() => {
+                match RunState::from_bytes(&stored.state) {
                     Ok(state) => state,
                     Err(e) => {
                         self.warnings.push(format!(
@@ -362,15 +358,9 @@ impl HookTx<'_> {
         session: &str,
         run: Option<&str>,
     ) -> Result<Option<RunState>, StoreError> {
-        let bytes: Option<Vec<u8>> = self
-            .tx
-            .prepare_cached("SELECT state FROM runs WHERE session = ?1 AND run = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![session, run.unwrap_or("")], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(|e| self.sql(e))?;
-        Ok(bytes.and_then(|b| RunState::from_bytes(&b).ok()))
+        let stored =
+            sqlite_file::read_run(&self.tx, session, run.unwrap_or("")).map_err(|e| self.sql(e))?;
+        Ok(stored.and_then(|s| RunState::from_bytes(&s.state).ok()))
     }
 
     /// Keeps a warning note for the call `call` of (`session`, `run`), to be shown with its
@@ -436,11 +426,10 @@ impl HookTx<'_> {
     /// (a later sweep takes the rest). A session's run number is kept while any of its runs
     /// is live. Returns the run rows removed.
     pub fn sweep(&self) -> Result<usize, StoreError> {
+        let runs = sqlite_file::delete_idle(&self.tx, self.cutoff(), Some(SWEEP_BATCH))
+            .map_err(|e| self.sql(e))?;
         let cutoff = as_sql(self.cutoff());
-        let mut runs = 0;
-        for (i, sql) in [
-            "DELETE FROM runs WHERE rowid IN
-                 (SELECT rowid FROM runs WHERE last_active < ?1 LIMIT ?2)",
+        for sql in [
             "DELETE FROM hook_notes WHERE rowid IN
                  (SELECT rowid FROM hook_notes WHERE last_active < ?1 LIMIT ?2)",
             "DELETE FROM hook_sessions WHERE rowid IN
@@ -448,18 +437,11 @@ impl HookTx<'_> {
                   AND NOT EXISTS (SELECT 1 FROM runs r
                                   WHERE r.session = h.session AND r.last_active >= ?1)
                   LIMIT ?2)",
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let n = self
-                .tx
+        ] {
+            self.tx
                 .prepare_cached(sql)
                 .and_then(|mut s| s.execute(params![cutoff, SWEEP_BATCH]))
                 .map_err(|e| self.sql(e))?;
-            if i == 0 {
-                runs = n;
-            }
         }
         Ok(runs)
     }
@@ -649,12 +631,12 @@ mod tests {
         db.begin(1).unwrap().commit().unwrap();
         db.conn
             .execute(
-                "UPDATE loopguard_meta SET value = '2' WHERE key = 'schema_version'",
+                "UPDATE loopguard_meta SET value = '3' WHERE key = 'schema_version'",
                 [],
             )
             .unwrap();
         let err = db.begin(1).unwrap_err();
-        assert!(err.to_string().contains("schema version 2"), "{err}");
+        assert!(err.to_string().contains("schema version 3"), "{err}");
     }
 
     #[test]

@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+pub mod delta;
 mod etag;
 mod memory;
 mod path;

@@ -10,7 +10,14 @@
 //! transaction with `synchronous=FULL` in WAL mode, then answers each waiting update. While
 //! it commits, new writes pile up and go into the next transaction: one fsync serves every
 //! request that arrived meanwhile, and nobody waits for a timer. Writes of one key that
-//! meet in one batch are merged into one row write.
+//! meet in one batch are merged into one write.
+//!
+//! A write does not rewrite the run's row when it can help it: it appends a delta of the
+//! new state against the last one to a change log (`change_log`; the layout is in
+//! [`sqlite_file`](crate::sqlite_file)), a few dozen bytes on a page shared by every run,
+//! and the log is folded back into the rows as it goes, when the writer is idle, and at
+//! close and open. Writing a 4 KiB page per run per commit was what held the server on
+//! this store to a third of its ceiling (`docs/serve.md`, "Benchmark").
 //!
 //! Each row carries a tag (a unique 64-bit number) and every write is a compare-and-swap
 //! on it, so two processes can share the file (a hook run from a short-lived process, a
@@ -29,15 +36,24 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use loopguard::RunState;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use crate::cache::{Cache, Expired, Reload, Sink};
-use crate::sqlite_file::{as_sql, create_private, ensure_schema};
+use crate::sqlite_file::{
+    as_sql, create_private, delete_idle, ensure_schema, fold_deltas, read_run,
+};
 use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
+
+mod change_log;
+
+use change_log::Log;
 
 /// Updates are applied again at most this often when other writers keep winning.
 const MAX_ATTEMPTS: u32 = 16;
+
+/// After this long without a write, the writer folds the change log back into the rows.
+const IDLE_FOLD: Duration = Duration::from_secs(1);
 
 /// SQLite's `synchronous` setting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,6 +86,11 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// Most writes committed in one transaction (default 4096).
     pub max_batch: usize,
+    /// Deltas one table of the change log takes before the writer switches to the other
+    /// (default 16,384; see [`sqlite_file`](crate::sqlite_file)). A busy run's row is
+    /// rewritten about once per this many events of the whole store, and another process
+    /// reading a run scans at most about twice this many log rows.
+    pub log_segment_rows: u64,
 }
 
 impl Default for SqliteOptions {
@@ -78,6 +99,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Full,
             max_batch: 4096,
+            log_segment_rows: 16_384,
         }
     }
 }
@@ -164,14 +186,14 @@ struct Counters {
     conflicts: AtomicU64,
     failures: AtomicU64,
     commit_micros: AtomicU64,
+    /// False after a failed transaction, true again after a successful one.
+    healthy: AtomicBool,
 }
 
 /// The handle on the writer thread.
 struct Writer {
     thread: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
-    /// False after a failed transaction, true again after a successful one.
-    healthy: Arc<AtomicBool>,
     /// The sender, cloned once: `Sender` is `Sync`, so the hot path needs no lock.
     fast: mpsc::Sender<Op>,
     closed: AtomicBool,
@@ -285,17 +307,24 @@ impl SqliteStore {
             StoreError::Unavailable(format!("cannot create {}: {e}", what.display()))
         })?;
         let what = format!("cannot open {}", path.display());
-        let conn = Connection::open(path).map_err(|e| sql_error(&what, e))?;
+        let mut conn = Connection::open(path).map_err(|e| sql_error(&what, e))?;
         prepare(&conn, &options).map_err(|e| StoreError::Unavailable(format!("{what}: {e}")))?;
 
         let cache = Cache::new(limits, clock);
         let now = cache.now();
-        let expired = conn
-            .execute(
-                "DELETE FROM runs WHERE last_active < ?1",
-                [as_sql(cache.limits().cutoff(now))],
-            )
+        // The change log is folded back into the rows first, so that every row is the run's
+        // state and the writer starts with an empty log.
+        let (folded, expired) = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .and_then(|tx| {
+                let folded = fold_deltas(&tx)?;
+                let expired = delete_idle(&tx, cache.limits().cutoff(now), None)?;
+                tx.commit()?;
+                Ok((folded, expired))
+            })
             .map_err(|e| sql_error(&what, e))?;
+        let log =
+            Log::new(&conn, options.log_segment_rows.max(1)).map_err(|e| sql_error(&what, e))?;
         let (loaded, skipped) = load(&conn, &cache).map_err(|e| sql_error(&what, e))?;
         tracing::info!(
             target: "loopguard::store",
@@ -303,6 +332,7 @@ impl SqliteStore {
             runs = loaded,
             skipped,
             expired,
+            folded,
             "store opened"
         );
 
@@ -314,21 +344,22 @@ impl SqliteStore {
             dispatching: Arc::clone(&dispatching),
         };
         let (tx, rx) = mpsc::channel();
-        let counters = Arc::new(Counters::default());
-        let healthy = Arc::new(AtomicBool::new(true));
+        let counters = Arc::new(Counters {
+            healthy: AtomicBool::new(true),
+            ..Counters::default()
+        });
         let thread = {
             let counters = Arc::clone(&counters);
-            let healthy = Arc::clone(&healthy);
             let max_batch = options.max_batch.max(1);
             std::thread::Builder::new()
                 .name("lg-store-writer".into())
                 .spawn(move || {
                     write_loop(
                         conn,
+                        log,
                         rx,
                         max_batch,
                         &counters,
-                        &healthy,
                         checkpointer,
                         completions,
                     )
@@ -341,7 +372,6 @@ impl SqliteStore {
                 fast: tx,
                 thread: Mutex::new(Some(thread)),
                 counters,
-                healthy,
                 closed: AtomicBool::new(false),
             },
             path: path.to_owned(),
@@ -585,7 +615,7 @@ impl Store for SqliteStore {
         if !alive {
             return Err(StoreError::Unavailable("the store writer stopped".into()));
         }
-        if !self.writer.healthy.load(Ordering::Acquire) {
+        if !self.writer.counters.healthy.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable(
                 "the last transaction failed (see the logs)".into(),
             ));
@@ -712,17 +742,28 @@ fn spawn_checkpointer(path: &Path, options: &SqliteOptions) -> rusqlite::Result<
 
 fn write_loop(
     mut conn: Connection,
+    mut log: Log,
     rx: mpsc::Receiver<Op>,
     max_batch: usize,
     counters: &Counters,
-    healthy: &AtomicBool,
     checkpointer: Checkpointer,
     completions: Completions,
 ) {
     let hasher = std::collections::hash_map::RandomState::new();
     let mut batch = Vec::with_capacity(max_batch.min(1024));
     let mut close = None;
-    'serve: while let Ok(first) = rx.recv() {
+    'serve: loop {
+        let first = match rx.recv_timeout(IDLE_FOLD) {
+            Ok(op) => op,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // Idle: fold the log back into the rows, for whoever reads the file next.
+                if log.has_deltas() {
+                    log.fold_all(&mut conn);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         batch.push(first);
         while batch.len() < max_batch {
             match rx.try_recv() {
@@ -739,7 +780,7 @@ fn write_loop(
             }
         }
         if !merged.is_empty() {
-            commit(&mut conn, merged, counters, healthy, &completions);
+            commit(&mut conn, &mut log, merged, counters, &completions);
         }
         if close.is_some() {
             break 'serve;
@@ -748,7 +789,11 @@ fn write_loop(
     let (stop, thread) = checkpointer;
     drop(stop);
     let _ = thread.join();
-    // Fold the WAL back into the database so that the file stands alone.
+    // Fold the log into the rows and the WAL into the database, so that the file stands
+    // alone.
+    if log.has_deltas() {
+        log.fold_all(&mut conn);
+    }
     let result = conn
         .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
         .and_then(|()| conn.close().map_err(|(_, e)| e))
@@ -814,27 +859,29 @@ fn merge(
 
 fn commit(
     conn: &mut Connection,
-    merged: Vec<Merged>,
+    log: &mut Log,
+    mut merged: Vec<Merged>,
     counters: &Counters,
-    healthy: &AtomicBool,
     completions: &Completions,
 ) {
     let mut out = Vec::with_capacity(merged.len());
     let started = Instant::now();
-    let outcome = run_transaction(conn, &merged);
+    let outcome = run_transaction(conn, log, &mut merged);
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     counters.commit_micros.fetch_add(micros, Ordering::Relaxed);
     match outcome {
         Ok(landed) => {
             counters.commits.fetch_add(1, Ordering::Relaxed);
-            healthy.store(true, Ordering::Release);
+            counters.healthy.store(true, Ordering::Release);
             for (entry, landed) in merged.into_iter().zip(landed) {
                 answer(entry, landed, counters, &mut out);
             }
         }
         Err(e) => {
+            // What the log knows of the rows may be what the rolled-back transaction did.
+            log.stale = true;
             counters.failures.fetch_add(1, Ordering::Relaxed);
-            healthy.store(false, Ordering::Release);
+            counters.healthy.store(false, Ordering::Release);
             let message = format!("database write failed: {e}");
             tracing::error!(target: "loopguard::store", error = %e, writes = merged.len(), "transaction failed");
             for entry in merged {
@@ -845,103 +892,55 @@ fn commit(
     completions.deliver(out);
 }
 
-fn run_transaction(conn: &mut Connection, merged: &[Merged]) -> rusqlite::Result<Vec<Landed>> {
+fn run_transaction(
+    conn: &mut Connection,
+    log: &mut Log,
+    merged: &mut [Merged],
+) -> rusqlite::Result<Vec<Landed>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    log.sync(&tx)?;
     let mut landed = Vec::with_capacity(merged.len());
-    for entry in merged {
+    for entry in merged.iter_mut() {
         landed.push(match entry {
-            Merged::Put(Put {
-                session,
-                run,
-                state,
-                last_active,
-                expected,
-                etag,
-                ..
-            }) => {
-                let changed = match expected {
-                    None => tx
-                        .prepare_cached(
-                            "INSERT INTO runs (session, run, etag, last_active, state)
-                             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session, run) DO NOTHING",
-                        )?
-                        .execute(params![
-                            session,
-                            run,
-                            as_sql(*etag),
-                            as_sql(*last_active),
-                            state
-                        ])?,
-                    Some(old) => tx
-                        .prepare_cached(
-                            "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
-                             WHERE session = ?1 AND run = ?2 AND etag = ?6",
-                        )?
-                        .execute(params![
-                            session,
-                            run,
-                            as_sql(*etag),
-                            as_sql(*last_active),
-                            state,
-                            as_sql(*old)
-                        ])?,
-                };
-                if changed == 1 {
-                    Landed::Ok
-                } else {
-                    Landed::Conflict(read_row(&tx, session, run)?)
-                }
-            }
+            Merged::Put(put) => log.put(&tx, put)?,
             Merged::Delete(Delete::Run {
                 session, run, etag, ..
-            }) => Landed::Rows(match etag {
-                None => tx
-                    .prepare_cached("DELETE FROM runs WHERE session = ?1 AND run = ?2")?
-                    .execute(params![session, run])?,
-                Some(etag) => tx
-                    .prepare_cached(
-                        "DELETE FROM runs WHERE session = ?1 AND run = ?2 AND etag = ?3",
-                    )?
-                    .execute(params![session, run, as_sql(*etag)])?,
-            }),
-            Merged::Delete(Delete::Session { session, .. }) => Landed::Rows(
-                tx.prepare_cached("DELETE FROM runs WHERE session = ?1")?
-                    .execute(params![session])?,
-            ),
+            }) => Landed::Rows(log.delete_run(&tx, session, run, *etag)?),
+            Merged::Delete(Delete::Session { session, .. }) => {
+                log.forget_session(session);
+                Landed::Rows(
+                    tx.prepare_cached("DELETE FROM runs WHERE session = ?1")?
+                        .execute(params![&**session])?,
+                )
+            }
             Merged::Delete(Delete::Sweep { expired, full, .. }) => {
                 let mut rows = 0;
-                let mut delete = tx.prepare_cached(
-                    "DELETE FROM runs WHERE session = ?1 AND run = ?2 AND etag = ?3",
-                )?;
-                for e in expired {
+                for e in expired.iter() {
                     if let Some(etag) = e.etag {
-                        rows += delete.execute(params![&*e.session, &*e.run, as_sql(etag)])?;
+                        rows += log.delete_run(&tx, &e.session, &e.run, Some(etag))?;
                     }
                 }
                 if let Some(cutoff) = full {
-                    rows += tx
-                        .prepare_cached("DELETE FROM runs WHERE last_active < ?1")?
-                        .execute(params![as_sql(*cutoff)])?;
+                    // Rows this store did not write go too: fold the log first, so that
+                    // no chain is left on a deleted row.
+                    log.fold_in(&tx)?;
+                    rows += delete_idle(&tx, *cutoff, None)?;
                 }
                 Landed::Rows(rows)
             }
         });
     }
+    log.maintain(&tx)?;
     tx.commit()?;
     Ok(landed)
 }
 
-fn read_row(tx: &rusqlite::Transaction<'_>, session: &str, run: &str) -> rusqlite::Result<Reload> {
-    let row = tx
-        .prepare_cached("SELECT state, etag FROM runs WHERE session = ?1 AND run = ?2")?
-        .query_row(params![session, run], |r| {
-            Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
-        })
-        .optional()?;
-    Ok(match row {
-        Some((bytes, etag)) => Reload::Row {
-            bytes,
-            etag: etag as u64,
+/// What the backend holds, as a [`Reload`].
+fn reload(tx: &rusqlite::Transaction<'_>, session: &str, run: &str) -> rusqlite::Result<Reload> {
+    Ok(match read_run(tx, session, run)? {
+        Some(stored) => Reload::Row {
+            bytes: stored.state,
+            etag: stored.etag,
         },
         None => Reload::Absent,
     })

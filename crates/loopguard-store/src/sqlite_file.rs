@@ -9,15 +9,31 @@
 //!   that a compare-and-swap on it detects a write by another process, and `last_active`
 //!   the run's last activity in clock milliseconds. Integers are stored as the bit
 //!   patterns of the unsigned values ([`as_sql`]).
+//! - `run_deltas_0` and `run_deltas_1 (seq, session, run, base, etag, last_active, delta)`:
+//!   the change log ([`DELTA_TABLES`]). A row says: the run whose version is `base` became
+//!   version `etag` by [`delta::apply`](crate::delta::apply) of `delta` to its state. A
+//!   run's current state is its row's state with every delta whose `base` is the version
+//!   reached so far applied in `seq` order ([`read_run`]); a delta whose `base` is no
+//!   longer the run's version (its row was rewritten or deleted since) is dead and
+//!   ignored. Appending a few dozen bytes per event to a log instead of rewriting a 4 KiB
+//!   page per run is what makes `loopguard serve` fast on this file; it folds the log back
+//!   into the rows as it goes and empties one table while it appends to the other. A
+//!   process that writes a run's row whole (the hooks) makes the run's deltas dead by
+//!   giving it a new tag, so it needs nothing but [`read_run`] to take part.
 //!
 //! Other programs may keep tables of their own in the same file.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 
-use rusqlite::Connection;
+use rusqlite::{params, Connection, OptionalExtension};
 
-/// Version of the layout this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the layout this build reads and writes. Version 1 (no change log) is
+/// upgraded in place: it is version 2 with empty logs.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The two tables of the change log.
+pub const DELTA_TABLES: [&str; 2] = ["run_deltas_0", "run_deltas_1"];
 
 /// Why [`ensure_schema`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,8 +68,26 @@ pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
              PRIMARY KEY (session, run)
          );",
     )?;
+    for table in DELTA_TABLES {
+        // No index: appends then land on the table's last page, whatever run they are of.
+        conn.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                 seq INTEGER PRIMARY KEY,
+                 session TEXT NOT NULL,
+                 run TEXT NOT NULL,
+                 base INTEGER NOT NULL,
+                 etag INTEGER NOT NULL,
+                 last_active INTEGER NOT NULL,
+                 delta BLOB NOT NULL
+             );"
+        ))?;
+    }
     conn.execute(
         "INSERT OR IGNORE INTO loopguard_meta (key, value) VALUES ('schema_version', ?1)",
+        [SCHEMA_VERSION.to_string()],
+    )?;
+    conn.execute(
+        "UPDATE loopguard_meta SET value = ?1 WHERE key = 'schema_version' AND value = '1'",
         [SCHEMA_VERSION.to_string()],
     )?;
     let found: String = conn.query_row(
@@ -65,6 +99,167 @@ pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
         return Err(SchemaError::Version { found });
     }
     Ok(())
+}
+
+/// A run as stored: its row with the live deltas of the change log applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRun {
+    /// `RunState::to_bytes()` of the current state.
+    pub state: Vec<u8>,
+    /// The current version: the row's tag, or the last live delta's.
+    pub etag: u64,
+    /// The tag of the row itself.
+    pub row_etag: u64,
+    /// Last activity, clock milliseconds.
+    pub last_active: u64,
+}
+
+impl StoredRun {
+    /// Whether deltas were applied to the row (it is not the current state by itself).
+    pub fn has_deltas(&self) -> bool {
+        self.etag != self.row_etag
+    }
+
+    /// Applies one delta of the log if it continues this run's chain; a delta that does
+    /// not apply ends the chain (the state stays at the version before it).
+    fn follow(&mut self, base: u64, etag: u64, last_active: u64, delta: &[u8]) {
+        if base != self.etag {
+            return;
+        }
+        if let Ok(state) = crate::delta::apply(&self.state, delta) {
+            self.state = state;
+            self.etag = etag;
+            self.last_active = last_active;
+        }
+    }
+}
+
+/// The deltas of both tables in log order, of one run (`?1`, `?2`) or of every run.
+fn delta_query(one_run: bool) -> String {
+    let filter = if one_run {
+        " WHERE session = ?1 AND run = ?2"
+    } else {
+        ""
+    };
+    let [a, b] = DELTA_TABLES;
+    format!(
+        "SELECT session, run, base, etag, last_active, delta, seq FROM {a}{filter}
+         UNION ALL
+         SELECT session, run, base, etag, last_active, delta, seq FROM {b}{filter}
+         ORDER BY seq"
+    )
+}
+
+/// Applies the delta of a [`delta_query`] row to `stored`, if it continues its chain.
+fn follow_row(stored: &mut StoredRun, r: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+    let delta: &[u8] = r.get_ref(5)?.as_blob()?;
+    stored.follow(
+        r.get::<_, i64>(2)? as u64,
+        r.get::<_, i64>(3)? as u64,
+        r.get::<_, i64>(4)? as u64,
+        delta,
+    );
+    Ok(())
+}
+
+/// The row of (`session`, `run`) alone.
+fn read_row(conn: &Connection, session: &str, run: &str) -> rusqlite::Result<Option<StoredRun>> {
+    conn.prepare_cached(
+        "SELECT state, etag, last_active FROM runs WHERE session = ?1 AND run = ?2",
+    )?
+    .query_row(params![session, run], |r| {
+        let etag = r.get::<_, i64>(1)? as u64;
+        Ok(StoredRun {
+            state: r.get(0)?,
+            etag,
+            row_etag: etag,
+            last_active: r.get::<_, i64>(2)? as u64,
+        })
+    })
+    .optional()
+}
+
+/// Reads the current state of (`session`, `run`) (`run` is `""` outside any run): its row,
+/// then its live deltas. Without an index on the log this scans it, which the server keeps
+/// short (a few thousand rows at most).
+pub fn read_run(
+    conn: &Connection,
+    session: &str,
+    run: &str,
+) -> rusqlite::Result<Option<StoredRun>> {
+    let Some(mut stored) = read_row(conn, session, run)? else {
+        return Ok(None);
+    };
+    let mut stmt = conn.prepare_cached(&delta_query(true))?;
+    let mut rows = stmt.query(params![session, run])?;
+    while let Some(r) = rows.next()? {
+        follow_row(&mut stored, r)?;
+    }
+    Ok(Some(stored))
+}
+
+/// Folds the whole change log back into the rows and empties it: every run with live
+/// deltas gets its current state written to its row, under its current tag. Returns the
+/// rows rewritten. Call it inside a write transaction.
+pub fn fold_deltas(conn: &Connection) -> rusqlite::Result<usize> {
+    let mut runs: HashMap<(String, String), Option<StoredRun>> = HashMap::new();
+    {
+        let mut stmt = conn.prepare(&delta_query(false))?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let key: (String, String) = (r.get(0)?, r.get(1)?);
+            let stored = match runs.entry(key) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let row = read_row(conn, &e.key().0, &e.key().1)?;
+                    e.insert(row)
+                }
+            };
+            if let Some(stored) = stored {
+                follow_row(stored, r)?;
+            }
+        }
+    }
+    let mut written = 0;
+    let mut update = conn.prepare_cached(
+        "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
+         WHERE session = ?1 AND run = ?2 AND etag = ?6",
+    )?;
+    for ((session, run), stored) in &runs {
+        if let Some(s) = stored.as_ref().filter(|s| s.has_deltas()) {
+            written += update.execute(params![
+                session,
+                run,
+                as_sql(s.etag),
+                as_sql(s.last_active),
+                s.state,
+                as_sql(s.row_etag)
+            ])?;
+        }
+    }
+    for table in DELTA_TABLES {
+        conn.execute_batch(&format!("DELETE FROM {table};"))?;
+    }
+    Ok(written)
+}
+
+/// Deletes the rows of runs idle since before `cutoff` (clock milliseconds), at most
+/// `limit` of them: a run whose row is older but whose deltas are not is live. Returns
+/// the rows deleted.
+pub fn delete_idle(conn: &Connection, cutoff: u64, limit: Option<u32>) -> rusqlite::Result<usize> {
+    let [a, b] = DELTA_TABLES;
+    let sql = format!(
+        "DELETE FROM runs WHERE rowid IN
+             (SELECT rowid FROM runs WHERE last_active < ?1
+              AND (session, run) NOT IN
+                  (SELECT session, run FROM {a} WHERE last_active >= ?1
+                   UNION ALL
+                   SELECT session, run FROM {b} WHERE last_active >= ?1)
+              LIMIT ?2)"
+    );
+    let limit = limit.map_or(-1, i64::from);
+    conn.prepare_cached(&sql)?
+        .execute(params![as_sql(cutoff), limit])
 }
 
 /// A tag for a row about to be written: unique among the writes of this process, and
@@ -124,13 +319,115 @@ mod tests {
         ensure_schema(&conn).unwrap();
         ensure_schema(&conn).unwrap();
         conn.execute(
-            "UPDATE loopguard_meta SET value = '2' WHERE key = 'schema_version'",
+            "UPDATE loopguard_meta SET value = '3' WHERE key = 'schema_version'",
             [],
         )
         .unwrap();
         let err = ensure_schema(&conn).unwrap_err();
-        assert!(matches!(&err, SchemaError::Version { found } if found == "2"));
-        assert!(err.to_string().contains("schema version 2"), "{err}");
+        assert!(matches!(&err, SchemaError::Version { found } if found == "3"));
+        assert!(err.to_string().contains("schema version 3"), "{err}");
+    }
+
+    #[test]
+    fn a_version_1_file_is_upgraded_in_place() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE loopguard_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO loopguard_meta VALUES ('schema_version', '1');
+             CREATE TABLE runs (session TEXT NOT NULL, run TEXT NOT NULL, etag INTEGER NOT NULL,
+                 last_active INTEGER NOT NULL, state BLOB NOT NULL, PRIMARY KEY (session, run));
+             INSERT INTO runs VALUES ('s', 'r', 7, 100, x'0102');",
+        )
+        .unwrap();
+        ensure_schema(&conn).unwrap();
+        let version: String = conn
+            .query_row("SELECT value FROM loopguard_meta", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION.to_string());
+        let run = read_run(&conn, "s", "r").unwrap().unwrap();
+        assert_eq!((run.state, run.etag), (vec![1, 2], 7));
+    }
+
+    /// A file with run ("s", "r") at version 1 (`old`), and a log that takes it to version
+    /// 3 (`v3`) through both tables, with a dead delta of a former chain in between.
+    fn chained(old: &[u8], v2: &[u8], v3: &[u8]) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        ensure_schema(&conn).unwrap();
+        conn.execute(
+            "INSERT INTO runs VALUES ('s', 'r', 1, 100, ?1)",
+            params![old],
+        )
+        .unwrap();
+        let delta = |a: &[u8], b: &[u8]| crate::delta::diff(a, b).unwrap();
+        let [t0, t1] = DELTA_TABLES;
+        let insert = |table: &str, seq: i64, base: i64, etag: i64, at: i64, d: Vec<u8>| {
+            conn.execute(
+                &format!("INSERT INTO {table} VALUES (?1, 's', 'r', ?2, ?3, ?4, ?5)"),
+                params![seq, base, etag, at, d],
+            )
+            .unwrap();
+        };
+        insert(t1, 1, 9, 10, 90, delta(old, v3)); // dead: base 9 is no version of the run
+        insert(t0, 2, 1, 2, 200, delta(old, v2));
+        insert(t1, 3, 2, 3, 300, delta(v2, v3));
+        conn
+    }
+
+    fn states() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let old: Vec<u8> = (0..200u8).collect();
+        let mut v2 = old.clone();
+        v2[50..60].fill(0xaa);
+        let mut v3 = v2[20..].to_vec();
+        v3.extend_from_slice(b"a new record");
+        (old, v2, v3)
+    }
+
+    #[test]
+    fn a_run_is_its_row_with_its_live_deltas() {
+        let (old, v2, v3) = states();
+        let conn = chained(&old, &v2, &v3);
+        let run = read_run(&conn, "s", "r").unwrap().unwrap();
+        assert_eq!(run.state, v3);
+        assert_eq!((run.etag, run.row_etag, run.last_active), (3, 1, 300));
+        assert!(run.has_deltas());
+        assert_eq!(read_run(&conn, "s", "other").unwrap(), None);
+
+        // A whole-row write (a hook) gives the row a new tag: every delta is dead.
+        conn.execute("UPDATE runs SET etag = 5, state = x'00'", [])
+            .unwrap();
+        let run = read_run(&conn, "s", "r").unwrap().unwrap();
+        assert_eq!((run.state, run.etag), (vec![0], 5));
+    }
+
+    #[test]
+    fn folding_writes_the_current_states_and_empties_the_log() {
+        let (old, v2, v3) = states();
+        let conn = chained(&old, &v2, &v3);
+        assert_eq!(fold_deltas(&conn).unwrap(), 1);
+        for table in DELTA_TABLES {
+            let n: i64 = conn
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 0);
+        }
+        let run = read_run(&conn, "s", "r").unwrap().unwrap();
+        assert_eq!(
+            (run.state, run.etag, run.row_etag, run.last_active),
+            (v3, 3, 3, 300)
+        );
+    }
+
+    #[test]
+    fn a_row_with_recent_deltas_is_not_idle() {
+        let (old, v2, v3) = states();
+        let conn = chained(&old, &v2, &v3);
+        conn.execute("INSERT INTO runs VALUES ('s', 'idle', 1, 100, x'00')", [])
+            .unwrap();
+        // Both rows were written at 100; only "s"/"r" has deltas since (at 200 and 300).
+        assert_eq!(delete_idle(&conn, 250, None).unwrap(), 1);
+        assert!(read_run(&conn, "s", "r").unwrap().is_some());
+        assert!(read_run(&conn, "s", "idle").unwrap().is_none());
+        assert_eq!(delete_idle(&conn, 400, None).unwrap(), 1);
     }
 
     #[cfg(unix)]

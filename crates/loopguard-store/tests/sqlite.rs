@@ -339,3 +339,138 @@ async fn rows_of_other_processes_expire_too() {
     );
     assert_eq!(count(), 0, "but gone from the file");
 }
+
+/// Log rows in both tables of the change log.
+fn log_rows(conn: &rusqlite::Connection) -> i64 {
+    loopguard_store::sqlite_file::DELTA_TABLES
+        .iter()
+        .map(|t| {
+            conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
+        })
+        .sum()
+}
+
+/// Events interleaved over three runs, so that chains of several runs share the log.
+fn interleaved(n: usize) -> Vec<String> {
+    let runs = [
+        loop_lines("a", "r", n),
+        loop_lines("b", "r", n),
+        loop_lines("c", "r2", n),
+    ];
+    (0..2 * n)
+        .flat_map(|i| runs.iter().map(move |r| r[i].clone()))
+        .collect()
+}
+
+/// The change log is what a crash leaves: a copy of the file taken while the store runs
+/// (as a SIGKILL would leave it) holds deltas, across many switches of the log's two
+/// tables, and a store opened on it answers the rest exactly as an uninterrupted replay.
+#[tokio::test]
+async fn a_crash_copy_with_a_change_log_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, copy) = (dir.path().join("live.db"), dir.path().join("copy.db"));
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let options = SqliteOptions {
+        log_segment_rows: 8,
+        ..SqliteOptions::default()
+    };
+    let lines = interleaved(40);
+    let want = replay_all(&config, &lines);
+
+    let store = open_with(&path, &clock, Limits::default(), options.clone());
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let mut got = Vec::new();
+    let mut most = 0;
+    // Cut after event 150 or the first later one that leaves deltas in the log (a table
+    // is emptied when its last chain is folded).
+    let mut cut = lines.len();
+    for (i, line) in lines.iter().enumerate() {
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+        let rows = log_rows(&reader);
+        most = most.max(rows);
+        if i >= 150 && rows > 0 {
+            cut = i + 1;
+            break;
+        }
+    }
+    assert!(cut < lines.len());
+    assert!(
+        (1..=2 * 8).contains(&most),
+        "the log is used and stays within two tables' worth: {most} rows at most"
+    );
+    reader
+        .execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
+        .unwrap();
+    assert!(log_rows(&rusqlite::Connection::open(&copy).unwrap()) > 0);
+    drop(store);
+
+    let store = open_with(&copy, &clock, Limits::default(), options);
+    assert_eq!(
+        log_rows(&rusqlite::Connection::open(&copy).unwrap()),
+        0,
+        "folded at open"
+    );
+    for (i, line) in lines.iter().enumerate().skip(cut) {
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    store.close().await.unwrap();
+}
+
+/// Another process that writes a run's row whole (the agent hooks do) makes the store's
+/// deltas of that run dead; the store sees the commit, folds its log, and applies its
+/// next event to what the other process wrote.
+#[tokio::test]
+async fn a_whole_row_written_by_another_process_ends_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let clock = ManualClock::new(1_000);
+    let config = ConfigSet::enabled_defaults();
+    let store = open(&path, &clock);
+    let lines = loop_lines("s", "r", 12);
+    for (i, line) in lines.iter().enumerate().take(16) {
+        apply(&store, &config, i as u64 + 1, line).await.unwrap();
+    }
+
+    let mut other = rusqlite::Connection::open(&path).unwrap();
+    let tx = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let stored = loopguard_store::sqlite_file::read_run(&tx, "s", "r")
+        .unwrap()
+        .unwrap();
+    assert!(stored.has_deltas(), "the store wrote deltas");
+    let state = loopguard::RunState::from_bytes(&stored.state).unwrap();
+    assert_eq!(
+        state.history().len(),
+        8,
+        "the row and its deltas make the state"
+    );
+    tx.execute(
+        "UPDATE runs SET etag = 4242, last_active = 1000, state = ?1 WHERE session = 's'",
+        [loopguard::RunState::default().to_bytes()],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+
+    // The rest is answered as a fresh run would be.
+    let rest = &lines[16..];
+    let want = replay_all(&config, rest);
+    let mut got = Vec::new();
+    for (i, line) in rest.iter().enumerate() {
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    assert!(store.stats().conflicts >= 1);
+    store.close().await.unwrap();
+    let stored = loopguard_store::sqlite_file::read_run(&other, "s", "r")
+        .unwrap()
+        .unwrap();
+    assert!(!stored.has_deltas(), "closing folds the log");
+    let state = loopguard::RunState::from_bytes(&stored.state).unwrap();
+    assert_eq!(state.history().len(), 4);
+}
