@@ -1,5 +1,6 @@
-//! Micro benchmarks of the parts of a store update: encoding a run state, and one update
-//! through each store (the SQLite one includes its commit and fsync).
+//! Micro benchmarks of the parts of a store update: encoding a run state, the delta the
+//! SQLite store logs for one event, and one update through each store (the SQLite one
+//! includes its commit and fsync).
 //!
 //! ```sh
 //! cargo bench -p loopguard-store --bench store
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loopguard::{ConfigSet, ManualClock, RunState};
 use loopguard_replay::{apply_to_run, parse_line, scope_of, Event};
-use loopguard_store::{Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
+use loopguard_store::{delta, Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
 
 /// A call and its ~1 KiB result, `n` times, in one run.
 fn events(n: usize) -> Vec<Event> {
@@ -66,6 +67,44 @@ fn encoding(c: &mut Criterion) {
     group.finish();
 }
 
+/// The delta of one event: a full window of 30 calls takes a 31st call (the oldest record
+/// goes, every other shifts), then its result.
+fn deltas(c: &mut Criterion) {
+    let config = ConfigSet::enabled_defaults();
+    let state = full_state(&config);
+    let before = state.to_bytes();
+    let events = events(31);
+    let mut steps = vec![before.clone()];
+    let mut next = state.clone();
+    for (i, event) in events[60..].iter().enumerate() {
+        let scope = scope_of(event, None);
+        apply_to_run(
+            &mut next,
+            config.global(),
+            &scope,
+            61 + i as u64,
+            event,
+            2000,
+        );
+        steps.push(next.to_bytes());
+    }
+    let mut group = c.benchmark_group("delta");
+    for (name, old, new) in [
+        ("call", &steps[0], &steps[1]),
+        ("result", &steps[1], &steps[2]),
+    ] {
+        let d = delta::diff(old, new).expect("a small delta");
+        group.bench_function(
+            format!("diff, {name} ({} of {} bytes)", d.len(), new.len()),
+            |b| b.iter(|| delta::diff(old, new)),
+        );
+        group.bench_function(format!("apply, {name}"), |b| {
+            b.iter(|| delta::apply(old, &d).unwrap())
+        });
+    }
+    group.finish();
+}
+
 fn updates(c: &mut Criterion) {
     let config = ConfigSet::enabled_defaults();
     let events = events(1000);
@@ -112,5 +151,5 @@ fn updates(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, encoding, updates);
+criterion_group!(benches, encoding, deltas, updates);
 criterion_main!(benches);

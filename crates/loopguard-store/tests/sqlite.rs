@@ -474,3 +474,83 @@ async fn a_whole_row_written_by_another_process_ends_the_chain() {
     let state = loopguard::RunState::from_bytes(&stored.state).unwrap();
     assert_eq!(state.history().len(), 4);
 }
+
+/// Random event streams over several runs, with restarts and crash copies at random
+/// points and tiny log tables (so that they switch and fold all the time): the answers
+/// always equal one uninterrupted replay.
+#[tokio::test]
+async fn random_streams_with_restarts_and_crashes_equal_a_replay() {
+    let config = ConfigSet::enabled_defaults();
+    let mut copies_with_deltas = 0;
+    for seed in 1..=12u64 {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let keys = [("a", "r1"), ("a", "r2"), ("b", "r1"), ("c", "")];
+        let mut lines = Vec::new();
+        for i in 0..240 {
+            let (session, run) = keys[next(4) as usize];
+            let path = next(3);
+            let result = next(2);
+            let run = if run.is_empty() {
+                String::new()
+            } else {
+                format!(r#","run":"{run}""#)
+            };
+            lines.push(format!(
+                r#"{{"type":"call","session":"{session}"{run},"call_id":"c{i}","tool":"read","args":{{"path":"/p{path}"}}}}"#
+            ));
+            lines.push(format!(
+                r#"{{"type":"result","session":"{session}"{run},"call_id":"c{i}","result":"r{result}"}}"#
+            ));
+        }
+        let want = replay_all(&config, &lines);
+
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000);
+        let options = SqliteOptions {
+            log_segment_rows: 1 + next(6),
+            ..SqliteOptions::default()
+        };
+        let mut path = dir.path().join("0.db");
+        let mut store = open_with(&path, &clock, Limits::default(), options.clone());
+        let mut got = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+            match next(40) {
+                0 => {
+                    drop(store);
+                    store = open_with(&path, &clock, Limits::default(), options.clone());
+                }
+                1 => {
+                    // What a SIGKILL leaves: the file as it is now, log and all.
+                    let copy = dir.path().join(format!("{i}.db"));
+                    rusqlite::Connection::open(&path)
+                        .unwrap()
+                        .execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
+                        .unwrap();
+                    if log_rows(&rusqlite::Connection::open(&copy).unwrap()) > 0 {
+                        copies_with_deltas += 1;
+                    }
+                    let crashed = std::mem::replace(
+                        &mut store,
+                        open_with(&copy, &clock, Limits::default(), options.clone()),
+                    );
+                    drop(crashed);
+                    path = copy;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(got, want, "seed {seed}");
+        store.close().await.unwrap();
+    }
+    assert!(
+        copies_with_deltas >= 10,
+        "only {copies_with_deltas} crash copies held a change log"
+    );
+}

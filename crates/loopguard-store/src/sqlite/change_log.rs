@@ -166,7 +166,8 @@ impl Log {
             if inserted == 0 {
                 return Ok(Landed::Conflict(reload(tx, &put.session, &put.run)?));
             }
-            self.wrote_row(put, state);
+            // Not tracked yet: memory goes to runs written more than once (the second
+            // write is a whole row, the third a delta).
             return Ok(Landed::Ok);
         };
         let (row, delta) = match self.tracked(&put.session, &put.run) {
