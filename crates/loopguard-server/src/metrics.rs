@@ -266,6 +266,13 @@ impl Metrics {
         let _ = writeln!(out, "loopguard_store_writes_total {}", store.writes);
         head(
             &mut out,
+            "loopguard_store_deltas_total",
+            "counter",
+            "Run states written as a delta to the change log instead of whole (SQLite).",
+        );
+        let _ = writeln!(out, "loopguard_store_deltas_total {}", store.deltas);
+        head(
+            &mut out,
             "loopguard_store_conflicts_total",
             "counter",
             "Updates applied again after another writer changed the run.",
@@ -385,6 +392,8 @@ mod tests {
             &StoreStats {
                 sessions: 2,
                 runs: Some(3),
+                writes: 5,
+                deltas: 4,
                 ..StoreStats::default()
             },
             false,
@@ -396,6 +405,8 @@ mod tests {
             "loopguard_verdicts_total{detector=\"ping_pong\",level=\"critical\"} 0",
             "loopguard_live_sessions 2",
             "loopguard_live_runs 3",
+            "loopguard_store_writes_total 5",
+            "loopguard_store_deltas_total 4",
             "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.0005\"} 1",
             "loopguard_http_request_duration_seconds_bucket{route=\"/v1/events\",le=\"0.00025\"} 0",
             "loopguard_http_request_duration_seconds_bucket{route=\"other\",le=\"+Inf\"} 1",

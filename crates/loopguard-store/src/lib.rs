@@ -175,6 +175,9 @@ pub struct StoreStats {
     pub commits: u64,
     /// Run states written.
     pub writes: u64,
+    /// Of those, the ones written as a delta to a change log rather than whole (the SQLite
+    /// store; 0 for the others).
+    pub deltas: u64,
     /// Updates that lost a race against another writer and were applied again.
     pub conflicts: u64,
     /// Backend operations that failed.

@@ -977,6 +977,7 @@ impl Store for RedisStore {
             runs: None,
             commits: writes,
             writes,
+            deltas: 0,
             conflicts: s.conflicts.load(Ordering::Relaxed),
             failures: s.failures.load(Ordering::Relaxed),
             commit_micros: s.write_micros.load(Ordering::Relaxed),

@@ -183,6 +183,7 @@ enum Op {
 struct Counters {
     commits: AtomicU64,
     writes: AtomicU64,
+    deltas: AtomicU64,
     conflicts: AtomicU64,
     failures: AtomicU64,
     commit_micros: AtomicU64,
@@ -596,6 +597,7 @@ impl Store for SqliteStore {
             runs: Some(runs),
             commits: c.commits.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
+            deltas: c.deltas.load(Ordering::Relaxed),
             conflicts: c.conflicts.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             commit_micros: c.commit_micros.load(Ordering::Relaxed),
@@ -872,6 +874,9 @@ fn commit(
     match outcome {
         Ok(landed) => {
             counters.commits.fetch_add(1, Ordering::Relaxed);
+            counters
+                .deltas
+                .fetch_add(log.take_appended(), Ordering::Relaxed);
             counters.healthy.store(true, Ordering::Release);
             for (entry, landed) in merged.into_iter().zip(landed) {
                 answer(entry, landed, counters, &mut out);
@@ -880,6 +885,7 @@ fn commit(
         Err(e) => {
             // What the log knows of the rows may be what the rolled-back transaction did.
             log.stale = true;
+            log.take_appended();
             counters.failures.fetch_add(1, Ordering::Relaxed);
             counters.healthy.store(false, Ordering::Release);
             let message = format!("database write failed: {e}");

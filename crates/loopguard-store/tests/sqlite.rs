@@ -402,6 +402,11 @@ async fn a_crash_copy_with_a_change_log_resumes_exactly() {
         (1..=2 * 8).contains(&most),
         "the log is used and stays within two tables' worth: {most} rows at most"
     );
+    let stats = store.stats();
+    assert!(
+        stats.deltas * 2 > stats.writes,
+        "most writes are deltas: {stats:?}"
+    );
     reader
         .execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
         .unwrap();

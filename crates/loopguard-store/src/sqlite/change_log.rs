@@ -74,6 +74,8 @@ pub(super) struct Log {
     data_version: i64,
     /// Set when what the log knows cannot be trusted (a transaction failed).
     pub(super) stale: bool,
+    /// Deltas appended since [`Log::take_appended`] last took them.
+    appended: u64,
 }
 
 fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -95,7 +97,13 @@ impl Log {
             next_seq: 1,
             data_version: data_version(conn)?,
             stale: false,
+            appended: 0,
         })
+    }
+
+    /// Deltas appended by the transaction that just ended.
+    pub(super) fn take_appended(&mut self) -> u64 {
+        std::mem::take(&mut self.appended)
     }
 
     pub(super) fn has_deltas(&self) -> bool {
@@ -251,6 +259,7 @@ impl Log {
         ])?;
         self.next_seq += 1;
         self.rows[self.current] += 1;
+        self.appended += 1;
         Ok(())
     }
 
