@@ -121,15 +121,20 @@ impl StoredRun {
     }
 
     /// Applies one delta of the log if it continues this run's chain; a delta that does
-    /// not apply ends the chain (the state stays at the version before it).
-    fn follow(&mut self, base: u64, etag: u64, last_active: u64, delta: &[u8]) {
+    /// not apply ends the chain (the state stays at the version before it), and is the
+    /// one case that returns false.
+    fn follow(&mut self, base: u64, etag: u64, last_active: u64, delta: &[u8]) -> bool {
         if base != self.etag {
-            return;
+            return true;
         }
-        if let Ok(state) = crate::delta::apply(&self.state, delta) {
-            self.state = state;
-            self.etag = etag;
-            self.last_active = last_active;
+        match crate::delta::apply(&self.state, delta) {
+            Ok(state) => {
+                self.state = state;
+                self.etag = etag;
+                self.last_active = last_active;
+                true
+            }
+            Err(_) => false,
         }
     }
 }
@@ -153,12 +158,22 @@ fn delta_query(one_run: bool) -> String {
 /// Applies the delta of a [`delta_query`] row to `stored`, if it continues its chain.
 fn follow_row(stored: &mut StoredRun, r: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
     let delta: &[u8] = r.get_ref(5)?.as_blob()?;
-    stored.follow(
+    let applied = stored.follow(
         r.get::<_, i64>(2)? as u64,
         r.get::<_, i64>(3)? as u64,
         r.get::<_, i64>(4)? as u64,
         delta,
     );
+    if !applied {
+        // Only corruption does this: say which run lost its latest events.
+        tracing::warn!(
+            target: "loopguard::store",
+            session = %r.get_ref(0)?.as_str().unwrap_or("?"),
+            run = %r.get_ref(1)?.as_str().unwrap_or("?"),
+            seq = r.get::<_, i64>(6)?,
+            "a logged change of this run cannot be applied; the run keeps its state from before it"
+        );
+    }
     Ok(())
 }
 
@@ -397,6 +412,19 @@ mod tests {
             .unwrap();
         let run = read_run(&conn, "s", "r").unwrap().unwrap();
         assert_eq!((run.state, run.etag), (vec![0], 5));
+    }
+
+    #[test]
+    fn a_corrupt_delta_ends_the_chain_before_it() {
+        let (old, v2, v3) = states();
+        let conn = chained(&old, &v2, &v3);
+        conn.execute(
+            &format!("UPDATE {} SET delta = x'ff' WHERE seq = 3", DELTA_TABLES[1]),
+            [],
+        )
+        .unwrap();
+        let run = read_run(&conn, "s", "r").unwrap().unwrap();
+        assert_eq!((run.state, run.etag, run.last_active), (v2, 2, 200));
     }
 
     #[test]
