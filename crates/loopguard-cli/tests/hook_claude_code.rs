@@ -501,8 +501,9 @@ fn config_and_database_come_from_the_environment_too() {
 
 #[test]
 fn state_written_by_the_server_store_is_continued_by_hooks() {
-    // The store of `loopguard serve` writes three identical calls; the hook continues the
-    // same run and blocks the fourth.
+    // The store of `loopguard serve` writes three identical calls, the last ones as deltas
+    // in its change log, and is still running; the hook continues the same run (its row
+    // and the deltas) and blocks the fourth.
     use loopguard_replay::{apply_to_run, parse_line, scope_of};
     use loopguard_store::{Limits, RunKey, SqliteOptions, SqliteStore, Store};
     let env = Env::with_config("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }");
@@ -512,8 +513,12 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let store = SqliteStore::open(&env.db, Limits::default(), std::sync::Arc::new(loopguard::SystemClock), SqliteOptions::default()).unwrap();
+    let options = SqliteOptions {
+        idle_fold: std::time::Duration::from_secs(3600),
+        ..SqliteOptions::default()
+    };
+    let store = rt.block_on(async {
+        let store = SqliteStore::open(&env.db, Limits::default(), std::sync::Arc::new(loopguard::SystemClock), options).unwrap();
         for i in 0..3 {
             for line in [
                 format!(r#"{{"type":"call","session":"shared","run":"prompt-1","call_id":"c{i}","tool":"Read","args":{{"file_path":"/x"}}}}"#),
@@ -527,12 +532,22 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
                     .unwrap();
             }
         }
-        store.close().await.unwrap();
+        store
     });
+    let logged: i64 = rusqlite::Connection::open(&env.db)
+        .unwrap()
+        .query_row(
+            "SELECT (SELECT count(*) FROM run_deltas_0) + (SELECT count(*) FROM run_deltas_1)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(logged > 0, "the server's last writes are in its change log");
     let out = env
         .hook(AGENT, &pre("shared", "c3", "Read", read_input("/x")))
         .json();
     assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
+    rt.block_on(store.close()).unwrap();
     assert_eq!(counts(&env.run("shared", "prompt-1").unwrap()), (4, 1));
 }
 

@@ -52,9 +52,6 @@ use change_log::Log;
 /// Updates are applied again at most this often when other writers keep winning.
 const MAX_ATTEMPTS: u32 = 16;
 
-/// After this long without a write, the writer folds the change log back into the rows.
-const IDLE_FOLD: Duration = Duration::from_secs(1);
-
 /// SQLite's `synchronous` setting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -91,6 +88,9 @@ pub struct SqliteOptions {
     /// rewritten about once per this many events of the whole store, and another process
     /// reading a run scans at most about twice this many log rows.
     pub log_segment_rows: u64,
+    /// How long the writer waits without a write before it folds the change log back into
+    /// the rows (default 1 s), so that other processes reading the file find it empty.
+    pub idle_fold: Duration,
 }
 
 impl Default for SqliteOptions {
@@ -100,6 +100,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             max_batch: 4096,
             log_segment_rows: 16_384,
+            idle_fold: Duration::from_secs(1),
         }
     }
 }
@@ -351,7 +352,7 @@ impl SqliteStore {
         });
         let thread = {
             let counters = Arc::clone(&counters);
-            let max_batch = options.max_batch.max(1);
+            let options = options.clone();
             std::thread::Builder::new()
                 .name("lg-store-writer".into())
                 .spawn(move || {
@@ -359,7 +360,7 @@ impl SqliteStore {
                         conn,
                         log,
                         rx,
-                        max_batch,
+                        &options,
                         &counters,
                         checkpointer,
                         completions,
@@ -746,16 +747,17 @@ fn write_loop(
     mut conn: Connection,
     mut log: Log,
     rx: mpsc::Receiver<Op>,
-    max_batch: usize,
+    options: &SqliteOptions,
     counters: &Counters,
     checkpointer: Checkpointer,
     completions: Completions,
 ) {
+    let max_batch = options.max_batch.max(1);
     let hasher = std::collections::hash_map::RandomState::new();
     let mut batch = Vec::with_capacity(max_batch.min(1024));
     let mut close = None;
     'serve: loop {
-        let first = match rx.recv_timeout(IDLE_FOLD) {
+        let first = match rx.recv_timeout(options.idle_fold) {
             Ok(op) => op,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 // Idle: fold the log back into the rows, for whoever reads the file next.
