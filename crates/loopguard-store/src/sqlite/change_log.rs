@@ -54,11 +54,17 @@ struct Tracked {
 
 type Key = (Box<str>, Box<str>);
 
+/// Maps keyed by ids: the writer looks a run up on every write.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
 pub(super) struct Log {
     /// session → run → what is known. Runs absent here have no live delta.
-    runs: HashMap<Box<str>, HashMap<Box<str>, Tracked>>,
+    runs: Map<Box<str>, Map<Box<str>, Tracked>>,
     /// The runs whose chain is in each table.
-    chains: [HashSet<Key>; 2],
+    chains: [Set<Key>; 2],
+    /// The statement that appends a delta to each table.
+    insert: [String; 2],
     /// Deltas in each table.
     rows: [u64; 2],
     /// Deltas a table takes before the other becomes current.
@@ -87,8 +93,14 @@ impl Log {
     /// A log for a file whose change log is empty (just folded).
     pub(super) fn new(conn: &Connection, segment_rows: u64) -> rusqlite::Result<Self> {
         Ok(Self {
-            runs: HashMap::new(),
-            chains: [HashSet::new(), HashSet::new()],
+            runs: Map::default(),
+            chains: [Set::default(), Set::default()],
+            insert: DELTA_TABLES.map(|table| {
+                format!(
+                    "INSERT INTO {table} (seq, session, run, base, etag, last_active, delta)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                )
+            }),
             rows: [0, 0],
             segment_rows,
             current: 0,
@@ -129,7 +141,7 @@ impl Log {
     pub(super) fn fold_in(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
         fold_deltas(tx)?;
         self.runs.clear();
-        self.chains = [HashSet::new(), HashSet::new()];
+        self.chains = [Set::default(), Set::default()];
         self.rows = [0, 0];
         self.since = Instant::now();
         self.stale = false;
@@ -243,20 +255,16 @@ impl Log {
         base: u64,
         delta: &[u8],
     ) -> rusqlite::Result<()> {
-        let table = DELTA_TABLES[self.current];
-        tx.prepare_cached(&format!(
-            "INSERT INTO {table} (seq, session, run, base, etag, last_active, delta)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-        ))?
-        .execute(params![
-            self.next_seq,
-            &*put.session,
-            &*put.run,
-            as_sql(base),
-            as_sql(put.etag),
-            as_sql(put.last_active),
-            delta
-        ])?;
+        tx.prepare_cached(&self.insert[self.current])?
+            .execute(params![
+                self.next_seq,
+                &*put.session,
+                &*put.run,
+                as_sql(base),
+                as_sql(put.etag),
+                as_sql(put.last_active),
+                delta
+            ])?;
         self.next_seq += 1;
         self.rows[self.current] += 1;
         self.appended += 1;
