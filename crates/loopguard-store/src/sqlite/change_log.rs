@@ -3,7 +3,7 @@
 //! which table, and the bytes each delta is computed against.
 //!
 //! A write of a run whose last version this writer wrote, and which nobody else changed
-//! since, appends a [`delta`](crate::delta) of the new state against the one it wrote last:
+//! since, appends a [`delta`] of the new state against the one it wrote last:
 //! a few dozen bytes on the log table's last page, instead of the run's row (a 4 KiB page
 //! of its own, two runs at most sharing one). Everything else writes the row whole, by a
 //! compare-and-swap on its tag, which makes the run's deltas dead.
