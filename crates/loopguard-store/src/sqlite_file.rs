@@ -194,6 +194,33 @@ fn read_row(conn: &Connection, session: &str, run: &str) -> rusqlite::Result<Opt
     .optional()
 }
 
+/// Replaces the row of (`session`, `run`) with a new state under tag `etag`, if the row
+/// holds version `expected` (a compare-and-swap); returns whether it did.
+pub fn replace_row(
+    conn: &Connection,
+    session: &str,
+    run: &str,
+    expected: u64,
+    etag: u64,
+    last_active: u64,
+    state: &[u8],
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
+             WHERE session = ?1 AND run = ?2 AND etag = ?6",
+        )?
+        .execute(params![
+            session,
+            run,
+            as_sql(etag),
+            as_sql(last_active),
+            state,
+            as_sql(expected)
+        ])?;
+    Ok(changed == 1)
+}
+
 /// Reads the current state of (`session`, `run`) (`run` is `""` outside any run): its row,
 /// then its live deltas. Without an index on the log this scans it, which the server keeps
 /// short (a few thousand rows at most).
@@ -236,20 +263,12 @@ pub fn fold_deltas(conn: &Connection) -> rusqlite::Result<usize> {
         }
     }
     let mut written = 0;
-    let mut update = conn.prepare_cached(
-        "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
-         WHERE session = ?1 AND run = ?2 AND etag = ?6",
-    )?;
     for ((session, run), stored) in &runs {
         if let Some(s) = stored.as_ref().filter(|s| s.has_deltas()) {
-            written += update.execute(params![
-                session,
-                run,
-                as_sql(s.etag),
-                as_sql(s.last_active),
-                s.state,
-                as_sql(s.row_etag)
-            ])?;
+            let (etag, at) = (s.etag, s.last_active);
+            written += usize::from(replace_row(
+                conn, session, run, s.row_etag, etag, at, &s.state,
+            )?);
         }
     }
     for table in DELTA_TABLES {

@@ -29,7 +29,7 @@ use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use super::{reload, Landed, Put};
 use crate::delta;
-use crate::sqlite_file::{as_sql, fold_deltas, DELTA_TABLES};
+use crate::sqlite_file::{as_sql, fold_deltas, replace_row, DELTA_TABLES};
 
 /// Age after which a log table with deltas in it gives way to the other, so that the rows
 /// of slow runs are rewritten (and their `last_active` brought up to date) now and then.
@@ -153,7 +153,8 @@ impl Log {
         let result = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .and_then(|tx| {
-                self.sync(&tx)?;
+                // Folding everything covers whatever another connection committed too.
+                self.data_version = data_version(&tx)?;
                 self.fold_in(&tx)?;
                 tx.commit()
             });
@@ -226,20 +227,8 @@ impl Log {
                 Ok(Landed::Ok)
             }
             None => {
-                let changed = tx
-                    .prepare_cached(
-                        "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
-                         WHERE session = ?1 AND run = ?2 AND etag = ?6",
-                    )?
-                    .execute(params![
-                        &*put.session,
-                        &*put.run,
-                        as_sql(put.etag),
-                        as_sql(put.last_active),
-                        &state,
-                        as_sql(row)
-                    ])?;
-                if changed == 0 {
+                let (etag, at) = (put.etag, put.last_active);
+                if !replace_row(tx, &put.session, &put.run, row, etag, at, &state)? {
                     return Ok(Landed::Conflict(reload(tx, &put.session, &put.run)?));
                 }
                 self.wrote_row(put, state);
@@ -406,22 +395,10 @@ impl Log {
         else {
             return Ok(());
         };
-        let changed = tx
-            .prepare_cached(
-                "UPDATE runs SET etag = ?3, last_active = ?4, state = ?5
-                 WHERE session = ?1 AND run = ?2 AND etag = ?6",
-            )?
-            .execute(params![
-                &**session,
-                &**run,
-                as_sql(t.head),
-                as_sql(t.last_active),
-                &t.bytes,
-                as_sql(t.row)
-            ])?;
+        let replaced = replace_row(tx, session, run, t.row, t.head, t.last_active, &t.bytes)?;
         t.row = t.head;
         t.table = None;
-        if changed == 0 {
+        if !replaced {
             // Someone else rewrote the row: nothing here can be trusted any more.
             self.stale = true;
         }
