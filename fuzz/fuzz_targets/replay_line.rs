@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use loopguard::ConfigSet;
-use loopguard_replay::{replay, Replayer};
+use loopguard_events::{replay, Replayer};
 
 fuzz_target!(|data: &[u8]| {
     let config = ConfigSet::parse(

@@ -5,7 +5,7 @@ use std::io::{self, BufReader, BufWriter, Read};
 use std::path::PathBuf;
 
 use clap::Args;
-use loopguard_replay::{replay, Replayer, DEFAULT_MAX_LINE};
+use loopguard_events::{replay, Replayer, DEFAULT_MAX_LINE};
 
 use crate::output::{fatal, load_config};
 use crate::{EXIT_FATAL, EXIT_INVALID_LINES, EXIT_OK};

@@ -504,7 +504,7 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
     // The store of `loopguard serve` writes three identical calls, the last ones as deltas
     // in its change log, and is still running; the hook continues the same run (its row
     // and the deltas) and blocks the fourth.
-    use loopguard_replay::{apply_to_run, parse_line, scope_of};
+    use loopguard_events::{apply_to_run, parse_line, scope_of};
     use loopguard_store::{Limits, RunKey, SqliteOptions, SqliteStore, Store};
     let env = Env::with_config("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }");
     env.hook(AGENT, &prompt("shared", "go")); // run prompt-1

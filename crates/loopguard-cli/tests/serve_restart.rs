@@ -134,12 +134,12 @@ fn a_loop_straddling_a_sigkill_is_still_caught() {
     }
     // What a guard that never stopped answers to the same calls and results.
     let config = loopguard::ConfigSet::parse(&fs::read_to_string(&config).unwrap()).unwrap();
-    let mut replayer = loopguard_replay::Replayer::new(config, None);
+    let mut replayer = loopguard_events::Replayer::new(config, None);
     let mut want = Vec::new();
     for i in 1..=6 {
         let answer = replayer.apply(
             1,
-            &loopguard_replay::parse_line(call(i).as_bytes()).unwrap(),
+            &loopguard_events::parse_line(call(i).as_bytes()).unwrap(),
         );
         let verdict = serde_json::to_value(&answer).unwrap()["verdict"]
             .as_str()
@@ -148,7 +148,7 @@ fn a_loop_straddling_a_sigkill_is_still_caught() {
         if verdict != "block" {
             replayer.apply(
                 2,
-                &loopguard_replay::parse_line(result(i).as_bytes()).unwrap(),
+                &loopguard_events::parse_line(result(i).as_bytes()).unwrap(),
             );
         }
         want.push(verdict);

@@ -21,7 +21,7 @@
 //!
 //! Other events are ignored (exit 0, a line on stderr).
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};

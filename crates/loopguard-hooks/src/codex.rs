@@ -23,7 +23,7 @@
 //! `tool_response` carrying the failure, and is recorded as that result. A terminal block
 //! cannot end the turn from `PreToolUse`; the run's later calls are all denied instead.
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};

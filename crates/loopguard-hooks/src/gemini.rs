@@ -20,7 +20,7 @@
 //! warning is kept in the store under the call's tool and arguments and given to the model
 //! by the `AfterTool` of that call.
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::{json, Map, Value};
 
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};

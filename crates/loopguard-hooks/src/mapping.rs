@@ -19,7 +19,7 @@
 //! should not count as repeats of the main conversation's (or of a parallel subagent's).
 
 use loopguard::{ConfigSet, Fingerprint, Verdict};
-use loopguard_replay::{apply_to_run, Answer, Event, Ids, OwnedOutcome};
+use loopguard_events::{apply_to_run, Answer, Event, Ids, OwnedOutcome};
 use serde_json::Value;
 
 use crate::store::{HookTx, StoreError};
@@ -227,7 +227,7 @@ pub fn apply(
             };
             let cfg = config.for_agent(agent);
             let answer = tx.update_run(session, Some(&run), |state, now| {
-                let scope = loopguard_replay::scope_of(&replay_event, None);
+                let scope = loopguard_events::scope_of(&replay_event, None);
                 apply_to_run(state, cfg, &scope, 1, &replay_event, now)
             })?;
             match (answer, event) {

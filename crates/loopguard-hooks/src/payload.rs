@@ -1,6 +1,6 @@
 //! Reading hook payloads: JSON objects whose fields are checked for their type.
 
-use loopguard_replay::kind_of;
+use loopguard_events::kind_of;
 use serde_json::{Map, Value};
 
 use crate::mapping::{Origin, ToolUse};

@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use loopguard::{ConfigSet, RunState};
-use loopguard_replay::{apply_to_run, from_value, parse_line, scope_of, Answer, Event};
+use loopguard_events::{apply_to_run, from_value, parse_line, scope_of, Answer, Event};
 use loopguard_store::{RunKey, Store, StoreError};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
@@ -101,7 +101,7 @@ pub(crate) fn json_error(e: &serde_json::Error) -> String {
     if e.to_string().contains("recursion limit") {
         return format!(
             "invalid JSON: nested deeper than {} levels (line {}, column {})",
-            loopguard_replay::MAX_DEPTH,
+            loopguard_events::MAX_DEPTH,
             e.line(),
             e.column()
         );
@@ -153,7 +153,7 @@ async fn json<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError
         other => {
             return Err(ApiError::bad_request(format!(
                 "the body must be an event object or an array of event objects, not {}",
-                loopguard_replay::kind_of(&other)
+                loopguard_events::kind_of(&other)
             )))
         }
     };
@@ -403,7 +403,7 @@ async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Ou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard_replay::parse_line;
+    use loopguard_events::parse_line;
 
     #[test]
     fn ids_are_capped() {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use loopguard::{Detector, Level, Verdict};
-use loopguard_replay::Answer;
+use loopguard_events::Answer;
 use loopguard_store::StoreStats;
 
 /// Route labels of the latency histogram; anything else is `other`.
@@ -375,12 +375,12 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard_replay::parse_line;
+    use loopguard_events::parse_line;
 
     #[test]
     fn counts_answers_and_renders_every_series() {
         let m = Metrics::default();
-        let mut replayer = loopguard_replay::Replayer::new(loopguard::ConfigSet::default(), None);
+        let mut replayer = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
         let event = parse_line(br#"{"type":"call","tool":"read"}"#).unwrap();
         m.answer(&replayer.apply(1, &event));
         m.invalid();

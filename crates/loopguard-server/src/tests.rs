@@ -263,9 +263,9 @@ async fn ndjson_is_replay_over_http() {
     let (status, headers, body) = send(&app, request).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "application/x-ndjson");
-    let mut replayer = loopguard_replay::Replayer::new(loopguard::ConfigSet::default(), None);
+    let mut replayer = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
     let mut want = Vec::new();
-    loopguard_replay::replay(&mut replayer, input.as_bytes(), &mut want, 1 << 20).unwrap();
+    loopguard_events::replay(&mut replayer, input.as_bytes(), &mut want, 1 << 20).unwrap();
     assert_eq!(
         String::from_utf8(body).unwrap(),
         String::from_utf8(want).unwrap()

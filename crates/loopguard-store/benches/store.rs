@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loopguard::{ConfigSet, ManualClock, RunState};
-use loopguard_replay::{apply_to_run, parse_line, scope_of, Event};
+use loopguard_events::{apply_to_run, parse_line, scope_of, Event};
 use loopguard_store::{delta, Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
 
 /// A call and its ~1 KiB result, `n` times, in one run.

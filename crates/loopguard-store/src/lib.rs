@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use loopguard::{ConfigSet, ManualClock};
-//! use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer};
+//! use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
 //! use loopguard_store::{Limits, MemoryStore, RunKey, Store};
 //! use std::sync::Arc;
 //!

@@ -101,7 +101,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use loopguard::{ConfigSet, ManualClock};
-    use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+    use loopguard_events::{apply_to_run, parse_line, scope_of, Answer, Replayer};
     use std::sync::Arc;
 
     /// Events through the store answer exactly as through the engine's own replayer.

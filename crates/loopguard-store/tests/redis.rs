@@ -12,7 +12,7 @@ mod common;
 
 use common::{apply, compaction, loop_lines, replay_all, run_names};
 use loopguard::{ConfigSet, ManualClock, SystemClock};
-use loopguard_replay::Answer;
+use loopguard_events::Answer;
 use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
 use loopguard_store::{
     ClientCert, Limits, RedisOptions, RedisStore, RedisTarget, RunKey, SharedClock, Store,

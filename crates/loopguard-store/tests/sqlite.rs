@@ -9,7 +9,7 @@ mod common;
 
 use common::{apply, compaction, loop_lines, replay_all, run_names};
 use loopguard::{ConfigSet, ManualClock};
-use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer};
+use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
 use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
 
 fn open(path: &Path, clock: &ManualClock) -> SqliteStore {

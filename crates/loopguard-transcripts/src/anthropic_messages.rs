@@ -12,7 +12,7 @@
 
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::{Ids, OwnedOutcome};
+use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::Value;
 
 use crate::chat::{self, content_text, Conversation, Dialect};
@@ -221,7 +221,7 @@ mod tests {
     use super::*;
     use crate::testing::read_bytes;
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     #[test]
     fn maps_tool_use_and_tool_result() {

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::io::{self, BufRead, Seek, SeekFrom};
 
-use loopguard_replay::Ids;
+use loopguard_events::Ids;
 use serde_json::Value;
 
 use crate::item::{self, Pos, Sink};

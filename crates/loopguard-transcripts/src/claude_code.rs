@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::Ids;
+use loopguard_events::Ids;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -174,7 +174,7 @@ mod tests {
     use super::*;
     use crate::testing::read_bytes;
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     /// A synthetic session: a prompt, a response spread over two lines (two tool_use
     /// blocks), their results, a subagent sidechain, a compaction, a prompt after it.

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
 use crate::item::{self, Item, Pos, Sink};
@@ -101,7 +101,7 @@ pub fn read<R: BufRead + Seek>(
 }
 
 fn emit_call(
-    ids: &loopguard_replay::Ids,
+    ids: &loopguard_events::Ids,
     pos: Pos,
     id: &str,
     tool: &str,

@@ -19,7 +19,7 @@
 use std::borrow::Cow;
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -39,7 +39,7 @@ struct LineEntry<'a> {
 }
 
 struct State {
-    ids: loopguard_replay::Ids,
+    ids: loopguard_events::Ids,
     runs: u64,
     active: bool,
     in_response: bool,
@@ -231,7 +231,7 @@ mod tests {
     use super::*;
     use crate::testing::read_bytes;
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     const ROLLOUT: &str = concat!(
         r#"{"timestamp":"t","type":"session_meta","payload":{"id":"rollout-1","cwd":"/w","originator":"codex_cli_rs","cli_version":"0.40.0"}}"#,

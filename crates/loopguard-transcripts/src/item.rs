@@ -2,7 +2,7 @@
 //! transcript that the guard does not need but a scan report does (model turns, token
 //! usage, real run ids), each with its position in the file.
 
-use loopguard_replay::{Event, Ids, OwnedOutcome};
+use loopguard_events::{Event, Ids, OwnedOutcome};
 use serde::Serialize;
 use serde_json::Value;
 

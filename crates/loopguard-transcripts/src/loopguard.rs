@@ -19,7 +19,7 @@ pub fn read<R: BufRead + Seek>(
     let mut stats = ReadStats::default();
     let mut lines = Lines::new(input, options.max_line);
     while let Some(line) = lines.next_line(&mut stats)? {
-        match loopguard_replay::parse_line(line.bytes) {
+        match loopguard_events::parse_line(line.bytes) {
             Ok(event) => sink.push(line.pos, Item::Event(event)),
             Err(error) => {
                 let reason = if error.starts_with("invalid JSON") || error.contains("UTF-8") {

@@ -14,7 +14,7 @@
 
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::Value;
 
 use crate::chat::{self, content_text, Conversation, Dialect};
@@ -151,7 +151,7 @@ mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus};
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     #[test]
     fn maps_calls_results_and_runs() {

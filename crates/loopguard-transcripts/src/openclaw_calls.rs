@@ -9,7 +9,7 @@
 
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::Value;
 
 use crate::item::{self, Item, Pos, Sink};
@@ -123,7 +123,7 @@ mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus};
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     #[test]
     fn maps_streams() {

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::{Ids, OwnedOutcome};
+use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
 use crate::item::{self, Item, Pos, Sink};
@@ -225,7 +225,7 @@ mod tests {
             .count();
         assert_eq!(turns, 1, "two calls of one model response are one turn");
         match &r.items[1].1 {
-            Item::Event(loopguard_replay::Event::Call {
+            Item::Event(loopguard_events::Event::Call {
                 tool,
                 args,
                 call_id,

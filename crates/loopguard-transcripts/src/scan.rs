@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use loopguard::fingerprint::args_fingerprint;
 use loopguard::{ConfigSet, Detection, Detector, Level, Signature, Verdict};
-use loopguard_replay::{Answer, Event, Ids, Replayer};
+use loopguard_events::{Answer, Event, Ids, Replayer};
 use serde::Serialize;
 
 use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYTES};

@@ -12,7 +12,7 @@
 
 use std::io::{self, BufRead, Seek};
 
-use loopguard_replay::{Ids, OwnedOutcome};
+use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
 use crate::item::{self, Item, Pos, Sink};
@@ -132,7 +132,7 @@ mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus};
     use crate::Format;
-    use loopguard_replay::Event;
+    use loopguard_events::Event;
 
     #[test]
     fn maps_steps() {

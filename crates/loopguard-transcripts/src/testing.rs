@@ -28,18 +28,18 @@ pub struct Read {
 
 impl Read {
     pub fn calls(&self) -> usize {
-        self.count(|e| matches!(e, loopguard_replay::Event::Call { .. }))
+        self.count(|e| matches!(e, loopguard_events::Event::Call { .. }))
     }
 
     pub fn results(&self) -> usize {
-        self.count(|e| matches!(e, loopguard_replay::Event::Result { .. }))
+        self.count(|e| matches!(e, loopguard_events::Event::Result { .. }))
     }
 
     pub fn compactions(&self) -> usize {
-        self.count(|e| matches!(e, loopguard_replay::Event::Compaction { .. }))
+        self.count(|e| matches!(e, loopguard_events::Event::Compaction { .. }))
     }
 
-    fn count(&self, f: impl Fn(&loopguard_replay::Event) -> bool) -> usize {
+    fn count(&self, f: impl Fn(&loopguard_events::Event) -> bool) -> usize {
         self.items
             .iter()
             .filter(|(_, i)| matches!(i, Item::Event(e) if f(e)))

@@ -15,7 +15,7 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use loopguard::{ConfigSet, Detector, Level, Verdict};
-use loopguard_replay::{Answer, Event, OwnedOutcome, Replayer};
+use loopguard_events::{Answer, Event, OwnedOutcome, Replayer};
 use loopguard_transcripts::{read, Format, Item, Pos, ReadOptions};
 use serde_json::Value;
 

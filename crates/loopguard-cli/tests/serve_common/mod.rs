@@ -459,7 +459,7 @@ pub fn check_event_by_event(case: &Path, clients: &mut [Client]) -> Result<(), S
         };
         if w.get("error").is_some() {
             let expected_status = if serde_json::from_slice::<Value>(line).is_ok()
-                && loopguard_replay::parse_line(line).is_ok()
+                && loopguard_events::parse_line(line).is_ok()
             {
                 422
             } else {
@@ -576,11 +576,11 @@ pub fn session_events(session: &str, seed: usize) -> Vec<String> {
 
 /// What a sequential replay answers to `lines` (each with `seq` 1, as single events get).
 pub fn replay_lines(config: &loopguard::ConfigSet, lines: &[String]) -> Vec<serde_json::Value> {
-    let mut replayer = loopguard_replay::Replayer::new(config.clone(), None);
+    let mut replayer = loopguard_events::Replayer::new(config.clone(), None);
     lines
         .iter()
         .map(|l| {
-            let event = loopguard_replay::parse_line(l.as_bytes()).unwrap();
+            let event = loopguard_events::parse_line(l.as_bytes()).unwrap();
             serde_json::to_value(replayer.apply(1, &event)).unwrap()
         })
         .collect()

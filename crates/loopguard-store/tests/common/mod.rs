@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use loopguard::ConfigSet;
-use loopguard_replay::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_events::{apply_to_run, parse_line, scope_of, Answer, Replayer};
 use loopguard_store::{RunKey, Store, StoreError};
 
 /// Applies one event line through `store`.

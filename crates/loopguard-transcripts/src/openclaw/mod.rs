@@ -30,7 +30,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek, SeekFrom};
 
-use loopguard_replay::{Ids, OwnedOutcome};
+use loopguard_events::{Ids, OwnedOutcome};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;

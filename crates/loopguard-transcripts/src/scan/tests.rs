@@ -1,6 +1,6 @@
 use super::*;
 use crate::item;
-use loopguard_replay::OwnedOutcome;
+use loopguard_events::OwnedOutcome;
 use serde_json::json;
 
 /// Feeds a scanner by hand: calls, results, turns, compactions, in one session.

@@ -1,4 +1,4 @@
-//! The loopguard replay format (SPEC §7): events in, answers out.
+//! The loopguard event protocol (SPEC §7, the replay format): events in, answers out.
 //!
 //! [`Replayer`] applies [`Event`]s to a [`loopguard::Guard`] and produces the [`Answer`]s
 //! that `loopguard replay` prints and that `loopguard serve` returns; [`replay`] streams a
@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use loopguard::ConfigSet;
-//! use loopguard_replay::{replay, Replayer};
+//! use loopguard_events::{replay, Replayer};
 //!
 //! let input = concat!(
 //!     r#"{"type":"call","session":"s","call_id":"c1","tool":"read","args":{"path":"/a"}}"#, "\n",
