@@ -21,6 +21,20 @@ fn conformance_vectors() {
     );
 }
 
+/// This project's own vectors (spec/vectors), through the real `loopguard replay`.
+#[test]
+fn own_vectors() {
+    let dir = common::repo_root().join("spec/vectors");
+    let (count, failures) = common::vectors::failures(&dir);
+    assert!(count >= 4, "expected the vectors of {}", dir.display());
+    assert!(
+        failures.is_empty(),
+        "{} of {count} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// The vectors kept in this repository are the published ones, unchanged.
 #[test]
 fn vendored_vectors_match_the_shared_spec() {

@@ -10,7 +10,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{config_of, conformance_cases, name};
+use common::vectors::{config_of, name, spec_cases};
 use redis_common::{prefix, replicas, require, RedisCluster, RedisServer};
 use serde_json::Value;
 use serve_common::{check_event_by_event, parallel, replay, Server};
@@ -79,9 +79,7 @@ fn conformance_round_robin_over_three_replicas_on_one_redis() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    parallel(&conformance_cases(), 3, |case| {
-        round_robin(&redis.url(), case)
-    });
+    parallel(&spec_cases(), 3, |case| round_robin(&redis.url(), case));
     // The keys of every case (60-odd runs) are there, under the TTL, nothing else.
     let keys = redis.command(&["DBSIZE"]).unwrap().int().unwrap();
     assert!(keys > 70, "{keys} keys");
@@ -93,9 +91,7 @@ fn conformance_in_json_lines_chunks_over_three_replicas_on_one_redis() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    parallel(&conformance_cases(), 3, |case| {
-        ndjson_chunks(&redis.url(), case)
-    });
+    parallel(&spec_cases(), 3, |case| ndjson_chunks(&redis.url(), case));
 }
 
 #[test]
@@ -104,9 +100,7 @@ fn conformance_round_robin_over_three_replicas_on_a_redis_cluster() {
         return;
     }
     let cluster = RedisCluster::start(3).unwrap();
-    parallel(&conformance_cases(), 3, |case| {
-        round_robin(&cluster.url(), case)
-    });
+    parallel(&spec_cases(), 3, |case| round_robin(&cluster.url(), case));
     for node in cluster.nodes() {
         let keys = node.command(&["DBSIZE"]).unwrap().int().unwrap();
         assert!(keys > 0, "every shard holds sessions");

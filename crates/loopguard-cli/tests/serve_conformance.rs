@@ -7,7 +7,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{config_of, conformance_cases, name};
+use common::vectors::{config_of, name, spec_cases};
 use serve_common::{check_event_by_event, parallel, replay, tempdir, Server};
 
 /// Starts a server for a case (on a fresh SQLite file unless `memory`).
@@ -66,12 +66,12 @@ fn ndjson_case(case: &Path, memory: bool) -> Result<(), String> {
 
 #[test]
 fn conformance_set_as_json_lines_on_sqlite() {
-    parallel(&conformance_cases(), 3, |case| ndjson_case(case, false));
+    parallel(&spec_cases(), 3, |case| ndjson_case(case, false));
 }
 
 #[test]
 fn conformance_set_as_json_lines_in_memory() {
-    parallel(&conformance_cases(), 3, |case| ndjson_case(case, true));
+    parallel(&spec_cases(), 3, |case| ndjson_case(case, true));
 }
 
 /// One request per event, as a host sends them: each answer is replay's line for it
@@ -79,7 +79,7 @@ fn conformance_set_as_json_lines_in_memory() {
 /// 400 (not an event) or a 422 (refused by the engine) with its error.
 #[test]
 fn conformance_set_one_event_per_request() {
-    let cases: Vec<_> = conformance_cases()
+    let cases: Vec<_> = spec_cases()
         .into_iter()
         .filter(|c| !c.join("expected-exit").exists())
         .collect();

@@ -18,7 +18,7 @@ enum Stop {
 
 /// The conformance cases that end normally (a fatal config has nothing to restart).
 fn cases() -> Vec<PathBuf> {
-    common::vectors::conformance_cases()
+    common::vectors::spec_cases()
         .into_iter()
         .filter(|p| !p.join("expected-exit").exists())
         .collect()
@@ -94,6 +94,28 @@ fn every_conformance_stream_survives_a_sigkill_in_the_middle() {
 #[test]
 fn every_conformance_stream_survives_a_graceful_restart_in_the_middle() {
     parallel(&cases(), 3, |case| restart_case(case, Stop::Term));
+}
+
+/// A call blocked before a SIGKILL, its veto pushed out of the window, and its result sent
+/// to the next server: the result is still ignored (the blocked ids are part of the
+/// stored run), in each of the late-result vectors, cut between the block and the result.
+#[test]
+fn a_late_result_across_a_sigkill_is_still_ignored() {
+    let dir = common::repo_root().join("spec/vectors");
+    for case in [
+        "late-result-after-eviction",
+        "late-results-after-terminal-stop",
+        "late-results-after-many-calls",
+    ] {
+        let case = dir.join(case);
+        let events = fs::read_to_string(case.join("events.jsonl")).unwrap();
+        let lines: Vec<&str> = events.lines().collect();
+        let half = lines.len() / 2;
+        // The cut falls after a block and before a late result.
+        assert!(lines[..half].iter().any(|l| l.contains("\"type\":\"call\"")));
+        assert!(lines[half..].iter().any(|l| l.contains("\"type\":\"result\"")));
+        restart_case(&case, Stop::Kill).unwrap();
+    }
 }
 
 /// The point of the store: a loop that straddles a crash is still caught, at exactly the

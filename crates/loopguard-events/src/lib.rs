@@ -347,7 +347,7 @@ mod tests {
             "\n",
             r#"{"type":"result","call_id":"c1","result":"ok"}"#,
             "\n",
-            r#"{"type":"result","call_id":"c1","result":"ok"}"#,
+            r#"{"type":"result","call_id":"c1","result":"changed"}"#,
             "\n",
             r#"{"type":"result","call_id":"nope","result":"ok"}"#,
             "\n",
@@ -358,6 +358,8 @@ mod tests {
         );
         let (s, a) = run(input.as_bytes(), 1 << 20);
         assert_eq!(a[1]["recorded"], true);
+        // A second, different outcome for a call that has one is refused (the same one
+        // again is a retry: see `a_retried_result_gets_the_same_answer`).
         assert!(a[2]["error"]
             .as_str()
             .unwrap()
@@ -365,5 +367,25 @@ mod tests {
         assert!(a[3]["error"].as_str().unwrap().contains("no pending call"));
         assert_eq!(a[5]["recorded"], true, "args taken from the pending call");
         assert_eq!(s.invalid, 2);
+    }
+
+    #[test]
+    fn a_retried_result_gets_the_same_answer() {
+        let input = concat!(
+            r#"{"type":"call","call_id":"c1","tool":"read","args":{"p":1}}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c1","result":"ok"}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c1","result":"ok"}"#,
+            "\n",
+            r#"{"type":"result","call_id":"c1","tool":"read","args":{"p":1},"result":"ok"}"#,
+            "\n",
+        );
+        let (s, a) = run(input.as_bytes(), 1 << 20);
+        assert_eq!(s.invalid, 0);
+        for answer in &a[1..] {
+            assert_eq!(answer["recorded"], true);
+        }
+        assert_eq!(a[2]["seq"], 3);
     }
 }

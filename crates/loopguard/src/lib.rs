@@ -58,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod answers;
 pub mod canonical;
 pub mod clock;
 pub mod compaction;
@@ -76,6 +77,7 @@ pub mod scope;
 pub mod text;
 pub mod verdict;
 
+pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, Signature};

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::answers::{Answers, OutcomeKey};
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
 use crate::detectors::{self, Finding, Thresholds};
@@ -65,8 +66,12 @@ pub enum StateDecodeError {
 }
 
 /// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
-/// covers the fingerprint version, since states hold fingerprints).
-pub const STATE_FORMAT_VERSION: u8 = 2;
+/// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
+/// fields of [`Added3`] to version 2's encoding; version 2 states still read.
+pub const STATE_FORMAT_VERSION: u8 = 3;
+
+/// The format version whose states [`RunState::from_bytes`] still reads.
+const STATE_FORMAT_V2: u8 = 2;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +83,17 @@ pub struct RunState {
     last_active: u64,
     /// The current batch of parallel calls (tracked for `batch_duplicates`).
     batch: Option<Batch>,
+    /// Encoded after the fields above (see [`STATE_FORMAT_VERSION`]).
+    #[serde(skip)]
+    added: Added3,
+}
+
+/// The fields state format version 3 added, encoded after version 2's so that version 2
+/// states read as states with these at their defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Added3 {
+    /// Blocked call ids and recent answers, beyond the history window.
+    answers: Answers,
 }
 
 /// The calls of the current batch: signature, copies seen, and how to name the first.
@@ -129,14 +145,21 @@ impl RunState {
         if let Ok(bytes) = postcard::to_extend(self, std::mem::take(out)) {
             *out = bytes;
         }
+        if let Ok(bytes) = postcard::to_extend(&self.added, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
+        let corrupt = |e: postcard::Error| StateDecodeError::Corrupt(e.to_string());
         match bytes.split_first() {
-            Some((&STATE_FORMAT_VERSION, rest)) => {
-                let (mut state, left): (Self, &[u8]) = postcard::take_from_bytes(rest)
-                    .map_err(|e| StateDecodeError::Corrupt(e.to_string()))?;
+            Some((&version @ (STATE_FORMAT_V2 | STATE_FORMAT_VERSION), rest)) => {
+                let (mut state, mut left): (Self, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(corrupt)?;
+                if version == STATE_FORMAT_VERSION {
+                    (state.added, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
                 if !left.is_empty() {
                     return Err(StateDecodeError::Corrupt(format!(
                         "{} bytes after the state",
@@ -157,6 +180,7 @@ impl RunState {
             + self.history.heap_bytes()
             + self.notify.heap_bytes()
             + self.stop.as_ref().map_or(0, |s| s.tool.len())
+            + self.added.answers.heap_bytes()
     }
 
     /// The verdict on a call about to run, and its record.
@@ -169,7 +193,21 @@ impl RunState {
         batch: Option<&str>,
         now: u64,
     ) -> Verdict {
-        let verdict = self.verdict(cfg, call, call_id, batch, now);
+        self.last_active = now;
+        let id = call_id.map(call_id_hash);
+        let retried = id.and_then(|id| self.added.answers.retried_call(id, call.signature));
+        let verdict = match retried {
+            Some(verdict) => verdict,
+            None => {
+                let verdict = self.verdict(cfg, call, id, batch, call_id, now);
+                if let Some(id) = id {
+                    self.added
+                        .answers
+                        .called(id, call.signature, call.rule, &verdict);
+                }
+                verdict
+            }
+        };
         observe::verdict(scope, call.tool, &verdict);
         verdict
     }
@@ -178,12 +216,11 @@ impl RunState {
         &mut self,
         cfg: &EffectiveConfig,
         call: &CallPrint<'_>,
-        call_id: Option<&str>,
+        id: Option<u64>,
         batch: Option<&str>,
+        call_id: Option<&str>,
         now: u64,
     ) -> Verdict {
-        self.last_active = now;
-        let id = call_id.map(call_id_hash);
         if let Some(stop) = &self.stop {
             let detection = Detection {
                 level: Level::Critical,
@@ -308,7 +345,10 @@ impl RunState {
     ) -> Recorded {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
-        let recorded = self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now);
+        let recorded = match id.and_then(|id| self.retried_result(cfg, id, outcome)) {
+            Some(recorded) => recorded,
+            None => self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now),
+        };
         observe::recorded(scope, &recorded);
         recorded
     }
@@ -324,10 +364,17 @@ impl RunState {
     ) -> Result<Recorded, ResultError> {
         self.last_active = now;
         let id = call_id_hash(call_id);
-        let index = self
-            .history
-            .by_call_id(id)
-            .ok_or(ResultError::UnknownCall)?;
+        if let Some(recorded) = self.retried_result(cfg, id, outcome) {
+            observe::recorded(scope, &recorded);
+            return Ok(recorded);
+        }
+        let Some(index) = self.history.by_call_id(id) else {
+            // Blocked long ago: its veto has left the window, its id is still known.
+            return match self.added.answers.was_blocked(id) {
+                true => Ok(Recorded::default()),
+                false => Err(ResultError::UnknownCall),
+            };
+        };
         let record = &self.history.records()[index];
         match record.state() {
             RecordState::Veto => Ok(Recorded::default()),
@@ -375,23 +422,21 @@ impl RunState {
         now: u64,
     ) -> Recorded {
         let pending = self.history.pending_match(signature, id);
-        if let (None, Some(id)) = (pending, id) {
+        if pending.is_none() && id.is_some_and(|id| self.was_blocked(id)) {
             // The result of a blocked call is ignored: the call never ran.
-            let vetoed = self
-                .history
-                .by_call_id(id)
-                .is_some_and(|i| self.history.records()[i].is_veto());
-            if vetoed {
-                return Recorded::default();
-            }
+            return Recorded::default();
         }
-        let (state, unknown) = match OutcomePrint::for_config(rule, outcome, cfg) {
+        let (state, unknown, key) = match OutcomePrint::for_config(rule, outcome, cfg) {
             OutcomePrint::Nothing => return Recorded::default(),
-            OutcomePrint::Veto => (RecordState::Veto, None),
+            OutcomePrint::Veto => (RecordState::Veto, None, OutcomeKey::Veto),
             OutcomePrint::Hashed {
                 fingerprint,
                 unknown_tool,
-            } => (RecordState::Done(fingerprint), unknown_tool),
+            } => (
+                RecordState::Done(fingerprint),
+                unknown_tool,
+                OutcomeKey::Hashed(fingerprint),
+            ),
         };
         // Failures are tracked for `error_cascade` only.
         let failed = cfg.extensions.is_some() && crate::fingerprint::is_failure(rule, outcome);
@@ -435,19 +480,44 @@ impl RunState {
             }),
             _ => None,
         };
-        if shadow {
-            Recorded {
-                recorded: true,
-                abort: None,
-                would_abort: abort,
-            }
-        } else {
-            Recorded {
-                recorded: true,
-                abort,
-                would_abort: None,
-            }
+        let (abort, would_abort) = if shadow { (None, abort) } else { (abort, None) };
+        let recorded = Recorded {
+            recorded: true,
+            abort,
+            would_abort,
+        };
+        if let Some(id) = id {
+            self.added
+                .answers
+                .recorded(id, signature, rule, key, &recorded);
         }
+        recorded
+    }
+
+    /// Whether the newest call with id `id` was blocked: its veto when the window still
+    /// holds a record with that id, else the blocked ids kept beyond the window.
+    fn was_blocked(&self, id: u64) -> bool {
+        match self.history.by_call_id(id) {
+            Some(i) => self.history.records()[i].is_veto(),
+            None => self.added.answers.was_blocked(id),
+        }
+    }
+
+    /// The answer to repeat when this result for call `id` is a retry of one already
+    /// recorded with the same outcome.
+    fn retried_result(
+        &self,
+        cfg: &EffectiveConfig,
+        id: u64,
+        outcome: Outcome<'_>,
+    ) -> Option<Recorded> {
+        self.added.answers.retried_result(id, |rule| {
+            match OutcomePrint::for_config(rule, outcome, cfg) {
+                OutcomePrint::Nothing => None,
+                OutcomePrint::Veto => Some(OutcomeKey::Veto),
+                OutcomePrint::Hashed { fingerprint, .. } => Some(OutcomeKey::Hashed(fingerprint)),
+            }
+        })
     }
 
     fn push(
@@ -584,5 +654,206 @@ mod tests {
             Err(StateDecodeError::Corrupt(_))
         ));
         assert!(RunState::from_bytes(&[]).is_err());
+    }
+
+    /// A state written by format version 2 (before blocked ids and answers were kept):
+    /// four identical reads with identical results at warning 1, critical 2, window 4.
+    const V2_STATE: &str = "02041038d01fd05d1299139c9cb73167b8eafd109c38965940cae0f3f10625ff77abcec9ddf6edafece892ac6700ffffffff0f000101010000ff1038d01fd05d1299139c9cb73167b8eafd109c38965940cae0f3f10625ff77abcec982aca5cdece4bfd38e0100ffffffff0f010101010000ff1038d01fd05d1299139c9cb73167b8eafd1000000000000000000000000000000000d585b3cdcdca9bc43000ffffffff0f010101020000ff1038d01fd05d1299139c9cb73167b8eafd1000000000000000000000000000000000bef78cc8d08c8def0400ffffffff0f010101020000ff01047265616404f29bcb8f95d488932c0001ebd8a7dcf981b8bcf8fcc2e0c5c8bad9a3fe030100000000e80700";
+
+    fn small_window(history: u32) -> ConfigSet {
+        ConfigSet::parse(&format!(
+            "{{tools:{{loopDetection:{{enabled:true,warningThreshold:1,criticalThreshold:2,historySize:{history}}}}}}}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn version_2_states_still_read() {
+        let bytes: Vec<u8> = (0..V2_STATE.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&V2_STATE[i..i + 2], 16).unwrap())
+            .collect();
+        let mut state = RunState::from_bytes(&bytes).unwrap();
+        assert_eq!(state.history().len(), 4);
+        assert_eq!(state.added, Added3::default());
+        // It goes on as the run it was: the fifth identical read is blocked too, and the
+        // late result of the blocked fourth (id c3) is ignored.
+        let set = small_window(4);
+        let cfg = set.global();
+        let scope = Scope::new("s").with_run(Some("r"));
+        let args = json!({"p": "a"});
+        let print = CallPrint::new("read", &args);
+        let v = state.before_call(cfg, &scope, &print, Some("c4"), None, 2000);
+        assert!(v.is_blocked(), "{v:?}");
+        let out = json!("same");
+        let r = state.after_call(cfg, &scope, &print, Some("c3"), Outcome::Result(&out), 2000);
+        assert!(!r.recorded);
+        // Written back as version 3, and read again.
+        let again = RunState::from_bytes(&state.to_bytes()).unwrap();
+        assert_eq!(again, state);
+    }
+
+    /// The reproduction of the issue: a result for a blocked call arrives after its veto
+    /// has left a window of two.
+    #[test]
+    fn a_late_result_of_a_blocked_call_is_ignored_after_its_veto_left_the_window() {
+        let set = small_window(2);
+        let cfg = set.global();
+        let scope = Scope::new("s").with_run(Some("r"));
+        let mut state = RunState::default();
+        let read = json!({"p": "a"});
+        let empty = json!({});
+        let same = json!("same");
+        let (r, list, grep) = (
+            CallPrint::new("read", &read),
+            CallPrint::new("list", &empty),
+            CallPrint::new("grep", &empty),
+        );
+        for id in ["c1", "c2"] {
+            let _ = state.before_call(cfg, &scope, &r, Some(id), None, 0);
+            assert!(
+                state
+                    .after_call(cfg, &scope, &r, Some(id), Outcome::Result(&same), 0)
+                    .recorded
+            );
+        }
+        assert!(state
+            .before_call(cfg, &scope, &r, Some("c3"), None, 0)
+            .is_blocked());
+        assert_eq!(
+            state.before_call(cfg, &scope, &list, Some("c4"), None, 0),
+            Verdict::Allow
+        );
+        assert_eq!(
+            state.before_call(cfg, &scope, &grep, Some("c5"), None, 0),
+            Verdict::Allow
+        );
+        let before = state.history().clone();
+        let late = state.after_call(cfg, &scope, &r, Some("c3"), Outcome::Result(&same), 0);
+        assert_eq!(late, Recorded::default());
+        let by_id = state.after_call_by_id(cfg, &scope, "c3", Outcome::Result(&same), 0);
+        assert_eq!(by_id, Ok(Recorded::default()));
+        assert_eq!(state.history(), &before);
+        // An id never seen is still an error.
+        assert_eq!(
+            state.after_call_by_id(cfg, &scope, "c9", Outcome::Result(&same), 0),
+            Err(ResultError::UnknownCall)
+        );
+    }
+
+    #[test]
+    fn an_id_reused_by_an_allowed_call_is_no_longer_blocked() {
+        let set = small_window(2);
+        let cfg = set.global();
+        let scope = Scope::new("s");
+        let mut state = RunState::default();
+        let (a, b) = (json!({"p": "a"}), json!({"p": "b"}));
+        let same = json!("same");
+        let (ra, rb) = (CallPrint::new("read", &a), CallPrint::new("read", &b));
+        for id in ["c1", "c2"] {
+            let _ = state.before_call(cfg, &scope, &ra, Some(id), None, 0);
+            state.after_call(cfg, &scope, &ra, Some(id), Outcome::Result(&same), 0);
+        }
+        assert!(state
+            .before_call(cfg, &scope, &ra, Some("x"), None, 0)
+            .is_blocked());
+        // The host reuses "x" for another call, which runs; its result counts.
+        assert_eq!(
+            state.before_call(cfg, &scope, &rb, Some("x"), None, 0),
+            Verdict::Allow
+        );
+        for filler in ["f1", "f2", "f3"] {
+            let e = json!({});
+            let _ = state.before_call(cfg, &scope, &CallPrint::new(filler, &e), None, None, 0);
+        }
+        let r = state.after_call(cfg, &scope, &rb, Some("x"), Outcome::Result(&same), 0);
+        assert!(r.recorded);
+    }
+
+    #[test]
+    fn blocked_ids_are_kept_up_to_their_bound() {
+        let set = small_window(2);
+        let cfg = set.global();
+        let scope = Scope::new("s");
+        let mut state = RunState::default();
+        let a = json!({"p": "a"});
+        let same = json!("same");
+        let ra = CallPrint::new("read", &a);
+        for id in ["c1", "c2"] {
+            let _ = state.before_call(cfg, &scope, &ra, Some(id), None, 0);
+            state.after_call(cfg, &scope, &ra, Some(id), Outcome::Result(&same), 0);
+        }
+        let blocked = crate::BLOCKED_IDS_KEPT + 10;
+        for i in 0..blocked {
+            let v = state.before_call(cfg, &scope, &ra, Some(&format!("b{i}")), None, 0);
+            assert!(v.is_blocked());
+        }
+        let late = |state: &mut RunState, i: usize| {
+            state.after_call(
+                cfg,
+                &scope,
+                &ra,
+                Some(&format!("b{i}")),
+                Outcome::Result(&same),
+                0,
+            )
+        };
+        // The newest BLOCKED_IDS_KEPT are recognised; the oldest ten are forgotten.
+        for i in 10..blocked {
+            assert!(!late(&mut state, i).recorded, "b{i}");
+        }
+        assert!(late(&mut state, 0).recorded);
+    }
+
+    #[test]
+    fn a_retried_call_gets_the_same_verdict_and_changes_nothing() {
+        let set = small_window(30);
+        let cfg = set.global();
+        let scope = Scope::new("s");
+        let mut state = RunState::default();
+        let a = json!({"p": "a"});
+        let same = json!("same");
+        let ra = CallPrint::new("read", &a);
+        let first = state.before_call(cfg, &scope, &ra, Some("c1"), None, 0);
+        let snapshot = state.clone();
+        assert_eq!(
+            state.before_call(cfg, &scope, &ra, Some("c1"), None, 0),
+            first
+        );
+        assert_eq!(state, snapshot);
+        let recorded = state.after_call(cfg, &scope, &ra, Some("c1"), Outcome::Result(&same), 0);
+        let snapshot = state.clone();
+        // The result again, with its tool and arguments or by id only.
+        assert_eq!(
+            state.after_call(cfg, &scope, &ra, Some("c1"), Outcome::Result(&same), 0),
+            recorded
+        );
+        assert_eq!(
+            state.after_call_by_id(cfg, &scope, "c1", Outcome::Result(&same), 0),
+            Ok(recorded)
+        );
+        assert_eq!(state, snapshot);
+        // Another outcome for the same id is not a retry.
+        let other = json!("other");
+        assert_eq!(
+            state.after_call_by_id(cfg, &scope, "c1", Outcome::Result(&other), 0),
+            Err(ResultError::AlreadyRecorded)
+        );
+        // A warned call, retried, is warned again with the same words; once its result
+        // is in, the same id and call again is a new call (hosts reusing ids stay guarded).
+        let warned = state.before_call(cfg, &scope, &ra, Some("c2"), None, 0);
+        assert!(matches!(warned, Verdict::Warn { .. }), "{warned:?}");
+        assert_eq!(
+            state.before_call(cfg, &scope, &ra, Some("c2"), None, 0),
+            warned
+        );
+        state.after_call(cfg, &scope, &ra, Some("c2"), Outcome::Result(&same), 0);
+        let blocked = state.before_call(cfg, &scope, &ra, Some("c2"), None, 0);
+        assert!(blocked.is_blocked(), "{blocked:?}");
+        assert_eq!(
+            state.before_call(cfg, &scope, &ra, Some("c2"), None, 0),
+            blocked
+        );
+        assert_eq!(state.history().len(), 3);
     }
 }

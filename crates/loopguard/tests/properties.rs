@@ -383,3 +383,78 @@ proptest! {
         }
     }
 }
+
+/// One step of a stream whose results arrive late and out of order: a call, or the
+/// result of the `n`-th oldest call still waiting for one.
+#[derive(Clone, Debug)]
+enum LateStep {
+    Call { tool: usize, args: usize },
+    Result { waiting: usize, by_id: bool },
+    Compaction,
+}
+
+fn late_steps() -> impl Strategy<Value = Vec<LateStep>> {
+    prop::collection::vec(
+        prop_oneof![
+            6 => (0..4usize, 0..2usize).prop_map(|(tool, args)| LateStep::Call { tool, args }),
+            5 => (0..8usize, any::<bool>()).prop_map(|(waiting, by_id)| LateStep::Result { waiting, by_id }),
+            1 => Just(LateStep::Compaction),
+        ],
+        1..200,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// No result of a blocked call is ever recorded, whatever the window, the thresholds
+    /// and the order results arrive in (SPEC §7), as long as fewer calls than
+    /// `BLOCKED_IDS_KEPT` were blocked since; a result of a call that ran always is.
+    #[test]
+    fn results_of_blocked_calls_are_never_recorded(
+        steps in late_steps(),
+        history in 1u32..12,
+        w in 1u32..4,
+        c in 1u32..6,
+        g in 1u32..8,
+    ) {
+        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(0));
+        let scope = Scope::new("s").with_run(Some("r"));
+        // Calls waiting for their result: (id, tool, args, blocked), oldest first.
+        let mut waiting: Vec<(String, usize, usize, bool)> = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            match *step {
+                LateStep::Call { tool, args } => {
+                    let id = format!("c{i}");
+                    let args_value = args_for(TOOLS[tool], args);
+                    let call = Call::new(TOOLS[tool], &args_value).with_id(Some(&id));
+                    let blocked = guard.before_call(&scope, &call).is_blocked();
+                    waiting.push((id, tool, args, blocked));
+                }
+                LateStep::Result { waiting: n, by_id } => {
+                    if waiting.is_empty() {
+                        continue;
+                    }
+                    let (id, tool, args, blocked) = waiting.remove(n % waiting.len());
+                    let args_value = args_for(TOOLS[tool], args);
+                    let result = serde_json::json!("same");
+                    let recorded = if by_id {
+                        guard.after_call_by_id(&scope, &id, Outcome::Result(&result))
+                    } else {
+                        let call = Call::new(TOOLS[tool], &args_value).with_id(Some(&id));
+                        Ok(guard.after_call(&scope, &call, Outcome::Result(&result)))
+                    };
+                    match recorded {
+                        Ok(r) => prop_assert_eq!(r.recorded, !blocked, "step {}: result of {} (blocked: {})", i, id, blocked),
+                        // By id only, a call that ran but left the window is unknown: it
+                        // is refused, never recorded.
+                        Err(_) => prop_assert!(by_id && !blocked, "step {}: {} refused", i, id),
+                    }
+                }
+                LateStep::Compaction => {
+                    guard.on_compaction(&scope);
+                }
+            }
+        }
+    }
+}

@@ -28,6 +28,22 @@ pub fn conformance_cases() -> Vec<PathBuf> {
     cases
 }
 
+/// This project's own vectors in the conformance layout (`spec/vectors`: late results of
+/// blocked calls, retried events), sorted.
+pub fn own_cases() -> Vec<PathBuf> {
+    let cases = cases(&super::repo_root().join("spec/vectors"));
+    assert!(cases.len() >= 4, "the vectors of spec/vectors are expected");
+    cases
+}
+
+/// Every vector of the replay format's core (no extension block): the public set and this
+/// project's own, for the front ends that must answer each exactly as `replay` does.
+pub fn spec_cases() -> Vec<PathBuf> {
+    let mut cases = conformance_cases();
+    cases.extend(own_cases());
+    cases
+}
+
 /// A case's config file, if it has one.
 pub fn config_of(case: &Path) -> Option<PathBuf> {
     Some(case.join("config.json5")).filter(|p| p.exists())
