@@ -79,20 +79,23 @@ async fn arrays_are_evaluated_in_order() {
         "/v1/events",
         r#"[{"type":"call","call_id":"a","tool":"read"},
             {"type":"result","call_id":"a","result":"x"},
+            {"type":"result","call_id":"a","result":"y"},
             {"type":"result","call_id":"a","result":"x"},
             {"type":"compaction"}]"#,
     )
     .await;
     assert_eq!(status, StatusCode::OK);
     let answers = body.as_array().unwrap();
-    assert_eq!(answers.len(), 4);
+    assert_eq!(answers.len(), 5);
     assert_eq!(answers[1]["recorded"], true);
     assert_eq!(answers[2]["seq"], 3);
     assert!(answers[2]["error"]
         .as_str()
         .unwrap()
         .contains("already has a result"));
-    assert_eq!(answers[3]["armed"], 3);
+    // The first result again is a retry: the same answer.
+    assert_eq!(answers[3]["recorded"], true);
+    assert_eq!(answers[4]["armed"], 3);
     let (status, body) = post(&app, "/v1/events", "[]").await;
     assert_eq!((status, body), (StatusCode::OK, json!([])));
 }
