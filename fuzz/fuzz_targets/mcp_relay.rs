@@ -1,5 +1,6 @@
 //! Any bytes as the two sides of an MCP stdio session: each line goes to the relay from
-//! the client or from the server (chosen by its first byte), then the relay is closed.
+//! the client or from the server, whole or as the head of a line too long to read (chosen
+//! by its first byte), then the relay is closed.
 //! Nothing panics, and everything the relay itself writes to the client is JSON.
 #![no_main]
 
@@ -14,19 +15,19 @@ fuzz_target!(|data: &[u8]| {
     .expect("valid config");
     let mut relay = Relay::new(config, "fuzz".into(), None);
     for line in data.split(|&b| b == b'\n') {
-        match line.split_first() {
-            Some((&side, rest)) if side & 1 == 1 => {
-                let decided = relay.from_server(rest);
-                let _ = decided.to_client;
+        let routed = match line.split_first() {
+            // The second bit: a line too long for the proxy, of which this is the head.
+            Some((&side, rest)) if side & 3 == 3 => relay.server_line_too_long(rest, 1 << 30, 1 << 29),
+            Some((&side, rest)) if side & 3 == 2 => relay.client_line_too_long(rest, 1 << 30, 1 << 29),
+            Some((&side, rest)) if side & 1 == 1 => relay.from_server(rest),
+            Some((_, rest)) => relay.from_client(rest),
+            None => continue,
+        };
+        if line[0] & 1 == 0 {
+            for answer in &routed.to_client {
+                serde_json::from_slice::<serde_json::Value>(answer)
+                    .expect("the proxy's own answers are JSON");
             }
-            Some((_, rest)) => {
-                let decided = relay.from_client(rest);
-                if let Some(answer) = decided.to_client {
-                    serde_json::from_slice::<serde_json::Value>(&answer)
-                        .expect("the proxy's own answers are JSON");
-                }
-            }
-            None => {}
         }
     }
     for answer in relay.close("fuzzing ends") {

@@ -46,6 +46,10 @@ pub struct McpProxyArgs {
     /// closed, and again after SIGTERM, before SIGKILL (milliseconds).
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     shutdown_grace_ms: u64,
+    /// Longest line read from either side; a longer request is answered with an error
+    /// (JSON-RPC -32600) without reaching the server, a longer response is replaced by one.
+    #[arg(long, value_name = "BYTES", default_value_t = loopguard_mcp::DEFAULT_MAX_LINE_BYTES)]
+    max_line_bytes: usize,
     /// The MCP server to run, and its arguments (after --).
     #[arg(value_name = "SERVER_COMMAND", required = true, num_args = 1.., last = true)]
     server: Vec<OsString>,
@@ -68,6 +72,7 @@ pub fn run(args: McpProxyArgs) -> u8 {
     let mut options = ProxyOptions::new(config, session);
     options.agent = args.agent;
     options.shutdown_grace = std::time::Duration::from_millis(args.shutdown_grace_ms);
+    options.max_line_bytes = args.max_line_bytes;
     options.forward_signals = true;
     match run_proxy(
         server,

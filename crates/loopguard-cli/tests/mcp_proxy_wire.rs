@@ -314,3 +314,64 @@ fn bad_command_lines_fail_with_a_message() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("historySize"));
 }
+
+/// docs/mcp-proxy.md, "Check that it works": four identical calls piped at once, before
+/// any answer. Calls in flight are part of the loop: id 4 carries the warning, id 5 is the
+/// proxy's own answer, and the server ran the call three times.
+#[test]
+fn the_documented_pipelined_check_gives_the_documented_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("check.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }",
+    )
+    .unwrap();
+    let (cmd, log) = server("echo", &dir);
+    let mut p = Proxy::start(&["--config", config.to_str().unwrap()], &refs(&cmd));
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"check","version":"1"}}}"#);
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    for id in 2..=5 {
+        p.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}).to_string());
+    }
+    let answers: Vec<serde_json::Value> = (0..5).map(|_| p.recv_json()).collect();
+    let by_id = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer for {id}: {answers:?}"))
+    };
+    for id in [2, 3] {
+        assert_eq!(by_id(id)["result"]["content"].as_array().unwrap().len(), 1);
+    }
+    assert!(by_id(4)["result"]["content"][1]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("[loopguard] WARNING: you have called echo 2 times"));
+    assert_eq!(by_id(5)["result"]["isError"], true);
+    p.close();
+    p.wait(Duration::from_secs(10));
+    let received = std::fs::read_to_string(log).unwrap();
+    assert_eq!(received.matches("tools/call").count(), 3, "{received}");
+}
+
+/// A request longer than the proxy reads is answered with an error at once (the client
+/// would otherwise wait forever); the server never sees it.
+#[test]
+fn a_request_too_long_to_read_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, log) = server("echo", &dir);
+    let mut p = Proxy::start(&["--max-line-bytes", "10000"], &refs(&cmd));
+    let big = json!({"jsonrpc":"2.0","id":"w-1","method":"tools/call","params":{"name":"write","arguments":{"text":"x".repeat(50_000)}}}).to_string();
+    p.send(&big);
+    let answer = p.recv_json();
+    assert_eq!(answer["id"], "w-1");
+    assert_eq!(answer["error"]["code"], -32600);
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#);
+    assert_eq!(p.recv(), r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+    p.stderr_contains("its line of");
+    p.close();
+    p.wait(Duration::from_secs(10));
+    let received = std::fs::read_to_string(log).unwrap();
+    assert!(!received.contains("w-1"), "the server never sees it");
+}

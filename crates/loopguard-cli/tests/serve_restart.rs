@@ -112,8 +112,12 @@ fn a_late_result_across_a_sigkill_is_still_ignored() {
         let lines: Vec<&str> = events.lines().collect();
         let half = lines.len() / 2;
         // The cut falls after a block and before a late result.
-        assert!(lines[..half].iter().any(|l| l.contains("\"type\":\"call\"")));
-        assert!(lines[half..].iter().any(|l| l.contains("\"type\":\"result\"")));
+        assert!(lines[..half]
+            .iter()
+            .any(|l| l.contains("\"type\":\"call\"")));
+        assert!(lines[half..]
+            .iter()
+            .any(|l| l.contains("\"type\":\"result\"")));
         restart_case(&case, Stop::Kill).unwrap();
     }
 }

@@ -5,13 +5,23 @@ use std::io::{self, BufRead};
 
 use serde_json::Value;
 
+/// How much of a line longer than the limit is kept: enough to find a request's `id` and
+/// `method`, which come first in practice.
+pub const HEAD_BYTES: usize = 4096;
+
 /// One read from a stream of lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Line {
     /// A line, without its `\n`.
     Data(Vec<u8>),
-    /// A line longer than the limit: its bytes were skipped, not kept; this many of them.
-    TooLong(usize),
+    /// A line longer than the limit: its bytes were skipped, except the first
+    /// [`HEAD_BYTES`] (or the limit, if smaller).
+    TooLong {
+        /// The line's length.
+        len: usize,
+        /// Its first bytes.
+        head: Vec<u8>,
+    },
     /// The stream ended.
     Eof,
 }
@@ -21,6 +31,7 @@ pub enum Line {
 pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
     let mut line = Vec::new();
     let mut skipped = 0usize;
+    let keep = HEAD_BYTES.min(max);
     loop {
         let available = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -29,7 +40,10 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
         };
         if available.is_empty() {
             return Ok(if skipped > 0 {
-                Line::TooLong(skipped)
+                Line::TooLong {
+                    len: skipped,
+                    head: line,
+                }
             } else if line.is_empty() {
                 Line::Eof
             } else {
@@ -43,19 +57,65 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
         if skipped == 0 && line.len() + chunk.len() <= max {
             line.extend_from_slice(chunk);
         } else {
-            skipped += line.len() + chunk.len();
-            line = Vec::new();
+            if skipped == 0 {
+                // From here on only the head is kept.
+                skipped = line.len();
+                line.truncate(keep);
+                line.shrink_to_fit();
+            }
+            let room = keep.saturating_sub(line.len());
+            line.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            skipped += chunk.len();
         }
         let used = done.unwrap_or(available.len());
         reader.consume(used);
         if done.is_some() {
             return Ok(if skipped > 0 {
-                Line::TooLong(skipped)
+                Line::TooLong {
+                    len: skipped,
+                    head: line,
+                }
             } else {
                 Line::Data(line)
             });
         }
     }
+}
+
+/// The `id` and `method` of the JSON-RPC message whose first bytes are `head`, as far as
+/// they can be read before the bytes run out (members after a cut-off value are unknown).
+pub fn leading_id(head: &[u8]) -> (Option<Value>, Option<String>) {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Default)]
+    struct Found {
+        id: Option<Value>,
+        method: Option<String>,
+    }
+    struct Members<'f>(&'f mut Found);
+    impl<'de> Visitor<'de> for Members<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON-RPC message")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "id" => self.0.id = Some(map.next_value()?),
+                    "method" => self.0.method = map.next_value()?,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut found = Found::default();
+    // The head is cut off, so the parse ends in an error; what was read before it counts.
+    let _ = serde_json::Deserializer::from_slice(head).deserialize_map(Members(&mut found));
+    let id = found.id.filter(|id| id.is_string() || id.is_number());
+    (id, found.method)
 }
 
 fn memchr(bytes: &[u8]) -> Option<usize> {
@@ -138,15 +198,73 @@ mod tests {
             vec![
                 Line::Data(b"ab".to_vec()),
                 Line::Data(vec![]),
-                Line::TooLong(6),
+                Line::TooLong {
+                    len: 6,
+                    head: b"cdefg".to_vec()
+                },
                 Line::Data(b"ij".to_vec()),
                 Line::Eof
             ]
         );
         assert_eq!(lines(b"", 5), vec![Line::Eof]);
-        assert_eq!(lines(b"toolongline", 3), vec![Line::TooLong(11), Line::Eof]);
+        assert_eq!(
+            lines(b"toolongline", 3),
+            vec![
+                Line::TooLong {
+                    len: 11,
+                    head: b"too".to_vec()
+                },
+                Line::Eof
+            ]
+        );
+        // A long line keeps only its head in memory.
+        let mut long = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":""#.to_vec();
+        long.extend(std::iter::repeat_n(b'a', 100_000));
+        long.extend(b"\"}}\n");
+        let read = lines(&long, 50_000);
+        let Line::TooLong { len, head } = &read[0] else {
+            panic!("{:?}", read[0]);
+        };
+        assert_eq!((*len, head.len()), (long.len() - 1, HEAD_BYTES));
+        assert_eq!(
+            leading_id(head),
+            (Some(json!(7)), Some("tools/call".into()))
+        );
         assert!(is_blank(b" \r\t"));
         assert!(!is_blank(b" x"));
+    }
+
+    #[test]
+    fn ids_are_read_from_the_head_of_a_message() {
+        for (head, id, method) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"argu"#[..],
+                Some(json!("a-1")),
+                Some("tools/call"),
+            ),
+            (br#"{"method":"ping","id":3"#, Some(json!(3)), Some("ping")),
+            (
+                br#"{"jsonrpc":"2.0","method":"tools/call","params":{"a":1,"b":"xx"#,
+                None,
+                Some("tools/call"),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":null,"method":"x""#,
+                None,
+                Some("x"),
+            ),
+            (br#"{"id":{"nested":1},"method":"x""#, None, Some("x")),
+            (br#"[{"id":1,"method":"x"}"#, None, None),
+            (b"garbage", None, None),
+            (b"", None, None),
+        ] {
+            assert_eq!(
+                leading_id(head),
+                (id, method.map(str::to_owned)),
+                "{}",
+                String::from_utf8_lossy(head)
+            );
+        }
     }
 
     #[test]

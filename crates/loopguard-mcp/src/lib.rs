@@ -25,8 +25,8 @@
 //! let mut relay = Relay::new(ConfigSet::enabled_defaults(), "session-1".into(), None);
 //! let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":{"path":"/x"}}}"#;
 //! let decided = relay.from_client(call);
-//! assert_eq!(decided.to_server.as_deref(), Some(&call[..])); // forwarded unchanged
-//! assert!(decided.to_client.is_none());
+//! assert_eq!(decided.to_server, vec![call.to_vec()]); // forwarded unchanged
+//! assert!(decided.to_client.is_empty());
 //! ```
 
 #![forbid(unsafe_code)]

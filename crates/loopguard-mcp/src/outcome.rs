@@ -121,6 +121,19 @@ pub fn connection_closed(id: &Value, why: &str) -> Value {
     })
 }
 
+/// The error answering request `id` whose line (or whose response's line) was `len` bytes,
+/// longer than the proxy's limit `max`: JSON-RPC's "invalid request".
+pub fn line_too_long(id: &Value, len: usize, max: usize) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32600,
+            "message": format!("Message too large: {len} bytes, more than the loopguard proxy's limit of {max} bytes"),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

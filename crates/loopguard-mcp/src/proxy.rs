@@ -199,38 +199,23 @@ where
             .spawn(move || {
                 let mut input = BufReader::new(client_in);
                 loop {
-                    let line = match read_line(&mut input, max) {
-                        Ok(Line::Data(line)) => line,
-                        Ok(Line::TooLong(n)) => {
-                            say(&log, &format!("skipped a line of {n} bytes from the client (longer than {max})"));
-                            continue;
+                    let routed = match read_line(&mut input, max) {
+                        Ok(Line::Data(line)) => lock(&relay).from_client(&line),
+                        Ok(Line::TooLong { len, head }) => {
+                            lock(&relay).client_line_too_long(&head, len, max)
                         }
                         Ok(Line::Eof) | Err(_) => break,
                     };
-                    let decided = lock(&relay).from_client(&line);
-                    for entry in &decided.log {
+                    for entry in &routed.log {
                         say(&log, entry);
                     }
-                    if let Some(answer) = decided.to_client {
-                        if !lock(&client).send(&answer) {
+                    for answer in &routed.to_client {
+                        if !lock(&client).send(answer) {
                             let _ = events.send(Event::ClientGone);
                             return;
                         }
                     }
-                    if let Some(forward) = decided.to_server {
-                        let mut server_in = lock(&server_in);
-                        if let Some(pipe) = server_in.as_mut() {
-                            let sent = pipe
-                                .write_all(&forward)
-                                .and_then(|()| pipe.write_all(b"\n"))
-                                .and_then(|()| pipe.flush());
-                            if sent.is_err() {
-                                // The server is going away; its end is reported by the
-                                // server thread.
-                                *server_in = None;
-                            }
-                        }
-                    }
+                    send_to_server(&server_in, &routed.to_server);
                 }
                 let _ = events.send(Event::ClientEof);
             })
@@ -239,9 +224,10 @@ where
 
     // Server → client.
     {
-        let (relay, client, log, events) = (
+        let (relay, client, server_in, log, events) = (
             Arc::clone(&relay),
             Arc::clone(&client),
+            Arc::clone(&server_in),
             Arc::clone(&log),
             events.clone(),
         );
@@ -250,24 +236,24 @@ where
             .spawn(move || {
                 let mut input = BufReader::new(server_out);
                 loop {
-                    let line = match read_line(&mut input, max) {
-                        Ok(Line::Data(line)) => line,
-                        Ok(Line::TooLong(n)) => {
-                            say(&log, &format!("dropped a line of {n} bytes from the server (longer than {max})"));
-                            continue;
+                    let routed = match read_line(&mut input, max) {
+                        Ok(Line::Data(line)) => lock(&relay).from_server(&line),
+                        Ok(Line::TooLong { len, head }) => {
+                            lock(&relay).server_line_too_long(&head, len, max)
                         }
                         Ok(Line::Eof) | Err(_) => break,
                     };
-                    let decided = lock(&relay).from_server(&line);
-                    for entry in &decided.log {
+                    for entry in &routed.log {
                         say(&log, entry);
                     }
-                    if let Some(out) = decided.to_client {
-                        if !lock(&client).send(&out) {
+                    for out in &routed.to_client {
+                        if !lock(&client).send(out) {
                             let _ = events.send(Event::ClientGone);
                             // Keep draining, so that the server never blocks on a full pipe.
                         }
                     }
+                    // Held calls an answer released.
+                    send_to_server(&server_in, &routed.to_server);
                 }
                 let _ = events.send(Event::ServerEof);
             })
@@ -312,6 +298,27 @@ where
         }
     };
     Ok(exit)
+}
+
+/// Writes `lines` to the server's stdin, each with its newline; a failed write means the
+/// server is going away (its end is reported by the server thread).
+fn send_to_server(server_in: &Mutex<Option<ChildStdin>>, lines: &[Vec<u8>]) {
+    if lines.is_empty() {
+        return;
+    }
+    let mut server_in = lock(server_in);
+    for line in lines {
+        let Some(pipe) = server_in.as_mut() else {
+            return;
+        };
+        let sent = pipe
+            .write_all(line)
+            .and_then(|()| pipe.write_all(b"\n"))
+            .and_then(|()| pipe.flush());
+        if sent.is_err() {
+            *server_in = None;
+        }
+    }
 }
 
 fn say(log: &Mutex<Box<dyn Write + Send>>, message: &str) {

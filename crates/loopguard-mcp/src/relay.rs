@@ -1,13 +1,25 @@
 //! The proxy's decisions on each line, without any I/O: what goes to the server, what goes
 //! back to the client, and what the engine is told.
+//!
+//! **Calls in flight are part of the loop.** A client may send a `tools/call` before the
+//! answer to an identical one (same tool, same arguments as the policy compares them) has
+//! come back; screened at once, it would be judged without that answer, and a pipelined
+//! loop would run a few calls further than a sequential one. Such a call is **held** until
+//! the identical call in flight is answered, then screened with its outcome: forwarded, or
+//! answered by the proxy when blocked. Different calls are never held, and calls inside one
+//! JSON-RPC batch are screened together (they are the parallel calls of one message). A
+//! held call that the client cancels is dropped; a call in flight that the client cancels
+//! releases the calls held behind it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
-use loopguard::{Call, ConfigSet, Guard, Scope, Verdict};
+use loopguard::{Call, ConfigSet, Guard, Scope, Signature, Verdict};
 use serde_json::{Map, Value};
 
 use crate::framing::{id_key, is_blank, kind, Kind};
-use crate::outcome::{append_text, blocked_response, connection_closed, map_response};
+use crate::outcome::{
+    append_text, blocked_response, connection_closed, line_too_long, map_response,
+};
 
 /// A client request forwarded to the server and not answered yet.
 #[derive(Clone, Debug)]
@@ -21,8 +33,20 @@ struct Open {
 struct PendingCall {
     tool: String,
     args: Value,
+    signature: Signature,
     /// The warning to append to its result.
     note: Option<String>,
+}
+
+/// A `tools/call` waiting for an identical call in flight to be answered.
+#[derive(Clone, Debug)]
+struct Held {
+    id: Value,
+    tool: String,
+    args: Value,
+    signature: Signature,
+    /// The client's line, forwarded as it came when the call is allowed.
+    line: Vec<u8>,
 }
 
 /// A batch some of whose calls the proxy answered itself: those answers join the server's
@@ -33,22 +57,14 @@ struct BatchFix {
     answers: Vec<Value>,
 }
 
-/// What to do with a line from the client.
+/// What to do after a line from either side: lines for each side, in order (each without
+/// its newline), and diagnostics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FromClient {
-    /// Bytes for the server (one line, without its newline).
-    pub to_server: Option<Vec<u8>>,
-    /// Bytes for the client (one line, without its newline): the proxy's own answer.
-    pub to_client: Option<Vec<u8>>,
-    /// Diagnostics for stderr.
-    pub log: Vec<String>,
-}
-
-/// What to do with a line from the server.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FromServer {
-    /// Bytes for the client (one line, without its newline).
-    pub to_client: Option<Vec<u8>>,
+pub struct Routed {
+    /// Lines for the server.
+    pub to_server: Vec<Vec<u8>>,
+    /// Lines for the client.
+    pub to_client: Vec<Vec<u8>>,
     /// Diagnostics for stderr.
     pub log: Vec<String>,
 }
@@ -60,6 +76,7 @@ pub struct Relay {
     session: String,
     agent: Option<String>,
     open: HashMap<String, Open>,
+    held: VecDeque<Held>,
     batches: Vec<BatchFix>,
 }
 
@@ -67,6 +84,13 @@ pub struct Relay {
 enum Screened {
     Blocked(Value),
     Allowed(PendingCall),
+}
+
+/// What becomes of one message from the client.
+enum Route {
+    Forward,
+    Answer(Value),
+    Hold,
 }
 
 impl Relay {
@@ -78,6 +102,7 @@ impl Relay {
             session,
             agent,
             open: HashMap::new(),
+            held: VecDeque::new(),
             batches: Vec::new(),
         }
     }
@@ -87,37 +112,122 @@ impl Relay {
         self.open.len()
     }
 
+    /// Calls held until an identical call in flight is answered.
+    pub fn held_calls(&self) -> usize {
+        self.held.len()
+    }
+
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(&self.session).with_agent(self.agent.as_deref())
+    }
+
     /// Handles a line the client sent.
-    pub fn from_client(&mut self, line: &[u8]) -> FromClient {
-        let mut out = FromClient::default();
+    pub fn from_client(&mut self, line: &[u8]) -> Routed {
+        let mut out = Routed::default();
         if is_blank(line) {
             return out;
         }
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
             // Not JSON: the server answers it (with a parse error), as it would without us.
-            out.to_server = Some(line.to_vec());
+            out.to_server.push(line.to_vec());
             return out;
         };
         match message {
             Value::Array(items) => self.client_batch(line, items, &mut out),
-            message => match self.client_message(&message, &mut out.log) {
-                Some(answer) => out.to_client = Some(answer.to_string().into_bytes()),
-                None => out.to_server = Some(line.to_vec()),
+            message => match self.client_message(&message, Some(line), &mut out) {
+                Route::Answer(answer) => out.to_client.push(answer.to_string().into_bytes()),
+                // Lines released by a cancellation follow the cancellation itself.
+                Route::Forward => out.to_server.insert(0, line.to_vec()),
+                Route::Hold => {}
             },
         }
         out
     }
 
-    /// Handles one message from the client; returns the proxy's own answer when the
-    /// message must not be forwarded.
-    fn client_message(&mut self, message: &Value, log: &mut Vec<String>) -> Option<Value> {
+    /// Handles a client line longer than the proxy reads: `head` is its beginning. A
+    /// request is answered with an error (the server never sees it), so the client does not
+    /// wait forever.
+    pub fn client_line_too_long(&mut self, head: &[u8], len: usize, max: usize) -> Routed {
+        let mut out = Routed::default();
+        let (id, method) = crate::framing::leading_id(head);
+        match (id, method) {
+            (Some(id), Some(method)) => {
+                out.log.push(format!(
+                    "answered request {id} ({method}) with an error: its line of {len} bytes is longer than {max}"
+                ));
+                out.to_client
+                    .push(line_too_long(&id, len, max).to_string().into_bytes());
+            }
+            _ => out.log.push(format!(
+                "skipped a line of {len} bytes from the client (longer than {max}; no request id in its first bytes)"
+            )),
+        }
+        out
+    }
+
+    /// Handles a server line longer than the proxy reads: `head` is its beginning. A
+    /// response to an open request is replaced by an error, so the client does not wait
+    /// forever; nothing is recorded for a call it answered.
+    pub fn server_line_too_long(&mut self, head: &[u8], len: usize, max: usize) -> Routed {
+        let mut out = Routed::default();
+        let (id, method) = crate::framing::leading_id(head);
+        let open = match (&id, method) {
+            (Some(id), None) => self.open.remove(&id_key(id)),
+            _ => None,
+        };
+        match open {
+            Some(open) => {
+                out.log.push(format!(
+                    "answered request {} with an error: the server's response of {len} bytes is longer than {max}",
+                    open.id
+                ));
+                out.to_client
+                    .push(line_too_long(&open.id, len, max).to_string().into_bytes());
+                if let Some(call) = open.call {
+                    self.release(call.signature, &mut out);
+                }
+            }
+            None => out.log.push(format!(
+                "dropped a line of {len} bytes from the server (longer than {max})"
+            )),
+        }
+        out
+    }
+
+    /// Handles one message from the client. `line` is its own line when it came alone (a
+    /// call in a batch is never held).
+    fn client_message(&mut self, message: &Value, line: Option<&[u8]>, out: &mut Routed) -> Route {
         match kind(message) {
             Kind::Request { id, method } => {
                 let call = if method == "tools/call" {
-                    match self.screen(id, message.get("params"), log) {
-                        Some(Screened::Blocked(answer)) => return Some(answer),
-                        Some(Screened::Allowed(call)) => Some(call),
-                        None => None,
+                    let Some((tool, args)) = call_of(message.get("params")) else {
+                        // No tool named: the server refuses it.
+                        self.open.insert(
+                            id_key(id),
+                            Open {
+                                id: id.clone(),
+                                call: None,
+                            },
+                        );
+                        return Route::Forward;
+                    };
+                    let signature = self.signature(&tool, &args);
+                    if let Some(line) = line.filter(|_| self.in_flight(signature)) {
+                        out.log.push(format!(
+                            "held tools/call {tool} (id {id}) until the identical call in flight is answered"
+                        ));
+                        self.held.push_back(Held {
+                            id: id.clone(),
+                            tool,
+                            args,
+                            signature,
+                            line: line.to_vec(),
+                        });
+                        return Route::Hold;
+                    }
+                    match self.screen(id, tool, args, signature, &mut out.log) {
+                        Screened::Blocked(answer) => return Route::Answer(answer),
+                        Screened::Allowed(call) => Some(call),
                     }
                 } else {
                     None
@@ -135,61 +245,111 @@ impl Relay {
             } => {
                 // The server need not answer a cancelled request; nothing of it is recorded.
                 if let Some(id) = message.pointer("/params/requestId") {
-                    self.open.remove(&id_key(id));
+                    let key = id_key(id);
+                    self.held.retain(|h| id_key(&h.id) != key);
+                    if let Some(Open {
+                        call: Some(call), ..
+                    }) = self.open.remove(&key)
+                    {
+                        self.release(call.signature, out);
+                    }
                 }
             }
             _ => {}
         }
-        None
+        Route::Forward
     }
 
-    fn client_batch(&mut self, line: &[u8], items: Vec<Value>, out: &mut FromClient) {
+    fn client_batch(&mut self, line: &[u8], items: Vec<Value>, out: &mut Routed) {
         let mut kept = Vec::with_capacity(items.len());
         let mut answers = Vec::new();
         for item in items {
-            match self.client_message(&item, &mut out.log) {
-                Some(answer) => answers.push(answer),
-                None => kept.push(item),
+            match self.client_message(&item, None, out) {
+                Route::Answer(answer) => answers.push(answer),
+                Route::Forward | Route::Hold => kept.push(item),
             }
         }
+        // Lines released by cancellations in the batch follow the batch.
+        let released = std::mem::take(&mut out.to_server);
         if answers.is_empty() {
-            out.to_server = Some(line.to_vec());
-            return;
-        }
-        let requests: HashSet<String> = kept
-            .iter()
-            .filter_map(|m| match kind(m) {
-                Kind::Request { id, .. } => Some(id_key(id)),
-                _ => None,
-            })
-            .collect();
-        if !kept.is_empty() {
-            out.to_server = Some(Value::Array(kept).to_string().into_bytes());
-        }
-        if requests.is_empty() {
-            // No response from the server will carry these: answer now, as a batch.
-            out.to_client = Some(Value::Array(answers).to_string().into_bytes());
+            out.to_server.push(line.to_vec());
         } else {
-            self.batches.push(BatchFix {
-                ids: requests,
-                answers,
-            });
+            let requests: HashSet<String> = kept
+                .iter()
+                .filter_map(|m| match kind(m) {
+                    Kind::Request { id, .. } => Some(id_key(id)),
+                    _ => None,
+                })
+                .collect();
+            if !kept.is_empty() {
+                out.to_server
+                    .push(Value::Array(kept).to_string().into_bytes());
+            }
+            if requests.is_empty() {
+                // No response from the server will carry these: answer now, as a batch.
+                out.to_client
+                    .push(Value::Array(answers).to_string().into_bytes());
+            } else {
+                self.batches.push(BatchFix {
+                    ids: requests,
+                    answers,
+                });
+            }
+        }
+        out.to_server.extend(released);
+    }
+
+    /// The call's signature under the config in force.
+    fn signature(&self, tool: &str, args: &Value) -> Signature {
+        let scope = self.scope();
+        self.guard
+            .prepare(&scope, &Call::new(tool, args))
+            .print()
+            .signature
+    }
+
+    /// Whether a call with `signature` was forwarded and is not answered yet.
+    fn in_flight(&self, signature: Signature) -> bool {
+        self.open
+            .values()
+            .any(|o| o.call.as_ref().is_some_and(|c| c.signature == signature))
+    }
+
+    /// Screens the calls held behind an identical call that is no longer in flight: the
+    /// first allowed one is forwarded (and holds the rest again), blocked ones are answered.
+    fn release(&mut self, signature: Signature, out: &mut Routed) {
+        while !self.in_flight(signature) {
+            let Some(at) = self.held.iter().position(|h| h.signature == signature) else {
+                return;
+            };
+            let Some(held) = self.held.remove(at) else {
+                return;
+            };
+            match self.screen(&held.id, held.tool, held.args, signature, &mut out.log) {
+                Screened::Blocked(answer) => out.to_client.push(answer.to_string().into_bytes()),
+                Screened::Allowed(call) => {
+                    self.open.insert(
+                        id_key(&held.id),
+                        Open {
+                            id: held.id,
+                            call: Some(call),
+                        },
+                    );
+                    out.to_server.push(held.line);
+                }
+            }
         }
     }
 
-    /// Asks the engine about a `tools/call`; `None` when its params name no tool (the
-    /// server will refuse it).
+    /// Asks the engine about a `tools/call`.
     fn screen(
         &mut self,
         id: &Value,
-        params: Option<&Value>,
+        tool: String,
+        args: Value,
+        signature: Signature,
         log: &mut Vec<String>,
-    ) -> Option<Screened> {
-        let tool = params?.get("name")?.as_str()?.to_owned();
-        let args = match params.and_then(|p| p.get("arguments")) {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(args) => args.clone(),
-        };
+    ) -> Screened {
         let key = id_key(id);
         let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
         let verdict = self
@@ -206,21 +366,26 @@ impl Relay {
                     detection.count,
                     if *terminal { ", run stopped" } else { "" }
                 ));
-                Some(Screened::Blocked(blocked_response(id, &detection.message)))
+                Screened::Blocked(blocked_response(id, &detection.message))
             }
             _ => {
                 let note = verdict.warning_note();
                 if let Some(note) = &note {
                     log.push(format!("warned tools/call {tool}: {note}"));
                 }
-                Some(Screened::Allowed(PendingCall { tool, args, note }))
+                Screened::Allowed(PendingCall {
+                    tool,
+                    args,
+                    signature,
+                    note,
+                })
             }
         }
     }
 
     /// Handles a line the server sent.
-    pub fn from_server(&mut self, line: &[u8]) -> FromServer {
-        let mut out = FromServer::default();
+    pub fn from_server(&mut self, line: &[u8]) -> Routed {
+        let mut out = Routed::default();
         if is_blank(line) {
             return out;
         }
@@ -233,7 +398,9 @@ impl Relay {
             ));
             return out;
         };
-        match message {
+        // The calls this line answers release the calls held behind them, after it.
+        let mut answered = Vec::new();
+        let line_out = match message {
             Value::Array(mut items) => {
                 let mut changed = false;
                 let mut ids = HashSet::new();
@@ -241,31 +408,41 @@ impl Relay {
                     if let Kind::Response { id } = kind(item) {
                         ids.insert(id_key(id));
                     }
-                    changed |= self.server_message(item, &mut out.log);
+                    changed |= self.server_message(item, &mut answered, &mut out.log);
                 }
                 if let Some(at) = self.batches.iter().position(|b| !b.ids.is_disjoint(&ids)) {
                     items.extend(self.batches.swap_remove(at).answers);
                     changed = true;
                 }
-                out.to_client = Some(if changed {
+                if changed {
                     Value::Array(items).to_string().into_bytes()
                 } else {
                     line.to_vec()
-                });
+                }
             }
             mut message => {
-                out.to_client = Some(if self.server_message(&mut message, &mut out.log) {
+                if self.server_message(&mut message, &mut answered, &mut out.log) {
                     message.to_string().into_bytes()
                 } else {
                     line.to_vec()
-                });
+                }
             }
+        };
+        out.to_client.push(line_out);
+        for signature in answered {
+            self.release(signature, &mut out);
         }
         out
     }
 
-    /// Handles one message from the server; returns whether it was changed.
-    fn server_message(&mut self, message: &mut Value, log: &mut Vec<String>) -> bool {
+    /// Handles one message from the server; returns whether it was changed. The signature
+    /// of a call it answers is added to `answered`.
+    fn server_message(
+        &mut self,
+        message: &mut Value,
+        answered: &mut Vec<Signature>,
+        log: &mut Vec<String>,
+    ) -> bool {
         let Kind::Response { id } = kind(message) else {
             return false;
         };
@@ -276,6 +453,7 @@ impl Relay {
         else {
             return false;
         };
+        answered.push(call.signature);
         let Some(response) = message.as_object_mut() else {
             return false;
         };
@@ -303,16 +481,27 @@ impl Relay {
         changed
     }
 
-    /// The answers owed to the client for every request still open, when the server can
-    /// no longer answer (`why` says what happened); forgets them.
+    /// The answers owed to the client for every request still open or held, when the
+    /// server can no longer answer (`why` says what happened); forgets them.
     pub fn close(&mut self, why: &str) -> Vec<Vec<u8>> {
-        let mut open: Vec<Open> = self.open.drain().map(|(_, o)| o).collect();
-        open.sort_by_key(|o| o.id.to_string());
+        let mut ids: Vec<Value> = self.open.drain().map(|(_, o)| o.id).collect();
+        ids.extend(self.held.drain(..).map(|h| h.id));
+        ids.sort_by_key(Value::to_string);
         self.batches.clear();
-        open.iter()
-            .map(|o| connection_closed(&o.id, why).to_string().into_bytes())
+        ids.iter()
+            .map(|id| connection_closed(id, why).to_string().into_bytes())
             .collect()
     }
+}
+
+/// The tool and arguments of a `tools/call`'s params; `None` when they name no tool.
+fn call_of(params: Option<&Value>) -> Option<(String, Value)> {
+    let tool = params?.get("name")?.as_str()?.to_owned();
+    let args = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(args) => args.clone(),
+    };
+    Some((tool, args))
 }
 
 fn preview(line: &[u8]) -> String {
@@ -358,18 +547,14 @@ mod tests {
         let mut outcomes = Vec::new();
         for id in 1..=4 {
             let c = r.from_client(&call(id));
-            if let Some(answer) = c.to_client {
-                assert!(c.to_server.is_none());
-                outcomes.push(("blocked", parse(&answer)));
+            if let [answer] = &c.to_client[..] {
+                assert!(c.to_server.is_empty());
+                outcomes.push(("blocked", parse(answer)));
                 continue;
             }
-            assert_eq!(
-                c.to_server.as_deref(),
-                Some(&call(id)[..]),
-                "forwarded unchanged"
-            );
+            assert_eq!(c.to_server, vec![call(id)], "forwarded unchanged");
             let s = r.from_server(&result(id));
-            outcomes.push(("answered", parse(&s.to_client.unwrap())));
+            outcomes.push(("answered", parse(&s.to_client[0])));
         }
         // Calls 1 and 2 pass unchanged; call 3 is warned (note appended); call 4 blocked.
         assert_eq!(outcomes[0].1, parse(&result(1)));
@@ -400,7 +585,7 @@ mod tests {
             br#"not json at all"#,
         ] {
             let c = r.from_client(line);
-            assert_eq!((c.to_server.as_deref(), c.to_client), (Some(line), None));
+            assert_eq!((c.to_server, c.to_client), (vec![line.to_vec()], vec![]));
         }
         for line in [
             &br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#[..],
@@ -408,16 +593,16 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":"srv-1","method":"roots/list"}"#,
             br#"{"jsonrpc":"2.0","id":99,"result":{}}"#,
         ] {
-            assert_eq!(r.from_server(line).to_client.as_deref(), Some(line));
+            assert_eq!(r.from_server(line).to_client, vec![line.to_vec()]);
         }
-        assert!(r.from_client(b"  ").to_server.is_none());
+        assert!(r.from_client(b"  ").to_server.is_empty());
     }
 
     #[test]
     fn garbage_from_the_server_is_dropped_and_logged() {
         let mut r = relay();
         let s = r.from_server(b"DEBUG: starting up");
-        assert_eq!(s.to_client, None);
+        assert!(s.to_client.is_empty());
         assert!(s.log[0].contains("DEBUG: starting up"));
     }
 
@@ -428,10 +613,10 @@ mod tests {
         assert_eq!(r.open_requests(), 1);
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}).to_string();
         let c = r.from_client(cancel.as_bytes());
-        assert_eq!(c.to_server.as_deref(), Some(cancel.as_bytes()));
+        assert_eq!(c.to_server, vec![cancel.as_bytes().to_vec()]);
         assert_eq!(r.open_requests(), 0);
         // A late answer still reaches the client, untouched.
-        assert_eq!(r.from_server(&result(1)).to_client, Some(result(1)));
+        assert_eq!(r.from_server(&result(1)).to_client, vec![result(1)]);
     }
 
     #[test]
@@ -448,20 +633,20 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#
         );
         let c = r.from_client(batch.as_bytes());
-        assert_eq!(c.to_client, None);
+        assert!(c.to_client.is_empty());
         assert_eq!(
-            parse(&c.to_server.unwrap()),
+            parse(&c.to_server[0]),
             json!([{"jsonrpc": "2.0", "id": 11, "method": "ping"}])
         );
         let s = r.from_server(br#"[{"jsonrpc":"2.0","id":11,"result":{}}]"#);
-        let answer = parse(&s.to_client.unwrap());
+        let answer = parse(&s.to_client[0]);
         assert_eq!(answer[0], json!({"jsonrpc": "2.0", "id": 11, "result": {}}));
         assert_eq!(answer[1]["id"], 10);
         assert_eq!(answer[1]["result"]["isError"], true);
         // A batch of blocked calls and notifications only is answered at once.
         let c = r.from_client(format!("[{}]", String::from_utf8(call(12)).unwrap()).as_bytes());
-        assert!(c.to_server.is_none());
-        assert_eq!(parse(&c.to_client.unwrap())[0]["id"], 12);
+        assert!(c.to_server.is_empty());
+        assert_eq!(parse(&c.to_client[0])[0]["id"], 12);
     }
 
     #[test]
@@ -490,14 +675,11 @@ mod tests {
     fn malformed_calls_are_left_to_the_server() {
         let mut r = relay();
         let no_name = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}"#;
-        assert_eq!(
-            r.from_client(no_name).to_server.as_deref(),
-            Some(&no_name[..])
-        );
+        assert_eq!(r.from_client(no_name).to_server, vec![no_name.to_vec()]);
         let s = r.from_server(
             br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"missing name"}}"#,
         );
-        assert!(s.to_client.is_some());
+        assert_eq!(s.to_client.len(), 1);
     }
 
     #[test]
@@ -519,14 +701,134 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "Unknown tool: nope"}}).to_string().into_bytes()
         };
         for id in 1..=2 {
-            assert!(r.from_client(&call(id)).to_server.is_some());
+            assert_eq!(r.from_client(&call(id)).to_server.len(), 1);
             r.from_server(&err(id));
         }
         let c = r.from_client(&call(3));
-        let answer = parse(&c.to_client.expect("blocked"));
+        let answer = parse(&c.to_client[0]);
         assert!(answer["result"]["content"][0]["text"]
             .as_str()
             .unwrap()
             .contains("nope"));
+    }
+
+    /// The documented check (docs/mcp-proxy.md): four identical calls sent at once, before
+    /// any answer. Each waits for the one before it, so the loop is caught where a
+    /// sequential one is: id 4 carries the warning, id 5 is the proxy's own answer.
+    #[test]
+    fn pipelined_identical_calls_are_screened_one_answer_at_a_time() {
+        let mut r = relay();
+        let first = r.from_client(&call(2));
+        assert_eq!(first.to_server, vec![call(2)]);
+        for id in 3..=5 {
+            let c = r.from_client(&call(id));
+            assert!(
+                c.to_server.is_empty() && c.to_client.is_empty(),
+                "id {id} held"
+            );
+            assert!(c.log[0].starts_with("held tools/call read"), "{:?}", c.log);
+        }
+        assert_eq!((r.open_requests(), r.held_calls()), (1, 3));
+        // Each answer goes to the client, then releases the next identical call.
+        let s = r.from_server(&result(2));
+        assert_eq!(
+            (s.to_client.clone(), s.to_server.clone()),
+            (vec![result(2)], vec![call(3)])
+        );
+        let s = r.from_server(&result(3));
+        assert_eq!(
+            (s.to_client.clone(), s.to_server.clone()),
+            (vec![result(3)], vec![call(4)])
+        );
+        let s = r.from_server(&result(4));
+        let warned = parse(&s.to_client[0]);
+        assert!(warned["result"]["content"][1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[loopguard] WARNING"));
+        // Id 5 is blocked without reaching the server.
+        assert!(s.to_server.is_empty());
+        let blocked = parse(&s.to_client[1]);
+        assert_eq!(
+            (blocked["id"].clone(), blocked["result"]["isError"].clone()),
+            (json!(5), json!(true))
+        );
+        assert_eq!((r.open_requests(), r.held_calls()), (0, 0));
+    }
+
+    #[test]
+    fn different_calls_are_never_held() {
+        let mut r = relay();
+        let other = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "read", "arguments": {"path": "/y"}}}).to_string();
+        assert_eq!(r.from_client(&call(1)).to_server.len(), 1);
+        assert_eq!(
+            r.from_client(other.as_bytes()).to_server,
+            vec![other.into_bytes()]
+        );
+        assert_eq!(r.held_calls(), 0);
+    }
+
+    #[test]
+    fn cancelling_frees_held_calls() {
+        let mut r = relay();
+        r.from_client(&call(1));
+        r.from_client(&call(2));
+        r.from_client(&call(3));
+        assert_eq!(r.held_calls(), 2);
+        // A held call cancelled is dropped: the server never sees it.
+        let cancel = |id: u64| {
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}).to_string().into_bytes()
+        };
+        let c = r.from_client(&cancel(2));
+        assert_eq!(c.to_server, vec![cancel(2)]);
+        assert_eq!(r.held_calls(), 1);
+        // The call in flight cancelled: the next one goes, after the cancellation.
+        let c = r.from_client(&cancel(1));
+        assert_eq!(c.to_server, vec![cancel(1), call(3)]);
+        assert_eq!((r.open_requests(), r.held_calls()), (1, 0));
+    }
+
+    #[test]
+    fn held_calls_are_answered_when_the_server_goes_away() {
+        let mut r = relay();
+        r.from_client(&call(1));
+        r.from_client(&call(2));
+        let ids: Vec<Value> = r
+            .close("gone")
+            .iter()
+            .map(|a| parse(a)["id"].clone())
+            .collect();
+        assert_eq!(ids, vec![json!(1), json!(2)]);
+    }
+
+    #[test]
+    fn lines_too_long_are_answered_when_they_are_requests() {
+        let mut r = relay();
+        let head = br#"{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"write","arguments":{"text":"aaaa"#;
+        let c = r.client_line_too_long(head, 300 << 20, 256 << 20);
+        let answer = parse(&c.to_client[0]);
+        assert_eq!(
+            (answer["id"].clone(), answer["error"]["code"].clone()),
+            (json!("big"), json!(-32600))
+        );
+        assert!(c.to_server.is_empty());
+        // A notification, or no id to be found: logged only.
+        let c = r.client_line_too_long(
+            br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"#,
+            9,
+            5,
+        );
+        assert!(c.to_client.is_empty() && c.log[0].contains("9 bytes"));
+        // A response too long for an open call: the client gets an error for it, and an
+        // identical call held behind it goes on.
+        r.from_client(&call(1));
+        r.from_client(&call(2));
+        let s = r.server_line_too_long(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"xx"#,
+            9,
+            5,
+        );
+        assert_eq!(parse(&s.to_client[0])["error"]["code"], -32600);
+        assert_eq!(s.to_server, vec![call(2)]);
     }
 }
