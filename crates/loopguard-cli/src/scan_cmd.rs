@@ -14,7 +14,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loopguard::ConfigSet;
-use loopguard_transcripts::openclaw::{self, CopyKind};
+use loopguard_transcripts::readers::openclaw::{self, CopyKind};
 use loopguard_transcripts::{
     scan_path_as, FileScan, FileStatus, Format, ScanOptions, DEFAULT_MAX_LINE,
 };

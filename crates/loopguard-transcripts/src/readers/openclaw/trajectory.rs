@@ -7,7 +7,7 @@ use std::io::{self, BufRead};
 
 use serde::Deserialize;
 
-use crate::lines::{self, Lines};
+use crate::readers::lines::{self, Lines};
 use crate::stats::ReadStats;
 
 /// The time windows of the runs a sidecar describes.

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run |
 //! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block |
-//! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::anthropic_messages)) |
+//! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)) |
 //! | `system` with `subtype: compact_boundary` | a compaction in the current run |
 //! | `isSidechain: true` lines | runs of their own, per `agentId` (subagents never share history with the main chain) |
 //! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, other `system` lines | nothing |
@@ -22,9 +22,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::anthropic_messages::{emit_tool_uses, is_prompt, tool_results, usage};
 use crate::item::{self, Item, Sink};
-use crate::lines::{self, Lines};
+use crate::readers::anthropic_messages::{emit_tool_uses, is_prompt, tool_results, usage};
+use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

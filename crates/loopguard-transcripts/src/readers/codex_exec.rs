@@ -21,7 +21,7 @@ use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
 use crate::item::{self, Item, Pos, Sink};
-use crate::lines::{self, Lines};
+use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

@@ -6,7 +6,7 @@
 use std::io::{self, BufRead, Seek};
 
 use crate::item::{Item, Sink};
-use crate::lines::Lines;
+use crate::readers::lines::Lines;
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

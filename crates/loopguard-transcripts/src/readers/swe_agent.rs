@@ -16,8 +16,8 @@ use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
 use crate::item::{self, Item, Pos, Sink};
+use crate::readers::walk::{self, Seg, Walker, Want};
 use crate::stats::{ReadStats, SkipReason};
-use crate::walk::{self, Seg, Walker, Want};
 use crate::ReadOptions;
 
 /// Reads a SWE-agent trajectory.

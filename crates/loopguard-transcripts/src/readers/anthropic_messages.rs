@@ -15,8 +15,8 @@ use std::io::{self, BufRead, Seek};
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::Value;
 
-use crate::chat::{self, content_text, Conversation, Dialect};
 use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::readers::chat::{self, content_text, Conversation, Dialect};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

@@ -10,9 +10,9 @@ use loopguard_events::Ids;
 use serde_json::Value;
 
 use crate::item::{self, Pos, Sink};
-use crate::lines::{self, Lines};
+use crate::readers::lines::{self, Lines};
+use crate::readers::walk::{self, Seg, Walker, Want};
 use crate::stats::{ReadStats, SkipReason};
-use crate::walk::{self, Seg, Walker, Want};
 use crate::ReadOptions;
 
 /// How one dialect maps one message.
@@ -245,5 +245,5 @@ impl<D: Dialect> Walker for ChatWalker<'_, D> {
 
 /// The text of a message or result content: a string, or the `text` of its text parts.
 pub(crate) fn content_text(content: &Value) -> String {
-    crate::openclaw::joined_text(content)
+    crate::readers::openclaw::joined_text(content)
 }

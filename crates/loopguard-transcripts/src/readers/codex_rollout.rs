@@ -24,9 +24,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::chat::content_text;
 use crate::item::{self, Item, Pos, Sink, Usage};
-use crate::lines::{self, Lines};
+use crate::readers::chat::content_text;
+use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

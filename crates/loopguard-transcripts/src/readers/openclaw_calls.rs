@@ -13,8 +13,8 @@ use loopguard_events::OwnedOutcome;
 use serde_json::Value;
 
 use crate::item::{self, Item, Pos, Sink};
+use crate::readers::walk::{self, Seg, Walker, Want};
 use crate::stats::{ReadStats, SkipReason};
-use crate::walk::{self, Seg, Walker, Want};
 use crate::ReadOptions;
 
 /// Reads derived OpenClaw call streams.

@@ -39,7 +39,7 @@ pub use files::{classify, sidecar_of, CopyKind, SessionFile};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
 use crate::item::{self, Item, Pos, Sink, Usage};
-use crate::lines::{self, Line, Lines};
+use crate::readers::lines::{self, Line, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
 

@@ -1,5 +1,7 @@
 use super::*;
+use crate::detect::Format;
 use crate::item;
+use crate::scan::{scan_bytes, session_hint, FileStatus, ScanOptions};
 use loopguard_events::OwnedOutcome;
 use serde_json::json;
 

@@ -1,0 +1,71 @@
+//! One reader per transcript format, and the plumbing they share.
+//!
+//! Every reader streams its input (one line, or one JSON element of a whole document, in
+//! memory at a time) and hands what it finds to a [`Sink`] as [`Item`](crate::Item)s; every
+//! line or element it cannot use is counted in the [`ReadStats`] it returns, with the
+//! reason. [`read()`] dispatches on the [`Format`].
+
+pub mod anthropic_messages;
+pub(crate) mod chat;
+pub mod claude_code;
+pub mod codex_exec;
+pub mod codex_rollout;
+pub(crate) mod lines;
+pub mod loopguard;
+pub mod openai_chat;
+pub mod openclaw;
+pub mod openclaw_calls;
+pub mod openhands;
+pub mod swe_agent;
+pub(crate) mod walk;
+
+use std::io::{self, BufRead, Seek};
+
+use crate::detect::Format;
+use crate::item::Sink;
+use crate::stats::ReadStats;
+
+/// What a reader needs besides the bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadOptions<'a> {
+    /// The session id for transcripts that name none (usually the file name without its
+    /// extensions).
+    pub session_hint: &'a str,
+    /// Longest line read; longer lines are counted and skipped without being buffered.
+    pub max_line: usize,
+    /// OpenClaw: run windows from the transcript's trajectory sidecar.
+    pub run_windows: Option<&'a openclaw::RunWindows>,
+}
+
+impl<'a> ReadOptions<'a> {
+    /// Options with `session_hint` and the defaults.
+    pub fn new(session_hint: &'a str) -> Self {
+        Self {
+            session_hint,
+            max_line: lines::DEFAULT_MAX_LINE,
+            run_windows: None,
+        }
+    }
+}
+
+/// Reads `input` as `format`, handing every item to `sink`. Only I/O errors fail; every
+/// line that cannot be used is counted in the returned stats.
+pub fn read<R: BufRead + Seek>(
+    format: Format,
+    input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    match format {
+        Format::OpenClaw => openclaw::read(input, options, sink),
+        Format::ClaudeCode => claude_code::read(input, options, sink),
+        Format::CodexRollout => codex_rollout::read(input, options, sink),
+        Format::CodexExec => codex_exec::read(input, options, sink),
+        Format::OpenaiChat => openai_chat::read(input, options, sink),
+        Format::AnthropicMessages => anthropic_messages::read(input, options, sink),
+        Format::Loopguard => loopguard::read(input, options, sink),
+        Format::SweAgent => swe_agent::read(input, options, sink),
+        Format::OpenHands => openhands::read(input, options, sink),
+        Format::OpenClawCalls => openclaw_calls::read(input, options, sink),
+    }
+}

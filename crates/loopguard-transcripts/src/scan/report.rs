@@ -1,0 +1,178 @@
+//! What a scan reports, per session: loops, findings, savings and the timeline.
+
+use loopguard::{Detector, Level};
+use serde::Serialize;
+
+use crate::item::Usage;
+
+/// Tokens, money and calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Savings {
+    /// Calls the guard would have blocked.
+    pub calls: u64,
+    /// Tokens of the responses that only reacted to blocked calls (`None` when the
+    /// transcript records no usage).
+    pub tokens: Option<u64>,
+    /// Their cost, where the transcript records one.
+    pub cost: Option<f64>,
+}
+
+/// `a + b`, rounded to a billionth so that sums of prices print as people expect.
+pub(crate) fn add_cost(a: f64, b: f64) -> f64 {
+    ((a + b) * 1e9).round() / 1e9
+}
+
+impl Savings {
+    pub(crate) fn add_usage(&mut self, usage: Usage) {
+        *self.tokens.get_or_insert(0) += usage.tokens;
+        if let Some(cost) = usage.cost {
+            let total = self.cost.get_or_insert(0.0);
+            *total = add_cost(*total, cost);
+        }
+    }
+
+    /// Adds `other` to this.
+    pub fn add(&mut self, other: &Savings) {
+        self.calls += other.calls;
+        if let Some(t) = other.tokens {
+            *self.tokens.get_or_insert(0) += t;
+        }
+        if let Some(c) = other.cost {
+            let total = self.cost.get_or_insert(0.0);
+            *total = add_cost(*total, c);
+        }
+    }
+}
+
+/// One verdict worth reporting: the first warning or block of a loop for each detector,
+/// or a compaction abort.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The detector that fired.
+    pub detector: Detector,
+    /// `warning` (the call would have run, with a note) or `critical` (blocked).
+    pub level: Level,
+    /// The tool called.
+    pub tool: String,
+    /// Ping-pong: the other tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired_tool: Option<String>,
+    /// The metric that fired.
+    pub count: u32,
+    /// 1-based position of the call in its session.
+    pub call_index: u64,
+    /// Line of the source file: the call's, or for a compaction abort the result's.
+    pub line: u64,
+    /// The run (its real id when the transcript has one).
+    pub run: Option<String>,
+    /// Index of the loop in the session's `loops`.
+    #[serde(rename = "loop")]
+    pub loop_index: usize,
+    /// What the model would have read.
+    pub message: String,
+}
+
+/// Where something happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mark {
+    /// The detector that fired.
+    pub detector: Detector,
+    /// Its count.
+    pub count: u32,
+    /// 1-based position of the call in its session.
+    pub call_index: u64,
+    /// Line in the source file.
+    pub line: u64,
+}
+
+/// One loop: a call pattern (or a ping-pong pair) in one run that the guard stepped in on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoopReport {
+    /// The run (its real id when the transcript has one).
+    pub run: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// Ping-pong: the other tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired_tool: Option<String>,
+    /// The first warning.
+    pub first_warning: Option<Mark>,
+    /// The first block.
+    pub first_block: Option<Mark>,
+    /// Calls with the blocked call's tool and arguments that the agent made after the
+    /// first block (each of them a repeat the block tried to prevent).
+    pub repeats_after_block: u64,
+    /// Whether the guard would have stopped the run (global circuit breaker or
+    /// compaction abort); every later call of the run counts as blocked by this loop.
+    pub stopped_run: bool,
+    /// What blocking would have saved.
+    pub saved: Savings,
+}
+
+/// Per-call picture of a session, for timelines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timeline {
+    /// One mark per call: [`Timeline::ALLOW`], [`Timeline::WARN`], [`Timeline::BLOCK`] or
+    /// [`Timeline::STOPPED`].
+    pub marks: Vec<u8>,
+    /// Calls made before each compaction.
+    pub compactions: Vec<u64>,
+    /// Call indexes whose result aborted the run (post-compaction guard).
+    pub aborts: Vec<u64>,
+    /// Call indexes that start a new run.
+    pub run_starts: Vec<u64>,
+}
+
+impl Timeline {
+    /// The call was allowed.
+    pub const ALLOW: u8 = 0;
+    /// The call was warned about.
+    pub const WARN: u8 = 1;
+    /// The call was blocked by a detector.
+    pub const BLOCK: u8 = 2;
+    /// The call was blocked because its run had been stopped.
+    pub const STOPPED: u8 = 3;
+}
+
+/// What a shadow scan found in one session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SessionReport {
+    /// The session id.
+    pub session: String,
+    /// Runs seen (with at least one event).
+    pub runs: u64,
+    /// Tool calls.
+    pub calls: u64,
+    /// Results matched to a call.
+    pub outcomes: u64,
+    /// Compactions.
+    pub compactions: u64,
+    /// Calls the guard would have warned about.
+    pub warned_calls: u64,
+    /// Calls the guard would have blocked.
+    pub blocked_calls: u64,
+    /// First warnings and blocks of each loop, and compaction aborts, in call order.
+    pub findings: Vec<Finding>,
+    /// The loops.
+    pub loops: Vec<LoopReport>,
+    /// Calls that never got a result (cut-off or aborted turns).
+    pub unpaired_calls: u64,
+    /// Results whose call is not in the transcript.
+    pub orphan_results: u64,
+    /// Results the engine refused (a second result for one call, …).
+    pub rejected_results: u64,
+    /// Tokens and cost of all responses, where the transcript records usage.
+    pub usage: Option<Usage>,
+    /// What blocking would have saved.
+    pub saved: Savings,
+    /// The per-call picture.
+    #[serde(skip)]
+    pub timeline: Timeline,
+}
+
+impl SessionReport {
+    /// Whether the guard would have blocked anything here.
+    pub fn has_blocks(&self) -> bool {
+        self.blocked_calls > 0 || !self.timeline.aborts.is_empty()
+    }
+}
