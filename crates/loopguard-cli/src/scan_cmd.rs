@@ -15,8 +15,9 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loopguard::ConfigSet;
 use loopguard_transcripts::readers::openclaw::{self, CopyKind};
+use loopguard_transcripts::readers::openhands;
 use loopguard_transcripts::{
-    scan_path_as, FileScan, FileStatus, Format, ScanOptions, DEFAULT_MAX_LINE,
+    scan_path_as, FailureRules, FileScan, FileStatus, Format, ScanOptions, DEFAULT_MAX_LINE,
 };
 use rayon::prelude::*;
 
@@ -36,12 +37,19 @@ pub const EXIT_FINDINGS: u8 = 3;
 /// and tokens that blocking would have saved.
 ///
 /// Reads OpenClaw session JSONL (following the active branch, with run ids from side
-/// entries and the trajectory sidecar), Claude Code sessions, Codex rollouts and `codex
-/// exec --json` streams, OpenAI chat and Anthropic Messages arrays, SWE-agent `.traj`,
-/// OpenHands trajectories and loopguard replay events; the format is detected per file.
-/// Directories are searched recursively for *.jsonl, *.json, *.traj and OpenClaw archive
-/// names; archived OpenClaw copies (.reset, .bak, .checkpoint, .deleted) that overlap
-/// another file of the same session are skipped (and listed), unless --all-copies.
+/// entries and the trajectory sidecar), Claude Code sessions (subagent files and
+/// stream-json too), Codex rollouts and `codex exec --json` streams, Gemini CLI chat
+/// sessions, OpenAI chat and Anthropic Messages arrays, SWE-agent `.traj`, mini-swe-agent
+/// trajectories, OpenHands events (V0 and V1: event arrays, state files, evaluation
+/// output.jsonl, conversation directories) and loopguard replay events; the format is
+/// detected per file (--format forces one). Directories are searched recursively for
+/// *.jsonl, *.json, *.traj and OpenClaw archive names; archived OpenClaw copies (.reset,
+/// .bak, .checkpoint, .deleted) that overlap another file of the same session are skipped
+/// (and listed), unless --all-copies.
+///
+/// Tool results count as failed by each format's own signals (error flags, exit codes,
+/// error texts); --failure-text and --failure-rules add rules (docs/scan.md lists the
+/// built-in ones).
 ///
 /// Without --config, detection is on with the default thresholds (as if the config were
 /// `{ tools: { loopDetection: { enabled: true } } }`).
@@ -49,10 +57,11 @@ pub const EXIT_FINDINGS: u8 = 3;
 /// Output: tables on a terminal; one JSON document when piped or with --json (schema in
 /// docs/scan.md); --html writes a self-contained page with a timeline per session.
 ///
-/// Exit status: 0 the scan ran and every file was read; 1 fatal error (invalid config,
-/// nothing to scan, output not writable); 2 some files could not be read or are of no
-/// known format (they are listed in the report); 3 --fail-on found a finding of that level
-/// (wins over 2).
+/// Exit status: 0 the scan ran and every file was read; 1 fatal error (invalid config or
+/// failure rule, nothing to scan, output not writable); 2 some files could not be read,
+/// are of no known format, or are UNREAD: they have entries but no call could be read from
+/// them (they are listed in the report, with the reason); 3 --fail-on found a finding of
+/// that level (wins over 2).
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 loopguard scan ~/.openclaw/agents/main/sessions\n  \
@@ -91,6 +100,14 @@ pub struct ScanArgs {
     /// Longest line read; longer lines are counted as skipped, never buffered.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LINE)]
     max_line_bytes: usize,
+    /// Also count a tool result of FORMAT as failed when its text matches REGEX (FORMAT
+    /// may be * for every format); repeatable. The built-in rules are in docs/scan.md.
+    #[arg(long, value_name = "FORMAT=REGEX")]
+    failure_text: Vec<String>,
+    /// Add the failure rules of a JSON file: {"FORMAT" or "*": [REGEX or {"field":
+    /// "/json/pointer", "when": "true"|"nonzero"|"present"|{"equals": TEXT}}, ...]}.
+    #[arg(long, value_name = "FILE")]
+    failure_rules: Option<PathBuf>,
 }
 
 /// The level `--fail-on` checks for.
@@ -104,6 +121,25 @@ enum FailOn {
 
 fn parse_format(s: &str) -> Result<Format, String> {
     s.parse()
+        .map_err(|e: loopguard_transcripts::Error| e.to_string())
+}
+
+/// The built-in failure rules plus the ones given with --failure-rules and
+/// --failure-text.
+fn failure_rules(args: &ScanArgs) -> Result<FailureRules, String> {
+    let mut rules = FailureRules::builtin().clone();
+    if let Some(path) = &args.failure_rules {
+        let text = read_text(path)?;
+        rules
+            .add_document(&text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    for flag in &args.failure_text {
+        rules
+            .add_text_flag(flag)
+            .map_err(|e| format!("--failure-text {flag}: {e}"))?;
+    }
+    Ok(rules)
 }
 
 /// A file to scan, or one that will only be listed.
@@ -124,6 +160,10 @@ pub fn run(args: ScanArgs) -> u8 {
             Ok(c) => (c, ConfigSource::File(path.display().to_string())),
             Err(message) => return fatal(&message.replace('\n', "; ")),
         },
+    };
+    let failures = match failure_rules(&args) {
+        Ok(rules) => Arc::new(rules),
+        Err(message) => return fatal(&message),
     };
     let mut paths = args.paths.clone();
     if paths.is_empty() {
@@ -158,10 +198,11 @@ pub fn run(args: ScanArgs) -> u8 {
         skip_overlapping_copies(&mut inputs);
     }
     let started = Instant::now();
+    // Each file counts its size once, however often its reader goes over it.
     let total: u64 = inputs
         .iter()
         .filter(|i| i.status.is_none())
-        .map(|i| i.size * estimated_passes(&i.path))
+        .map(|i| i.size)
         .sum();
     let bar = progress_bar(total);
     let options = ScanOptions {
@@ -169,6 +210,7 @@ pub fn run(args: ScanArgs) -> u8 {
         agent: args.agent.clone(),
         format: args.format,
         max_line: args.max_line_bytes,
+        failures,
         progress: Some(Arc::new({
             let bar = bar.clone();
             move |n| bar.inc(n)
@@ -275,10 +317,32 @@ fn collect(path: &Path, inputs: &mut Vec<Input>, ignored: &mut u64) {
         });
         return;
     }
-    let walk = walkdir::WalkDir::new(path)
+    let mut walk = walkdir::WalkDir::new(path)
         .follow_links(false)
-        .sort_by_file_name();
-    for entry in walk {
+        .sort_by_file_name()
+        .into_iter();
+    while let Some(entry) = walk.next() {
+        // An OpenHands conversation directory is one transcript of many event files.
+        if let Ok(dir) = &entry {
+            let root = dir
+                .file_type()
+                .is_dir()
+                .then(|| openhands::conversation_root(dir.path()))
+                .flatten();
+            if let Some(root) = root {
+                let size = openhands::conversation_events(&root)
+                    .map(|files| files.iter().map(|(_, n)| n).sum())
+                    .unwrap_or(0);
+                inputs.push(Input {
+                    shown: format!("{}/", root.display()),
+                    path: root,
+                    status: None,
+                    size,
+                });
+                walk.skip_current_dir();
+                continue;
+            }
+        }
         match entry {
             Ok(entry) if entry.file_type().is_file() => {
                 if looks_like_transcript(entry.path()) {
@@ -355,20 +419,6 @@ fn skip_overlapping_copies(inputs: &mut [Input]) {
                 reason: format!("archived copy of the same session as {kept}, which is scanned instead (use --all-copies to scan both)"),
             });
         }
-    }
-}
-
-/// OpenClaw transcripts are read twice (once for the branch structure).
-fn estimated_passes(path: &Path) -> u64 {
-    let openclaw = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(openclaw::classify)
-        .is_some();
-    if openclaw {
-        2
-    } else {
-        1
     }
 }
 

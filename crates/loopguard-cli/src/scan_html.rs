@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use loopguard_transcripts::{FileScan, SessionReport, Timeline};
+use loopguard_transcripts::{FileScan, FileStatus, SessionReport, Timeline};
 
 use crate::scan_report::{bytes_text, count_text, plural, Report};
 
@@ -17,6 +17,8 @@ const MAX_TIMELINES: usize = 2000;
 const STRIP: f64 = 960.0;
 /// Widest a single call is drawn.
 const MAX_CALL_WIDTH: f64 = 16.0;
+/// Width of the strip of a session without calls (its note must fit).
+const NO_CALLS_WIDTH: f64 = 160.0;
 
 /// The page.
 pub fn render(report: &Report) -> String {
@@ -38,6 +40,7 @@ pub fn render(report: &Report) -> String {
     );
     let cards = [
         ("files scanned", s.scanned_files.to_string()),
+        ("files unread", s.unread_files.to_string()),
         ("sessions", s.sessions.to_string()),
         ("calls", s.calls.to_string()),
         ("warned", s.warned_calls.to_string()),
@@ -153,7 +156,12 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
 fn timeline(page: &mut String, t: &Timeline, calls: u64) {
     let n = t.marks.len().max(1);
     let per_call = (STRIP / n as f64).min(MAX_CALL_WIDTH);
-    let width = per_call * n as f64;
+    // Wide enough for the "no tool calls" note when there is nothing to draw.
+    let width = if t.marks.is_empty() {
+        NO_CALLS_WIDTH
+    } else {
+        per_call * n as f64
+    };
     let _ = write!(
         page,
         "<svg class=\"timeline\" viewBox=\"0 0 {:.1} 46\" width=\"{:.0}\" height=\"46\" role=\"img\" aria-label=\"{} calls\">",
@@ -222,8 +230,12 @@ fn timeline(page: &mut String, t: &Timeline, calls: u64) {
 }
 
 fn files_table(page: &mut String, report: &Report) {
-    page.push_str("<h2 class=\"files\">Files</h2><table class=\"filelist\"><tr><th>file</th><th>format</th><th>status</th><th>lines</th><th>skipped</th></tr>");
+    page.push_str("<h2 class=\"files\">Files</h2><table class=\"filelist\"><tr><th>file</th><th>format</th><th>status</th><th>lines</th><th>calls</th><th>failed</th><th>skipped</th></tr>");
     for f in &report.files {
+        let class = match f.status {
+            FileStatus::Scanned => "",
+            _ => " class=\"problem\"",
+        };
         let status = serde_json::to_value(&f.status)
             .ok()
             .and_then(|v| {
@@ -244,13 +256,19 @@ fn files_table(page: &mut String, report: &Report) {
             .iter()
             .map(|s| format!("{} {}", s.count, s.reason.as_str()))
             .collect();
+        let status = match f.status {
+            FileStatus::Scanned if f.calls() == 0 => "scanned: no tool calls".to_owned(),
+            _ => status,
+        };
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&f.file),
             f.format.map_or("", |f| f.as_str()),
             esc(&status),
             f.read.lines,
+            f.calls(),
+            f.read.failed_results(),
             esc(&skipped.join(", "))
         );
     }
@@ -301,7 +319,7 @@ line.run{stroke:#607d8b;stroke-width:1}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}
 td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eef1f3}
 tr.critical td:first-child{color:#d32f2f;font-weight:600}tr.warning td:first-child{color:#b07800;font-weight:600}
-.filelist td:first-child{word-break:break-all}
+.filelist td:first-child{word-break:break-all}.filelist tr.problem td{color:#b00020}
 body.hide-quiet section.quiet{display:none}
 footer{margin-top:24px;color:#777;font-size:12px}
 </style></head><body>
@@ -331,6 +349,21 @@ mod tests {
             esc(r#"<a href="x">'&'</a>"#),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
+    }
+
+    #[test]
+    fn a_session_without_calls_says_so_in_full() {
+        let mut page = String::new();
+        timeline(&mut page, &Timeline::default(), 0);
+        assert!(page.contains(">no tool calls</text>"));
+        let width: f64 = page
+            .split("width=\"")
+            .nth(1)
+            .and_then(|w| w.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        // 12 px system-ui: about 7 px per character at most.
+        assert!(width >= 4.0 + 7.0 * "no tool calls".len() as f64, "{page}");
     }
 
     #[test]

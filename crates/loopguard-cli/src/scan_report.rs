@@ -38,6 +38,7 @@ pub struct Report {
 pub struct Summary {
     pub files: u64,
     pub scanned_files: u64,
+    pub unread_files: u64,
     pub companion_files: u64,
     pub skipped_files: u64,
     pub unknown_format_files: u64,
@@ -46,6 +47,7 @@ pub struct Summary {
     pub bytes: u64,
     pub lines: u64,
     pub skipped_lines: u64,
+    pub failed_results: u64,
     pub sessions: u64,
     pub sessions_with_findings: u64,
     pub sessions_with_blocks: u64,
@@ -81,6 +83,7 @@ impl Report {
         for file in &files {
             match &file.status {
                 FileStatus::Scanned => summary.scanned_files += 1,
+                FileStatus::Unread { .. } => summary.unread_files += 1,
                 FileStatus::Companion { .. } => summary.companion_files += 1,
                 FileStatus::Skipped { .. } => summary.skipped_files += 1,
                 FileStatus::UnknownFormat { .. } => summary.unknown_format_files += 1,
@@ -90,6 +93,7 @@ impl Report {
             summary.bytes += file.read.bytes;
             summary.lines += file.read.lines;
             summary.skipped_lines += file.read.skipped_lines();
+            summary.failed_results += file.read.failed_results();
             for s in &file.sessions {
                 summary.sessions += 1;
                 summary.sessions_with_findings += u64::from(!s.findings.is_empty());
@@ -123,9 +127,12 @@ impl Report {
         }
     }
 
-    /// Files that could not be read or are of no known format.
+    /// Files that could not be read, are of no known format, or gave no call although
+    /// they have entries.
     pub fn unread_files(&self) -> u64 {
-        self.summary.unknown_format_files + self.summary.unreadable_files
+        self.summary.unknown_format_files
+            + self.summary.unreadable_files
+            + self.summary.unread_files
     }
 
     /// Findings at `level` or above.
@@ -187,12 +194,18 @@ impl Report {
         writeln!(out)?;
         writeln!(
             out,
-            "Total: {} files ({} scanned), {} sessions, {} runs, {} calls; {} warned, {} blocked in {} loops ({} sessions with blocks, {} compaction aborts).",
+            "Total: {} files ({} scanned{}), {} sessions, {} runs, {} calls ({} failed); {} warned, {} blocked in {} loops ({} sessions with blocks, {} compaction aborts).",
             s.files,
             s.scanned_files,
+            if s.unread_files > 0 {
+                format!(", {} UNREAD", s.unread_files)
+            } else {
+                String::new()
+            },
             s.sessions,
             s.runs,
             s.calls,
+            s.failed_results,
             s.warned_calls,
             s.blocked_calls,
             s.loops,
@@ -291,15 +304,15 @@ impl Report {
     }
 
     fn write_files(&self, out: &mut impl Write) -> io::Result<()> {
-        let scanned: Vec<&FileScan> = self
+        let read: Vec<&FileScan> = self
             .files
             .iter()
-            .filter(|f| matches!(f.status, FileStatus::Scanned))
+            .filter(|f| matches!(f.status, FileStatus::Scanned | FileStatus::Unread { .. }))
             .collect();
-        if scanned.is_empty() {
+        if read.is_empty() {
             return Ok(());
         }
-        let width = scanned
+        let width = read
             .iter()
             .map(|f| f.file.chars().count())
             .max()
@@ -307,21 +320,28 @@ impl Report {
             .clamp(4, 72);
         writeln!(
             out,
-            "{:<width$}  {:<18} {:>8} {:>8} {:>6} {:>6} {:>8}",
-            "FILE", "FORMAT", "SESSIONS", "CALLS", "WARN", "BLOCK", "SKIPPED"
+            "{:<width$}  {:<18} {:<13} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8}",
+            "FILE", "FORMAT", "STATUS", "SESSIONS", "CALLS", "FAILED", "WARN", "BLOCK", "SKIPPED"
         )?;
-        for f in scanned {
+        for f in read {
             let sessions = f.sessions.len();
-            let calls: u64 = f.sessions.iter().map(|s| s.calls).sum();
+            let calls = f.calls();
             let warned: u64 = f.sessions.iter().map(|s| s.warned_calls).sum();
             let blocked: u64 = f.sessions.iter().map(|s| s.blocked_calls).sum();
+            let status = match f.status {
+                FileStatus::Unread { .. } => "UNREAD",
+                _ if calls == 0 => "no tool calls",
+                _ => "scanned",
+            };
             writeln!(
                 out,
-                "{:<width$}  {:<18} {:>8} {:>8} {:>6} {:>6} {:>8}",
+                "{:<width$}  {:<18} {:<13} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8}",
                 shorten(&f.file, width),
                 f.format.map_or("-", |f| f.as_str()),
+                status,
                 sessions,
                 calls,
+                f.read.failed_results(),
                 warned,
                 blocked,
                 f.read.skipped_lines()
@@ -338,9 +358,10 @@ impl Report {
             .collect();
         if !not_scanned.is_empty() {
             writeln!(out)?;
-            writeln!(out, "Files not scanned:")?;
+            writeln!(out, "Files not scanned, or read as nothing:")?;
             for f in not_scanned {
                 let why = match &f.status {
+                    FileStatus::Unread { reason } => format!("UNREAD, no call read: {reason}"),
                     FileStatus::Companion { kind } => {
                         format!(
                             "companion file ({}), read with its transcript",

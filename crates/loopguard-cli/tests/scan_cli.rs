@@ -136,13 +136,16 @@ fn fixtures_every_format_and_the_documented_schema() {
     );
     assert_eq!(codex["usage"]["tokens"], 12 * 3020);
 
-    let claude = session(&doc, "claude-code.jsonl", None);
+    let claude = session(&doc, "claude-code.jsonl", Some("demo-claude"));
     assert_eq!(
         (claude["calls"].as_u64(), claude["runs"].as_u64()),
-        (Some(2), Some(2))
+        (Some(1), Some(1))
     );
     assert_eq!(claude["compactions"], 1);
     assert!(findings(claude).is_empty());
+    // The subagent's sidechain is a session of its own.
+    let subagent = session(&doc, "claude-code.jsonl", Some("demo-claude/agent-1"));
+    assert_eq!(subagent["calls"], 1);
 
     let alpha = session(&doc, "events.jsonl", Some("alpha"));
     assert_eq!(
@@ -162,7 +165,10 @@ fn fixtures_every_format_and_the_documented_schema() {
     );
     assert_eq!(session(&doc, "anthropic-messages.json", None)["calls"], 1);
 
-    assert_eq!(doc["summary"]["sessions"], 7);
+    assert_eq!(
+        doc["summary"]["sessions"], 8,
+        "the Claude Code subagent is a session"
+    );
     assert_eq!(doc["summary"]["compaction_aborts"], 1);
     assert_eq!(doc["summary"]["files"], 6);
 }
@@ -244,7 +250,11 @@ fn standard_input_and_format_override() {
     assert_eq!(out.status.code(), Some(2));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["files"][0]["status"], "unknown_format");
-    assert_eq!(doc["files"][0]["reason"], "empty file");
+    let reason = doc["files"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("empty file; tried every reader"),
+        "{reason}"
+    );
 }
 
 fn tempdir() -> PathBuf {

@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::error::Error;
+
 /// How many bytes detection looks at.
 pub const PREFIX_BYTES: usize = 256 << 10;
 
@@ -21,21 +23,27 @@ pub enum Format {
     /// OpenClaw (pi `SessionManager`) session JSONL.
     #[serde(rename = "openclaw")]
     OpenClaw,
-    /// Claude Code session JSONL.
+    /// Claude Code session JSONL (native session files, subagent files, and the
+    /// `--output-format stream-json` stream).
     ClaudeCode,
     /// Codex CLI rollout JSONL (`~/.codex/sessions/**/rollout-*.jsonl`).
     CodexRollout,
     /// `codex exec --json` event stream.
     CodexExec,
+    /// Gemini CLI chat session (`~/.gemini/tmp/<project>/chats/session-*.json`).
+    GeminiCli,
     /// OpenAI chat-completions message arrays (`tool_calls` and `role: tool`).
     OpenaiChat,
     /// Anthropic Messages arrays (`tool_use` and `tool_result` blocks).
     AnthropicMessages,
     /// loopguard's own replay events (SPEC §7).
     Loopguard,
-    /// SWE-agent `.traj` trajectory.
+    /// SWE-agent `.traj` trajectory (0.x and 1.x).
     SweAgent,
-    /// OpenHands event trajectory.
+    /// mini-swe-agent trajectory (`.traj.json`; tool-calling and text mode).
+    MiniSweAgent,
+    /// OpenHands events, V0 and V1 (software-agent-sdk), in every container: an event
+    /// array, a state wrapper, an evaluation `output.jsonl`, a conversation directory.
     #[serde(rename = "openhands")]
     OpenHands,
     /// Per-call streams pulled out of OpenClaw sessions (`anchor-call-streams.json`).
@@ -44,16 +52,18 @@ pub enum Format {
 }
 
 impl Format {
-    /// Every format, in the order `--help` lists them.
-    pub const ALL: [Format; 10] = [
+    /// Every format, in the order `--help` lists them and detection tries them.
+    pub const ALL: [Format; 12] = [
         Self::OpenClaw,
         Self::ClaudeCode,
         Self::CodexRollout,
         Self::CodexExec,
+        Self::GeminiCli,
         Self::OpenaiChat,
         Self::AnthropicMessages,
         Self::Loopguard,
         Self::SweAgent,
+        Self::MiniSweAgent,
         Self::OpenHands,
         Self::OpenClawCalls,
     ];
@@ -65,13 +75,20 @@ impl Format {
             Self::ClaudeCode => "claude-code",
             Self::CodexRollout => "codex-rollout",
             Self::CodexExec => "codex-exec",
+            Self::GeminiCli => "gemini-cli",
             Self::OpenaiChat => "openai-chat",
             Self::AnthropicMessages => "anthropic-messages",
             Self::Loopguard => "loopguard",
             Self::SweAgent => "swe-agent",
+            Self::MiniSweAgent => "mini-swe-agent",
             Self::OpenHands => "openhands",
             Self::OpenClawCalls => "openclaw-calls",
         }
+    }
+
+    /// Every name, comma-separated (for messages).
+    pub fn names() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
     }
 }
 
@@ -82,15 +99,15 @@ impl fmt::Display for Format {
 }
 
 impl FromStr for Format {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Error> {
         Self::ALL
             .into_iter()
             .find(|f| f.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Self::ALL.iter().map(|f| f.as_str()).collect();
-                format!("unknown format {s:?} (known: {})", names.join(", "))
+            .ok_or_else(|| Error::UnknownFormat {
+                name: s.to_owned(),
+                known: Self::names(),
             })
     }
 }
@@ -131,29 +148,43 @@ pub enum Detection {
     Unknown(String),
 }
 
+/// Lines of a JSON Lines prefix looked at: the first one whose shape is known decides.
+const PROBE_LINES: usize = 64;
+
 /// Detects the format of a file from its first bytes and its name.
+///
+/// JSON Lines are recognised by the first line, among the first [`PROBE_LINES`], whose
+/// shape is known: lines of record types detection does not know (a `permission-mode`
+/// line, a type added by a newer version) are passed over rather than decide. Whole
+/// documents are recognised by the keys near their root.
 pub fn detect(prefix: &[u8], file_name: Option<&str>) -> Detection {
     let prefix = &prefix[..prefix.len().min(PREFIX_BYTES)];
     let text = skip_bom(prefix);
     let Some(start) = text.iter().position(|b| !b.is_ascii_whitespace()) else {
-        return Detection::Unknown("empty file".into());
+        return unknown("empty file");
     };
     let text = &text[start..];
     if text.contains(&0) {
-        return Detection::Unknown("binary data".into());
+        return unknown("binary data");
     }
     if !matches!(text[0], b'{' | b'[') {
-        return Detection::Unknown("not JSON or JSON Lines".into());
+        return unknown("not JSON or JSON Lines");
     }
     let first_line = text.split(|&b| b == b'\n').next().unwrap_or(text);
     let trimmed = first_line.trim_ascii();
     if trimmed != b"{" && trimmed != b"[" {
-        if let Some(found) = by_line(&Shape::of(first_line), text) {
-            return found;
+        let lines = text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.trim_ascii().is_empty())
+            .take(PROBE_LINES);
+        for line in lines {
+            if let Some(found) = by_shape(&Shape::of(line), text) {
+                return found;
+            }
         }
     }
     let shape = Shape::of(text);
-    if let Some(found) = by_document(&shape, text) {
+    if let Some(found) = by_shape(&shape, text) {
         return found;
     }
     let name = file_name.unwrap_or("");
@@ -167,99 +198,45 @@ pub fn detect(prefix: &[u8], file_name: Option<&str>) -> Detection {
         .map(|k| k.name.as_str())
         .take(8)
         .collect();
-    Detection::Unknown(if keys.is_empty() {
-        "JSON of no known transcript shape".into()
+    if keys.is_empty() {
+        unknown("JSON of no known transcript shape")
     } else {
-        format!(
+        unknown(&format!(
             "JSON of no known transcript shape (keys: {})",
             keys.join(", ")
-        )
-    })
+        ))
+    }
+}
+
+/// An unknown file: why, and which readers detection tried.
+fn unknown(why: &str) -> Detection {
+    Detection::Unknown(format!(
+        "{why}; tried every reader ({}); force one with --format NAME",
+        Format::names()
+    ))
 }
 
 fn skip_bom(bytes: &[u8]) -> &[u8] {
     bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
 }
 
-/// JSON Lines formats, from the first line.
-fn by_line(line: &Shape, text: &[u8]) -> Option<Detection> {
+/// The format of a value (a line of JSON Lines, or a whole document) from its shape;
+/// `text` is the whole prefix (for the chat dialect, decided by markers anywhere in it).
+fn by_shape(shape: &Shape, text: &[u8]) -> Option<Detection> {
     use Detection::{Companion as C, Transcript as T};
-    let kind = line.value(1, "type");
-    if let Some(schema) = line.value(1, "traceSchema") {
+    if let Some(schema) = shape.value(1, "traceSchema") {
         return match schema {
             "openclaw-trajectory" => Some(C(Companion::OpenClawTrajectory)),
             "openclaw-trajectory-pointer" => Some(C(Companion::OpenClawTrajectoryPointer)),
             _ => None,
         };
     }
-    match kind {
-        Some("session") if line.has(1, "id") => return Some(T(Format::OpenClaw)),
-        Some("call" | "result" | "compaction") => return Some(T(Format::Loopguard)),
-        Some(k)
-            if ["thread.", "turn.", "item."]
-                .iter()
-                .any(|p| k.starts_with(p)) =>
-        {
-            return Some(T(Format::CodexExec))
-        }
-        Some("session_meta" | "response_item" | "event_msg" | "turn_context" | "compacted")
-            if line.has(1, "payload") =>
-        {
-            return Some(T(Format::CodexRollout))
-        }
-        Some(
-            "user"
-            | "assistant"
-            | "system"
-            | "summary"
-            | "file-history-snapshot"
-            | "queue-operation"
-            | "progress"
-            | "attachment",
-        ) if [
-            "sessionId",
-            "uuid",
-            "leafUuid",
-            "messageId",
-            "snapshot",
-            "operation",
-        ]
-        .iter()
-        .any(|k| line.has(1, k)) =>
-        {
-            return Some(T(Format::ClaudeCode))
-        }
-        _ => {}
-    }
-    let chat = line.has(1, "role")
-        || line.has(1, "messages")
-        || line.has(1, "traj")
-        || (line.root == Some(b'[') && line.has(2, "role"));
-    chat.then(|| T(chat_dialect(&Shape::of(text))))
-}
-
-/// Whole-document formats, from the keys near the root.
-fn by_document(shape: &Shape, text: &[u8]) -> Option<Detection> {
-    use Detection::{Companion as C, Transcript as T};
     match shape.root? {
-        b'{' => {
-            if shape.has(1, "trajectory") {
-                Some(T(Format::SweAgent))
-            } else if shape.has(1, "messages") {
-                Some(T(chat_dialect(shape)))
-            } else if shape.has(2, "calls") && (shape.has(2, "runId") || shape.has(2, "session_id"))
-            {
-                Some(T(Format::OpenClawCalls))
-            } else if shape.has(2, "sessionId") && shape.has(2, "updatedAt") {
-                Some(C(Companion::OpenClawSessionStore))
-            } else if shape.value(1, "traceSchema") == Some("openclaw-trajectory-pointer") {
-                Some(C(Companion::OpenClawTrajectoryPointer))
-            } else {
-                None
-            }
-        }
+        b'{' => by_object(shape, text),
         _ => {
-            if shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action")) {
+            if shape.has(2, "kind") && shape.has(2, "source")
+                || shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action"))
+            {
                 Some(T(Format::OpenHands))
             } else if shape.has(2, "role")
                 || shape.has(2, "traj")
@@ -271,6 +248,84 @@ fn by_document(shape: &Shape, text: &[u8]) -> Option<Detection> {
                 None
             }
         }
+    }
+}
+
+/// An object: a line of a JSON Lines format, or a document.
+fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
+    use Detection::{Companion as C, Transcript as T};
+    let kind = shape.value(1, "type");
+    let has = |k: &str| shape.has(1, k);
+    match kind {
+        Some("session") if has("id") => return Some(T(Format::OpenClaw)),
+        Some("call" | "result" | "compaction") => return Some(T(Format::Loopguard)),
+        Some(k)
+            if ["thread.", "turn.", "item."]
+                .iter()
+                .any(|p| k.starts_with(p)) =>
+        {
+            return Some(T(Format::CodexExec))
+        }
+        Some("session_meta" | "response_item" | "event_msg" | "turn_context" | "compacted")
+            if has("payload") =>
+        {
+            return Some(T(Format::CodexRollout))
+        }
+        // Claude Code: every record type (known or not) carries `sessionId` or the
+        // message tree's `uuid`; stream-json records carry `session_id`.
+        Some(_)
+            if ["sessionId", "uuid", "leafUuid", "operation"]
+                .iter()
+                .any(|k| has(k))
+                || (has("messageId") && has("snapshot"))
+                || (has("session_id")
+                    && matches!(kind, Some("system" | "user" | "assistant" | "result"))) =>
+        {
+            return Some(T(Format::ClaudeCode))
+        }
+        _ => {}
+    }
+    if has("trajectory") {
+        return Some(T(Format::SweAgent));
+    }
+    let mini = shape
+        .value(1, "trajectory_format")
+        .is_some_and(|f| f.starts_with("mini-swe-agent"))
+        || shape.has(2, "mini_version");
+    if mini {
+        return Some(T(Format::MiniSweAgent));
+    }
+    let gemini = has("sessionId")
+        && has("messages")
+        && (has("projectHash") || has("startTime") || has("lastUpdated"))
+        || shape.value(3, "type") == Some("gemini");
+    if gemini {
+        return Some(T(Format::GeminiCli));
+    }
+    let openhands_instance = has("history")
+        && [
+            "instance_id",
+            "question_id",
+            "instruction",
+            "num_events",
+            "test_result",
+        ]
+        .iter()
+        .any(|k| has(k));
+    let openhands_event = (has("kind") && (has("source") || has("id")))
+        || (has("source") && (has("action") || has("observation")));
+    if openhands_instance || openhands_event {
+        return Some(T(Format::OpenHands));
+    }
+    if has("role") || has("messages") || has("traj") {
+        return Some(T(chat_dialect(&Shape::of(text))));
+    }
+    if shape.has(2, "calls") && (shape.has(2, "runId") || shape.has(2, "session_id")) {
+        Some(T(Format::OpenClawCalls))
+    } else if shape.has(2, "sessionId") && shape.has(2, "updatedAt") {
+        Some(C(Companion::OpenClawSessionStore))
+    } else {
+        None
     }
 }
 
@@ -450,6 +505,44 @@ mod tests {
     }
 
     #[test]
+    fn json_lines_look_past_record_types_they_do_not_know() {
+        // Claude Code: a first line of a type added later, then the usual ones.
+        assert_eq!(
+            format(concat!(
+                "{\"type\":\"permission-mode\",\"permissionMode\":\"default\",\"sessionId\":\"s\"}\n",
+                "{\"type\":\"user\",\"uuid\":\"u\",\"message\":{}}\n"
+            )),
+            Format::ClaudeCode
+        );
+        // Any line shape detection does not know is passed over.
+        assert_eq!(
+            format(concat!(
+                "{\"note\":\"written by a wrapper\"}\n",
+                "{\"timestamp\":\"t\",\"type\":\"session_meta\",\"payload\":{\"id\":\"x\"}}\n"
+            )),
+            Format::CodexRollout
+        );
+        // stream-json.
+        assert_eq!(
+            format(
+                "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s\",\"tools\":[]}\n"
+            ),
+            Format::ClaudeCode
+        );
+        // Evaluation output, one instance per line (V1 events, or V0 pairs).
+        assert_eq!(
+            format("{\"instance_id\":\"i\",\"test_result\":{},\"history\":[{\"kind\":\"ActionEvent\"}]}\n"),
+            Format::OpenHands
+        );
+        assert_eq!(
+            format(
+                "{\"question_id\":1,\"text\":\"t\",\"history\":[[{\"action\":\"message\"},{}]]}\n"
+            ),
+            Format::OpenHands
+        );
+    }
+
+    #[test]
     fn document_formats() {
         assert_eq!(
             format("{\n \"environment\": \"x\",\n \"trajectory\": [\n"),
@@ -481,6 +574,30 @@ mod tests {
             detect(b"{\n \"x\": 1", Some("a.traj")),
             Detection::Transcript(Format::SweAgent)
         );
+        assert_eq!(
+            format("{\n \"info\": {\n  \"model_stats\": {},\n  \"mini_version\": \"2.2.7\"},\n \"messages\": [{\"role\": \"system\"}, {\"role\": \"assistant\", \"tool_calls\": []}]"),
+            Format::MiniSweAgent
+        );
+        assert_eq!(
+            format("{\"info\": {}, \"messages\": [], \"trajectory_format\": \"mini-swe-agent-1\"}"),
+            Format::MiniSweAgent
+        );
+        assert_eq!(
+            format("{\n  \"sessionId\": \"s\",\n  \"projectHash\": \"h\",\n  \"messages\": [\n    {\"id\": \"m\", \"type\": \"user\""),
+            Format::GeminiCli
+        );
+        assert_eq!(
+            format("{\"instance_id\": \"x\", \"history\": [{\"kind\": \"ActionEvent\", \"id\": \"a\"}], \"num_events\": 1}"),
+            Format::OpenHands
+        );
+        assert_eq!(
+            format("[\n {\"kind\": \"SystemPromptEvent\", \"id\": \"x\", \"source\": \"agent\"}"),
+            Format::OpenHands
+        );
+        assert_eq!(
+            format("{\n  \"kind\": \"ObservationEvent\",\n  \"id\": \"x\",\n  \"source\": \"environment\""),
+            Format::OpenHands
+        );
     }
 
     #[test]
@@ -496,7 +613,14 @@ mod tests {
             ),
         ] {
             match t(text) {
-                Detection::Unknown(reason) => assert!(reason.contains(why), "{text}: {reason}"),
+                Detection::Unknown(reason) => {
+                    assert!(reason.contains(why), "{text}: {reason}");
+                    assert!(
+                        reason.contains("tried every reader (openclaw, claude-code,")
+                            && reason.contains("--format"),
+                        "{reason}"
+                    );
+                }
                 other => panic!("{text}: {other:?}"),
             }
         }
@@ -505,9 +629,13 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for f in Format::ALL {
-            assert_eq!(f.as_str().parse::<Format>(), Ok(f));
+            assert_eq!(f.as_str().parse::<Format>().unwrap(), f);
             assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
         }
-        assert!("nope".parse::<Format>().unwrap_err().contains("openclaw"));
+        assert!("nope"
+            .parse::<Format>()
+            .unwrap_err()
+            .to_string()
+            .contains("openclaw"));
     }
 }

@@ -42,19 +42,23 @@
 #![warn(missing_docs)]
 
 pub mod detect;
+mod error;
+pub mod failures;
 mod item;
 pub mod readers;
 pub mod scan;
 mod stats;
 
 pub use detect::{detect, Companion, Detection, Format};
+pub use error::{Error, ErrorKind};
+pub use failures::FailureRules;
 pub use item::{Item, Pos, Sink, Usage};
 pub use readers::lines::DEFAULT_MAX_LINE;
 pub use readers::openclaw::RunWindows;
 pub use readers::{read, ReadOptions};
 pub use scan::{
-    passes, scan_bytes, scan_path, scan_path_as, FileScan, FileStatus, Finding, LoopReport, Mark,
-    Savings, ScanOptions, Scanner, SessionReport, Timeline,
+    scan_bytes, scan_path, scan_path_as, FileScan, FileStatus, Finding, LoopReport, Mark, Savings,
+    ScanOptions, Scanner, SessionReport, Timeline,
 };
 pub use stats::{ReadStats, Skip, SkipReason};
 

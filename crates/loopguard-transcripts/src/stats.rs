@@ -1,6 +1,7 @@
 //! What reading a file cost and what it could not use: every line is either used or
 //! counted here with a reason, so no input is ever dropped silently.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -88,6 +89,13 @@ pub struct ReadStats {
     /// Tool results the transcript itself had shortened (OpenClaw's "middle content
     /// omitted" marker): their fingerprints may differ from the ones the runtime saw.
     pub truncated_results: u64,
+    /// Records the reader recognised (an entry, a message, an event, a step), whether or
+    /// not they held a call: a file with records and no calls is a transcript without tool
+    /// calls, a file without any is one the reader could not read.
+    pub records: u64,
+    /// Tool results read as failed, by the signal that said so (the format's error flag,
+    /// or the [`FailureRules`](crate::FailureRules) rule that matched).
+    pub failures: BTreeMap<String, u64>,
 }
 
 /// Longest example kept in a [`Skip`].
@@ -112,13 +120,34 @@ impl ReadStats {
         });
     }
 
+    /// Counts a recognised record.
+    pub(crate) fn record(&mut self) {
+        self.records += 1;
+    }
+
+    /// Counts a result read as failed because of `signal`.
+    pub(crate) fn failure(&mut self, signal: &str) {
+        match self.failures.get_mut(signal) {
+            Some(n) => *n += 1,
+            None => {
+                self.failures.insert(signal.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Results read as failed, all signals together.
+    pub fn failed_results(&self) -> u64 {
+        self.failures.values().sum()
+    }
+
     /// Lines skipped, all reasons together.
     pub fn skipped_lines(&self) -> u64 {
         self.skipped.iter().map(|s| s.count).sum()
     }
 
-    /// Adds the skips of `other` (its line and byte counts are left out).
-    pub(crate) fn absorb_skips(&mut self, other: ReadStats) {
+    /// Adds the skips, records and failures of `other` (its line and byte counts are left
+    /// out).
+    pub(crate) fn absorb(&mut self, other: ReadStats) {
         for skip in other.skipped {
             match self.skipped.iter_mut().find(|s| s.reason == skip.reason) {
                 Some(s) => {
@@ -133,6 +162,10 @@ impl ReadStats {
         }
         self.repaired += other.repaired;
         self.truncated_results += other.truncated_results;
+        self.records += other.records;
+        for (signal, n) in other.failures {
+            *self.failures.entry(signal).or_insert(0) += n;
+        }
     }
 
     /// Lines skipped for `reason`.

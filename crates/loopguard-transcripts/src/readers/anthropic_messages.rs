@@ -15,6 +15,8 @@ use std::io::{self, BufRead, Seek};
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::Value;
 
+use crate::detect::Format;
+use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
 use crate::readers::chat::{self, content_text, Conversation, Dialect};
 use crate::stats::{ReadStats, SkipReason};
@@ -26,12 +28,21 @@ pub fn read<R: BufRead + Seek>(
     options: &ReadOptions<'_>,
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
-    chat::read(input, options, &mut Anthropic, sink)
+    chat::read(
+        input,
+        options,
+        &mut Anthropic {
+            rules: options.failures,
+        },
+        sink,
+    )
 }
 
-struct Anthropic;
+struct Anthropic<'r> {
+    rules: &'r FailureRules,
+}
 
-impl Dialect for Anthropic {
+impl Dialect for Anthropic<'_> {
     fn message(
         &mut self,
         conversation: &mut Conversation,
@@ -43,10 +54,13 @@ impl Dialect for Anthropic {
         let content = message.get("content").unwrap_or(&Value::Null);
         match message.get("role").and_then(Value::as_str) {
             Some("user") => {
+                stats.record();
                 if is_prompt(content) {
                     conversation.start_run();
                 }
-                for (id, outcome) in tool_results(content) {
+                for (id, block) in tool_results(content) {
+                    let outcome =
+                        judged_outcome(block, Format::AnthropicMessages, self.rules, stats);
                     match conversation.answer(id) {
                         Some(id) => sink.push(pos, item::result(&conversation.ids, &id, outcome)),
                         None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
@@ -56,6 +70,7 @@ impl Dialect for Anthropic {
                 }
             }
             Some("assistant") => {
+                stats.record();
                 let usage = message.get("usage").and_then(usage);
                 sink.push(
                     pos,
@@ -89,7 +104,7 @@ impl Dialect for Anthropic {
                     }
                 }
             }
-            Some("system") => {}
+            Some("system") => stats.record(),
             other => {
                 let role = other.unwrap_or("(none)").to_owned();
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || {
@@ -143,19 +158,35 @@ pub(crate) fn tool_uses(content: &Value) -> impl Iterator<Item = (Option<&str>, 
         })
 }
 
-/// The `tool_result` blocks of a user content: (tool_use_id, outcome).
-pub(crate) fn tool_results(content: &Value) -> Vec<(Option<&str>, OwnedOutcome)> {
-    let Some(blocks) = content.as_array() else {
-        return Vec::new();
-    };
-    blocks
+/// The `tool_result` blocks of a user content: (tool_use_id, block).
+pub(crate) fn tool_results(content: &Value) -> impl Iterator<Item = (Option<&str>, &Value)> {
+    content
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-        .map(|b| {
-            let id = b.get("tool_use_id").and_then(Value::as_str);
-            (id, outcome_of(b))
-        })
-        .collect()
+        .map(|b| (b.get("tool_use_id").and_then(Value::as_str), b))
+}
+
+/// A `tool_result` block's outcome, its failure counted: an error when `is_error` says
+/// so, else a result the failure rules of `format` may mark.
+pub(crate) fn judged_outcome(
+    block: &Value,
+    format: Format,
+    rules: &FailureRules,
+    stats: &mut ReadStats,
+) -> OwnedOutcome {
+    let mut outcome = outcome_of(block);
+    match &outcome {
+        OwnedOutcome::Error(_) => stats.failure("is_error"),
+        _ if rules.applies_to(format) => {
+            let text = content_text(block.get("content").unwrap_or(&Value::Null));
+            rules.judge(format, block, &text, &mut outcome, stats);
+        }
+        _ => {}
+    }
+    outcome
 }
 
 /// A `tool_result` block's outcome.
@@ -220,7 +251,6 @@ pub(crate) fn emit_tool_uses(
 mod tests {
     use super::*;
     use crate::testing::read_bytes;
-    use crate::Format;
     use loopguard_events::Event;
 
     #[test]

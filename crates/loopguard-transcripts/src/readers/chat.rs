@@ -102,27 +102,7 @@ pub(crate) fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let start = input.stream_position()?;
-    // JSON Lines when one of the first two lines is a JSON value on its own (so that a
-    // corrupt first line does not turn a JSONL file into one broken document).
-    let jsonl = {
-        let mut probe = ReadStats::default();
-        let mut lines = Lines::new(&mut input, options.max_line);
-        let mut parsed = false;
-        for _ in 0..2 {
-            match lines.next_line(&mut probe)? {
-                Some(line) => {
-                    let bare = matches!(line.bytes.trim_ascii(), b"[" | b"{");
-                    if !bare && serde_json::from_slice::<serde::de::IgnoredAny>(line.bytes).is_ok()
-                    {
-                        parsed = true;
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
-        parsed
-    };
+    let jsonl = lines::is_json_lines(&mut input, options.max_line)?;
     input.seek(SeekFrom::Start(start))?;
     let mut walker = ChatWalker {
         dialect,
@@ -148,7 +128,7 @@ pub(crate) fn read<R: BufRead + Seek>(
         let mut out = walker.stats;
         out.lines = stats.lines;
         out.bytes = stats.bytes;
-        out.absorb_skips(stats);
+        out.absorb(stats);
         Ok(out)
     } else {
         let mut stats = ReadStats::default();
@@ -156,7 +136,7 @@ pub(crate) fn read<R: BufRead + Seek>(
         let mut out = walker.stats;
         out.lines = stats.lines;
         out.bytes = stats.bytes;
-        out.absorb_skips(stats);
+        out.absorb(stats);
         Ok(out)
     }
 }

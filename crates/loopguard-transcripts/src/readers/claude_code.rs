@@ -1,17 +1,24 @@
-//! Claude Code session transcripts (`~/.claude/projects/<project>/<session>.jsonl`,
-//! FORMATS §5): one JSON object per line, wrapping Anthropic Messages API messages.
+//! Claude Code transcripts (FORMATS §5, §14.5): native session files
+//! (`~/.claude/projects/<project>/<session>.jsonl`), subagent files
+//! (`<session>/subagents/agent-<id>.jsonl`) and the `claude -p --output-format
+//! stream-json` stream; one JSON object per line, wrapping Anthropic Messages API
+//! messages.
 //!
 //! | line | item |
 //! |---|---|
 //! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run |
 //! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block |
-//! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)) |
+//! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)); `is_error` makes an error, a `<tool_use_error>` text without it a failed result |
 //! | `system` with `subtype: compact_boundary` | a compaction in the current run |
-//! | `isSidechain: true` lines | runs of their own, per `agentId` (subagents never share history with the main chain) |
-//! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, other `system` lines | nothing |
+//! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, `permission-mode`, `custom-title`, `agent-name`, `last-prompt`, `tag`, `result`, other `system` lines | nothing |
 //!
-//! The session id is the lines' `sessionId` (else the file name's). Lines are read in file
-//! order.
+//! The session is the lines' `sessionId` (stream-json: `session_id`), else the file
+//! name's. A subagent is a session of its own, `<session>/agent-<agentId>`: the lines of a
+//! subagent file and sidechain lines (`isSidechain: true`) name their `agentId`;
+//! stream-json names the parent `Task` call instead (`parent_tool_use_id`). `progress`
+//! lines mirror a running subagent inside its parent's file and are not counted there.
+//! Lines are read in file order; a line of a type this reader does not know is counted
+//! and passed over.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -22,11 +29,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::detect::Format;
 use crate::item::{self, Item, Sink};
-use crate::readers::anthropic_messages::{emit_tool_uses, is_prompt, tool_results, usage};
+use crate::readers::anthropic_messages::{
+    emit_tool_uses, is_prompt, judged_outcome, tool_results, usage,
+};
 use crate::readers::lines::{self, Lines};
+use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
-use crate::ReadOptions;
 
 #[derive(Deserialize)]
 struct LineEntry<'a> {
@@ -42,13 +52,37 @@ struct LineEntry<'a> {
     is_compact_summary: Option<bool>,
     #[serde(rename = "sessionId", borrow, default)]
     session_id: Option<Cow<'a, str>>,
+    /// stream-json's spelling.
+    #[serde(rename = "session_id", borrow, default)]
+    stream_session_id: Option<Cow<'a, str>>,
     #[serde(rename = "agentId", borrow, default)]
     agent_id: Option<Cow<'a, str>>,
+    /// stream-json: the `Task` call a subagent's message belongs to.
+    #[serde(borrow, default)]
+    parent_tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     message: Option<&'a RawValue>,
 }
 
-/// A chain of runs: the main conversation, or one subagent's sidechain.
+/// Line types that hold nothing for the guard.
+const NOTHING: &[&str] = &[
+    "summary",
+    "file-history-snapshot",
+    "queue-operation",
+    "progress",
+    "attachment",
+    "permission-mode",
+    "custom-title",
+    "agent-name",
+    "last-prompt",
+    "tag",
+    "result",
+];
+
+/// Sessions (the main one and its subagents) tracked at once.
+const MAX_CHAINS: usize = 4096;
+
+/// The state of one session: its runs and the API response being read.
 #[derive(Default)]
 struct Chain {
     runs: u64,
@@ -63,7 +97,7 @@ pub fn read<R: BufRead + Seek>(
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
     let mut lines = Lines::new(input, options.max_line);
-    let mut session: Option<String> = None;
+    let mut main: Option<String> = None;
     let mut chains: HashMap<String, Chain> = HashMap::new();
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
@@ -82,24 +116,44 @@ pub fn read<R: BufRead + Seek>(
             }
         };
         let pos = line.pos;
-        if session.is_none() {
-            session = entry.session_id.as_deref().map(str::to_owned);
+        if let Some(id) = entry
+            .session_id
+            .as_deref()
+            .or(entry.stream_session_id.as_deref())
+            .and_then(loopguard::text::non_blank)
+        {
+            if main.as_deref() != Some(id) {
+                main = Some(id.to_owned());
+            }
         }
-        let session_id = session.as_deref().unwrap_or(options.session_hint);
-        let chain_key = if entry.is_sidechain == Some(true) {
-            format!("sidechain-{}", entry.agent_id.as_deref().unwrap_or("task"))
-        } else {
-            "turn".to_owned()
+        let kind = entry.kind.as_deref().unwrap_or("");
+        if NOTHING.contains(&kind) {
+            stats.record();
+            continue;
+        }
+        let base = main.as_deref().unwrap_or(options.session_hint);
+        let agent = match (&entry.agent_id, &entry.parent_tool_use_id) {
+            (Some(agent), _) if entry.is_sidechain == Some(true) => Some(agent.as_ref()),
+            (_, Some(parent)) => Some(parent.as_ref()),
+            _ => None,
+        }
+        .and_then(loopguard::text::non_blank);
+        let session = match agent {
+            Some(agent) => format!(
+                "{base}/agent-{}",
+                agent.strip_prefix("agent-").unwrap_or(agent)
+            ),
+            None => base.to_owned(),
         };
-        if chains.len() > 4096 && !chains.contains_key(&chain_key) {
+        if chains.len() >= MAX_CHAINS && !chains.contains_key(&session) {
             chains.clear();
         }
-        let chain = chains.entry(chain_key.clone()).or_default();
-        let run = |chain: &Chain| Some(format!("{chain_key}-{}", chain.runs));
+        let chain = chains.entry(session.clone()).or_default();
+        let run = |chain: &Chain| format!("turn-{}", chain.runs);
         let message: Option<Value> = entry
             .message
             .and_then(|m| serde_json::from_str(m.get()).ok());
-        match entry.kind.as_deref().unwrap_or("") {
+        match kind {
             "user" => {
                 let Some(message) = message else {
                     stats.skip(SkipReason::MalformedEntry, pos.line, || {
@@ -107,14 +161,17 @@ pub fn read<R: BufRead + Seek>(
                     });
                     continue;
                 };
+                stats.record();
                 let content = message.get("content").unwrap_or(&Value::Null);
                 let meta = entry.is_meta == Some(true) || entry.is_compact_summary == Some(true);
                 if !meta && is_prompt(content) {
                     chain.runs += 1;
                     chain.last_response = None;
                 }
-                let ids = item::ids(session_id, run(chain).as_deref());
-                for (id, outcome) in tool_results(content) {
+                let ids = item::ids(&session, Some(&run(chain)));
+                for (id, block) in tool_results(content) {
+                    let outcome =
+                        judged_outcome(block, Format::ClaudeCode, options.failures, &mut stats);
                     match id.and_then(loopguard::text::non_blank) {
                         Some(id) => sink.push(pos, item::result(&ids, id, outcome)),
                         None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
@@ -130,7 +187,8 @@ pub fn read<R: BufRead + Seek>(
                     });
                     continue;
                 };
-                let ids: Ids = item::ids(session_id, run(chain).as_deref());
+                stats.record();
+                let ids: Ids = item::ids(&session, Some(&run(chain)));
                 let response = message.get("id").and_then(Value::as_str).map(str::to_owned);
                 if response.is_none() || response != chain.last_response {
                     chain.last_response = response.clone();
@@ -148,18 +206,12 @@ pub fn read<R: BufRead + Seek>(
                 emit_tool_uses(&ids, pos, content, response.as_deref(), &mut stats, sink);
             }
             "system" => {
+                stats.record();
                 if entry.subtype.as_deref() == Some("compact_boundary") {
-                    let ids = item::ids(session_id, run(chain).as_deref());
+                    let ids = item::ids(&session, Some(&run(chain)));
                     sink.push(pos, item::compaction(&ids));
                 }
             }
-            "summary"
-            | "file-history-snapshot"
-            | "queue-operation"
-            | "progress"
-            | "attachment"
-            | "custom-title"
-            | "tag" => {}
             other => {
                 let other = other.to_owned();
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || other);
@@ -172,9 +224,8 @@ pub fn read<R: BufRead + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::read_bytes;
-    use crate::Format;
-    use loopguard_events::Event;
+    use crate::testing::{read_bytes, read_corpus, Read};
+    use loopguard_events::{Event, OwnedOutcome};
 
     /// A synthetic session: a prompt, a response spread over two lines (two tool_use
     /// blocks), their results, a subagent sidechain, a compaction, a prompt after it.
@@ -220,7 +271,7 @@ mod tests {
             r.runs(),
             vec![
                 ("cc1".into(), Some("turn-1".into())),
-                ("cc1".into(), Some("sidechain-ag1-1".into())),
+                ("cc1/agent-ag1".into(), Some("turn-1".into())),
             ]
         );
         let turns = r
@@ -237,5 +288,126 @@ mod tests {
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
         assert_eq!(r.stats.skipped_for(SkipReason::TruncatedLastLine), 1);
         assert_eq!(r.stats.lines, 16);
+    }
+
+    /// `claude -p --output-format stream-json`: the session is `session_id` (not the file
+    /// name), a subagent's messages (`parent_tool_use_id`) are a session of their own.
+    #[test]
+    fn stream_json() {
+        let stream = concat!(
+            r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"s-9","tools":["Bash"],"model":"m"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"msg_1","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Task","input":{"prompt":"look"}}]},"parent_tool_use_id":null,"session_id":"s-9"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"msg_2","role":"assistant","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"ls"}}]},"parent_tool_use_id":"t1","session_id":"s-9"}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"<tool_use_error>Error: No such tool available: Bash</tool_use_error>"}]},"parent_tool_use_id":"t1","session_id":"s-9"}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"done"}]},"parent_tool_use_id":null,"session_id":"s-9"}"#,
+            "\n",
+            r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s-9","total_cost_usd":0.1}"#,
+            "\n",
+        );
+        let r = read_bytes(Format::ClaudeCode, stream.as_bytes(), "stdout");
+        assert_eq!((r.calls(), r.results()), (2, 2));
+        assert_eq!(
+            r.runs(),
+            vec![
+                ("s-9".into(), Some("turn-0".into())),
+                ("s-9/agent-t1".into(), Some("turn-0".into()))
+            ]
+        );
+        assert_eq!(r.stats.failed_results(), 1, "the <tool_use_error> text");
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    fn outcomes(r: &Read) -> Vec<&OwnedOutcome> {
+        r.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result { outcome, .. }) => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A native session whose first line is a `permission-mode` record: 41 calls, the
+    /// labelled search streak in calls 6–24 of one turn, every line understood.
+    #[test]
+    fn corpus_session_starting_with_permission_mode() {
+        let Some(r) = read_corpus(
+            Format::ClaudeCode,
+            "claude-code/7ef4b236-d946-48a6-a856-e45b02af7be7.jsonl",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 41);
+        assert_eq!(r.runs()[0].0, "7ef4b236-d946-48a6-a856-e45b02af7be7");
+        let runs_of_streak: std::collections::BTreeSet<_> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Call { ids, .. }) => Some(ids.run.clone()),
+                _ => None,
+            })
+            .skip(5)
+            .take(19)
+            .collect();
+        assert_eq!(runs_of_streak.len(), 1, "calls 6-24 are one turn");
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The parent file mirrors its subagent in `progress` lines: 13 calls of its own.
+    #[test]
+    fn corpus_parent_with_progress_lines() {
+        let Some(r) = read_corpus(
+            Format::ClaudeCode,
+            "claude-code/44ef5cbf-9cc3-4f7b-ac40-337a4d39713b.jsonl",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 13);
+        let sessions: std::collections::BTreeSet<_> =
+            r.runs().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(
+            sessions.into_iter().collect::<Vec<_>>(),
+            ["44ef5cbf-9cc3-4f7b-ac40-337a4d39713b"]
+        );
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The subagent file (labels.json): a session of its own; call 1 fails, 2–5 are
+    /// cancelled siblings, 10–13 are refused with the same permission text.
+    #[test]
+    fn corpus_subagent_file() {
+        let Some(r) = read_corpus(
+            Format::ClaudeCode,
+            "claude-code/44ef5cbf-9cc3-4f7b-ac40-337a4d39713b/subagents/agent-a71969c1296961234.jsonl",
+        ) else {
+            return;
+        };
+        assert_eq!((r.calls(), r.results()), (13, 13));
+        assert_eq!(
+            r.runs(),
+            vec![(
+                "44ef5cbf-9cc3-4f7b-ac40-337a4d39713b/agent-a71969c1296961234".into(),
+                Some("turn-1".into())
+            )]
+        );
+        let outcomes = outcomes(&r);
+        let error = |n: usize| match outcomes[n - 1] {
+            OwnedOutcome::Error(e) => e.as_str().unwrap_or("").to_owned(),
+            other => panic!("call {n}: {other:?}"),
+        };
+        for n in 2..=5 {
+            assert!(error(n).contains("Cancelled: parallel tool call"), "{n}");
+        }
+        for n in 10..=13 {
+            assert!(
+                error(n).starts_with("Permission for this tool use was denied"),
+                "{n}"
+            );
+            assert_eq!(error(n), error(10));
+        }
     }
 }

@@ -11,7 +11,9 @@
 //! Tool items: `command_execution` (tool `command_execution`, args `{command}`, result
 //! `{content: [aggregated_output], details: {exitCode, status}}`), `mcp_tool_call` (tool
 //! `server.tool`, args `arguments`, result `result`, or an error), `file_change` (args
-//! `{changes}`), `web_search` (args `{query}`). The format has no compactions, and its usage
+//! `{changes}`), `web_search` (args `{query}`). A non-zero `exit_code`, `status: "failed"`
+//! or an `error` make the result failed ([`FailureRules`](crate::FailureRules)). The
+//! format has no compactions, and its usage
 //! numbers cover whole turns, so no usage is reported per response.
 
 use std::collections::HashSet;
@@ -20,6 +22,7 @@ use std::io::{self, BufRead, Seek};
 use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
+use crate::detect::Format;
 use crate::item::{self, Item, Pos, Sink};
 use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
@@ -55,6 +58,20 @@ pub fn read<R: BufRead + Seek>(
             });
             continue;
         };
+        let known = matches!(
+            kind,
+            "thread.started"
+                | "turn.started"
+                | "item.started"
+                | "item.completed"
+                | "turn.completed"
+                | "turn.failed"
+                | "item.updated"
+                | "error"
+        );
+        if known {
+            stats.record();
+        }
         match kind {
             "thread.started" => {
                 if let Some(thread) = event.get("thread_id").and_then(Value::as_str) {
@@ -87,7 +104,18 @@ pub fn read<R: BufRead + Seek>(
                 }
                 if kind == "item.completed" {
                     started.remove(id);
-                    sink.push(pos, item::result(&ids, id, outcome(it)));
+                    let mut outcome = outcome(it);
+                    if matches!(outcome, OwnedOutcome::Error(_)) {
+                        stats.failure("error");
+                    }
+                    let text = it
+                        .get("aggregated_output")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    options
+                        .failures
+                        .judge(Format::CodexExec, it, text, &mut outcome, &mut stats);
+                    sink.push(pos, item::result(&ids, id, outcome));
                 }
             }
             "turn.completed" | "turn.failed" | "item.updated" | "error" => {}
@@ -173,7 +201,6 @@ fn outcome(it: &Value) -> OwnedOutcome {
 mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus};
-    use crate::Format;
 
     #[test]
     fn maps_items() {

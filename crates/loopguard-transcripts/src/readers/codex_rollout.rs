@@ -14,7 +14,9 @@
 //! | `compacted` | a compaction in the current run |
 //!
 //! Tool activity is also echoed in `event_msg` lines (`exec_command_begin`/`end`, …); those
-//! are not counted again.
+//! are not counted again. A result is failed when its text says `Process exited with code
+//! N` (N ≠ 0) or `exec_command failed` (a sandbox refusal), or when the output is a JSON
+//! object whose `metadata.exit_code` is not 0 ([`FailureRules`](crate::FailureRules)).
 
 use std::borrow::Cow;
 use std::io::{self, BufRead, Seek};
@@ -24,6 +26,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::detect::Format;
+use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
@@ -105,7 +109,14 @@ pub fn read<R: BufRead + Seek>(
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or(Value::Null);
         let ptype = payload.get("type").and_then(Value::as_str).unwrap_or("");
-        match entry.kind.as_deref().unwrap_or("") {
+        let kind = entry.kind.as_deref().unwrap_or("");
+        if matches!(
+            kind,
+            "session_meta" | "turn_context" | "compacted" | "event_msg" | "response_item"
+        ) {
+            stats.record();
+        }
+        match kind {
             "session_meta" => {
                 if let Some(id) = payload.get("id").and_then(Value::as_str) {
                     let run = state.ids.run.clone();
@@ -138,7 +149,15 @@ pub fn read<R: BufRead + Seek>(
                 }
                 _ => {}
             },
-            "response_item" => response_item(&mut state, pos, ptype, &payload, &mut stats, sink),
+            "response_item" => response_item(
+                &mut state,
+                pos,
+                ptype,
+                &payload,
+                options.failures,
+                &mut stats,
+                sink,
+            ),
             other => {
                 let other = other.to_owned();
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || other);
@@ -153,6 +172,7 @@ fn response_item(
     pos: Pos,
     ptype: &str,
     payload: &Value,
+    rules: &FailureRules,
     stats: &mut ReadStats,
     sink: &mut dyn Sink,
 ) {
@@ -197,11 +217,13 @@ fn response_item(
                 });
                 return;
             };
-            let outcome = match payload.get("output").unwrap_or(&Value::Null) {
+            let output = payload.get("output").unwrap_or(&Value::Null);
+            let mut outcome = match output {
                 Value::String(text) => OwnedOutcome::Result(item::text_result(text, None)),
                 Value::Object(old)
                     if old.get("success").and_then(Value::as_bool) == Some(false) =>
                 {
+                    stats.failure("success: false");
                     OwnedOutcome::Error(Value::String(content_text(
                         old.get("content").unwrap_or(&Value::Null),
                     )))
@@ -212,6 +234,21 @@ fn response_item(
                 }
                 other => OwnedOutcome::Result(serde_json::json!({ "content": other })),
             };
+            // The rules read the output: parsed when it is a JSON object written as text
+            // (`{"output": …, "metadata": {"exit_code": …}}` of apply_patch and shell).
+            let (record, text) = match output {
+                Value::String(text) => {
+                    let parsed = text
+                        .trim_start()
+                        .starts_with('{')
+                        .then(|| serde_json::from_str::<Value>(text).ok())
+                        .flatten()
+                        .filter(Value::is_object);
+                    (parsed.unwrap_or(Value::Null), text.as_str())
+                }
+                other => (other.clone(), ""),
+            };
+            rules.judge(Format::CodexRollout, &record, text, &mut outcome, stats);
             sink.push(pos, item::result(&state.ids, id, outcome));
         }
         "reasoning" => state.turn(pos, sink),
@@ -229,9 +266,8 @@ fn response_item(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::read_bytes;
-    use crate::Format;
-    use loopguard_events::Event;
+    use crate::testing::{read_bytes, read_corpus, Read};
+    use loopguard_events::{Event, OwnedOutcome};
 
     const ROLLOUT: &str = concat!(
         r#"{"timestamp":"t","type":"session_meta","payload":{"id":"rollout-1","cwd":"/w","originator":"codex_cli_rs","cli_version":"0.40.0"}}"#,
@@ -317,5 +353,67 @@ mod tests {
             .count();
         assert_eq!(errors, 1);
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
+    }
+
+    fn failed_calls(r: &Read) -> Vec<usize> {
+        let mut ids = Vec::new();
+        let mut failed = Vec::new();
+        for (_, item) in &r.items {
+            match item {
+                Item::Event(Event::Call { call_id, .. }) => ids.push(call_id.clone()),
+                Item::Event(Event::Result {
+                    call_id, outcome, ..
+                }) => {
+                    let bad = match outcome {
+                        OwnedOutcome::Error(_) => true,
+                        OwnedOutcome::Result(v) => v["isError"] == true,
+                        OwnedOutcome::Nothing => false,
+                    };
+                    if bad {
+                        failed.push(ids.iter().position(|i| i == call_id).unwrap() + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        failed
+    }
+
+    /// The older build: `mix deps.get` (36) and `mix precommit` (39) fail in the sandbox
+    /// and pass when re-run with a justification (37, 40).
+    #[test]
+    fn corpus_sandbox_escalation() {
+        let Some(r) = read_corpus(
+            Format::CodexRollout,
+            "codex-rollout/rollout-2026-02-16T16-46-56-019c6722-2553-7a22-a1f0-1e7eb66e9fce.jsonl",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 55);
+        assert_eq!(r.runs()[0].0, "019c6722-2553-7a22-a1f0-1e7eb66e9fce");
+        let failed = failed_calls(&r);
+        for n in [36, 39] {
+            assert!(failed.contains(&n), "{n} failed: {failed:?}");
+        }
+        for n in [37, 40] {
+            assert!(!failed.contains(&n), "{n} passed: {failed:?}");
+        }
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The sandbox-denied exec at 27 has no exit-code line, and still fails; the polls at
+    /// 20-24 are still-running processes, not failures.
+    #[test]
+    fn corpus_sandbox_refusal_and_polls() {
+        let Some(r) = read_corpus(
+            Format::CodexRollout,
+            "codex-rollout/rollout-2026-04-08T22-02-46-019d6d67-1952-7e83-93ef-94497e3c15b6.jsonl",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 34);
+        let failed = failed_calls(&r);
+        assert!(failed.contains(&27), "{failed:?}");
+        assert!(!(20..=24).any(|n| failed.contains(&n)), "{failed:?}");
     }
 }

@@ -118,6 +118,25 @@ impl<R: BufRead> Lines<R> {
     }
 }
 
+/// Whether `input` holds JSON Lines rather than one document: one of its first two lines
+/// is a JSON value on its own (two, so that a corrupt first line does not turn a JSON
+/// Lines file into one broken document). Reads from the current position; the caller
+/// seeks back.
+pub(crate) fn is_json_lines<R: BufRead>(input: R, max: usize) -> io::Result<bool> {
+    let mut probe = ReadStats::default();
+    let mut lines = Lines::new(input, max);
+    for _ in 0..2 {
+        let Some(line) = lines.next_line(&mut probe)? else {
+            break;
+        };
+        let bare = matches!(line.bytes.trim_ascii(), b"[" | b"{");
+        if !bare && serde_json::from_slice::<serde::de::IgnoredAny>(line.bytes).is_ok() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Parses a line into `T`, repairing its encoding when that is what stops it. The
 /// repaired copy, if one is needed, lives in `scratch`. Returns the value and whether it
 /// needed repair.

@@ -5,6 +5,9 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard_events::{Event, OwnedOutcome};
+use serde_json::Value;
+
 use crate::item::{Item, Sink};
 use crate::readers::lines::Lines;
 use crate::stats::{ReadStats, SkipReason};
@@ -20,7 +23,20 @@ pub fn read<R: BufRead + Seek>(
     let mut lines = Lines::new(input, options.max_line);
     while let Some(line) = lines.next_line(&mut stats)? {
         match loopguard_events::parse_line(line.bytes) {
-            Ok(event) => sink.push(line.pos, Item::Event(event)),
+            Ok(event) => {
+                stats.record();
+                if let Event::Result { outcome, .. } = &event {
+                    let failed = match outcome {
+                        OwnedOutcome::Error(_) => true,
+                        OwnedOutcome::Result(v) => v.get("isError") == Some(&Value::Bool(true)),
+                        OwnedOutcome::Nothing => false,
+                    };
+                    if failed {
+                        stats.failure("error");
+                    }
+                }
+                sink.push(line.pos, Item::Event(event));
+            }
             Err(error) => {
                 let reason = if error.starts_with("invalid JSON") || error.contains("UTF-8") {
                     if line.unterminated && error.contains("ends early") {

@@ -10,8 +10,10 @@ pub(crate) mod chat;
 pub mod claude_code;
 pub mod codex_exec;
 pub mod codex_rollout;
+pub mod gemini_cli;
 pub(crate) mod lines;
 pub mod loopguard;
+pub mod mini_swe_agent;
 pub mod openai_chat;
 pub mod openclaw;
 pub mod openclaw_calls;
@@ -22,6 +24,7 @@ pub(crate) mod walk;
 use std::io::{self, BufRead, Seek};
 
 use crate::detect::Format;
+use crate::failures::FailureRules;
 use crate::item::Sink;
 use crate::stats::ReadStats;
 
@@ -35,6 +38,8 @@ pub struct ReadOptions<'a> {
     pub max_line: usize,
     /// OpenClaw: run windows from the transcript's trajectory sidecar.
     pub run_windows: Option<&'a openclaw::RunWindows>,
+    /// How results are judged failed ([`FailureRules::builtin`] by default).
+    pub failures: &'a FailureRules,
 }
 
 impl<'a> ReadOptions<'a> {
@@ -44,6 +49,7 @@ impl<'a> ReadOptions<'a> {
             session_hint,
             max_line: lines::DEFAULT_MAX_LINE,
             run_windows: None,
+            failures: FailureRules::builtin(),
         }
     }
 }
@@ -64,7 +70,9 @@ pub fn read<R: BufRead + Seek>(
         Format::OpenaiChat => openai_chat::read(input, options, sink),
         Format::AnthropicMessages => anthropic_messages::read(input, options, sink),
         Format::Loopguard => loopguard::read(input, options, sink),
+        Format::GeminiCli => gemini_cli::read(input, options, sink),
         Format::SweAgent => swe_agent::read(input, options, sink),
+        Format::MiniSweAgent => mini_swe_agent::read(input, options, sink),
         Format::OpenHands => openhands::read(input, options, sink),
         Format::OpenClawCalls => openclaw_calls::read(input, options, sink),
     }

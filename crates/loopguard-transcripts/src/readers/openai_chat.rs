@@ -43,8 +43,12 @@ impl Dialect for OpenAi {
         sink: &mut dyn Sink,
     ) {
         match message.get("role").and_then(Value::as_str) {
-            Some("user") => conversation.start_run(),
+            Some("user") => {
+                stats.record();
+                conversation.start_run();
+            }
             Some("assistant") => {
+                stats.record();
                 let usage = message.get("usage").and_then(usage);
                 sink.push(
                     pos,
@@ -65,11 +69,14 @@ impl Dialect for OpenAi {
                     let function = call.get("function").unwrap_or(&Value::Null);
                     emit_call(conversation, pos, id, function, &batch, stats, sink);
                 }
-                if let Some(function) = message.get("function_call") {
+                // The legacy single call; `"function_call": null` (written by clients that
+                // fill every field) is no call.
+                if let Some(function) = message.get("function_call").filter(|f| !f.is_null()) {
                     emit_call(conversation, pos, None, function, &batch, stats, sink);
                 }
             }
             Some(role @ ("tool" | "function")) => {
+                stats.record();
                 let own_id = if role == "tool" {
                     message.get("tool_call_id").and_then(Value::as_str)
                 } else {
@@ -88,7 +95,7 @@ impl Dialect for OpenAi {
                     item::result(&conversation.ids, &id, OwnedOutcome::Result(result)),
                 );
             }
-            Some("system" | "developer") => {}
+            Some("system" | "developer") => stats.record(),
             other => {
                 let role = other.unwrap_or("(none)").to_owned();
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || {

@@ -32,7 +32,7 @@ pub fn read<R: BufRead + Seek>(
     };
     let mut stats = ReadStats::default();
     walk::walk(input, &mut walker, &mut stats)?;
-    stats.absorb_skips(walker.stats);
+    stats.absorb(walker.stats);
     Ok(stats)
 }
 
@@ -107,9 +107,11 @@ impl Streams<'_> {
                 },
             );
         }
+        self.stats.record();
         self.sink.push(pos, event);
         let result = text("resultText").unwrap_or("");
         let outcome = if call.get("isError").and_then(Value::as_bool) == Some(true) {
+            self.stats.failure("isError");
             OwnedOutcome::Error(Value::String(result.to_owned()))
         } else {
             OwnedOutcome::Result(item::text_result(result, None))

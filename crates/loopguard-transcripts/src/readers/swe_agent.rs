@@ -6,15 +6,20 @@
 //! The file is one session (named after the file) and one run. Each `trajectory[i]` is a
 //! [`Item::Turn`] and a call with id `step-<i+1>`: the tool is the first word of `action`
 //! and the args are `{"args": <the rest of the command>}`; its result is
-//! `{content: [observation]}`. SWE-agent records no error flag, no usage per step and no
-//! compactions. Steps with an empty action are counted as skipped (with their
-//! observation).
+//! `{content: [observation]}`, failed when its text says so (a missing file, an unknown
+//! command, a usage line, a traceback, the edit linter's syntax errors: see
+//! [`FailureRules`](crate::FailureRules)). SWE-agent records no error flag, no usage per
+//! step and no compactions. The step SWE-agent writes when it stops (cost or context
+//! limit: an empty action and an empty observation) is no call; other steps with an empty
+//! action are counted as skipped.
 
 use std::io::{self, BufRead, Seek};
 
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
+use crate::detect::Format;
+use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink};
 use crate::readers::walk::{self, Seg, Walker, Want};
 use crate::stats::{ReadStats, SkipReason};
@@ -28,6 +33,7 @@ pub fn read<R: BufRead + Seek>(
 ) -> io::Result<ReadStats> {
     let mut walker = Steps {
         ids: item::ids(options.session_hint, Some("run")),
+        rules: options.failures,
         stats: ReadStats::default(),
         sink,
         action: None,
@@ -35,12 +41,13 @@ pub fn read<R: BufRead + Seek>(
     };
     let mut stats = ReadStats::default();
     walk::walk(input, &mut walker, &mut stats)?;
-    stats.absorb_skips(walker.stats);
+    stats.absorb(walker.stats);
     Ok(stats)
 }
 
 struct Steps<'a> {
     ids: Ids,
+    rules: &'a FailureRules,
     stats: ReadStats,
     sink: &'a mut dyn Sink,
     /// The step being read: its action and observation, in whatever order they come.
@@ -96,6 +103,19 @@ impl Steps<'_> {
             return;
         };
         let action = action.as_str().unwrap_or("").trim();
+        let observation = observation.map(|(pos, value)| {
+            let text = match value {
+                Value::String(s) => s,
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            (pos, text)
+        });
+        if action.is_empty() && observation.as_ref().is_none_or(|(_, o)| o.is_empty()) {
+            // The exit step (`Exit due to cost limit`).
+            self.stats.record();
+            return;
+        }
         let (tool, rest) = action
             .split_once(char::is_whitespace)
             .map_or((action, ""), |(t, r)| (t, r.trim()));
@@ -107,7 +127,10 @@ impl Steps<'_> {
             },
         );
         match item::call(&self.ids, Some(&id), tool, json!({ "args": rest })) {
-            Some(call) => self.sink.push(pos, call),
+            Some(call) => {
+                self.stats.record();
+                self.sink.push(pos, call);
+            }
             None => {
                 self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
                     format!("trajectory step {} has an empty action", index + 1)
@@ -115,13 +138,15 @@ impl Steps<'_> {
                 return;
             }
         }
-        if let Some((pos, observation)) = observation {
-            let text = match observation {
-                Value::String(s) => s,
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            let outcome = OwnedOutcome::Result(item::text_result(&text, None));
+        if let Some((pos, text)) = observation {
+            let mut outcome = OwnedOutcome::Result(item::text_result(&text, None));
+            self.rules.judge(
+                Format::SweAgent,
+                &Value::Null,
+                &text,
+                &mut outcome,
+                &mut self.stats,
+            );
             self.sink.push(pos, item::result(&self.ids, &id, outcome));
         }
     }
@@ -131,7 +156,6 @@ impl Steps<'_> {
 mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus};
-    use crate::Format;
     use loopguard_events::Event;
 
     #[test]
@@ -141,6 +165,7 @@ mod tests {
   "trajectory": [
     {"action": "grep -n foo x.py", "observation": "", "thought": "t", "messages": [{"role": "system"}]},
     {"thought": "t", "observation": "3:foo", "action": "grep -n foo x.py"},
+    {"action": "", "observation": "bash: syntax error"},
     {"action": "", "observation": ""}
   ],
   "history": [{"role": "user", "content": "big"}],
@@ -166,17 +191,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(r.stats.skipped_for(SkipReason::MalformedEntry), 1);
-        assert_eq!(r.stats.lines, 10);
+        assert_eq!(r.stats.records, 3, "two calls and the exit step");
+        assert_eq!(r.stats.lines, 11);
     }
 
-    /// SOURCES.md: 76 steps; step 75 has an empty action.
+    /// SOURCES.md: 76 steps; the last is the exit step.
     #[test]
     fn corpus_seaborn_loop() {
         let Some(r) = read_corpus(Format::SweAgent, "swe-agent/mwaskom__seaborn-3187.traj") else {
             return;
         };
         assert_eq!((r.calls(), r.results(), r.compactions()), (75, 75, 0));
-        assert_eq!(r.stats.skipped_for(SkipReason::MalformedEntry), 1);
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
         let greps = r
             .items
             .iter()
@@ -199,5 +225,52 @@ mod tests {
         };
         assert_eq!((r.calls(), r.results(), r.compactions()), (11, 11, 0));
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The labelled long-period cycles (labels.json): from the first labelled step on,
+    /// step `n + p` repeats step `n` (same command, same observation) up to the last step.
+    #[test]
+    fn corpus_long_period_cycles() {
+        for (file, first, period) in [
+            ("swe-agent-more/matplotlib__matplotlib-25479.traj", 5, 14),
+            ("swe-agent-more/sympy__sympy-21596.traj", 9, 17),
+            ("swe-agent-more/django__django-13346.traj", 26, 7),
+        ] {
+            let Some(r) = read_corpus(Format::SweAgent, file) else {
+                return;
+            };
+            assert_eq!(r.calls(), 75, "{file}");
+            let steps: Vec<(String, Value)> = r
+                .items
+                .iter()
+                .filter_map(|(_, i)| match i {
+                    Item::Event(Event::Call { tool, args, .. }) => {
+                        Some((tool.clone(), args.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let results: Vec<&loopguard_events::OwnedOutcome> = r
+                .items
+                .iter()
+                .filter_map(|(_, i)| match i {
+                    Item::Event(Event::Result { outcome, .. }) => Some(outcome),
+                    _ => None,
+                })
+                .collect();
+            let repeats = (first..=75 - period)
+                .filter(|&n| {
+                    steps[n - 1] == steps[n - 1 + period]
+                        && results[n - 1] == results[n - 1 + period]
+                })
+                .count();
+            // A cycle whose period is exact over most of the range (the last rounds may be
+            // cut short or shift by a step).
+            assert!(
+                repeats * 10 >= (75 - period + 1 - first) * 8,
+                "{file}: {repeats} of {} steps repeat at period {period}",
+                75 - period + 1 - first
+            );
+        }
     }
 }

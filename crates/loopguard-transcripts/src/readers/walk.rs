@@ -90,6 +90,40 @@ pub(crate) fn walk<R: BufRead>(
     }
 }
 
+/// The members `keys` of the root object of the document in `input`, taken whole; every
+/// other member is skipped unbuilt. For formats that name their session at the end of the
+/// document (mini-swe-agent writes `instance_id` last): a first pass finds the name, the
+/// second reads the calls under it.
+pub(crate) fn root_members<R: BufRead>(
+    input: R,
+    keys: &[&str],
+) -> io::Result<Vec<(String, Value)>> {
+    struct Members<'k> {
+        keys: &'k [&'k str],
+        found: Vec<(String, Value)>,
+    }
+    impl Walker for Members<'_> {
+        fn want(&mut self, path: &[Seg]) -> Want {
+            match path {
+                [] => Want::Descend,
+                [Seg::Key(k)] if self.keys.contains(&k.as_str()) => Want::Whole,
+                _ => Want::Skip,
+            }
+        }
+        fn whole(&mut self, path: &[Seg], _: Pos, value: Value) {
+            if let [Seg::Key(k)] = path {
+                self.found.push((k.clone(), value));
+            }
+        }
+    }
+    let mut members = Members {
+        keys,
+        found: Vec::new(),
+    };
+    walk(input, &mut members, &mut ReadStats::default())?;
+    Ok(members.found)
+}
+
 #[derive(Debug, Default)]
 struct Tracker {
     /// Newlines read so far.

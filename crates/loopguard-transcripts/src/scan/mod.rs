@@ -23,7 +23,9 @@ use loopguard::ConfigSet;
 use serde::Serialize;
 
 use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYTES};
+use crate::failures::FailureRules;
 use crate::readers::openclaw::{self, RunWindows};
+use crate::readers::openhands;
 use crate::stats::ReadStats;
 use crate::{read, ReadOptions, DEFAULT_MAX_LINE};
 
@@ -45,7 +47,11 @@ pub struct ScanOptions {
     pub format: Option<Format>,
     /// Longest line read.
     pub max_line: usize,
-    /// Called with the number of bytes read, every megabyte or so (progress bars).
+    /// How results are judged failed (default: the built-in rules).
+    pub failures: Arc<FailureRules>,
+    /// Called with the number of bytes of the file scanned so far, every megabyte or so
+    /// (progress bars): each file adds up to its size exactly once, however often its
+    /// reader goes over it.
     pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
@@ -56,6 +62,7 @@ impl Default for ScanOptions {
             agent: None,
             format: None,
             max_line: DEFAULT_MAX_LINE,
+            failures: Arc::new(FailureRules::builtin().clone()),
             progress: None,
         }
     }
@@ -76,8 +83,15 @@ impl std::fmt::Debug for ScanOptions {
 #[serde(tag = "status", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FileStatus {
-    /// Read as a transcript.
+    /// Read as a transcript (which may hold no tool call: a chat without tools).
     Scanned,
+    /// Read as a transcript of its format, but no call came out although the file has
+    /// entries: every record was skipped, or none of the format's records was found. The
+    /// scan cannot tell it from a clean transcript, so it says so.
+    Unread {
+        /// Which records were skipped and why, or that none was found.
+        reason: String,
+    },
     /// A file that accompanies transcripts (sidecars, pointers, session stores): not
     /// scanned on its own.
     Companion {
@@ -86,7 +100,7 @@ pub enum FileStatus {
     },
     /// Not a format this tool reads.
     UnknownFormat {
-        /// Why not.
+        /// Why not, and which readers were tried.
         reason: String,
     },
     /// Could not be read.
@@ -94,11 +108,26 @@ pub enum FileStatus {
         /// The I/O error.
         error: String,
     },
-    /// Deliberately not scanned (an archived copy that overlaps another file).
+    /// Deliberately not scanned (an archived copy that overlaps another file, a second
+    /// path to a file already scanned).
     Skipped {
         /// Why.
         reason: String,
     },
+}
+
+impl FileStatus {
+    /// The snake_case name used in reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Scanned => "scanned",
+            Self::Unread { .. } => "unread",
+            Self::Companion { .. } => "companion",
+            Self::UnknownFormat { .. } => "unknown_format",
+            Self::Unreadable { .. } => "unreadable",
+            Self::Skipped { .. } => "skipped",
+        }
+    }
 }
 
 /// The scan of one file.
@@ -136,6 +165,74 @@ impl FileScan {
             sessions: Vec::new(),
         }
     }
+
+    /// A file read as `format`: scanned, or unread when no call came out of entries.
+    fn read_as(
+        file: String,
+        format: Format,
+        size: u64,
+        read: ReadStats,
+        sessions: Vec<SessionReport>,
+    ) -> Self {
+        let calls: u64 = sessions.iter().map(|s| s.calls).sum();
+        let status = match unread_reason(format, &read, calls) {
+            Some(reason) => FileStatus::Unread { reason },
+            None => FileStatus::Scanned,
+        };
+        Self {
+            file,
+            format: Some(format),
+            status,
+            size,
+            read,
+            sidecar_runs: None,
+            sessions,
+        }
+    }
+
+    /// Tool calls, over every session.
+    pub fn calls(&self) -> u64 {
+        self.sessions.iter().map(|s| s.calls).sum()
+    }
+}
+
+/// Why a file read as `format` with `calls` calls counts as unread, if it does: no call,
+/// and either some records were skipped (they may have held the calls) or none was
+/// recognised at all. A transcript whose every record was understood and held no call
+/// (a chat without tools) is not unread.
+fn unread_reason(format: Format, read: &ReadStats, calls: u64) -> Option<String> {
+    if calls > 0 || (read.records > 0 && read.skipped.is_empty()) {
+        return None;
+    }
+    if read.skipped.is_empty() {
+        return Some(format!(
+            "read as {format}: no {format} record in {} line{} (use --format to read it as another format)",
+            read.lines,
+            if read.lines == 1 { "" } else { "s" }
+        ));
+    }
+    let skips: Vec<String> = read
+        .skipped
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} ({}) from line {}{}",
+                s.count,
+                s.reason.as_str(),
+                s.reason.describe(),
+                s.first_line,
+                s.example
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(", e.g. {e}"))
+            )
+        })
+        .collect();
+    Some(format!(
+        "read as {format}: no tool call; {} record{} recognised, skipped: {}",
+        read.records,
+        if read.records == 1 { "" } else { "s" },
+        skips.join("; ")
+    ))
 }
 
 /// Scans a transcript in `format` from `input`.
@@ -180,20 +277,19 @@ pub fn scan_bytes(
     };
     let mut read_options = ReadOptions::new(session_hint(name));
     read_options.max_line = options.max_line;
+    read_options.failures = &options.failures;
     let (stats, sessions) = scan_reader(format, Cursor::new(bytes), &read_options, options)?;
-    Ok(FileScan {
-        file: name.to_owned(),
-        format: Some(format),
-        status: FileStatus::Scanned,
-        size: bytes.len() as u64,
-        read: stats,
-        sidecar_runs: None,
+    Ok(FileScan::read_as(
+        name.to_owned(),
+        format,
+        bytes.len() as u64,
+        stats,
         sessions,
-    })
+    ))
 }
 
-/// Scans a file. Never fails: a file that cannot be read, or is of no known format, is
-/// reported as such.
+/// Scans a file, or an OpenHands conversation directory. Never fails: a file that cannot
+/// be read, or is of no known format, is reported as such.
 pub fn scan_path(path: &Path, options: &ScanOptions) -> FileScan {
     scan_path_as(path, &path.display().to_string(), options)
 }
@@ -212,11 +308,22 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
             size,
         )
     };
+    if path.is_dir() {
+        return match openhands::conversation_root(path) {
+            Some(root) => scan_conversation(&root, shown, options),
+            None => unreadable(
+                io::Error::other("a directory that is not an OpenHands conversation"),
+                0,
+            ),
+        };
+    }
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) => return unreadable(e, 0),
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // Whatever happens below, the file counts its size once in the progress total.
+    let progress = Progress::new(options.progress.as_deref(), size);
     let name = match Path::new(name).file_name() {
         _ if name == "-" => "stdin".to_owned(),
         Some(n) => n.to_string_lossy().into_owned(),
@@ -255,32 +362,53 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
     };
     let mut read_options = ReadOptions::new(session_hint(&name));
     read_options.max_line = options.max_line;
+    read_options.failures = &options.failures;
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
     let metered = Metered {
         inner: file,
-        unreported: 0,
-        progress: options.progress.as_deref(),
+        position: 0,
+        progress,
     };
     let input = BufReader::with_capacity(1 << 18, metered);
     match scan_reader(format, input, &read_options, options) {
-        Ok((stats, sessions)) => FileScan {
-            file: shown,
-            format: Some(format),
-            status: FileStatus::Scanned,
-            size,
-            read: stats,
-            sidecar_runs: read_options.run_windows.map(RunWindows::len),
-            sessions,
-        },
+        Ok((stats, sessions)) => {
+            let mut scan = FileScan::read_as(shown, format, size, stats, sessions);
+            scan.sidecar_runs = read_options.run_windows.map(RunWindows::len);
+            scan
+        }
         Err(e) => unreadable(e, size),
     }
 }
 
-/// How many times a reader goes over a file of `format` (progress bars count bytes read).
-pub fn passes(format: Format) -> u64 {
-    match format {
-        Format::OpenClaw => 2,
-        _ => 1,
+/// Scans an OpenHands conversation directory (`root`): one transcript, one session named
+/// after the directory.
+fn scan_conversation(root: &Path, shown: String, options: &ScanOptions) -> FileScan {
+    let size = openhands::conversation_events(root)
+        .map(|files| files.iter().map(|(_, n)| n).sum())
+        .unwrap_or(0);
+    let mut progress = Progress::new(options.progress.as_deref(), size);
+    let name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut read_options = ReadOptions::new(&name);
+    read_options.max_line = options.max_line;
+    read_options.failures = &options.failures;
+    let mut scanner = Scanner::new(options.config.clone(), options.agent.clone());
+    let mut done = 0u64;
+    let read = openhands::read_conversation(root, &read_options, &mut scanner, &mut |n| {
+        done += n;
+        progress.reach(done);
+    });
+    match read {
+        Ok(stats) => FileScan::read_as(shown, Format::OpenHands, size, stats, scanner.finish()),
+        Err(e) => FileScan::not_scanned(
+            shown,
+            FileStatus::Unreadable {
+                error: e.to_string(),
+            },
+            size,
+        ),
     }
 }
 
@@ -294,36 +422,76 @@ pub(crate) fn session_hint(file_name: &str) -> &str {
     }
 }
 
-/// Reports bytes read to a progress callback, a megabyte at a time.
+/// The progress of one file: how far into it the scan has got (a reader that goes over
+/// it twice, or seeks back, moves nothing until it passes its furthest point), reported a
+/// megabyte at a time; dropping it reports the rest of the file, so that each file counts
+/// its size exactly once, read fully, partly or not at all.
+struct Progress<'p> {
+    callback: Option<&'p (dyn Fn(u64) + Send + Sync)>,
+    size: u64,
+    reported: u64,
+    furthest: u64,
+}
+
+impl<'p> Progress<'p> {
+    fn new(callback: Option<&'p (dyn Fn(u64) + Send + Sync)>, size: u64) -> Self {
+        Self {
+            callback,
+            size,
+            reported: 0,
+            furthest: 0,
+        }
+    }
+
+    /// The scan has read up to byte `position`.
+    fn reach(&mut self, position: u64) {
+        let position = position.min(self.size);
+        if position <= self.furthest {
+            return;
+        }
+        self.furthest = position;
+        if self.furthest - self.reported >= 1 << 20 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if let (Some(callback), n @ 1..) = (self.callback, self.furthest - self.reported) {
+            callback(n);
+        }
+        self.reported = self.furthest;
+    }
+}
+
+impl Drop for Progress<'_> {
+    fn drop(&mut self) {
+        self.furthest = self.size;
+        self.flush();
+    }
+}
+
+/// A file that tells its [`Progress`] where reading has got.
 struct Metered<'p, R> {
     inner: R,
-    unreported: u64,
-    progress: Option<&'p (dyn Fn(u64) + Send + Sync)>,
+    position: u64,
+    progress: Progress<'p>,
 }
 
 impl<R: Read> Read for Metered<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        if let Some(progress) = self.progress {
-            self.unreported += n as u64;
-            if self.unreported >= 1 << 20 || n == 0 {
-                progress(std::mem::take(&mut self.unreported));
-            }
-        }
+        self.position += n as u64;
+        self.progress.reach(self.position);
         Ok(n)
     }
 }
 
 impl<R: Seek> Seek for Metered<'_, R> {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        self.inner.seek(pos)
+        self.position = self.inner.seek(pos)?;
+        Ok(self.position)
     }
 }
 
-impl<R> Drop for Metered<'_, R> {
-    fn drop(&mut self) {
-        if let (Some(progress), n @ 1..) = (self.progress, self.unreported) {
-            progress(n);
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -391,7 +391,11 @@ impl<'o> Reader<'o> {
             | "branch_summary" => {}
             other => {
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || other.to_owned());
+                return;
             }
+        }
+        if kind != "message" {
+            stats.record();
         }
     }
 
@@ -402,6 +406,23 @@ impl<'o> Reader<'o> {
         stats: &mut ReadStats,
         sink: &mut dyn Sink,
     ) {
+        let known = matches!(
+            message.role.as_deref(),
+            Some(
+                "assistant"
+                    | "toolResult"
+                    | "user"
+                    | "custom"
+                    | "bashExecution"
+                    | "compactionSummary"
+                    | "branchSummary"
+                    | "hookMessage"
+                    | "system"
+            )
+        );
+        if known {
+            stats.record();
+        }
         match message.role.as_deref() {
             Some("assistant") => {
                 let usage = message
@@ -469,6 +490,7 @@ impl<'o> Reader<'o> {
                     .details
                     .and_then(|d| serde_json::from_str(d.get()).ok());
                 let outcome = if message.is_error == Some(true) {
+                    stats.failure("isError");
                     let text = joined_text(&content);
                     OwnedOutcome::Error(if text.is_empty() {
                         details.unwrap_or(Value::Null)

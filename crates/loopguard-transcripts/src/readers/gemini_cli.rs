@@ -1,0 +1,312 @@
+//! Gemini CLI chat sessions (`~/.gemini/tmp/<project>/chats/session-*.json`, FORMATS
+//! §14.4): one JSON document `{sessionId, projectHash, startTime, lastUpdated, messages,
+//! summary?, kind?}`, read as a stream (one message in memory at a time). The session is
+//! `sessionId` (else the file name's); a resumed session written to a second file keeps
+//! its id.
+//!
+//! | message | item |
+//! |---|---|
+//! | `user` | a new run, unless it echoes a tool output (`[Function Response: …]`, older builds) |
+//! | `gemini` | a [`Item::Turn`] with `tokens.total`, then for each `toolCalls[]` entry its call (`id`, `name`, `args`) and, at once, its result (calls and results are stored together) |
+//! | `info`, `error` | nothing (UI notices and API errors, not tool results) |
+//!
+//! A result is `{content: [{type: "text", text}]}` with the text of
+//! `result[].functionResponse.response` (`output`, else `error`), never the stored
+//! `functionResponse.id`, which embeds a timestamp and a random suffix: two identical
+//! calls with identical output give identical results. `status: "error"` and
+//! `"cancelled"` mark the result failed ([`FailureRules`](crate::FailureRules)).
+
+use std::io::{self, BufRead, Seek, SeekFrom};
+
+use loopguard_events::{Ids, OwnedOutcome};
+use serde_json::{json, Value};
+
+use crate::detect::Format;
+use crate::failures::FailureRules;
+use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::readers::chat::content_text;
+use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::ReadOptions;
+use crate::stats::{ReadStats, SkipReason};
+
+/// Older builds echo tool output as a user message that starts so.
+const FUNCTION_RESPONSE_ECHO: &str = "[Function Response:";
+
+/// Reads a Gemini CLI chat session.
+pub fn read<R: BufRead + Seek>(
+    mut input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    let start = input.stream_position()?;
+    let named = walk::root_members(&mut input, &["sessionId"])?;
+    input.seek(SeekFrom::Start(start))?;
+    let session = named
+        .iter()
+        .find_map(|(_, v)| v.as_str().and_then(loopguard::text::non_blank))
+        .unwrap_or(options.session_hint)
+        .to_owned();
+    let mut walker = Session {
+        ids: item::ids(&session, Some("turn-0")),
+        runs: 0,
+        rules: options.failures,
+        stats: ReadStats::default(),
+        sink,
+    };
+    let mut stats = ReadStats::default();
+    walk::walk(input, &mut walker, &mut stats)?;
+    stats.absorb(walker.stats);
+    Ok(stats)
+}
+
+struct Session<'a> {
+    ids: Ids,
+    runs: u64,
+    rules: &'a FailureRules,
+    stats: ReadStats,
+    sink: &'a mut dyn Sink,
+}
+
+impl Walker for Session<'_> {
+    fn want(&mut self, path: &[Seg]) -> Want {
+        match path {
+            [] => Want::Descend,
+            [Seg::Key(k)] if k == "messages" => Want::Descend,
+            [Seg::Key(k), Seg::Index(_)] if k == "messages" => Want::Whole,
+            _ => Want::Skip,
+        }
+    }
+
+    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+        let kind = message.get("type").and_then(Value::as_str);
+        match kind {
+            Some("user") => {
+                self.stats.record();
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                if !text.trim_start().starts_with(FUNCTION_RESPONSE_ECHO) {
+                    self.runs += 1;
+                    self.ids.run = Some(format!("turn-{}", self.runs));
+                }
+            }
+            Some("gemini") => {
+                self.stats.record();
+                self.response(pos, &message);
+            }
+            Some("info" | "error" | "warning") => self.stats.record(),
+            other => {
+                let other = other.unwrap_or("(none)").to_owned();
+                self.stats.skip(SkipReason::UnknownEntryType, pos.line, || {
+                    format!("message type {other}")
+                });
+            }
+        }
+    }
+}
+
+impl Session<'_> {
+    fn response(&mut self, pos: Pos, message: &Value) {
+        self.sink.push(
+            pos,
+            Item::Turn {
+                ids: self.ids.clone(),
+                usage: usage(message.get("tokens")),
+            },
+        );
+        let Some(calls) = message.get("toolCalls").and_then(Value::as_array) else {
+            return;
+        };
+        let batch = message
+            .get("id")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("line-{}", pos.line), str::to_owned);
+        for (n, call) in calls.iter().enumerate() {
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(loopguard::text::non_blank)
+                .map_or_else(|| format!("{batch}#{n}"), str::to_owned);
+            let name = call.get("name").and_then(Value::as_str).unwrap_or("");
+            let args = call.get("args").cloned().unwrap_or_else(|| json!({}));
+            let Some(event) =
+                item::call_in_batch(&self.ids, Some(&id), name, args, Some(batch.clone()))
+            else {
+                self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                    "tool call without a name".into()
+                });
+                continue;
+            };
+            self.sink.push(pos, event);
+            // A call still running when the file was written has no result yet.
+            let Some(responses) = call.get("result").and_then(Value::as_array) else {
+                continue;
+            };
+            let text = response_text(responses);
+            let mut outcome = OwnedOutcome::Result(item::text_result(&text, None));
+            self.rules.judge(
+                Format::GeminiCli,
+                call,
+                &text,
+                &mut outcome,
+                &mut self.stats,
+            );
+            self.sink.push(pos, item::result(&self.ids, &id, outcome));
+        }
+    }
+}
+
+/// The text of the function responses: each `response.output` (else `error`, else the
+/// response as JSON), joined by newlines.
+fn response_text(responses: &[Value]) -> String {
+    let texts: Vec<String> = responses
+        .iter()
+        .filter_map(|r| r.pointer("/functionResponse/response"))
+        .map(
+            |response| match response.get("output").or_else(|| response.get("error")) {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => response.to_string(),
+            },
+        )
+        .collect();
+    texts.join("\n")
+}
+
+/// `{input, output, cached, thoughts, tool, total}`: `total`, else the sum of the others
+/// but `cached` (which `input` includes).
+fn usage(tokens: Option<&Value>) -> Option<Usage> {
+    let tokens = tokens?;
+    let n = |k: &str| tokens.get(k).and_then(Value::as_u64);
+    let total = n("total").or_else(|| {
+        let parts = ["input", "output", "thoughts", "tool"].map(n);
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    })?;
+    Some(Usage {
+        tokens: total,
+        cost: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{read_bytes, read_corpus, Read};
+    use loopguard_events::Event;
+
+    fn results(r: &Read) -> Vec<(String, Value)> {
+        r.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result {
+                    call_id,
+                    outcome: OwnedOutcome::Result(v),
+                    ..
+                }) => Some((call_id.clone().unwrap_or_default(), v.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn maps_a_session() {
+        let doc = r#"{"sessionId": "g-1", "projectHash": "h", "startTime": "t", "messages": [
+  {"id": "m1", "type": "user", "content": [{"text": "fix the header"}]},
+  {"id": "m2", "type": "gemini", "content": "", "tokens": {"input": 10, "output": 2, "cached": 5, "total": 17},
+   "toolCalls": [
+     {"id": "read_file-1-a", "name": "read_file", "args": {"file_path": "a.js"}, "status": "success",
+      "result": [{"functionResponse": {"id": "read_file-1-a", "name": "read_file", "response": {"output": "A"}}}]},
+     {"id": "replace-2-b", "name": "replace", "args": {"file_path": "a.js"}, "status": "error",
+      "result": [{"functionResponse": {"id": "replace-2-b", "name": "replace", "response": {"error": "0 occurrences found"}}}]}]},
+  {"id": "m3", "type": "user", "content": "[Function Response: read_many_files] x"},
+  {"id": "m4", "type": "info", "content": "Request cancelled."},
+  {"id": "m5", "type": "gemini", "content": "done", "toolCalls": [
+     {"id": "read_file-3-c", "name": "read_file", "args": {"file_path": "a.js"}, "status": "success",
+      "result": [{"functionResponse": {"id": "read_file-3-c", "name": "read_file", "response": {"output": "A"}}}]}]},
+  {"id": "m6", "type": "mystery"}
+]}"#;
+        let r = read_bytes(Format::GeminiCli, doc.as_bytes(), "file");
+        assert_eq!((r.calls(), r.results()), (3, 3));
+        assert_eq!(r.runs(), vec![("g-1".into(), Some("turn-1".into()))]);
+        let results = results(&r);
+        assert_eq!(
+            results[0].1, results[2].1,
+            "identical outputs give identical results whatever the stored ids"
+        );
+        assert_eq!(results[1].1["isError"], true);
+        assert_eq!(results[1].1["content"][0]["text"], "0 occurrences found");
+        assert!(matches!(
+            r.items[0].1,
+            Item::Turn {
+                usage: Some(Usage { tokens: 17, .. }),
+                ..
+            }
+        ));
+        assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
+        assert_eq!(r.stats.records, 5);
+    }
+
+    /// The labelled re-read loop (labels.json): calls 12–15 and 17–18 read Header.jsx
+    /// with identical output, 10 and 16 are failed `replace` calls; 61 calls over 14
+    /// user prompts.
+    #[test]
+    fn corpus_identical_rereads_after_failed_edits() {
+        let Some(r) = read_corpus(
+            Format::GeminiCli,
+            "gemini-cli/session-2026-01-29T16-24-8cc913e9.json",
+        ) else {
+            return;
+        };
+        assert_eq!((r.calls(), r.results()), (61, 61));
+        // 14 prompts, 11 of them followed by calls.
+        assert_eq!(r.runs().len(), 11);
+        assert_eq!(r.runs()[10].1.as_deref(), Some("turn-13"));
+        assert_eq!(r.runs()[0].0, "8cc913e9-5523-44be-a044-f5d90215d3a7");
+        let results = results(&r);
+        let text = |n: usize| results[n - 1].1["content"][0]["text"].clone();
+        for n in [13, 14, 15, 17, 18] {
+            assert_eq!(
+                results[n - 1].1,
+                results[11].1,
+                "call {n} reads what 12 read"
+            );
+        }
+        for n in [10, 16] {
+            assert_eq!(results[n - 1].1["isError"], true, "call {n}: {}", text(n));
+        }
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// Text only: 25 prompts, no tool call, every message understood.
+    #[test]
+    fn corpus_text_only_session() {
+        let Some(r) = read_corpus(
+            Format::GeminiCli,
+            "gemini-cli/session-2026-01-24T19-04-260e1681.json",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 0);
+        assert!(r.stats.records > 25);
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The older record shape: 16 calls, the two cancelled `npm run dev` (8, 16) failed,
+    /// the echoed function response is not a prompt.
+    #[test]
+    fn corpus_older_shape() {
+        let Some(r) = read_corpus(
+            Format::GeminiCli,
+            "gemini-cli/session-2026-01-24T18-09-36e27e8d.json",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 16);
+        let results = results(&r);
+        for n in [8, 16] {
+            assert_eq!(results[n - 1].1["isError"], true, "call {n}");
+        }
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+}

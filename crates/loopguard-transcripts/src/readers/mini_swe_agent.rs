@@ -1,0 +1,395 @@
+//! mini-swe-agent trajectories (`<instance>.traj.json`, FORMATS §14.1): one JSON document
+//! `{info, messages, trajectory_format, instance_id}`, read as a stream (one message in
+//! memory at a time). The file is one session (`instance_id`, which mini-swe-agent writes
+//! last, so a first pass skims the document for it; else the file name) and one run.
+//!
+//! | message | item |
+//! |---|---|
+//! | `assistant` with `tool_calls` (2.x tool calling) | a [`Item::Turn`] with the response's `usage` and `extra.cost`, then one call per entry: `id`, `function.name`, `function.arguments` parsed from its JSON text. `"function_call": null` is not a call |
+//! | `assistant` without `tool_calls` (text mode) | a [`Item::Turn`], then the call `bash {command}` when the text holds exactly one ```` ```bash ```` or ```` ```mswea_bash_command ```` block; none when it holds no block or several (mini-swe-agent answers with format-error feedback and runs nothing) |
+//! | `tool` | the result of call `tool_call_id`: `{content: [{type: "text", text}]}` |
+//! | `user` | the first is the task; later ones answer the text-mode call before them, else they are feedback (format errors, timeouts of nothing): neither a new run nor a result |
+//! | `system`, `exit` | nothing |
+//!
+//! Failures are `returncode` ≠ 0 (in `extra` and in the observation text), an exception,
+//! a timeout ([`FailureRules`](crate::FailureRules)).
+
+use std::io::{self, BufRead, Seek, SeekFrom};
+use std::sync::LazyLock;
+
+use loopguard_events::{Ids, OwnedOutcome};
+use regex::Regex;
+use serde_json::{json, Value};
+
+use crate::detect::Format;
+use crate::failures::FailureRules;
+use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::readers::chat::content_text;
+use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::ReadOptions;
+use crate::stats::{ReadStats, SkipReason};
+
+/// The action of a text-mode response: a fenced `bash` (1.x) or `mswea_bash_command`
+/// (later text configs) block, as mini-swe-agent's own parser finds it.
+static ACTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?s)```(?:bash|mswea_bash_command)[ \t]*\r?\n(.*?)\r?\n```")
+        .expect("valid pattern")
+});
+
+/// Reads a mini-swe-agent trajectory.
+pub fn read<R: BufRead + Seek>(
+    mut input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    let start = input.stream_position()?;
+    let named = walk::root_members(&mut input, &["instance_id"])?;
+    input.seek(SeekFrom::Start(start))?;
+    let session = named
+        .iter()
+        .find_map(|(_, v)| v.as_str().and_then(loopguard::text::non_blank))
+        .unwrap_or(options.session_hint)
+        .to_owned();
+    let mut walker = Trajectory {
+        ids: item::ids(&session, Some("run")),
+        rules: options.failures,
+        task_seen: false,
+        text_call: None,
+        unanswered: Vec::new(),
+        responses: 0,
+        stats: ReadStats::default(),
+        sink,
+    };
+    let mut stats = ReadStats::default();
+    walk::walk(input, &mut walker, &mut stats)?;
+    stats.absorb(walker.stats);
+    Ok(stats)
+}
+
+struct Trajectory<'a> {
+    ids: Ids,
+    rules: &'a FailureRules,
+    /// Whether the task prompt has been read (later user messages are not prompts).
+    task_seen: bool,
+    /// The text-mode call waiting for its observation.
+    text_call: Option<String>,
+    /// Tool-calling ids waiting for their `tool` message, oldest first.
+    unanswered: Vec<String>,
+    /// Model responses so far (names batches and synthesized ids).
+    responses: u64,
+    stats: ReadStats,
+    sink: &'a mut dyn Sink,
+}
+
+impl Walker for Trajectory<'_> {
+    fn want(&mut self, path: &[Seg]) -> Want {
+        match path {
+            [] => Want::Descend,
+            [Seg::Key(k)] if k == "messages" => Want::Descend,
+            [Seg::Key(k), Seg::Index(_)] if k == "messages" => Want::Whole,
+            _ => Want::Skip,
+        }
+    }
+
+    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+        let Some(role) = message.get("role").and_then(Value::as_str) else {
+            self.stats.skip(SkipReason::NotAnObject, pos.line, || {
+                "message without a role".into()
+            });
+            return;
+        };
+        match role {
+            "assistant" => self.response(pos, &message),
+            "tool" => {
+                self.stats.record();
+                let own = message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .and_then(loopguard::text::non_blank);
+                let id = match own {
+                    Some(id) => {
+                        self.unanswered.retain(|w| w != id);
+                        Some(id.to_owned())
+                    }
+                    None if !self.unanswered.is_empty() => Some(self.unanswered.remove(0)),
+                    None => None,
+                };
+                match id {
+                    Some(id) => self.result(pos, &id, &message),
+                    None => self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                        "tool message that answers no call".into()
+                    }),
+                }
+            }
+            "user" => {
+                self.stats.record();
+                if !self.task_seen {
+                    self.task_seen = true;
+                } else if let Some(id) = self.text_call.take() {
+                    self.result(pos, &id, &message);
+                }
+            }
+            "system" | "exit" => self.stats.record(),
+            other => {
+                let other = other.to_owned();
+                self.stats.skip(SkipReason::UnknownEntryType, pos.line, || {
+                    format!("message role {other}")
+                });
+            }
+        }
+    }
+}
+
+impl Trajectory<'_> {
+    fn response(&mut self, pos: Pos, message: &Value) {
+        self.stats.record();
+        self.responses += 1;
+        self.text_call = None;
+        self.unanswered.clear();
+        self.sink.push(
+            pos,
+            Item::Turn {
+                ids: self.ids.clone(),
+                usage: usage(message),
+            },
+        );
+        let batch = format!("message-{}", self.responses);
+        match message.get("tool_calls") {
+            Some(Value::Array(calls)) => {
+                for (n, call) in calls.iter().enumerate() {
+                    let function = call.get("function").unwrap_or(&Value::Null);
+                    let id = call
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .and_then(loopguard::text::non_blank)
+                        .map_or_else(|| format!("message-{}#{n}", self.responses), str::to_owned);
+                    let args = match function.get("arguments") {
+                        Some(Value::String(text)) => item::args_from_text(text),
+                        Some(Value::Null) | None => json!({}),
+                        Some(other) => other.clone(),
+                    };
+                    let name = function.get("name").and_then(Value::as_str).unwrap_or("");
+                    match item::call_in_batch(&self.ids, Some(&id), name, args, Some(batch.clone()))
+                    {
+                        Some(call) => {
+                            self.unanswered.push(id);
+                            self.sink.push(pos, call);
+                        }
+                        None => self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                            "tool call without a function name".into()
+                        }),
+                    }
+                }
+            }
+            // Text mode: the command is the one fenced block of the text.
+            Some(Value::Null) | None => {
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                let mut actions = ACTION.captures_iter(&text);
+                if let (Some(action), None) = (actions.next(), actions.next()) {
+                    let command = action.get(1).map_or("", |m| m.as_str()).trim();
+                    let id = format!("step-{}", self.responses);
+                    let args = json!({ "command": command });
+                    if let Some(call) =
+                        item::call_in_batch(&self.ids, Some(&id), "bash", args, Some(batch))
+                    {
+                        self.text_call = Some(id);
+                        self.sink.push(pos, call);
+                    }
+                }
+            }
+            Some(_) => self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                "tool_calls that is not a list".into()
+            }),
+        }
+    }
+
+    fn result(&mut self, pos: Pos, id: &str, message: &Value) {
+        let text = content_text(message.get("content").unwrap_or(&Value::Null));
+        let mut outcome = OwnedOutcome::Result(item::text_result(&text, None));
+        self.rules.judge(
+            Format::MiniSweAgent,
+            message,
+            &text,
+            &mut outcome,
+            &mut self.stats,
+        );
+        self.sink.push(pos, item::result(&self.ids, id, outcome));
+    }
+}
+
+/// `extra.response.usage` (`total_tokens`, else prompt + completion) and `extra.cost`.
+fn usage(message: &Value) -> Option<Usage> {
+    let extra = message.get("extra")?;
+    let usage = extra.pointer("/response/usage");
+    let n = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    let tokens = n("total_tokens").or_else(|| {
+        let (p, c) = (n("prompt_tokens"), n("completion_tokens"));
+        (p.is_some() || c.is_some()).then(|| p.unwrap_or(0) + c.unwrap_or(0))
+    });
+    let cost = extra
+        .get("cost")
+        .and_then(Value::as_f64)
+        .filter(|c| c.is_finite());
+    match (tokens, cost) {
+        (None, None) => None,
+        (tokens, cost) => Some(Usage {
+            tokens: tokens.unwrap_or(0),
+            cost,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{read_bytes, read_corpus, Read};
+    use loopguard_events::Event;
+
+    fn calls(r: &Read) -> Vec<(String, Value)> {
+        r.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Call { call_id, args, .. }) => {
+                    Some((call_id.clone().unwrap_or_default(), args.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn failed(r: &Read) -> Vec<String> {
+        r.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result {
+                    call_id,
+                    outcome: OwnedOutcome::Result(v),
+                    ..
+                }) if v["isError"] == true => call_id.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tool_calling_trajectories() {
+        let doc = r#"{
+ "info": {"mini_version": "2.2.7", "exit_status": "Submitted"},
+ "messages": [
+  {"role": "system", "content": "be helpful"},
+  {"role": "user", "content": "fix it"},
+  {"role": "assistant", "content": "", "function_call": null,
+   "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}],
+   "extra": {"response": {"usage": {"total_tokens": 120}}, "cost": 0.5}},
+  {"role": "tool", "tool_call_id": "c1", "content": "<returncode>2</returncode>\n<output>\nno\n</output>",
+   "extra": {"returncode": 2}},
+  {"role": "user", "content": "No tool calls found in the response. Please call a tool."},
+  {"role": "assistant", "content": "", "function_call": null,
+   "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\"}"}}]},
+  {"role": "exit", "content": "patch", "extra": {"exit_status": "Submitted"}}
+ ],
+ "trajectory_format": "mini-swe-agent-1.1",
+ "instance_id": "repo__issue-1"
+}"#;
+        let r = read_bytes(Format::MiniSweAgent, doc.as_bytes(), "file");
+        assert_eq!((r.calls(), r.results()), (2, 1));
+        assert_eq!(r.runs(), vec![("repo__issue-1".into(), Some("run".into()))]);
+        assert_eq!(calls(&r)[0], ("c1".into(), json!({"command": "ls"})));
+        assert_eq!(failed(&r), ["c1"]);
+        assert!(matches!(
+            r.items[0].1,
+            Item::Turn {
+                usage: Some(Usage {
+                    tokens: 120,
+                    cost: Some(c)
+                }),
+                ..
+            } if c == 0.5
+        ));
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+        assert_eq!(r.stats.records, 7);
+    }
+
+    #[test]
+    fn text_mode_trajectories() {
+        let doc = r#"{"info": {"mini_version": "1.9.0"}, "messages": [
+  {"role": "system", "content": "one bash block"},
+  {"role": "user", "content": "task"},
+  {"role": "assistant", "content": "THOUGHT: look\n\n```bash\nls -la\n```"},
+  {"role": "user", "content": "<returncode>0</returncode>\n<output>\na\n</output>"},
+  {"role": "assistant", "content": "two\n```bash\nls\n```\n```bash\npwd\n```"},
+  {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks, found 2 actions."},
+  {"role": "assistant", "content": "```mswea_bash_command\ncat x\n```"},
+  {"role": "user", "content": "<returncode>1</returncode>\n<output>\ncat: x: No such file\n</output>"},
+  {"role": "assistant", "content": "no block at all"},
+  {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks, found 0 actions."}
+ ], "trajectory_format": "mini-swe-agent-1"}"#;
+        let r = read_bytes(Format::MiniSweAgent, doc.as_bytes(), "text-mode");
+        assert_eq!(
+            calls(&r),
+            [
+                ("step-1".to_owned(), json!({"command": "ls -la"})),
+                ("step-3".to_owned(), json!({"command": "cat x"}))
+            ]
+        );
+        assert_eq!(r.results(), 2);
+        assert_eq!(failed(&r), ["step-3"]);
+        assert_eq!(r.runs(), vec![("text-mode".into(), Some("run".into()))]);
+    }
+
+    /// The labelled error runs of the astropy trajectory (labels.json): 64 calls, every
+    /// one answered but the final submit; `No module named 'erfa'` fails at 3, 6, 10, 13
+    /// and 18, and the second round (42–55) fails 7 times.
+    #[test]
+    fn corpus_astropy_error_runs() {
+        let Some(r) = read_corpus(
+            Format::MiniSweAgent,
+            "mini-swe-agent/pr854_example__astropy__astropy-12907.traj.json",
+        ) else {
+            return;
+        };
+        assert_eq!((r.calls(), r.results()), (64, 63));
+        assert_eq!(
+            r.runs(),
+            vec![("astropy__astropy-12907".into(), Some("run".into()))]
+        );
+        let ids: Vec<String> = calls(&r).into_iter().map(|(id, _)| id).collect();
+        let index = |id: &String| ids.iter().position(|i| i == id).unwrap() + 1;
+        let failed: Vec<usize> = failed(&r).iter().map(index).collect();
+        for n in [3, 6, 10, 13, 18] {
+            assert!(failed.contains(&n), "call {n} failed: {failed:?}");
+        }
+        assert_eq!(failed.iter().filter(|&&n| (3..=20).contains(&n)).count(), 8);
+        assert_eq!(
+            failed.iter().filter(|&&n| (42..=55).contains(&n)).count(),
+            7
+        );
+        let last = &calls(&r)[63].1;
+        assert!(last["command"]
+            .as_str()
+            .unwrap()
+            .contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"));
+        assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The edit-thrash label: calls 129–181 restore `schema.py` from its backup 7 times
+    /// and `cat patch.txt` 5 times (labels.json), with no failing command.
+    #[test]
+    fn corpus_marshmallow_edit_thrash() {
+        let Some(r) = read_corpus(
+            Format::MiniSweAgent,
+            "mini-swe-agent/deepseek_lite_dev__marshmallow-code__marshmallow-1343.traj.json",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 189);
+        let commands: Vec<String> = calls(&r)
+            .into_iter()
+            .map(|(_, a)| a["command"].as_str().unwrap_or("").to_owned())
+            .collect();
+        let range = &commands[128..181];
+        let count = |needle: &str| range.iter().filter(|c| c.contains(needle)).count();
+        assert!(count("cp ") >= 7, "{range:#?}");
+        assert!(count("cat patch.txt") >= 5, "{range:#?}");
+    }
+}
