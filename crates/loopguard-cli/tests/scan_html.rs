@@ -150,7 +150,7 @@ fn html_report_renders_in_headless_chromium() {
     let dir = tempdir("fixtures");
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scan");
     let (page, sessions) = report(&[&fixtures], &dir);
-    assert_eq!(sessions, 7);
+    assert_eq!(sessions, 8, "seven sessions and one Claude Code subagent");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(
         !html.contains("http://") && !html.contains("https://"),
