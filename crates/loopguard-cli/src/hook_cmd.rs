@@ -119,12 +119,7 @@ pub fn run(args: HookArgs) -> u8 {
         db_options,
     };
     let response = handle(agent, &input, &options, SystemClock.now_ms());
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(response.stdout.as_bytes());
-    let _ = stdout.flush();
-    let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(response.stderr.as_bytes());
-    response.exit_code
+    response.deliver(std::io::stdout().lock(), std::io::stderr().lock())
 }
 
 fn fail(agent: Agent, message: &str) -> u8 {

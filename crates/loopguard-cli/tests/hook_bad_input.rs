@@ -1,5 +1,6 @@
 //! Bad input to `loopguard hook`: whatever arrives, the hook never crashes, never exits 2
-//! (which the agents read as "block"), and fails open with exit 1 and one line on stderr.
+//! (which the agents read as "block") for bad input, and fails open with exit 1 and one
+//! line on stderr; and what the hook cannot write or store still does its job.
 
 mod common;
 mod hook_common;
@@ -142,4 +143,102 @@ fn a_payload_over_the_limit_is_refused() {
     let h = hook_common::run(env.command("codex"), &big);
     assert_fails_open(&h, "oversized payload");
     assert!(h.stderr.contains("larger than"), "{}", h.stderr);
+}
+
+/// Ids are stored bounded: a 1 MB session id (and tool name) leaves a row key of at most
+/// 256 bytes in the file `serve` shares, and the same id keeps finding its run.
+#[test]
+fn huge_ids_are_stored_bounded() {
+    let env = Env::with_config("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }");
+    let session = "s".repeat(1 << 20);
+    let tool = "T".repeat(1 << 20);
+    let mut denied = None;
+    for i in 1..=4 {
+        let id = format!("toolu_{i}");
+        let pre = json!({"session_id": session, "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": {"a": 1}, "tool_use_id": id});
+        let h = env.hook("claude-code", &pre);
+        assert_eq!(h.code, 0, "{h:?}");
+        if h.stdout.contains("\"deny\"") {
+            denied = Some(i);
+            break;
+        }
+        let post = json!({"session_id": session, "hook_event_name": "PostToolUse", "tool_name": tool, "tool_input": {"a": 1}, "tool_use_id": id, "tool_response": "same"});
+        assert_eq!(env.hook("claude-code", &post).code, 0);
+    }
+    assert_eq!(
+        denied,
+        Some(4),
+        "the loop is still caught under the bounded ids"
+    );
+    let db = rusqlite::Connection::open(&env.db).unwrap();
+    let longest: i64 = db
+        .query_row(
+            "SELECT max(length(CAST(session AS BLOB))) FROM runs",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(longest <= 256, "{longest}");
+}
+
+/// A decision the agent cannot be given on stdout (disk full, pipe closed) is not lost:
+/// a deny becomes exit status 2 with the reason on stderr, which every agent reads as a
+/// block; an allow that cannot be written is a plain failure (exit 1).
+#[test]
+fn a_deny_that_cannot_be_written_still_blocks() {
+    use std::process::Stdio;
+    let env = Env::with_config("{ tools: { loopDetection: { enabled: true, warningThreshold: 1, criticalThreshold: 2 } } }");
+    let pre = |i: u32| json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {"p": 1}, "tool_use_id": format!("t{i}")});
+    let post = |i: u32| json!({"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_input": {"p": 1}, "tool_use_id": format!("t{i}"), "tool_response": "same"});
+    for i in 1..=2 {
+        env.hook("claude-code", &pre(i));
+        env.hook("claude-code", &post(i));
+    }
+    // stdout on a full disk.
+    let out = with_stdout(env.command("claude-code"), Stdio::from(full()), &pre(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("CRITICAL: Read was called"), "{stderr}");
+    // stdout a pipe whose reader is gone.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = with_stdout(env.command("claude-code"), Stdio::from(writer), &pre(4));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Gemini answers `{}` to an allowed call: that it cannot be written is a failure.
+    let allow = json!({"session_id": "g", "hook_event_name": "BeforeTool", "tool_name": "read_file", "tool_input": {}});
+    let out = with_stdout(env.command("gemini"), Stdio::from(full()), &allow);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+fn full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
+}
+
+/// Runs a hook with `payload` on stdin and its stdout sent to `stdout`.
+fn with_stdout(
+    mut cmd: std::process::Command,
+    stdout: std::process::Stdio,
+    payload: &serde_json::Value,
+) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        payload.to_string().as_bytes(),
+    )
+    .unwrap();
+    child.wait_with_output().unwrap()
 }

@@ -40,6 +40,11 @@ pub use event::{from_value, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_D
 /// Default longest line `replay` reads (256 MiB); longer lines are reported and skipped.
 pub const DEFAULT_MAX_LINE: usize = 256 << 20;
 
+/// Longest `session`, `run`, `agent`, `call_id` and `tool` the front ends that keep state
+/// take as given, in bytes: `serve` refuses longer ones by default, the hooks (which cannot
+/// refuse without letting the call through) keep a bounded digest form of them.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Applies events to a guard.
 #[derive(Debug)]
 pub struct Replayer<C: Clock = ManualClock> {

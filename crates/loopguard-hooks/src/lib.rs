@@ -29,7 +29,9 @@
 //! Failures fail open: input that is not a payload, a config that cannot be read, a
 //! database that cannot be opened all exit with status 1 and one line on stderr, which
 //! every one of these agents treats as a non-blocking hook error (the call goes ahead).
-//! Status 2, which the agents read as "block", is never used.
+//! Status 2, which the agents read as "block" (with stderr as the reason), is used only
+//! when a decision to block a call cannot be written on stdout ([`Response::deliver`]):
+//! a deny is never lost.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -42,6 +44,7 @@ pub mod outcome;
 pub mod payload;
 pub mod store;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use loopguard::ConfigSet;
@@ -55,6 +58,9 @@ use crate::store::{DbOptions, HookDb};
 pub const EXIT_OK: u8 = 0;
 /// Exit status of a hook that failed (a non-blocking error for every agent: fail open).
 pub const EXIT_FAILED: u8 = 1;
+/// Exit status that blocks the call with stderr as the reason, for every agent: used only
+/// when a deny cannot be written on stdout.
+pub const EXIT_BLOCK: u8 = 2;
 
 /// Largest payload read from stdin (64 MiB); a larger one is refused (fail open).
 pub const MAX_INPUT_BYTES: u64 = 64 << 20;
@@ -191,9 +197,37 @@ pub struct Response {
     pub stderr: String,
     /// The exit status.
     pub exit_code: u8,
+    /// When the decision blocks the call: the reason the model reads. If stdout cannot
+    /// take the decision, the hook blocks with exit status 2 and this on stderr instead.
+    pub deny_reason: Option<String>,
 }
 
 impl Response {
+    /// Writes the response and returns the exit status. A decision stdout cannot take is
+    /// not lost: a deny becomes exit status 2 with its reason on stderr (which blocks the
+    /// call for every agent), anything else exit status 1.
+    pub fn deliver(&self, mut stdout: impl Write, mut stderr: impl Write) -> u8 {
+        let written = stdout
+            .write_all(self.stdout.as_bytes())
+            .and_then(|()| stdout.flush());
+        let (extra, code) = match (written, &self.deny_reason) {
+            (Ok(()), _) => (String::new(), self.exit_code),
+            (Err(e), Some(reason)) => (
+                format!("{reason}\n(loopguard could not write its decision on stdout: {e}; blocked by exit status)\n"),
+                EXIT_BLOCK,
+            ),
+            (Err(e), None) => (
+                format!("loopguard hook: cannot write the decision on stdout: {e}\n"),
+                EXIT_FAILED,
+            ),
+        };
+        let _ = stderr
+            .write_all(self.stderr.as_bytes())
+            .and_then(|()| stderr.write_all(extra.as_bytes()))
+            .and_then(|()| stderr.flush());
+        code
+    }
+
     fn ignored(agent: Agent, event: &str) -> Self {
         Self {
             stdout: agent.nothing().to_owned(),
@@ -202,6 +236,7 @@ impl Response {
                 agent.name()
             ),
             exit_code: EXIT_OK,
+            deny_reason: None,
         }
     }
 
@@ -210,6 +245,7 @@ impl Response {
             stdout: String::new(),
             stderr: format!("loopguard hook {}: {message}\n", agent.name()),
             exit_code: EXIT_FAILED,
+            deny_reason: None,
         }
     }
 }
@@ -281,10 +317,15 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Respon
             if stdout.is_empty() {
                 stdout = agent.nothing().to_owned();
             }
+            let deny_reason = match &reaction {
+                mapping::Reaction::Block { message, .. } => Some(message.clone()),
+                _ => None,
+            };
             Response {
                 stdout,
                 stderr: warnings,
                 exit_code: EXIT_OK,
+                deny_reason,
             }
         }
         Err(e) => Response::failed(agent, &e.to_string()),
@@ -404,6 +445,38 @@ mod tests {
         );
         assert_eq!(r.exit_code, EXIT_FAILED);
         assert!(r.stderr.contains("cannot create"), "{}", r.stderr);
+    }
+
+    #[test]
+    fn a_deny_that_cannot_be_written_blocks_by_exit_status() {
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let deny = Response {
+            stdout: "{\"decision\":\"deny\"}".into(),
+            stderr: String::new(),
+            exit_code: EXIT_OK,
+            deny_reason: Some("CRITICAL: Read was called 20 times".into()),
+        };
+        let mut err = Vec::new();
+        assert_eq!(deny.deliver(Full, &mut err), EXIT_BLOCK);
+        assert!(String::from_utf8(err)
+            .unwrap()
+            .starts_with("CRITICAL: Read was called 20 times\n"));
+        let mut out = Vec::new();
+        assert_eq!(deny.deliver(&mut out, Vec::new()), EXIT_OK);
+        assert_eq!(out, deny.stdout.as_bytes());
+        let allow = Response {
+            deny_reason: None,
+            ..deny
+        };
+        assert_eq!(allow.deliver(Full, Vec::new()), EXIT_FAILED);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Reading hook payloads: JSON objects whose fields are checked for their type.
 
-use loopguard_events::kind_of;
+use std::borrow::Cow;
+
+use loopguard_events::{kind_of, MAX_ID_BYTES};
 use serde_json::{Map, Value};
 
 use crate::mapping::{Origin, ToolUse};
@@ -67,36 +69,51 @@ impl<'a> Payload<'a> {
     /// The origin: `session_id`, and the subagent fields `agent_id` / `agent_type` that
     /// Claude Code and Codex add inside a subagent.
     pub fn origin(&self) -> Result<Origin, PayloadError> {
-        let mut origin = Origin::new(self.str("session_id")?);
-        origin.subagent = self
-            .str("agent_id")?
-            .and_then(loopguard::text::non_blank)
-            .map(str::to_owned);
-        origin.agent = self
-            .str("agent_type")?
-            .and_then(loopguard::text::non_blank)
-            .map(str::to_owned);
+        let session = self.str("session_id")?.map(bounded_id);
+        let mut origin = Origin::new(session.as_deref());
+        origin.subagent = self.id("agent_id")?;
+        origin.agent = self.id("agent_type")?;
         Ok(origin)
+    }
+
+    /// An id field: absent, null or blank is `None`; trimmed, and bounded ([`bounded_id`]).
+    fn id(&self, key: &str) -> Result<Option<String>, PayloadError> {
+        Ok(self
+            .str(key)?
+            .and_then(loopguard::text::non_blank)
+            .map(|id| bounded_id(id).into_owned()))
     }
 
     /// The tool call: `tool_name` (required), `tool_input` (`{}` when absent or null),
     /// `tool_use_id` (optional).
     pub fn tool_use(&self) -> Result<ToolUse, PayloadError> {
-        let tool = loopguard::text::trim(self.required_str("tool_name")?).to_owned();
+        let tool = bounded_id(loopguard::text::trim(self.required_str("tool_name")?)).into_owned();
         let args = match self.0.get("tool_input") {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(v) => v.clone(),
         };
-        let call_id = self
-            .str("tool_use_id")?
-            .and_then(loopguard::text::non_blank)
-            .map(str::to_owned);
+        let call_id = self.id("tool_use_id")?;
         Ok(ToolUse {
             tool,
             args,
             call_id,
         })
     }
+}
+
+/// `id` when it is at most [`MAX_ID_BYTES`] long; else its first 64 bytes, `…` and its
+/// 128-bit digest: state stays bounded, and one id always maps to the same key. (The
+/// server refuses such ids instead; a hook that refused one would let the call through.)
+pub fn bounded_id(id: &str) -> Cow<'_, str> {
+    if id.len() <= MAX_ID_BYTES {
+        return Cow::Borrowed(id);
+    }
+    let mut cut = 64;
+    while !id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = xxhash_rust::xxh3::xxh3_128(id.as_bytes());
+    Cow::Owned(format!("{}…{digest:032x}", &id[..cut]))
 }
 
 #[cfg(test)]
@@ -129,5 +146,32 @@ mod tests {
         assert_eq!(o.session, "default");
         assert_eq!(o.subagent.as_deref(), Some("a1"));
         assert_eq!(o.agent.as_deref(), Some("Explore"));
+    }
+
+    #[test]
+    fn long_ids_are_bounded_and_stable() {
+        let long = "é".repeat(500_000);
+        let v = json!({"session_id": long, "agent_id": "a".repeat(300), "tool_name": "t".repeat(257), "tool_use_id": "x".repeat(256)});
+        let p = Payload::new(&v).unwrap();
+        let o = p.origin().unwrap();
+        assert!(o.session.len() <= MAX_ID_BYTES && o.session.starts_with("éé"));
+        assert_eq!(
+            o.session,
+            p.origin().unwrap().session,
+            "the same id, the same key"
+        );
+        assert!(o.subagent.unwrap().len() <= MAX_ID_BYTES);
+        let t = p.tool_use().unwrap();
+        assert!(t.tool.len() <= MAX_ID_BYTES);
+        assert_eq!(
+            t.call_id.unwrap().len(),
+            256,
+            "ids up to the limit are kept as they are"
+        );
+        let other = json!({"session_id": format!("{}!", "é".repeat(500_000))});
+        assert_ne!(
+            Payload::new(&other).unwrap().origin().unwrap().session,
+            o.session
+        );
     }
 }
