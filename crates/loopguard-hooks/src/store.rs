@@ -48,13 +48,12 @@ pub use loopguard_store::{Synchronous, SCHEMA_VERSION};
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-/// A run that saw no event for this long starts afresh, and its row is swept (the store's
-/// default idle time-to-live: 24 hours).
-pub const IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// Runs kept per session: when a run starts, the least recently active beyond this many
-/// are deleted (the store's default).
-pub const MAX_RUNS_PER_SESSION: u32 = 64;
+/// The bounds hooks keep to: the engine's defaults, as `loopguard serve` (a run idle for
+/// `idle_ttl` starts afresh and its row is swept; a session keeps `max_runs_per_session`
+/// runs).
+fn limits() -> loopguard::Limits {
+    loopguard::Limits::default()
+}
 
 /// Idle rows removed per table by one sweep, so that a sweep never makes a hook slow.
 const SWEEP_BATCH: u32 = 256;
@@ -260,7 +259,7 @@ impl HookTx<'_> {
     }
 
     fn cutoff(&self) -> u64 {
-        self.now.saturating_sub(IDLE_TTL_MS)
+        limits().cutoff(self.now)
     }
 
     /// Things worth a line on stderr (an unreadable state that was started afresh).
@@ -279,7 +278,7 @@ impl HookTx<'_> {
     }
 
     /// Starts the next run of `session` and returns its number. Runs of the session beyond
-    /// the [`MAX_RUNS_PER_SESSION`] most recently active are deleted.
+    /// the `Limits::max_runs_per_session` most recently active are deleted.
     pub fn start_run(&self, session: &str) -> Result<u64, StoreError> {
         let n: i64 = self
             .tx
@@ -297,7 +296,10 @@ impl HookTx<'_> {
                      (SELECT run FROM runs WHERE session = ?1
                       ORDER BY last_active DESC LIMIT ?2)",
             )
-            .and_then(|mut s| s.execute(params![session, MAX_RUNS_PER_SESSION - 1]))
+            .and_then(|mut s| {
+                let keep = limits().max_runs_per_session.saturating_sub(1);
+                s.execute(params![session, i64::try_from(keep).unwrap_or(i64::MAX)])
+            })
             .map_err(|e| self.sql(e))?;
         Ok(n.max(0) as u64)
     }
@@ -422,7 +424,7 @@ impl HookTx<'_> {
         Ok(runs)
     }
 
-    /// Removes rows idle for longer than [`IDLE_TTL_MS`], at most a few hundred per table
+    /// Removes rows idle for longer than `Limits::idle_ttl`, at most a few hundred per table
     /// (a later sweep takes the rest). A session's run number is kept while any of its runs
     /// is live. Returns the run rows removed.
     pub fn sweep(&self) -> Result<usize, StoreError> {
@@ -544,7 +546,7 @@ mod tests {
                 r.get(0)
             })
             .unwrap();
-        assert_eq!(left, i64::from(MAX_RUNS_PER_SESSION - 1));
+        assert_eq!(left, limits().max_runs_per_session as i64 - 1);
         assert!(tx.run_state("s", Some("prompt-0")).unwrap().is_none());
         assert!(tx.run_state("s", Some("prompt-69")).unwrap().is_some());
     }
@@ -558,7 +560,8 @@ mod tests {
         tx.put_note("old", "r", "c", "note").unwrap();
         tx.commit().unwrap();
 
-        let later = 1_000 + IDLE_TTL_MS + 1;
+        let ttl = limits().ttl_ms();
+        let later = 1_000 + ttl + 1;
         let mut tx = db.begin(later).unwrap();
         // Read before the sweep: expired, so a fresh state.
         let len = tx
@@ -567,7 +570,7 @@ mod tests {
         assert_eq!(len, 0);
         tx.commit().unwrap();
 
-        let mut tx = db.begin(later + IDLE_TTL_MS + 1).unwrap();
+        let mut tx = db.begin(later + ttl + 1).unwrap();
         call(&mut tx, "live", "r");
         assert_eq!(tx.sweep().unwrap(), 1);
         assert!(tx.run_state("old", Some("r")).unwrap().is_none());
@@ -616,13 +619,6 @@ mod tests {
             .unwrap();
         assert_eq!(len, 0);
         assert_eq!(tx.warnings().len(), 1);
-    }
-
-    #[test]
-    fn bounds_are_the_stores() {
-        let limits = loopguard_store::Limits::default();
-        assert_eq!(u128::from(IDLE_TTL_MS), limits.idle_ttl.as_millis());
-        assert_eq!(MAX_RUNS_PER_SESSION as usize, limits.max_runs_per_session);
     }
 
     #[test]
