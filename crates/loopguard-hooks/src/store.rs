@@ -74,12 +74,28 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// SQLite refused (locked longer than the busy timeout, disk full, not a database …).
-    #[error("database {path}: {message}")]
+    #[error("database {path}: {source}")]
     Sql {
         /// The database file.
         path: PathBuf,
-        /// SQLite's message.
-        message: String,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// The file's layout cannot be used.
+    #[error("database {path}: {source}")]
+    Layout {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: SchemaError,
+    },
+    /// The file cannot be shared safely: it cannot use write-ahead logging.
+    #[error("database {path}: the database cannot use WAL mode (journal_mode is {mode})")]
+    NotWal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite kept.
+        mode: String,
     },
     /// The file was written by a newer loopguard with another layout.
     #[error("database {path}: schema version {found} is not supported (this build uses {SCHEMA_VERSION})")]
@@ -138,9 +154,9 @@ impl HookDb {
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(sql)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Sql {
+            return Err(StoreError::NotWal {
                 path: path.to_owned(),
-                message: format!("the database cannot use WAL mode (journal_mode is {mode})"),
+                mode,
             });
         }
         let sync = options.synchronous.pragma();
@@ -229,9 +245,9 @@ impl HookTx<'_> {
                 found,
             },
             SchemaError::Sql(e) => self.sql(e),
-            other => StoreError::Sql {
+            other => StoreError::Layout {
                 path: self.path.clone(),
-                message: other.to_string(),
+                source: other,
             },
         })?;
         self.tx
@@ -458,7 +474,7 @@ impl HookTx<'_> {
 fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
     StoreError::Sql {
         path: path.to_owned(),
-        message: e.to_string(),
+        source: e,
     }
 }
 
