@@ -1,0 +1,314 @@
+//! The native half of `@loopguard/node`: the loopguard engine in a Node.js process.
+//!
+//! The binding is deliberately thin. Every call reaches the engine as an event of the
+//! replay protocol (SPEC §7) and goes through [`loopguard_events::Replayer`], so a call
+//! made from JavaScript is answered exactly as `loopguard replay` answers the same event:
+//! one definition of what an event means, in the protocol crate. This module only turns
+//! JavaScript values into events and answers into plain JavaScript objects; the
+//! idiomatic API (`Guard`, `beforeCall`, errors with config positions) is the
+//! package's `index.js` on top of it.
+//!
+//! Events arrive in one of two forms, both measured (`bench/node.mjs` in the package):
+//! JSON text (`JSON.stringify` in JavaScript, parsed here with the protocol's own line
+//! parser) or a JavaScript object converted value by value through N-API. The text form
+//! is the default: it is faster on every workload measured, and it fails with
+//! JavaScript's own clear errors on cycles and BigInt before anything reaches the engine.
+//! Both forms refuse values nested deeper than the protocol's limit, without recursing
+//! deeper than that limit.
+
+#![deny(unsafe_code)]
+
+use loopguard::{Abort, ConfigSet, Detection, Guard, Recorded, Verdict};
+use loopguard_events::{from_value, parse_line, Answer, Replayer};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use serde_json::Value;
+
+/// A verdict other than allow, as a plain object (`allow` is `null`: the package returns
+/// one frozen object for it, so the common case builds nothing).
+#[napi(object)]
+pub struct NativeVerdict {
+    /// `warn` or `block` (`allow` in shadow mode, with `shadow` set).
+    pub verdict: String,
+    pub level: Option<String>,
+    pub detector: Option<String>,
+    pub count: Option<u32>,
+    pub message: Option<String>,
+    pub notify: bool,
+    pub terminal: bool,
+    pub paired_tool: Option<String>,
+    /// For a block: the tool result to hand the model instead of running the call.
+    pub blocked_result: Option<Value>,
+    /// For a warning to surface now: the note to append to the call's result.
+    pub warning_note: Option<String>,
+    /// Shadow mode: what would have fired (the call runs).
+    pub shadow: Option<NativeShadow>,
+}
+
+/// What a shadow-mode verdict would have been.
+#[napi(object)]
+pub struct NativeShadow {
+    pub verdict: String,
+    pub level: String,
+    pub detector: String,
+    pub count: u32,
+    pub message: String,
+    pub terminal: bool,
+    pub paired_tool: Option<String>,
+}
+
+/// An abort of the run by the post-compaction guard.
+#[napi(object)]
+pub struct NativeAbort {
+    pub detector: String,
+    pub tool: String,
+    pub count: u32,
+    pub message: String,
+}
+
+/// What became of an outcome.
+#[napi(object)]
+pub struct NativeRecorded {
+    pub recorded: bool,
+    pub abort: Option<NativeAbort>,
+    /// Shadow mode: the abort that would have happened.
+    pub shadow_abort: Option<NativeAbort>,
+}
+
+/// One problem of a config document, for the package's `ConfigError`.
+#[napi(object)]
+pub struct NativeConfigIssue {
+    /// Dotted path of the offending key (empty for the whole document).
+    pub path: String,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    pub message: String,
+}
+
+/// The engine with its state in memory, behind the replay protocol.
+#[napi]
+pub struct NativeGuard {
+    replayer: Replayer<loopguard::SystemClock>,
+}
+
+#[napi]
+impl NativeGuard {
+    /// A guard over the JSON5 config document `text`; `origin` (a file name) prefixes
+    /// errors. Throws the document's problems, one per line.
+    #[napi(constructor)]
+    pub fn new(text: String, origin: Option<String>) -> Result<Self> {
+        let config = ConfigSet::parse_named(&text, origin.as_deref())
+            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        Ok(Self {
+            replayer: Replayer::with_guard(Guard::new(config), None),
+        })
+    }
+
+    /// A call event as JSON text: the verdict, or `null` for allow.
+    #[napi]
+    pub fn call_text(&mut self, event: String) -> Result<Option<NativeVerdict>> {
+        let event = parse_line(event.as_bytes()).map_err(invalid)?;
+        self.call(&event)
+    }
+
+    /// A call event as a JavaScript object.
+    #[napi]
+    pub fn call_object(&mut self, event: Value) -> Result<Option<NativeVerdict>> {
+        let event = from_value(event).map_err(invalid)?;
+        self.call(&event)
+    }
+
+    /// A result event as JSON text.
+    #[napi]
+    pub fn result_text(&mut self, event: String) -> Result<NativeRecorded> {
+        let event = parse_line(event.as_bytes()).map_err(invalid)?;
+        self.result(&event)
+    }
+
+    /// A result event as a JavaScript object.
+    #[napi]
+    pub fn result_object(&mut self, event: Value) -> Result<NativeRecorded> {
+        let event = from_value(event).map_err(invalid)?;
+        self.result(&event)
+    }
+
+    /// A compaction event as JSON text: the number of attempts the post-compaction guard
+    /// watches (0 when it is disabled).
+    #[napi]
+    pub fn compaction_text(&mut self, event: String) -> Result<u32> {
+        let event = parse_line(event.as_bytes()).map_err(invalid)?;
+        match self.replayer.apply(0, &event) {
+            Answer::Compaction { armed, .. } => Ok(armed),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Any line of the replay protocol, answered as `loopguard replay` prints it (the
+    /// answer's JSON text, error lines included).
+    #[napi]
+    pub fn apply_line(&mut self, seq: u32, line: Either<String, Buffer>) -> Result<String> {
+        let bytes: &[u8] = match &line {
+            Either::A(text) => text.as_bytes(),
+            Either::B(buffer) => buffer,
+        };
+        let answer = self.replayer.apply_line(u64::from(seq), bytes);
+        serde_json::to_string(&answer).map_err(|e| Error::from_reason(e.to_string()))
+    }
+
+    /// Forgets a run; returns whether it existed.
+    #[napi]
+    pub fn end_run(&mut self, session: Option<String>, run: Option<String>) -> bool {
+        let scope =
+            loopguard::Scope::new(session.as_deref().unwrap_or("")).with_run(run.as_deref());
+        self.replayer.guard_mut().end_run(&scope)
+    }
+
+    /// Forgets a session and all its runs; returns whether it existed.
+    #[napi]
+    pub fn end_session(&mut self, session: String) -> bool {
+        self.replayer.guard_mut().end_session(&session)
+    }
+
+    /// The settings in force for `agent` (the global ones without an agent, or for an
+    /// agent without blocks of its own): merged, defaulted and clamped, with every clamp
+    /// and unreachable threshold explained.
+    #[napi]
+    pub fn config_explain(&self, agent: Option<String>) -> Result<Value> {
+        let set = self.replayer.guard().config();
+        let agent = agent.as_deref().and_then(loopguard::text::non_blank);
+        let own_block = agent.is_some_and(|a| set.agents().any(|(id, _, _)| id == a));
+        let effective = serde_json::to_value(set.for_agent(agent))
+            .map_err(|e| Error::from_reason(e.to_string()))?;
+        Ok(serde_json::json!({
+            "agent": agent,
+            "ownBlock": own_block,
+            "effective": effective,
+        }))
+    }
+}
+
+impl NativeGuard {
+    fn call(&mut self, event: &loopguard_events::Event) -> Result<Option<NativeVerdict>> {
+        match self.replayer.apply(0, event) {
+            Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn result(&mut self, event: &loopguard_events::Event) -> Result<NativeRecorded> {
+        match self.replayer.apply(0, event) {
+            Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// The problems of a config document with their positions, or `null` when it is valid.
+#[napi]
+pub fn config_issues(text: String, origin: Option<String>) -> Option<Vec<NativeConfigIssue>> {
+    let error = ConfigSet::parse_named(&text, origin.as_deref()).err()?;
+    Some(
+        error
+            .issues
+            .iter()
+            .map(|issue| NativeConfigIssue {
+                path: issue.path.clone(),
+                line: issue.position.map(|p| saturate(p.line)),
+                column: issue.position.map(|p| saturate(p.column)),
+                message: issue.to_string(),
+            })
+            .collect(),
+    )
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(Status::InvalidArg, message)
+}
+
+/// An event of one kind answered as another: the JavaScript side built the wrong event.
+fn unexpected(answer: &Answer) -> Error {
+    match answer {
+        Answer::Invalid { error, .. } => invalid(error.clone()),
+        _ => Error::from_reason("internal error: the event was answered as another kind"),
+    }
+}
+
+fn native_verdict(verdict: &Verdict) -> Option<NativeVerdict> {
+    let detection = verdict.detection()?;
+    let (kind, notify, terminal, shadow) = match verdict {
+        Verdict::Allow => return None,
+        Verdict::Warn { notify, .. } => ("warn", *notify, false, None),
+        Verdict::Block { terminal, .. } => ("block", false, *terminal, None),
+        Verdict::Shadow {
+            detection,
+            terminal,
+        } => (
+            "allow",
+            false,
+            false,
+            Some(native_shadow(detection, *terminal)),
+        ),
+    };
+    if let Some(shadow) = shadow {
+        return Some(NativeVerdict {
+            verdict: kind.to_owned(),
+            level: None,
+            detector: None,
+            count: None,
+            message: None,
+            notify,
+            terminal,
+            paired_tool: None,
+            blocked_result: None,
+            warning_note: None,
+            shadow: Some(shadow),
+        });
+    }
+    Some(NativeVerdict {
+        verdict: kind.to_owned(),
+        level: Some(detection.level.as_str().to_owned()),
+        detector: Some(detection.detector.as_str().to_owned()),
+        count: Some(detection.count),
+        message: Some(detection.message.clone()),
+        notify,
+        terminal,
+        paired_tool: detection.paired_tool.clone(),
+        blocked_result: verdict.blocked_result(),
+        warning_note: verdict.warning_note(),
+        shadow: None,
+    })
+}
+
+fn native_shadow(detection: &Detection, terminal: bool) -> NativeShadow {
+    let block = detection.level == loopguard::Level::Critical;
+    NativeShadow {
+        verdict: if block { "block" } else { "warn" }.to_owned(),
+        level: detection.level.as_str().to_owned(),
+        detector: detection.detector.as_str().to_owned(),
+        count: detection.count,
+        message: detection.message.clone(),
+        terminal: block && terminal,
+        paired_tool: detection.paired_tool.clone(),
+    }
+}
+
+fn native_abort(abort: Abort) -> NativeAbort {
+    NativeAbort {
+        detector: abort.detector().as_str().to_owned(),
+        tool: abort.tool,
+        count: abort.count,
+        message: abort.message,
+    }
+}
+
+fn native_recorded(recorded: Recorded) -> NativeRecorded {
+    NativeRecorded {
+        recorded: recorded.recorded,
+        abort: recorded.abort.map(native_abort),
+        shadow_abort: recorded.would_abort.map(native_abort),
+    }
+}

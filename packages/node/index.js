@@ -1,0 +1,255 @@
+'use strict';
+// @loopguard/node: the loopguard engine in process.
+//
+// Every method turns its argument into one event of loopguard's replay protocol (SPEC §7)
+// and hands it to the native engine, which answers it exactly as `loopguard replay` would.
+// Events cross into Rust as JSON text: measured faster than converting objects value by
+// value (see bench/bench.mjs), and JSON.stringify fails with clear errors on cycles and
+// BigInt. Values are taken as JSON.stringify sees them (toJSON applies; functions, symbols
+// and undefined inside objects are left out).
+
+const { readFileSync } = require('node:fs');
+const native = require('./native.js');
+
+/** The answer for a call that may run with nothing to say (shared, frozen). */
+const ALLOW = Object.freeze({
+  verdict: 'allow',
+  level: null,
+  detector: null,
+  count: null,
+  message: null,
+  notify: false,
+  terminal: false,
+  pairedTool: null,
+  blockedResult: null,
+  warningNote: null,
+});
+
+/** A config document that cannot be used; `issues` lists every problem with its place. */
+class ConfigError extends Error {
+  constructor(message, issues, origin) {
+    super(message);
+    this.name = 'ConfigError';
+    this.code = 'LOOPGUARD_CONFIG';
+    this.origin = origin ?? null;
+    this.issues = issues;
+  }
+}
+
+/** The document text and its origin (a file name) for each accepted form of config. */
+function configSource(config) {
+  if (config === undefined || config === null) return { text: '{}', origin: undefined };
+  if (typeof config === 'string') {
+    // A document always holds an object, so a string with a brace is the document itself.
+    if (config.includes('{')) return { text: config, origin: undefined };
+    let text;
+    try {
+      text = readFileSync(config, 'utf8');
+    } catch (error) {
+      throw new Error(`cannot read the config file ${config}: ${error.message}`, { cause: error });
+    }
+    return { text, origin: config };
+  }
+  if (typeof config === 'object' && !Array.isArray(config)) {
+    return { text: toJson(config, 'the config object'), origin: '(config object)' };
+  }
+  throw new TypeError(
+    'Guard config must be a JSON5 document, a file path or a parsed config object, ' +
+      `not ${describe(config)}`,
+  );
+}
+
+function describe(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+/** JSON.stringify with errors that say what could not be turned into JSON, and why. */
+function toJson(value, what) {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (error) {
+    if (error instanceof RangeError) {
+      throw new TypeError(`${what} is nested too deeply to be turned into JSON`, { cause: error });
+    }
+    throw new TypeError(`${what} cannot be turned into JSON: ${error.message}`, { cause: error });
+  }
+  if (text === undefined) throw new TypeError(`${what} is not a JSON value (${describe(value)})`);
+  return text;
+}
+
+const ID_FIELDS = ['session', 'run', 'agent', 'callId', 'tool', 'batch'];
+
+/** Ids must be strings when given (null included: it is not a string), as in the protocol. */
+function checkFields(input, method) {
+  if (input === null || typeof input !== 'object') {
+    throw new TypeError(`${method} expects an object, not ${describe(input)}`);
+  }
+  for (const key of ID_FIELDS) {
+    const value = input[key];
+    if (value !== undefined && typeof value !== 'string') {
+      throw new TypeError(`${method}: ${key} must be a string, not ${describe(value)}`);
+    }
+  }
+  for (const key of ['args', 'result', 'error']) {
+    const value = input[key];
+    const type = typeof value;
+    if (type === 'function' || type === 'symbol' || type === 'bigint') {
+      throw new TypeError(`${method}: ${key} is not a JSON value (${describe(value)})`);
+    }
+  }
+}
+
+function verdictObject(v) {
+  if (v.shadow) {
+    return {
+      ...ALLOW,
+      shadow: {
+        verdict: v.shadow.verdict,
+        level: v.shadow.level,
+        detector: v.shadow.detector,
+        count: v.shadow.count,
+        message: v.shadow.message,
+        terminal: v.shadow.terminal,
+        pairedTool: v.shadow.pairedTool ?? null,
+      },
+    };
+  }
+  return {
+    verdict: v.verdict,
+    level: v.level,
+    detector: v.detector,
+    count: v.count,
+    message: v.message,
+    notify: v.notify,
+    terminal: v.terminal,
+    pairedTool: v.pairedTool ?? null,
+    blockedResult: v.blockedResult ?? null,
+    warningNote: v.warningNote ?? null,
+  };
+}
+
+function recordedObject(r) {
+  const out = { recorded: r.recorded, abort: r.abort ?? null };
+  if (r.shadowAbort) out.shadowAbort = r.shadowAbort;
+  return out;
+}
+
+class Guard {
+  #native;
+  #seq = 0;
+
+  /**
+   * @param config a JSON5 document (any string with a `{`), a file path, or a parsed
+   *   config object; omitted: the defaults (rolling detectors off, post-compaction guard on).
+   */
+  constructor(config) {
+    const { text, origin } = configSource(config);
+    try {
+      this.#native = new native.NativeGuard(text, origin);
+    } catch (error) {
+      const issues = native.configIssues(text, origin);
+      if (!issues) throw error;
+      throw new ConfigError(
+        error.message,
+        issues.map((i) => ({
+          path: i.path,
+          line: i.line ?? null,
+          column: i.column ?? null,
+          message: i.message,
+        })),
+        origin,
+      );
+    }
+  }
+
+  /** The verdict on a call about to run. A blocked call must not run. */
+  beforeCall(call) {
+    checkFields(call, 'beforeCall');
+    const event = toJson(
+      {
+        type: 'call',
+        session: call.session,
+        run: call.run,
+        agent: call.agent,
+        call_id: call.callId,
+        tool: call.tool,
+        args: call.args,
+        batch: call.batch,
+      },
+      'the call',
+    );
+    const verdict = this.#native.callText(event);
+    return verdict === null ? ALLOW : verdictObject(verdict);
+  }
+
+  /**
+   * Records what a call returned (`result`) or how it failed (`error`). Without `tool`,
+   * `callId` names the pending call (its tool and arguments are taken from it).
+   */
+  afterCall(outcome) {
+    checkFields(outcome, 'afterCall');
+    const event = {
+      type: 'result',
+      session: outcome.session,
+      run: outcome.run,
+      agent: outcome.agent,
+      call_id: outcome.callId,
+      tool: outcome.tool,
+      args: outcome.args,
+    };
+    if (outcome.error !== undefined) event.error = outcome.error;
+    else if (outcome.result !== undefined) event.result = outcome.result;
+    return recordedObject(this.#native.resultText(toJson(event, 'the outcome')));
+  }
+
+  /** A compaction retry happened in this run: arms the post-compaction guard. Returns the
+   * number of attempts it watches (0 when disabled). */
+  onCompaction(scope = {}) {
+    checkFields(scope, 'onCompaction');
+    return this.#native.compactionText(
+      toJson(
+        { type: 'compaction', session: scope.session, run: scope.run, agent: scope.agent },
+        'the scope',
+      ),
+    );
+  }
+
+  /** Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed. */
+  endRun(scope = {}) {
+    checkFields(scope, 'endRun');
+    return this.#native.endRun(scope.session, scope.run);
+  }
+
+  /** Forgets a session and all its runs. Returns whether it existed. */
+  endSession(session) {
+    if (typeof session !== 'string') {
+      throw new TypeError(`endSession: session must be a string, not ${describe(session)}`);
+    }
+    return this.#native.endSession(session);
+  }
+
+  /** The settings in force for `agent` (or globally): merged, defaulted, clamped. */
+  configExplain(agent) {
+    if (agent !== undefined && agent !== null && typeof agent !== 'string') {
+      throw new TypeError(`configExplain: agent must be a string, not ${describe(agent)}`);
+    }
+    return this.#native.configExplain(agent ?? undefined);
+  }
+
+  /**
+   * One event of the replay protocol (an object, or a line of JSON text or bytes),
+   * answered exactly as `loopguard replay` prints it (snake_case fields; invalid events
+   * are answered with `{seq, error}`, not thrown).
+   */
+  applyEvent(event, seq = this.#seq + 1) {
+    this.#seq = seq;
+    const line =
+      typeof event === 'string' || Buffer.isBuffer(event) ? event : toJson(event, 'the event');
+    return JSON.parse(this.#native.applyLine(seq, line));
+  }
+}
+
+module.exports = { Guard, ConfigError, ALLOW };

@@ -1,0 +1,204 @@
+// The idiomatic API: config forms and their errors, the answer shapes, and bad input
+// (non-JSON values, cycles, BigInt, huge and deeply nested values) answered with clear
+// errors and never a crash.
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { ALLOW, ConfigError, Guard } from './support.mjs';
+
+/** The error `fn` throws, checked to be of `type`. */
+function caught(fn, type) {
+  try {
+    fn();
+  } catch (error) {
+    assert.ok(error instanceof type, `${error} is not a ${type.name}`);
+    return error;
+  }
+  assert.fail('nothing was thrown');
+}
+
+const ON = '{ tools: { loopDetection: { enabled: true } } }';
+
+/** Runs `n` identical calls, each with the same result; returns every verdict. */
+function loop(guard, n, scope = { session: 's', run: 'r' }, tool = 'read', args = { path: '/a' }) {
+  const verdicts = [];
+  for (let i = 1; i <= n; i++) {
+    const callId = `c${i}`;
+    const v = guard.beforeCall({ ...scope, tool, args, callId });
+    verdicts.push(v);
+    if (v.verdict !== 'block') guard.afterCall({ ...scope, callId, tool, args, result: { text: 'same' } });
+  }
+  return verdicts;
+}
+
+test('config as a JSON5 string, a parsed object and a file path give the same guard', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'loopguard-node-'));
+  const file = join(dir, 'openclaw.json5');
+  writeFileSync(file, ON);
+  for (const config of [ON, { tools: { loopDetection: { enabled: true } } }, file]) {
+    const verdicts = loop(new Guard(config), 21);
+    // Counts are of earlier identical calls: 10 of them warn the 11th, 20 block the 21st.
+    assert.equal(verdicts[9].verdict, 'allow');
+    assert.equal(verdicts[10].verdict, 'warn');
+    assert.equal(verdicts[20].verdict, 'block');
+  }
+});
+
+test('answers have every documented field', () => {
+  const guard = new Guard(ON);
+  const verdicts = loop(guard, 21);
+  assert.deepEqual(verdicts[0], ALLOW);
+  assert.ok(Object.isFrozen(verdicts[0]));
+  const warn = verdicts[10];
+  assert.deepEqual(Object.keys(warn).sort(), Object.keys(ALLOW).sort());
+  assert.equal(warn.level, 'warning');
+  assert.equal(warn.detector, 'generic_repeat');
+  assert.equal(warn.count, 10);
+  assert.equal(warn.notify, true);
+  assert.match(warn.warningNote, /^\[loopguard\] WARNING: .*read.*10/);
+  assert.equal(warn.blockedResult, null);
+  const block = verdicts[20];
+  assert.equal(block.level, 'critical');
+  assert.equal(block.terminal, false);
+  assert.equal(block.blockedResult.details.status, 'blocked');
+  assert.equal(block.blockedResult.content[0].text, block.message);
+  const after = guard.afterCall({ session: 's', run: 'r', callId: 'c21', result: 'x' });
+  assert.deepEqual(after, { recorded: false, abort: null }, 'results of blocked calls are ignored');
+});
+
+test('the global breaker is terminal and ends the run; other runs are untouched', () => {
+  const guard = new Guard(ON);
+  const verdicts = loop(guard, 31);
+  assert.equal(verdicts[29].detector, 'generic_repeat');
+  assert.equal(verdicts[30].detector, 'global_circuit_breaker');
+  assert.equal(verdicts[30].count, 30);
+  assert.equal(verdicts[30].terminal, true);
+  const later = guard.beforeCall({ session: 's', run: 'r', tool: 'ls', args: {} });
+  assert.equal(later.verdict, 'block');
+  assert.equal(later.terminal, true);
+  assert.equal(guard.beforeCall({ session: 's', run: 'r2', tool: 'ls', args: {} }), ALLOW);
+  assert.equal(guard.endRun({ session: 's', run: 'r' }), true);
+  assert.equal(guard.beforeCall({ session: 's', run: 'r', tool: 'ls', args: {} }), ALLOW);
+});
+
+test('per-agent overrides and configExplain', () => {
+  const guard = new Guard(`{
+    tools: { loopDetection: { enabled: true } },
+    agents: { list: [{ id: "ops", tools: { loopDetection: { warningThreshold: 3, criticalThreshold: 2 } } }] },
+  }`);
+  const ops = loop(guard, 5, { session: 's', run: 'r', agent: 'ops' });
+  assert.equal(ops[3].verdict, 'warn');
+  assert.equal(ops[4].verdict, 'block', 'critical clamped to 4: the 5th call is blocked');
+  const explained = guard.configExplain('ops');
+  assert.equal(explained.ownBlock, true);
+  assert.equal(explained.effective.criticalThreshold, 4);
+  assert.equal(explained.effective.clamps[0].field, 'criticalThreshold');
+  assert.equal(guard.configExplain().effective.warningThreshold, 10);
+  assert.equal(guard.configExplain('nobody').ownBlock, false);
+});
+
+test('compaction arms the post-compaction guard, which aborts an identical loop', () => {
+  const guard = new Guard();
+  const scope = { session: 's', run: 'r' };
+  assert.equal(guard.onCompaction(scope), 3);
+  let abort = null;
+  for (let i = 1; i <= 3 && !abort; i++) {
+    guard.beforeCall({ ...scope, tool: 'exec', args: { command: 'make' }, callId: `c${i}` });
+    ({ abort } = guard.afterCall({ ...scope, callId: `c${i}`, error: 'exit 2' }));
+  }
+  assert.equal(abort.detector, 'compaction_loop_persisted');
+  assert.equal(abort.tool, 'exec');
+  assert.equal(abort.count, 3);
+  assert.match(abort.message, /exec.*3/);
+});
+
+test('config errors are ConfigErrors with path, line and column', () => {
+  const error = caught(
+    () => new Guard('{\n  tools: { loopDetection: {\n    warningTreshold: 5 } } }'),
+    ConfigError,
+  );
+  assert.equal(error.code, 'LOOPGUARD_CONFIG');
+  assert.equal(error.issues.length, 1);
+  const [issue] = error.issues;
+  assert.equal(issue.path, 'tools.loopDetection.warningTreshold');
+  assert.equal(issue.line, 3);
+  assert.equal(issue.column, 5);
+  assert.match(issue.message, /did you mean `warningThreshold`/);
+  assert.match(error.message, /^3:5: /);
+
+  const dir = mkdtempSync(join(tmpdir(), 'loopguard-node-'));
+  const file = join(dir, 'bad.json5');
+  writeFileSync(file, '{ tools: { loopDetection: { historySize: 0 } } }');
+  const fromFile = caught(() => new Guard(file), ConfigError);
+  assert.equal(fromFile.origin, file);
+  assert.ok(fromFile.message.startsWith(`${file}:1:`), fromFile.message);
+
+  assert.throws(() => new Guard('{ tools: '), (e) => e instanceof ConfigError && /invalid JSON5/.test(e.message));
+  assert.throws(() => new Guard(join(dir, 'missing.json5')), /cannot read the config file/);
+  assert.throws(() => new Guard(42), TypeError);
+  assert.throws(() => new Guard([]), TypeError);
+});
+
+test('bad input gets a clear error, never a crash', () => {
+  const guard = new Guard(ON);
+  const call = { session: 's', run: 'r', tool: 'read' };
+  const cyclic = { a: 1 };
+  cyclic.self = cyclic;
+  assert.throws(() => guard.beforeCall({ ...call, args: cyclic }), /cannot be turned into JSON: .*circular/i);
+  assert.throws(() => guard.beforeCall({ ...call, args: { n: 10n } }), /cannot be turned into JSON: .*BigInt/);
+  assert.throws(() => guard.beforeCall({ ...call, args: 10n }), /args is not a JSON value/);
+  assert.throws(() => guard.beforeCall({ ...call, args: () => 1 }), /args is not a JSON value/);
+  assert.throws(() => guard.beforeCall({ ...call, args: Symbol('x') }), /args is not a JSON value/);
+  assert.throws(() => guard.afterCall({ ...call, callId: 'c', result: 5n }), /result is not a JSON value/);
+  assert.throws(() => guard.beforeCall({ ...call, tool: undefined }), /call without tool/);
+  assert.throws(() => guard.beforeCall({ ...call, tool: '  ' }), /call without tool/);
+  assert.throws(() => guard.beforeCall({ ...call, tool: 5 }), /tool must be a string, not a number/);
+  assert.throws(() => guard.beforeCall({ ...call, run: null }), /run must be a string, not null/);
+  assert.throws(() => guard.beforeCall(null), /expects an object/);
+  assert.throws(() => guard.beforeCall('read'), /expects an object/);
+  assert.throws(() => guard.afterCall({ session: 's', result: 1 }), /call_id of a pending call/);
+  assert.throws(() => guard.afterCall({ session: 's', callId: 'nope', result: 1 }), /no pending call/);
+
+  // Nesting: past the protocol's 128 levels the engine refuses; far deeper, JSON.stringify
+  // itself runs out of stack, and that too is an error, not a crash.
+  let deep = {};
+  for (let i = 0; i < 200; i++) deep = { d: deep };
+  assert.throws(() => guard.beforeCall({ ...call, args: deep }), /nested deeper than 128/);
+  let deeper = [];
+  for (let i = 0; i < 100_000; i++) deeper = [deeper];
+  assert.throws(() => guard.beforeCall({ ...call, args: deeper }), /nested too deeply|nested deeper/);
+
+  // A 50 MB result is hashed like any other.
+  const huge = 'x'.repeat(50 << 20);
+  const v = guard.beforeCall({ ...call, callId: 'big', args: { p: 1 } });
+  assert.equal(v.verdict, 'allow');
+  assert.deepEqual(guard.afterCall({ ...call, callId: 'big', result: { content: [{ type: 'text', text: huge }] } }), {
+    recorded: true,
+    abort: null,
+  });
+
+  // Not-quite-JSON values inside objects are taken as JSON.stringify takes them.
+  const a = guard.beforeCall({ ...call, session: 't', callId: 'x1', args: { p: 1, f: () => 1, u: undefined } });
+  assert.equal(a.verdict, 'allow');
+  assert.equal(guard.afterCall({ ...call, session: 't', callId: 'x1', result: { at: new Date(0) } }).recorded, true);
+
+  // The guard still works after all of that.
+  assert.equal(guard.beforeCall({ ...call, session: 'fresh', args: {} }).verdict, 'allow');
+});
+
+test('applyEvent answers protocol lines, bad ones included, with replay\'s fields', () => {
+  const guard = new Guard(ON);
+  assert.deepEqual(guard.applyEvent('{"type":"call","tool":"read","call_id":"c1"}'), {
+    seq: 1,
+    type: 'call',
+    session: 'default',
+    run: null,
+    verdict: 'allow',
+  });
+  assert.deepEqual(guard.applyEvent('not json'), { seq: 2, error: 'invalid JSON: expected ident at column 2' });
+  assert.match(guard.applyEvent(Buffer.from([0x7b, 0xff, 0x7d])).error, /UTF-8/);
+  assert.equal(guard.applyEvent({ type: 'compaction' }, 10).armed, 3);
+});

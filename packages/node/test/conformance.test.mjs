@@ -1,0 +1,151 @@
+// Every public conformance vector (spec/conformance) through the binding, compared with
+// what the real `loopguard replay` prints for it: once line by line through applyEvent
+// (the whole answer, messages included), once through the idiomatic API (beforeCall,
+// afterCall, onCompaction), field by field.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { ConfigError, Guard, loopguardBin, repoRoot } from './support.mjs';
+
+const vectorsDir = join(repoRoot, 'spec/conformance');
+const vectors = readdirSync(vectorsDir, { withFileTypes: true })
+  .filter((d) => d.isDirectory())
+  .map((d) => d.name)
+  .sort();
+
+/** The input lines as bytes with their line numbers (blank lines are not answered). */
+function lines(bytes) {
+  const out = [];
+  let start = 0;
+  let seq = 0;
+  while (start < bytes.length) {
+    let end = bytes.indexOf(0x0a, start);
+    if (end === -1) end = bytes.length;
+    seq += 1;
+    const line = bytes.subarray(start, end);
+    if (!/^\s*$/.test(line.toString('latin1'))) out.push({ seq, line });
+    start = end + 1;
+  }
+  return out;
+}
+
+/** What `loopguard replay` prints for a vector: its answers, or null for a refused config. */
+function replay(dir) {
+  const config = join(dir, 'config.json5');
+  const args = ['replay', ...(existsSync(config) ? ['--config', config] : []), join(dir, 'events.jsonl')];
+  try {
+    return execFileSync(loopguardBin, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    if (error.status === 2) return error.stdout; // error lines present
+    if (error.status === 1) return null; // invalid config
+    throw error;
+  }
+}
+
+function guardFor(dir) {
+  const config = join(dir, 'config.json5');
+  return new Guard(existsSync(config) ? config : undefined);
+}
+
+test('the replay binary is built', () => {
+  assert.ok(existsSync(loopguardBin), `${loopguardBin} is missing: run cargo build -p loopguard-cli`);
+  assert.ok(vectors.length >= 80, `only ${vectors.length} vectors found`);
+});
+
+for (const name of vectors) {
+  const dir = join(vectorsDir, name);
+  test(`conformance ${name}`, () => {
+    const printed = replay(dir);
+    const expected = readFileSync(join(dir, 'expected.jsonl'), 'utf8').split('\n').filter(Boolean);
+    if (printed === null) {
+      assert.ok(existsSync(join(dir, 'expected-exit')));
+      assert.throws(() => guardFor(dir), ConfigError);
+      return;
+    }
+    const answers = printed.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    assert.equal(answers.length, expected.length, 'replay answers every line');
+    const input = lines(readFileSync(join(dir, 'events.jsonl')));
+    assert.equal(input.length, answers.length);
+
+    // 1. The protocol: every line answered exactly as replay answers it.
+    const protocol = guardFor(dir);
+    for (const [i, { seq, line }] of input.entries()) {
+      assert.deepEqual(protocol.applyEvent(line, seq), answers[i], `line ${seq}`);
+    }
+
+    // 2. The idiomatic API on the same events.
+    const guard = guardFor(dir);
+    for (const [i, { seq, line }] of input.entries()) {
+      checkIdiomatic(guard, line, answers[i], `line ${seq}`);
+    }
+  });
+}
+
+function checkIdiomatic(guard, line, answer, where) {
+  let event;
+  try {
+    event = JSON.parse(line.toString('utf8'));
+  } catch {
+    assert.ok('error' in answer, `${where}: replay accepted a line JSON.parse refuses`);
+    return;
+  }
+  const kind = event?.type;
+  if (!['call', 'result', 'compaction'].includes(kind) || Array.isArray(event)) {
+    // Not an event the idiomatic API can express (no type, unknown type, not an object).
+    assert.ok('error' in answer, `${where}: replay accepted it`);
+    return;
+  }
+  const fields = {
+    session: event.session,
+    run: event.run,
+    agent: event.agent,
+    callId: event.call_id,
+    tool: event.tool,
+    args: event.args,
+    batch: event.batch,
+  };
+  if (kind === 'result') {
+    if ('error' in event) fields.error = event.error;
+    else if ('result' in event) fields.result = event.result;
+    // The protocol's `"error": null` is an error outcome; the API's undefined is none.
+    if (event.error === null) fields.error = null;
+  }
+  const act = () =>
+    kind === 'call'
+      ? guard.beforeCall(fields)
+      : kind === 'result'
+        ? guard.afterCall(fields)
+        : guard.onCompaction(fields);
+  if ('error' in answer) {
+    assert.throws(act, (e) => e instanceof Error, `${where}: replay answered ${answer.error}`);
+    return;
+  }
+  const got = act();
+  if (kind === 'call') {
+    assert.equal(got.verdict, answer.verdict, where);
+    if (answer.shadow) {
+      assert.equal(got.shadow.verdict, answer.shadow.verdict, where);
+      assert.equal(got.shadow.detector, answer.shadow.detector, where);
+      assert.equal(got.shadow.count, answer.shadow.count, where);
+      assert.equal(got.shadow.message, answer.shadow.message, where);
+      return;
+    }
+    assert.equal(got.level, answer.level ?? null, where);
+    assert.equal(got.detector, answer.detector ?? null, where);
+    assert.equal(got.count, answer.count ?? null, where);
+    assert.equal(got.message, answer.message ?? null, where);
+    assert.equal(got.notify, answer.notify ?? false, where);
+    assert.equal(got.terminal, answer.terminal ?? false, where);
+    assert.equal(got.pairedTool, answer.paired_tool ?? null, where);
+    assert.equal(got.blockedResult !== null, answer.verdict === 'block', where);
+    assert.equal(got.warningNote !== null, answer.verdict === 'warn' && answer.notify, where);
+  } else if (kind === 'result') {
+    assert.equal(got.recorded, answer.recorded, where);
+    assert.deepEqual(got.abort, answer.abort, where);
+  } else {
+    assert.equal(got, answer.armed, where);
+  }
+}
