@@ -166,3 +166,7 @@ export class Guard {
    */
   applyEvent(event: string | Buffer | Record<string, unknown>, seq?: number): Record<string, Json>;
 }
+
+/** Every key each config block accepts, by the block's path inside a scope
+ * (`tools.loopDetection`, `loopguard.policy.tools[]`, …; `[]` is any array element). */
+export function configKeys(): Record<string, string[]>;

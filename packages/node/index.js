@@ -252,4 +252,10 @@ class Guard {
   }
 }
 
-module.exports = { Guard, ConfigError, ALLOW };
+/** Every key each config block accepts, by the block's path inside a scope
+ * (`tools.loopDetection`, `loopguard.policy.tools[]`, …). */
+function configKeys() {
+  return native.configKeys();
+}
+
+module.exports = { Guard, ConfigError, ALLOW, configKeys };

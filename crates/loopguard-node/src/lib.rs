@@ -221,6 +221,17 @@ pub fn config_issues(text: String, origin: Option<String>) -> Option<Vec<NativeC
     )
 }
 
+/// Every key each config block accepts, by the block's path inside a scope (for schemas
+/// written elsewhere, such as the OpenClaw plugin's, to be checked against).
+#[napi]
+pub fn config_keys() -> Value {
+    loopguard::config::known_keys()
+        .into_iter()
+        .map(|(path, keys)| (path.to_owned(), Value::from(keys.to_vec())))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }

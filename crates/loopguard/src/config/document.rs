@@ -333,6 +333,26 @@ pub(crate) const CYCLE_KEYS: &[&str] = &[
 ];
 pub(crate) const SWITCH_KEYS: &[&str] = &["enabled"];
 
+/// Every key each block accepts, by the block's path inside a scope (the document root or
+/// one agent; `[]` stands for any element of an array): for config schemas written in other
+/// languages (the OpenClaw plugin's manifest), whose tests check them against this.
+pub fn known_keys() -> [(&'static str, &'static [&'static str]); 12] {
+    [
+        ("tools.loopDetection", BLOCK_KEYS),
+        ("tools.loopDetection.detectors", DETECTOR_KEYS),
+        ("tools.loopDetection.postCompactionGuard", GUARD_KEYS),
+        ("loopguard", EXTENSION_KEYS),
+        ("loopguard.masking", MASKING_KEYS),
+        ("loopguard.policy", POLICY_KEYS),
+        ("loopguard.policy.tools[]", TOOL_RULE_KEYS),
+        ("loopguard.detectors", EXT_DETECTOR_KEYS),
+        ("loopguard.detectors.consecutiveRepeat", LEVELS_KEYS),
+        ("loopguard.detectors.cycle", CYCLE_KEYS),
+        ("loopguard.detectors.errorCascade", LEVELS_KEYS),
+        ("loopguard.detectors.batchDuplicates", SWITCH_KEYS),
+    ]
+}
+
 /// Parses a `loopguard` block.
 fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> ExtensionsBlock {
     let mut block = ExtensionsBlock::default();

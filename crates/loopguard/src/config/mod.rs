@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use document::known_keys;
 use extensions::{Extensions, ExtensionsBlock};
 pub use locate::Position;
 

@@ -1,0 +1,129 @@
+// Per-call cost of the host cycle (beforeCall, then afterCall when the call may run) on
+// the small and medium workloads, four ways, interleaved in one run:
+//
+//   engine        the Rust engine alone (crates/loopguard/examples/host_cycle, a process
+//                 of its own, JSON already parsed)
+//   node text     @loopguard/node as shipped: events cross as JSON text
+//   node object   the same engine, events converted value by value through N-API
+//   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
+//                 recordToolCallOutcome from the installed openclaw package)
+//
+// Needs release builds and the workloads:
+//   cargo build --release -p loopguard-node && cargo build --release -p loopguard --example host_cycle
+//   bench/workloads.sh   (or: python3 bench/gen_workloads.py target/bench-data --only small)
+//   LOOPGUARD_PROFILE=release node packages/node/bench/bench.mjs [CALLS] [ROUNDS]
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+process.env.LOOPGUARD_PROFILE ??= 'release';
+const { Guard, repoRoot } = await import('../test/support.mjs');
+const require = createRequire(import.meta.url);
+const native = require('../native.js');
+
+const CALLS = Number(process.argv[2] ?? 20_000);
+const ROUNDS = Number(process.argv[3] ?? 5);
+const CONFIG = '{ tools: { loopDetection: { enabled: true } } }';
+const target = process.env.CARGO_TARGET_DIR ?? join(repoRoot, 'target');
+const data = process.env.LOOPGUARD_BENCH_DATA ?? join(target, 'bench-data');
+const hostCycle = join(target, 'release/examples/host_cycle');
+
+/** The first `n` (call, result) pairs of a workload, parsed. */
+function workload(name, n) {
+  const text = readFileSync(join(data, `${name}.jsonl`), 'utf8');
+  const pairs = [];
+  let start = 0;
+  while (pairs.length < n) {
+    const a = text.indexOf('\n', start);
+    const b = text.indexOf('\n', a + 1);
+    if (a < 0 || b < 0) break;
+    const call = JSON.parse(text.slice(start, a));
+    const result = JSON.parse(text.slice(a + 1, b));
+    pairs.push({ run: call.run, callId: call.call_id, tool: call.tool, args: call.args, result: result.result });
+    start = b + 1;
+  }
+  return pairs;
+}
+
+function nodeText(pairs) {
+  const guard = new Guard(CONFIG);
+  const start = process.hrtime.bigint();
+  for (const p of pairs) {
+    const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
+    if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, tool: p.tool, args: p.args, result: p.result });
+  }
+  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+}
+
+function nodeObject(pairs) {
+  const guard = new native.NativeGuard(CONFIG, undefined);
+  const start = process.hrtime.bigint();
+  for (const p of pairs) {
+    const v = guard.callObject({ type: 'call', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args });
+    if (v?.verdict !== 'block') {
+      guard.resultObject({ type: 'result', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args, result: p.result });
+    }
+  }
+  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+}
+
+/** OpenClaw's detector module, found by what it exports. */
+async function openclawDetector() {
+  const dist = join(target, 'openclaw/node_modules/openclaw/dist');
+  const file = readdirSync(dist).find((f) => /^tool-loop-detection-.*\.mjs$/.test(f));
+  const mod = await import(pathToFileURL(join(dist, file)).href);
+  const byName = Object.fromEntries(Object.values(mod).map((f) => [f.name, f]));
+  for (const name of ['detectToolCallLoop', 'recordToolCall', 'recordToolCallOutcome']) {
+    if (typeof byName[name] !== 'function') throw new Error(`${file} has no ${name}`);
+  }
+  return byName;
+}
+
+function openclaw(detector, pairs) {
+  const { detectToolCallLoop, recordToolCall, recordToolCallOutcome } = detector;
+  const config = { enabled: true };
+  const state = {};
+  const start = process.hrtime.bigint();
+  for (const p of pairs) {
+    const scope = { runId: p.run };
+    const found = detectToolCallLoop(state, p.tool, p.args, config, scope);
+    if (found.stuck && found.level === 'critical') continue;
+    recordToolCall(state, p.tool, p.args, p.callId, config, scope);
+    recordToolCallOutcome(state, { toolName: p.tool, toolParams: p.args, toolCallId: p.callId, result: p.result, runId: p.run });
+  }
+  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+}
+
+function engine(name, n) {
+  const out = execFileSync(hostCycle, [join(data, `${name}.jsonl`), String(n), '30', '1'], { encoding: 'utf8' });
+  return Number(/([\d.]+) µs per call/.exec(out)[1]);
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const detector = await openclawDetector();
+console.log(`calls ${CALLS} per workload, ${ROUNDS} interleaved rounds, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+console.log('| workload | engine (Rust) | node text | node object | OpenClaw detector | node text / engine | OpenClaw / node text |');
+console.log('|---|---:|---:|---:|---:|---:|---:|');
+for (const name of ['small', 'medium']) {
+  const n = name === 'small' ? CALLS : Math.ceil(CALLS / 5);
+  const pairs = workload(name, n);
+  const times = { engine: [], text: [], object: [], openclaw: [] };
+  nodeText(pairs.slice(0, 2000)); // warm up the JIT
+  nodeObject(pairs.slice(0, 2000));
+  openclaw(detector, pairs.slice(0, 2000));
+  for (let r = 0; r < ROUNDS; r++) {
+    times.engine.push(engine(name, n));
+    times.text.push(nodeText(pairs));
+    times.object.push(nodeObject(pairs));
+    times.openclaw.push(openclaw(detector, pairs));
+  }
+  const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
+  const us = (x) => `${x.toFixed(2)} µs`;
+  console.log(
+    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.text)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× |`,
+  );
+}
+console.log(`load after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);

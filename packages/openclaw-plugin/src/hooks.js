@@ -1,0 +1,157 @@
+// OpenClaw's hooks, wired to a loopguard engine.
+//
+// - before_tool_call asks the engine; a block returns {block, blockReason} (OpenClaw hands
+//   the reason to the model as the tool result) and a terminal block stops the run: every
+//   later call of it is blocked here, whatever the engine is.
+// - The tool-result middleware appends a warning the engine said to surface to the result
+//   the model sees.
+// - after_tool_call records the outcome by toolCallId, with the appended warning taken off
+//   again (a result must hash the same whether or not a warning rode on it), and ignores
+//   the results of calls this plugin blocked. An abort (the loop survived a compaction)
+//   stops the run like a terminal block.
+// - after_compaction arms the post-compaction guard.
+//
+// OpenClaw does not await after_tool_call, so each run's engine requests go through one
+// queue: a result is recorded before the next call of the run is judged (this matters
+// for the sidecar, whose requests are asynchronous).
+
+const MAX_TRACKED = 10_000;
+
+/** A Map that forgets its oldest entries past a bound (calls whose result never came). */
+class BoundedMap extends Map {
+  set(key, value) {
+    if (!this.has(key) && this.size >= MAX_TRACKED) this.delete(this.keys().next().value);
+    return super.set(key, value);
+  }
+}
+
+/** The engine scope of a hook call: OpenClaw's session key, run id and agent id. */
+export function scopeOf(event, ctx = {}) {
+  return {
+    session: ctx.sessionKey ?? ctx.sessionId ?? undefined,
+    run: event?.runId ?? ctx.runId ?? undefined,
+    agent: ctx.agentId ?? undefined,
+  };
+}
+
+function runKey(scope) {
+  return `${scope.session ?? ''}\u0000${scope.run ?? ''}`;
+}
+
+/** The result without the warning note this plugin appended to it. */
+export function withoutNote(result, note) {
+  const content = result?.content;
+  if (!note || !Array.isArray(content) || content.length === 0) return result;
+  const last = content[content.length - 1];
+  if (last?.type !== 'text' || last.text !== note) return result;
+  return { ...result, content: content.slice(0, -1) };
+}
+
+/**
+ * The hook handlers for one engine. `onError` says what a call gets when the engine cannot
+ * answer (`allow`: fail open, or `block`).
+ */
+export function createHooks({ engine, logger = console, onError = 'allow' }) {
+  const calls = new BoundedMap(); // run + toolCallId → { scope, blocked, note }
+  const stopped = new BoundedMap(); // run → the message every later call gets
+  const queues = new BoundedMap(); // run → the tail of its request chain
+
+  function serialize(key, task) {
+    const previous = queues.get(key) ?? Promise.resolve();
+    const next = previous.then(task, task);
+    queues.set(
+      key,
+      next.catch(() => {}),
+    );
+    return next;
+  }
+
+  function failure(what, error) {
+    logger.error?.(`loopguard: ${what} failed: ${error.message}`);
+  }
+
+  async function beforeToolCall(event, ctx) {
+    const scope = scopeOf(event, ctx);
+    const key = runKey(scope);
+    const callKey = `${key}\u0000${event.toolCallId ?? ''}`;
+    // A stopped run stays stopped even when the engine no longer knows it (a sidecar that
+    // restarted in memory): the engine's own answer is used when it has one.
+    const stop = stopped.get(key);
+    let verdict;
+    try {
+      verdict = await serialize(key, () =>
+        engine.beforeCall({ ...scope, tool: event.toolName, args: event.params, callId: event.toolCallId }),
+      );
+    } catch (error) {
+      failure(`judging ${event.toolName}`, error);
+      if (stop !== undefined || onError === 'block') {
+        calls.set(callKey, { scope, blocked: true });
+        return { block: true, blockReason: stop ?? `loopguard could not judge this call: ${error.message}` };
+      }
+      calls.set(callKey, { scope, blocked: false, note: null });
+      return undefined;
+    }
+    if (verdict.verdict !== 'block' && stop !== undefined) {
+      calls.set(callKey, { scope, blocked: true });
+      return { block: true, blockReason: stop };
+    }
+    if (verdict.verdict === 'block') {
+      calls.set(callKey, { scope, blocked: true });
+      if (verdict.terminal && !stopped.has(key)) stopped.set(key, verdict.message);
+      logger.warn?.(
+        `loopguard: blocked ${event.toolName} (${verdict.detector}, count ${verdict.count})` +
+          `${verdict.terminal ? '; the run is stopped' : ''}`,
+      );
+      return { block: true, blockReason: verdict.message };
+    }
+    if (verdict.verdict === 'warn') {
+      logger.warn?.(`loopguard: warning on ${event.toolName} (${verdict.detector}, count ${verdict.count})`);
+    } else if (verdict.shadow) {
+      logger.info?.(`loopguard (shadow): would ${verdict.shadow.verdict} ${event.toolName}: ${verdict.shadow.message}`);
+    }
+    calls.set(callKey, { scope, blocked: false, note: verdict.warningNote });
+    return undefined;
+  }
+
+  function toolResultMiddleware(event, ctx) {
+    const scope = scopeOf(event, ctx);
+    const entry = calls.get(`${runKey(scope)}\u0000${event.toolCallId ?? ''}`);
+    if (!entry?.note || !event.result) return undefined;
+    const content = Array.isArray(event.result.content) ? event.result.content : [];
+    return { result: { ...event.result, content: [...content, { type: 'text', text: entry.note }] } };
+  }
+
+  async function afterToolCall(event, ctx) {
+    const fallback = scopeOf(event, ctx);
+    const callKey = `${runKey(fallback)}\u0000${event.toolCallId ?? ''}`;
+    const entry = calls.get(callKey);
+    calls.delete(callKey);
+    if (entry?.blocked) return; // the result of a call this plugin blocked
+    const scope = entry?.scope ?? fallback;
+    const outcome = { ...scope, callId: event.toolCallId, tool: event.toolName, args: event.params };
+    if (event.error !== undefined && event.error !== null) outcome.error = event.error;
+    else outcome.result = withoutNote(event.result, entry?.note) ?? null;
+    const key = runKey(scope);
+    try {
+      const recorded = await serialize(key, () => engine.afterCall(outcome));
+      if (recorded.abort) {
+        stopped.set(key, recorded.abort.message);
+        logger.error?.(`loopguard: ${recorded.abort.message}`);
+      }
+    } catch (error) {
+      failure(`recording the outcome of ${event.toolName}`, error);
+    }
+  }
+
+  async function afterCompaction(event, ctx) {
+    const scope = scopeOf(event, ctx);
+    try {
+      const armed = await serialize(runKey(scope), () => engine.onCompaction(scope));
+      if (armed > 0) logger.info?.(`loopguard: post-compaction guard armed for ${armed} attempts`);
+    } catch (error) {
+      failure('arming the post-compaction guard', error);
+    }
+  }
+
+  return { beforeToolCall, afterToolCall, afterCompaction, toolResultMiddleware, stopped };
+}

@@ -1,0 +1,156 @@
+// The hook handlers with the event and context shapes OpenClaw 2026.9.6 passes them
+// (PluginHookBeforeToolCallEvent, AgentToolResultMiddlewareEvent,
+// PluginHookAfterToolCallEvent, PluginHookAfterCompactionEvent and their contexts, as
+// declared in its dist/plugin-entry-*.d.ts), over both engines. Compaction cannot be
+// triggered from a scripted local run, so the after_compaction path is tested here.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { engineDocument } from '../src/config.js';
+import { createEngine, SidecarEngine } from '../src/engines.js';
+import { createHooks, withoutNote } from '../src/hooks.js';
+import { startSidecar } from './support.mjs';
+
+const CONFIG = { loopDetection: { enabled: true } };
+
+/** One OpenClaw run as its hooks see it. */
+function openclawRun(hooks, { runId = 'run-1', agentId = 'main', sessionKey = 'agent:main:main' } = {}) {
+  let n = 0;
+  const ctx = { agentId, sessionKey, sessionId: 'session-uuid', runId };
+  return {
+    /** A tool call through every hook: the model-visible result, or the block reason. */
+    async call(toolName, params, execute) {
+      const toolCallId = `call_${n++}`;
+      const decision = await hooks.beforeToolCall(
+        { toolName, params, runId, toolCallId },
+        { ...ctx, toolName, toolCallId },
+      );
+      if (decision?.block) {
+        // OpenClaw reports the blocked call to after_tool_call too, as an error.
+        await hooks.afterToolCall(
+          { toolName, params, runId, toolCallId, error: decision.blockReason, result: { content: [{ type: 'text', text: decision.blockReason }] } },
+          { agentId, runId, sessionKey },
+        );
+        return { blocked: decision.blockReason };
+      }
+      const { result, error } = execute();
+      let seen = result;
+      if (result) {
+        const changed = hooks.toolResultMiddleware(
+          { toolCallId, toolName, args: params, isError: Boolean(error), result },
+          { runtime: 'openclaw', agentId, sessionId: 'session-uuid', sessionKey, runId },
+        );
+        seen = changed?.result ?? result;
+      }
+      await hooks.afterToolCall({ toolName, params, runId, toolCallId, result: seen, error, durationMs: 3 }, { agentId, runId, sessionKey });
+      return { result: seen };
+    },
+    compacted() {
+      return hooks.afterCompaction(
+        { messageCount: 12, compactedCount: 30, tokenCount: 4000, sessionFile: '/tmp/s.jsonl' },
+        { ...ctx, modelProviderId: 'scripted', modelId: 'loop' },
+      );
+    },
+  };
+}
+
+const text = (t) => ({ content: [{ type: 'text', text: t }], details: { kind: 'text' } });
+const quietLogger = { info() {}, warn() {}, error() {} };
+
+function suite(name, engineFor) {
+  describe(name, () => {
+    test('warnings reach the model and are taken off again before the outcome is hashed', async () => {
+      const run = openclawRun(createHooks({ engine: engineFor(), logger: quietLogger }));
+      const seen = [];
+      for (let i = 1; i <= 22; i++) seen.push(await run.call('read', { path: 'a' }, () => ({ result: text('same') })));
+      assert.match(seen[10].result.content.at(-1).text, /^\[loopguard\] WARNING: you have called read 10 times/);
+      assert.equal(seen[11].result.content.length, 1, 'warnings surface once per multiple of the threshold');
+      // Were the note hashed with call 11's result, the streak would break and nothing block.
+      assert.match(seen[20].blocked, /^CRITICAL: read was called 20 times/);
+      assert.match(seen[21].blocked, /^CRITICAL: read was called 21 times/);
+    });
+
+    test('after_compaction arms the post-compaction guard; a loop that survives it stops the run', async () => {
+      const logs = [];
+      const logger = { info: (m) => logs.push(m), warn() {}, error: (m) => logs.push(m) };
+      const run = openclawRun(createHooks({ engine: engineFor(), logger }), { runId: 'run-compaction' });
+      await run.compacted();
+      assert.ok(logs.includes('loopguard: post-compaction guard armed for 3 attempts'), logs.join('\n'));
+      for (let i = 0; i < 3; i++) await run.call('exec', { command: 'make' }, () => ({ error: 'exit code 2' }));
+      assert.ok(logs.some((m) => /compaction_loop_persisted/.test(m)), logs.join('\n'));
+      const next = await run.call('read', { path: 'other' }, () => assert.fail('a stopped run ran a tool'));
+      assert.match(next.blocked, /this run was stopped by compaction_loop_persisted \(exec repeated 3 times\); read was not executed/);
+    });
+
+    test('a compaction with changing results does not stop the run', async () => {
+      const run = openclawRun(createHooks({ engine: engineFor(), logger: quietLogger }), { runId: 'run-progress' });
+      await run.compacted();
+      for (let i = 0; i < 5; i++) {
+        const out = await run.call('exec', { command: 'make' }, () => ({ result: text(`step ${i}`) }));
+        assert.ok(out.result, `call ${i} ran`);
+      }
+    });
+
+    test('a terminal block stops every later call of the run, and only of that run', async () => {
+      const hooks = createHooks({ engine: engineFor(), logger: quietLogger });
+      const run = openclawRun(hooks, { runId: 'run-breaker' });
+      let out;
+      for (let i = 1; i <= 31; i++) out = await run.call('read', { path: 'a' }, () => ({ result: text('same') }));
+      assert.match(out.blocked, /global circuit breaker/);
+      const later = await run.call('ls', {}, () => assert.fail('ran after the breaker'));
+      assert.ok(later.blocked);
+      const other = openclawRun(hooks, { runId: 'run-other' });
+      assert.ok((await other.call('ls', {}, () => ({ result: text('ok') }))).result);
+    });
+  });
+}
+
+suite('hooks over the in-process engine', () => createEngine(CONFIG));
+
+describe('hooks over a loopguard serve sidecar', () => {
+  let sidecar;
+  before(async () => {
+    const { mkdtempSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const file = join(mkdtempSync(join(tmpdir(), 'loopguard-sidecar-')), 'config.json5');
+    writeFileSync(file, JSON.stringify(engineDocument(CONFIG)));
+    sidecar = await startSidecar(file);
+  });
+  after(() => sidecar?.stop());
+  // Each test gets its own session through a distinct run id; one sidecar serves them all.
+  suite('sidecar', () => new SidecarEngine({ url: sidecar.url, timeoutMs: 5000 }));
+
+  test('an unreachable sidecar fails open by default, or blocks when asked to', async () => {
+    const dead = new SidecarEngine({ url: 'http://127.0.0.1:9', timeoutMs: 500 });
+    const open = openclawRun(createHooks({ engine: dead, logger: quietLogger }));
+    assert.ok((await open.call('read', {}, () => ({ result: text('x') }))).result);
+    const closed = openclawRun(createHooks({ engine: dead, logger: quietLogger, onError: 'block' }));
+    assert.match((await closed.call('read', {}, () => assert.fail('ran'))).blocked, /could not judge this call/);
+  });
+});
+
+test('withoutNote takes off exactly the appended note', () => {
+  const note = '[loopguard] WARNING: x';
+  const result = { content: [{ type: 'text', text: 'a' }, { type: 'text', text: note }], details: {} };
+  assert.deepEqual(withoutNote(result, note), { content: [{ type: 'text', text: 'a' }], details: {} });
+  assert.equal(withoutNote(result, null), result);
+  assert.equal(withoutNote({ content: [{ type: 'text', text: 'a' }] }, note).content.length, 1);
+  assert.equal(withoutNote(undefined, note), undefined);
+});
+
+test('engineDocument maps the plugin blocks onto an OpenClaw-style document', () => {
+  assert.deepEqual(
+    engineDocument({
+      loopDetection: { enabled: true },
+      loopguard: { mode: 'shadow' },
+      agents: { ops: { loopDetection: { warningThreshold: 3 } }, bare: {} },
+    }),
+    {
+      tools: { loopDetection: { enabled: true } },
+      loopguard: { mode: 'shadow' },
+      agents: { entries: { ops: { tools: { loopDetection: { warningThreshold: 3 } } }, bare: {} } },
+    },
+  );
+  assert.deepEqual(engineDocument({}), {});
+});

@@ -1,0 +1,114 @@
+// Shared by the plugin's tests: where the repository's builds and OpenClaw are, the
+// plugin's dependency on the in-repository @loopguard/node, a scripted model server and a
+// real `loopguard serve`.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
+import http from 'node:http';
+import { dirname, join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export const pluginDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const repoRoot = resolve(pluginDir, '../..');
+const targetDir = process.env.CARGO_TARGET_DIR ?? join(repoRoot, 'target');
+const profile = process.env.LOOPGUARD_PROFILE ?? 'debug';
+
+export const loopguardBin = process.env.LOOPGUARD_BIN ?? join(targetDir, profile, 'loopguard');
+export const openclawEntry =
+  process.env.LOOPGUARD_OPENCLAW ?? join(targetDir, 'openclaw/node_modules/openclaw/openclaw.mjs');
+
+if (!process.env.LOOPGUARD_NODE_ADDON) {
+  const built = join(targetDir, profile, 'libloopguard_node.so');
+  if (existsSync(built)) process.env.LOOPGUARD_NODE_ADDON = built;
+}
+
+// The plugin depends on @loopguard/node; in the repository that is the sibling package.
+const linked = join(pluginDir, 'node_modules/@loopguard/node');
+if (!existsSync(linked)) {
+  mkdirSync(dirname(linked), { recursive: true });
+  symlinkSync(join(repoRoot, 'packages/node'), linked, 'dir');
+}
+
+/**
+ * A model that plays a fixed script over OpenAI's /v1/chat/completions, streaming or not.
+ * Each request is answered by the step whose index is the number of tool results in the
+ * conversation: `{tool, args}` asks for one tool call, `{text}` (or the end of the script)
+ * answers in text. Every request is kept, so a test can read what the model was shown.
+ */
+export async function scriptedModel(steps) {
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      if (!req.url.endsWith('/chat/completions')) {
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"not found"}}');
+        return;
+      }
+      const request = JSON.parse(body);
+      requests.push(request);
+      const n = request.messages.filter((m) => m.role === 'tool').length;
+      const step = steps[n] ?? { text: `done after ${n} tool results` };
+      const id = `chatcmpl-${requests.length}`;
+      const delta = step.tool
+        ? {
+            role: 'assistant',
+            tool_calls: [
+              { index: 0, id: `call_${n}`, type: 'function', function: { name: step.tool, arguments: JSON.stringify(step.args) } },
+            ],
+          }
+        : { role: 'assistant', content: step.text };
+      const finish = step.tool ? 'tool_calls' : 'stop';
+      const chunk = (d, f) => ({ id, object: 'chat.completion.chunk', created: 0, model: request.model, choices: [{ index: 0, delta: d, finish_reason: f }] });
+      if (request.stream) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(`data: ${JSON.stringify(chunk(delta, null))}\n\n`);
+        res.write(`data: ${JSON.stringify(chunk({}, finish))}\n\n`);
+        res.end('data: [DONE]\n\n');
+      } else {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id, object: 'chat.completion', created: 0, model: request.model, choices: [{ index: 0, message: delta, finish_reason: finish }] }));
+      }
+    });
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/v1`,
+    requests,
+    /** The tool results of the last request: what the model was shown, in order. */
+    toolResults() {
+      const last = requests.at(-1);
+      return (last?.messages ?? [])
+        .filter((m) => m.role === 'tool')
+        .map((m) => (typeof m.content === 'string' ? m.content : m.content.map((c) => c.text ?? '').join('\n')));
+    },
+    close: () => new Promise((ok) => server.close(ok)),
+  };
+}
+
+/** A real `loopguard serve` on a free loopback port, in memory, with `config` (a file). */
+export async function startSidecar(configFile) {
+  const args = ['serve', '--memory', '--listen', '127.0.0.1:0'];
+  if (configFile) args.push('--config', configFile);
+  const child = spawn(loopguardBin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const lines = createInterface({ input: child.stdout });
+  const url = await new Promise((ok, fail) => {
+    lines.on('line', (line) => {
+      const m = /listening on (http:\/\/\S+)/.exec(line);
+      if (m) ok(m[1]);
+    });
+    child.on('exit', (code) => fail(new Error(`loopguard serve exited ${code}: ${stderr}`)));
+  });
+  return {
+    url,
+    stop: () =>
+      new Promise((ok) => {
+        if (child.exitCode !== null) return ok();
+        child.on('exit', ok);
+        child.kill('SIGTERM');
+      }),
+  };
+}
