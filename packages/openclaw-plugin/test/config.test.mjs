@@ -102,7 +102,7 @@ test('openclaw plugins install --link, enable, and config validate', { skip: !ex
   for (const part of ['package.json', 'index.js', 'index.d.ts', 'native.js']) {
     cpSync(join(pluginDir, '../node', part), join(plugin, 'node_modules/@loopguard/node', part));
   }
-  const install = await openclaw(home, ['plugins', 'install', '--link', plugin, '--force']);
+  const install = await openclaw(home, ['plugins', 'install', '--link', plugin, '--force', '--accept-capabilities']);
   assert.equal(install.code, 0, install.stderr);
   const enable = await openclaw(home, ['plugins', 'enable', 'loopguard']);
   assert.equal(enable.code, 0, enable.stderr);

@@ -45,7 +45,7 @@ export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin =
     },
     agents: {
       defaults: { model: { primary: 'scripted/loop' }, workspace },
-      entries: { main: { workspace }, ops: { workspace } },
+      list: [{ id: 'main', default: true, workspace }, { id: 'ops', workspace }],
     },
     tools: { loopDetection: { enabled: false } },
   };
