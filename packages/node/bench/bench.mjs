@@ -1,15 +1,22 @@
 // Per-call cost of the host cycle (beforeCall, then afterCall when the call may run) on
 // the small and medium workloads, four ways, interleaved in one run:
 //
-//   engine        the Rust engine alone (crates/loopguard/examples/host_cycle, a process
-//                 of its own, JSON already parsed)
+//   engine        the Rust engine alone (crates/loopguard-node/examples/engine_cycle, a
+//                 process of its own, JSON already parsed)
+//   engine text   the Rust side of the binding alone: each event line parsed and applied
+//                 through the replay protocol (engine_cycle ... text)
 //   node text     @loopguard/node as shipped: events cross as JSON text
+//   node by id    the same, afterCall naming the pending call by callId only (no tool,
+//                 no args: nothing to send twice, nothing to hash twice)
 //   node object   the same engine, events converted value by value through N-API
 //   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
 //                 recordToolCallOutcome from the installed openclaw package)
 //
+// Times are CPU time per call (process.cpuUsage here, the thread's schedstat in
+// engine_cycle): on a shared, loaded machine wall time mostly measures the scheduler.
+//
 // Needs release builds and the workloads:
-//   cargo build --release -p loopguard-node && cargo build --release -p loopguard --example host_cycle
+//   cargo build --release -p loopguard-node --lib --example engine_cycle
 //   bench/workloads.sh   (or: python3 bench/gen_workloads.py target/bench-data --only small)
 //   LOOPGUARD_PROFILE=release node packages/node/bench/bench.mjs [CALLS] [ROUNDS]
 import { execFileSync } from 'node:child_process';
@@ -29,7 +36,15 @@ const ROUNDS = Number(process.argv[3] ?? 5);
 const CONFIG = '{ tools: { loopDetection: { enabled: true } } }';
 const target = process.env.CARGO_TARGET_DIR ?? join(repoRoot, 'target');
 const data = process.env.LOOPGUARD_BENCH_DATA ?? join(target, 'bench-data');
-const hostCycle = join(target, 'release/examples/host_cycle');
+const engineCycle = join(target, 'release/examples/engine_cycle');
+
+/** CPU time (user + system) of `run`, in µs per call. */
+function cpuPerCall(calls, run) {
+  const start = process.cpuUsage();
+  run();
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / calls;
+}
 
 /** The first `n` (call, result) pairs of a workload, parsed. */
 function workload(name, n) {
@@ -50,24 +65,34 @@ function workload(name, n) {
 
 function nodeText(pairs) {
   const guard = new Guard(CONFIG);
-  const start = process.hrtime.bigint();
-  for (const p of pairs) {
-    const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
-    if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, tool: p.tool, args: p.args, result: p.result });
-  }
-  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+  return cpuPerCall(pairs.length, () => {
+    for (const p of pairs) {
+      const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
+      if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, tool: p.tool, args: p.args, result: p.result });
+    }
+  });
+}
+
+function nodeById(pairs) {
+  const guard = new Guard(CONFIG);
+  return cpuPerCall(pairs.length, () => {
+    for (const p of pairs) {
+      const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
+      if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, result: p.result });
+    }
+  });
 }
 
 function nodeObject(pairs) {
   const guard = new native.NativeGuard(CONFIG, undefined);
-  const start = process.hrtime.bigint();
-  for (const p of pairs) {
-    const v = guard.callObject({ type: 'call', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args });
-    if (v?.verdict !== 'block') {
-      guard.resultObject({ type: 'result', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args, result: p.result });
+  return cpuPerCall(pairs.length, () => {
+    for (const p of pairs) {
+      const v = guard.callObject({ type: 'call', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args });
+      if (v?.verdict !== 'block') {
+        guard.resultObject({ type: 'result', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args, result: p.result });
+      }
     }
-  }
-  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+  });
 }
 
 /** OpenClaw's detector module, found by what it exports. */
@@ -86,44 +111,46 @@ function openclaw(detector, pairs) {
   const { detectToolCallLoop, recordToolCall, recordToolCallOutcome } = detector;
   const config = { enabled: true };
   const state = {};
-  const start = process.hrtime.bigint();
-  for (const p of pairs) {
-    const scope = { runId: p.run };
-    const found = detectToolCallLoop(state, p.tool, p.args, config, scope);
-    if (found.stuck && found.level === 'critical') continue;
-    recordToolCall(state, p.tool, p.args, p.callId, config, scope);
-    recordToolCallOutcome(state, { toolName: p.tool, toolParams: p.args, toolCallId: p.callId, result: p.result, runId: p.run });
-  }
-  return Number(process.hrtime.bigint() - start) / 1e3 / pairs.length;
+  return cpuPerCall(pairs.length, () => {
+    for (const p of pairs) {
+      const scope = { runId: p.run };
+      const found = detectToolCallLoop(state, p.tool, p.args, config, scope);
+      if (found.stuck && found.level === 'critical') continue;
+      recordToolCall(state, p.tool, p.args, p.callId, config, scope);
+      recordToolCallOutcome(state, { toolName: p.tool, toolParams: p.args, toolCallId: p.callId, result: p.result, runId: p.run });
+    }
+  });
 }
 
-function engine(name, n) {
-  const out = execFileSync(hostCycle, [join(data, `${name}.jsonl`), String(n), '30', '1'], { encoding: 'utf8' });
-  return Number(/([\d.]+) µs per call/.exec(out)[1]);
+function engine(name, n, mode = []) {
+  const out = execFileSync(engineCycle, [join(data, `${name}.jsonl`), String(n), ...mode], { encoding: 'utf8' });
+  return Number(/([\d.]+) µs CPU per call/.exec(out)[1]);
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const detector = await openclawDetector();
 console.log(`calls ${CALLS} per workload, ${ROUNDS} interleaved rounds, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
-console.log('| workload | engine (Rust) | node text | node object | OpenClaw detector | node text / engine | OpenClaw / node text |');
-console.log('|---|---:|---:|---:|---:|---:|---:|');
+console.log('| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node text | node by id | node object | OpenClaw detector | node text / engine | OpenClaw / node text | OpenClaw / node by id |');
+console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 for (const name of ['small', 'medium']) {
   const n = name === 'small' ? CALLS : Math.ceil(CALLS / 5);
   const pairs = workload(name, n);
-  const times = { engine: [], text: [], object: [], openclaw: [] };
+  const times = { engine: [], engineText: [], text: [], byId: [], object: [], openclaw: [] };
   nodeText(pairs.slice(0, 2000)); // warm up the JIT
   nodeObject(pairs.slice(0, 2000));
   openclaw(detector, pairs.slice(0, 2000));
   for (let r = 0; r < ROUNDS; r++) {
     times.engine.push(engine(name, n));
+    times.engineText.push(engine(name, n, ['text']));
     times.text.push(nodeText(pairs));
+    times.byId.push(nodeById(pairs));
     times.object.push(nodeObject(pairs));
     times.openclaw.push(openclaw(detector, pairs));
   }
   const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
   const us = (x) => `${x.toFixed(2)} µs`;
   console.log(
-    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.text)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× |`,
+    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.text)} | ${us(m.byId)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× | ${(m.openclaw / m.byId).toFixed(1)}× |`,
   );
 }
 console.log(`load after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
