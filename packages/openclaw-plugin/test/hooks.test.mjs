@@ -47,7 +47,7 @@ function openclawRun(hooks, { runId = 'run-1', agentId = 'main', sessionKey = 'a
     },
     compacted() {
       return hooks.afterCompaction(
-        { messageCount: 12, compactedCount: 30, tokenCount: 4000, sessionFile: '/tmp/s.jsonl' },
+        { messageCount: 12, compactedCount: 30, tokenCount: 4000, sessionFile: 'sessions/s.jsonl' },
         { ...ctx, modelProviderId: 'scripted', modelId: 'loop' },
       );
     },
