@@ -59,7 +59,7 @@ export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin =
 }
 
 /** Runs the OpenClaw CLI in `home` with `args`; resolves { code, stdout, stderr }. */
-export function openclaw(home, args, { timeoutMs = 240_000 } = {}) {
+export function openclaw(home, args, { timeoutMs = 480_000 } = {}) {
   return new Promise((ok) => {
     execFile(
       process.execPath,
