@@ -1,0 +1,180 @@
+"""``Guard.remote(url)``: the same API as :class:`loopguard.Guard`, answered by a
+``loopguard serve`` sidecar, for hosts whose tool calls are spread over many processes.
+
+Each thread keeps one keep-alive HTTP connection. Values are checked by the same walk as
+the in-process guard before they are sent, so both guards accept and refuse the same
+arguments and results, and the sidecar's answers come back as the same ``Verdict`` and
+``Recorded`` objects. A failed request raises :class:`loopguard.RemoteError` and is not
+retried (a retried event could count twice); hosts usually fail open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import threading
+import urllib.parse
+from typing import Any, Dict, Optional
+
+from . import _native
+from ._errors import RemoteError
+
+_UNSET: Any = object()
+
+
+def _jsonable(value: Any) -> Any:
+    """``json.dumps``' fallback, for what the native walk accepts beyond plain JSON."""
+    if hasattr(value, "model_dump") and not isinstance(value, type):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    raise TypeError(f"{type(value).__qualname__} is not a JSON value")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_jsonable, allow_nan=False, separators=(",", ":"))
+
+
+class RemoteGuard:
+    """A client of a ``loopguard serve`` sidecar with the API of :class:`loopguard.Guard`."""
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 10.0) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.url = url
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._base = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"RemoteGuard({self.url!r})"
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
+        if conn is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = kind(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+        return conn
+
+    def _request(self, method: str, path: str, body: Optional[str] = None) -> "tuple[int, bytes]":
+        conn = self._connection()
+        try:
+            conn.request(method, self._base + path, body=body, headers=self._headers)
+            response = conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            self._local.conn = None
+            raise RemoteError(0, f"{self.url}: {e}") from e
+        return response.status, data
+
+    def _post(self, path: str, payload: str, ok: "tuple[int, ...]" = (200,)) -> bytes:
+        status, data = self._request("POST", path, payload)
+        if status not in ok:
+            raise RemoteError(status, _error_text(data))
+        return data
+
+    @staticmethod
+    def _event(kind: str, session: str, run: Optional[str], agent: Optional[str], **fields: Any) -> Dict[str, Any]:
+        event: Dict[str, Any] = {"type": kind, "session": session}
+        if run is not None:
+            event["run"] = run
+        if agent is not None:
+            event["agent"] = agent
+        event.update((k, v) for k, v in fields.items() if v is not None)
+        return event
+
+    def before_call(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session: str,
+        run: Optional[str],
+        agent: Optional[str] = None,
+        call_id: Optional[str] = None,
+        batch: Optional[str] = None,
+    ) -> _native.Verdict:
+        _check_tool(tool)
+        _native._convert_object(args)
+        event = self._event("call", session, run, agent, call_id=call_id, tool=tool, batch=batch)
+        event["args"] = args
+        return _native.verdict_from_answer(self._post("/v1/events", _dumps(event)), tool)
+
+    def after_call(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session: str,
+        run: Optional[str],
+        agent: Optional[str] = None,
+        call_id: Optional[str] = None,
+        result: Any = _UNSET,
+        error: Any = _UNSET,
+    ) -> _native.Recorded:
+        _check_tool(tool)
+        _native._convert_object(args)
+        event = self._event("result", session, run, agent, call_id=call_id, tool=tool)
+        event["args"] = args
+        if result is not _UNSET and error is not _UNSET:
+            raise TypeError("after_call takes result= or error=, not both")
+        if error is not _UNSET:
+            event["error"] = str(error) if isinstance(error, BaseException) else error
+            _native._convert_object(event["error"])
+        elif result is not _UNSET:
+            _native._convert_object(result)
+            event["result"] = result
+        return _native.recorded_from_answer(self._post("/v1/events", _dumps(event)))
+
+    def on_compaction(self, *, session: str, run: Optional[str], agent: Optional[str] = None) -> int:
+        answer = json.loads(self._post("/v1/events", _dumps(self._event("compaction", session, run, agent))))
+        return int(answer["armed"])
+
+    def end_run(self, *, session: str, run: Optional[str]) -> bool:
+        answer = json.loads(self._post("/v1/runs/end", _dumps({"session": session, "run": run or ""})))
+        return bool(answer["ended"])
+
+    def end_session(self, session: str) -> bool:
+        status, data = self._request("DELETE", "/v1/sessions/" + urllib.parse.quote(session, safe=""))
+        if status == 404:
+            return False
+        if status != 200:
+            raise RemoteError(status, _error_text(data))
+        return bool(json.loads(data).get("ended_runs", 0))
+
+    def explain(self, agent: Optional[str] = None) -> Dict[str, Any]:
+        raise NotImplementedError(
+            "the sidecar does not publish its config: run `loopguard config explain FILE` "
+            "on the file it was started with, or Guard(FILE).explain()"
+        )
+
+    def close(self) -> None:
+        """Closes this thread's connection (others close when their thread ends)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+def _check_tool(tool: str) -> None:
+    if not isinstance(tool, str):
+        raise TypeError(f"tool must be a str, not {type(tool).__qualname__}")
+    if not tool.strip():
+        raise ValueError("tool must be a non-blank string")
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("error", data[:200].decode("utf-8", "replace")))
+    except ValueError:
+        return data[:200].decode("utf-8", "replace")

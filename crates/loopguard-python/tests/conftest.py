@@ -1,0 +1,53 @@
+"""Shared fixtures: the repository, the real `loopguard` binary, a live sidecar."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def loopguard_bin() -> Path:
+    """The CLI built from this checkout (`LOOPGUARD_BIN` overrides); built when missing."""
+    given = os.environ.get("LOOPGUARD_BIN")
+    if given:
+        return Path(given)
+    path = REPO / "target" / "debug" / "loopguard"
+    if not path.exists():
+        subprocess.run(["cargo", "build", "-q", "-p", "loopguard-cli"], cwd=REPO, check=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    return loopguard_bin()
+
+
+@pytest.fixture(scope="session")
+def sidecar(binary: Path) -> Iterator[str]:
+    """A `loopguard serve --memory` on a free loopback port, with rolling detectors on."""
+    config = REPO / "examples" / "openclaw.json5"
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--memory", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"listening on (http://\S+)", line)
+    assert match, f"unexpected first line from loopguard serve: {line!r}"
+    try:
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

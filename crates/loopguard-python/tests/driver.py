@@ -1,0 +1,112 @@
+"""Drives a guard (in process or remote) with replay-protocol events, answering each line
+as `loopguard replay` does, so the binding can be compared with the real binary.
+
+The driver does only what the protocol itself defines around the API (JSON lines, event
+shapes, which fields must be strings); every answer comes from the guard, and every
+value or name the guard refuses (a blank tool, a value it cannot fingerprint) becomes an
+error line, as `replay` reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from loopguard import AnyGuard
+
+IDS = ("session", "run", "agent", "call_id", "tool", "batch")
+_UNSET: Any = object()
+
+
+def _id(event: Dict[str, Any], key: str) -> Optional[str]:
+    value = event.get(key)
+    if value is None and key not in event:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string")
+    return value.strip() or None
+
+
+def answer(guard: AnyGuard, seq: int, event: Any) -> Dict[str, Any]:
+    if not isinstance(event, dict):
+        return {"seq": seq, "error": "event must be a JSON object"}
+    kind = event.get("type")
+    if kind not in ("call", "result", "compaction"):
+        return {"seq": seq, "error": f"bad event type {kind!r}"}
+    try:
+        ids = {key: _id(event, key) for key in IDS}
+        scope = {"session": ids["session"] or "default", "run": ids["run"], "agent": ids["agent"]}
+        head = {"seq": seq, "type": kind, "session": scope["session"], "run": scope["run"]}
+        if kind == "compaction":
+            return {**head, "armed": guard.on_compaction(**scope)}
+        tool = event.get("tool")
+        if tool is None:
+            return {"seq": seq, "error": f"{kind} without tool"}
+        args = event.get("args", {})
+        if kind == "call":
+            verdict = guard.before_call(tool, args, call_id=ids["call_id"], batch=ids["batch"], **scope)
+            return {**head, **verdict.to_dict()}
+        outcome: Dict[str, Any] = {}
+        if "error" in event:
+            outcome["error"] = event["error"]
+        elif "result" in event:
+            outcome["result"] = event["result"]
+        recorded = guard.after_call(tool, args, call_id=ids["call_id"], **scope, **outcome)
+        return {**head, **recorded.to_dict()}
+    except (TypeError, ValueError) as e:
+        return {"seq": seq, "error": str(e)}
+
+
+def drive(guard: AnyGuard, lines: Iterable[str]) -> List[Dict[str, Any]]:
+    out = []
+    for seq, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            out.append({"seq": seq, "error": "invalid JSON"})
+            continue
+        out.append(answer(guard, seq, event))
+    return out
+
+
+def replay(binary: Path, events: Path, config: Optional[Path] = None) -> List[Dict[str, Any]]:
+    """What the real `loopguard replay` answers."""
+    cmd = [str(binary), "replay"]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    done = subprocess.run(cmd + [str(events)], capture_output=True, text=True, check=False)
+    assert done.returncode in (0, 2), done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+#: The fields SPEC's conformance README says must match (message wording is free there).
+CONFORMANCE_FIELDS = (
+    "seq", "type", "session", "run", "verdict", "level", "detector", "count", "notify",
+    "terminal", "paired_tool", "recorded", "armed",
+)
+
+
+def conformance_view(answer: Dict[str, Any]) -> Dict[str, Any]:
+    if "error" in answer:
+        return {"seq": answer["seq"], "error": True}
+    view = {k: answer[k] for k in CONFORMANCE_FIELDS if k in answer}
+    if "abort" in answer:
+        abort = answer["abort"]
+        view["abort"] = abort and {k: abort[k] for k in ("detector", "tool", "count")}
+    return view
+
+
+def exact_view(answer: Dict[str, Any]) -> Dict[str, Any]:
+    """Everything, messages included; error lines by position only (their words differ:
+    the driver parses JSON with Python)."""
+    if "error" in answer:
+        return {"seq": answer["seq"], "error": True}
+    return answer
+
+
+def views(answers: Sequence[Dict[str, Any]], exact: bool) -> List[Dict[str, Any]]:
+    return [(exact_view if exact else conformance_view)(a) for a in answers]

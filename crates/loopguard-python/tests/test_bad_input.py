@@ -1,0 +1,149 @@
+"""Bad input gets a clear exception, never a crash: cycles, NaN, huge ints, non-str keys,
+bytes, a 50 MB result, 10,000-deep nesting, bad configs."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+import loopguard
+from driver import replay
+
+S = {"session": "s", "run": "r"}
+
+
+def guard() -> loopguard.Guard:
+    return loopguard.Guard({"tools": {"loopDetection": {"enabled": True}}})
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_cycles_are_named() -> None:
+    looped: Dict[str, Any] = {"a": [1]}
+    looped["a"].append(looped)
+    with pytest.raises(ValueError, match=r"args\[\"a\"\]\[1\].*contains itself"):
+        guard().before_call("t", looped, **S)
+    items: list = []
+    items.append(items)
+    with pytest.raises(ValueError, match="contains itself"):
+        guard().after_call("t", {}, result=items, **S)
+
+
+@pytest.mark.parametrize("x", [math.nan, math.inf, -math.inf])
+def test_non_finite_numbers(x: float) -> None:
+    with pytest.raises(ValueError, match=r"args\[\"x\"\]: .* is not a JSON number"):
+        guard().before_call("t", {"x": x}, **S)
+
+
+def test_ints_beyond_any_double() -> None:
+    with pytest.raises(OverflowError, match=r"result\[0\]: the integer is too large"):
+        guard().after_call("t", {}, result=[10**400], **S)
+
+
+@pytest.mark.parametrize(
+    "value, kind",
+    [({1: "a"}, "keys must be str, not int"), ({("a",): 1}, "not tuple"), (b"bytes", "bytes"),
+     ({"s": {1, 2}}, "set"), ({"o": object()}, "object"), ({"t": int}, "type")],
+)
+def test_what_json_cannot_say_is_a_type_error(value: Any, kind: str) -> None:
+    with pytest.raises(TypeError, match=kind):
+        guard().before_call("t", value, **S)
+
+
+def test_model_dump_must_return_a_dict() -> None:
+    class Odd:
+        def model_dump(self, mode: str = "python") -> str:
+            return "not a dict"
+
+    with pytest.raises(TypeError, match="model_dump"):
+        guard().before_call("t", Odd(), **S)
+
+
+def test_bad_names() -> None:
+    with pytest.raises(ValueError, match="non-blank"):
+        guard().before_call("  ", {}, **S)
+    with pytest.raises(TypeError):
+        guard().before_call(5, {}, **S)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        guard().before_call("t", {}, session=None, run=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not both"):
+        guard().after_call("t", {}, result=1, error="e", **S)
+
+
+def test_ten_thousand_levels_deep() -> None:
+    with pytest.raises(ValueError, match=f"nested deeper than {loopguard.MAX_NESTING} levels"):
+        guard().before_call("t", nested(10_000), **S)
+    with pytest.raises(ValueError, match="nested deeper"):
+        guard().after_call("t", {}, result={"details": nested(10_000)}, **S)
+
+
+def test_the_depth_limit_is_the_protocols(binary: Path, tmp_path: Path) -> None:
+    """A value is accepted here exactly when `loopguard replay` accepts it inside an event."""
+    deepest = loopguard.MAX_NESTING
+    for depth, accepted in ((deepest, True), (deepest + 1, False)):
+        value = nested(depth)
+        events = tmp_path / "events.jsonl"
+        events.write_text(json.dumps({"type": "call", "tool": "t", "args": value}) + "\n")
+        assert ("error" not in replay(binary, events)[0]) == accepted
+        if accepted:
+            assert guard().before_call("t", value, **S).verdict == "allow"
+        else:
+            with pytest.raises(ValueError):
+                guard().before_call("t", value, **S)
+
+
+def test_a_50_mb_result_is_fingerprinted() -> None:
+    g = guard()
+    text = "x" * (50 << 20)
+    start = time.perf_counter()
+    for _ in range(3):
+        assert g.before_call("read", {"p": 1}, **S).verdict == "allow"
+        assert g.after_call("read", {"p": 1}, result={"content": [{"type": "text", "text": text}]}, **S).recorded
+    assert time.perf_counter() - start < 30
+    other = g.after_call("read", {"p": 1}, result={"content": [{"type": "text", "text": text + "y"}]}, **S)
+    assert other.recorded
+
+
+def test_errors_from_exceptions_use_their_text() -> None:
+    g = guard()
+    for _ in range(10):
+        g.before_call("gone", {}, **S)
+        g.after_call("gone", {}, error=RuntimeError("Tool gone not found"), **S)
+    verdict = g.before_call("gone", {}, **S)
+    assert (verdict.verdict, verdict.detector) == ("block", "unknown_tool_repeat")
+
+
+def test_config_errors_carry_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json5"
+    path.write_text("{\n  tools: {\n    loopDetection: { enabled: true, warningThreshhold: 3 },\n  },\n}\n")
+    with pytest.raises(loopguard.ConfigError) as caught:
+        loopguard.Guard(path)
+    e = caught.value
+    assert (e.file, e.path, e.line, e.column) == (str(path), "tools.loopDetection.warningThreshhold", 3, 37)
+    assert "did you mean `warningThreshold`" in str(e)
+    with pytest.raises(loopguard.ConfigError) as caught:
+        loopguard.Guard(str(path))
+    assert caught.value.line == 3
+    with pytest.raises(loopguard.ConfigError) as caught:
+        loopguard.Guard("{ tools: { loopDetection: { historySize: 0 } } }")
+    assert (caught.value.file, caught.value.line) == (None, 1)
+    with pytest.raises(loopguard.ConfigError) as caught:
+        loopguard.Guard({"tools": {"loopDetection": {"enabled": "yes"}}})
+    assert (caught.value.path, caught.value.line) == ("tools.loopDetection.enabled", None)
+    assert "expected true or false" in str(caught.value)
+    with pytest.raises(loopguard.ConfigError, match="invalid JSON5"):
+        loopguard.Guard("{ tools: ")
+    with pytest.raises(FileNotFoundError):
+        loopguard.Guard(tmp_path / "missing.json5")
+    with pytest.raises(TypeError):
+        loopguard.Guard(42)  # type: ignore[arg-type]
