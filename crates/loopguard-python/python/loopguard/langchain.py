@@ -1,0 +1,136 @@
+"""LangChain (``langchain`` 1.x ``create_agent``): loopguard as an ``AgentMiddleware``.
+
+    from langchain.agents import create_agent
+    from loopguard import Guard
+    from loopguard.langchain import LoopGuardMiddleware
+
+    agent = create_agent(model, tools, middleware=[LoopGuardMiddleware(Guard("openclaw.json5"))])
+
+``wrap_tool_call`` asks the guard before each tool call. A blocked call does not run: the
+model gets a ``ToolMessage`` (status ``error``) with the guard's message instead. A warning
+to surface is appended to the tool's message. A terminal verdict (the global circuit
+breaker) or a post-compaction abort ends the run: the agent jumps to its end with a final
+``AIMessage`` saying why.
+
+The session is the LangGraph thread (``configurable.thread_id``, else ``"default"``); each
+``invoke`` is a run, ended (and forgotten by the guard) when the agent finishes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Awaitable, Callable, Dict, Optional, Union
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.config import get_config
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from typing_extensions import Annotated, NotRequired
+
+from . import AnyGuard, Verdict
+
+Result = Union[ToolMessage, Command[Any]]
+
+
+class LoopGuardState(AgentState[Any]):
+    """The run id the guard knows this invocation by, and why it was stopped."""
+
+    loopguard_run: NotRequired[Annotated[str, PrivateStateAttr]]
+    loopguard_stop: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
+
+
+class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
+    """Stops tool-call loops of a ``create_agent`` agent (see the module docs)."""
+
+    state_schema = LoopGuardState
+
+    def __init__(self, guard: AnyGuard, *, agent: Optional[str] = None) -> None:
+        super().__init__()
+        self.guard = guard
+        self.agent = agent
+
+    def before_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> Dict[str, Any]:
+        return {"loopguard_run": uuid.uuid4().hex, "loopguard_stop": None}
+
+    def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> None:
+        run = state.get("loopguard_run")
+        if run:
+            self.guard.end_run(session=_session(), run=run)
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> Optional[Dict[str, Any]]:
+        stop = state.get("loopguard_stop")
+        if not stop:
+            return None
+        return {"jump_to": "end", "messages": [AIMessage(content=f"The run was stopped by loopguard. {stop}")]}
+
+    def _scope(self, request: ToolCallRequest) -> Dict[str, Any]:
+        return {"session": _session(), "run": request.state.get("loopguard_run"), "agent": self.agent}
+
+    def _before(self, request: ToolCallRequest) -> "tuple[Dict[str, Any], Verdict, Optional[Result]]":
+        call = request.tool_call
+        scope = self._scope(request)
+        verdict = self.guard.before_call(call["name"], call["args"], call_id=call.get("id"), **scope)
+        if not verdict.blocked:
+            return scope, verdict, None
+        message = ToolMessage(
+            content=verdict.message or "", tool_call_id=call.get("id") or "", name=call["name"], status="error"
+        )
+        if verdict.terminal:
+            return scope, verdict, Command(update={"messages": [message], "loopguard_stop": verdict.message})
+        return scope, verdict, message
+
+    def _after(self, request: ToolCallRequest, scope: Dict[str, Any], verdict: Verdict, out: Result) -> Result:
+        if not isinstance(out, ToolMessage):
+            return out  # a Command from the tool: its result is not ours to read
+        call = request.tool_call
+        outcome = {"error": out.content} if out.status == "error" else {"result": out.content}
+        recorded = self.guard.after_call(call["name"], call["args"], call_id=call.get("id"), **scope, **outcome)
+        note = verdict.warning_note
+        if note:
+            content: Any = out.content
+            content = content + "\n\n" + note if isinstance(content, str) else [*content, {"type": "text", "text": note}]
+            out = out.model_copy(update={"content": content})
+        if recorded.abort:
+            return Command(update={"messages": [out], "loopguard_stop": recorded.abort.message})
+        return out
+
+    def _failed(self, request: ToolCallRequest, scope: Dict[str, Any], error: Exception) -> None:
+        call = request.tool_call
+        self.guard.after_call(call["name"], call["args"], call_id=call.get("id"), error=error, **scope)
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Result]) -> Result:
+        scope, verdict, blocked = self._before(request)
+        if blocked is not None:
+            return blocked
+        try:
+            out = handler(request)
+        except Exception as e:
+            self._failed(request, scope, e)
+            raise
+        return self._after(request, scope, verdict, out)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Result]]
+    ) -> Result:
+        scope, verdict, blocked = self._before(request)
+        if blocked is not None:
+            return blocked
+        try:
+            out = await handler(request)
+        except Exception as e:
+            self._failed(request, scope, e)
+            raise
+        return self._after(request, scope, verdict, out)
+
+
+def _session() -> str:
+    """The LangGraph thread this step runs in, else ``"default"``."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # outside a graph
+        return "default"
+    return str(configurable.get("thread_id") or "default")
