@@ -1,0 +1,120 @@
+"""OpenAI Agents SDK (``openai-agents``): loopguard as tool input and output guardrails.
+
+    from agents import Agent, Runner
+    from loopguard import Guard
+    from loopguard.openai_agents import LoopGuardrails
+
+    rails = LoopGuardrails(Guard("openclaw.json5"), session="user-42")
+    agent = Agent(name="worker", tools=rails.protect(read_file, run_tests))
+    with rails.run():                      # one run of the guard per Runner.run
+        Runner.run_sync(agent, "write the report")
+
+The input guardrail asks the guard before each call of a protected function tool. A
+blocked call never runs: the guardrail rejects it and the model reads the guard's message
+as the tool's output. A terminal verdict (the global circuit breaker) trips the wire, so
+``Runner.run`` raises ``ToolInputGuardrailTripwireTriggered`` (``output.output_info`` is
+the verdict). The output guardrail records what the tool returned, appends a warning to
+surface to it, and trips the wire when the post-compaction guard aborts the run.
+
+Runs: ``with rails.run():`` gives the calls inside it a run of their own (a fresh id, or
+the one given), and ends it on exit; calls outside any ``run()`` share the session's
+history, like OpenClaw's. ``session`` is a string or a function of the ``ToolContext``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from agents import FunctionTool
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+    ToolOutputGuardrail,
+    ToolOutputGuardrailData,
+)
+
+from . import AnyGuard, Verdict
+
+Session = Union[str, Callable[[ToolContext[Any]], str]]
+
+
+class LoopGuardrails:
+    """The two guardrails of a guard, for the function tools given to :meth:`protect`."""
+
+    def __init__(self, guard: AnyGuard, *, session: Session = "default", agent: Optional[str] = None) -> None:
+        self.guard = guard
+        self.session = session
+        self.agent = agent
+        self.input = ToolInputGuardrail(self._before, name="loopguard")
+        self.output = ToolOutputGuardrail(self._after, name="loopguard")
+        self._run: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("loopguard_run", default=None)
+        # Verdicts waiting for their call's output, by call id (for the warning note).
+        self._pending: Dict[Tuple[str, str], Verdict] = {}
+        self._lock = threading.Lock()
+
+    def protect(self, *tools: FunctionTool) -> List[FunctionTool]:
+        """Adds the guardrails to each tool (in place) and returns the tools as a list."""
+        for t in tools:
+            t.tool_input_guardrails = [*(t.tool_input_guardrails or []), self.input]
+            t.tool_output_guardrails = [*(t.tool_output_guardrails or []), self.output]
+        return list(tools)
+
+    @contextmanager
+    def run(self, run_id: Optional[str] = None) -> Iterator[str]:
+        """Scopes the calls made inside to one run; ends it on exit."""
+        run = run_id or uuid.uuid4().hex
+        token = self._run.set(run)
+        try:
+            yield run
+        finally:
+            self._run.reset(token)
+            self.guard.end_run(session=self._session_name(None), run=run)
+
+    def _session_name(self, context: Optional[ToolContext[Any]]) -> str:
+        if isinstance(self.session, str) or context is None:
+            return self.session if isinstance(self.session, str) else "default"
+        return self.session(context)
+
+    def _scope(self, context: ToolContext[Any]) -> Dict[str, Any]:
+        return {"session": self._session_name(context), "run": self._run.get(), "agent": self.agent}
+
+    @staticmethod
+    def _args(context: ToolContext[Any]) -> Any:
+        try:
+            return json.loads(context.tool_arguments or "{}")
+        except ValueError:
+            return context.tool_arguments  # what the model sent, as text
+
+    def _before(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        ctx = data.context
+        verdict = self.guard.before_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, **self._scope(ctx))
+        if verdict.blocked:
+            if verdict.terminal:
+                return ToolGuardrailFunctionOutput.raise_exception(output_info=verdict)
+            return ToolGuardrailFunctionOutput.reject_content(verdict.message or "", output_info=verdict)
+        with self._lock:
+            self._pending[(ctx.tool_call_id, ctx.tool_name)] = verdict
+        return ToolGuardrailFunctionOutput.allow(output_info=verdict)
+
+    def _after(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        ctx = data.context
+        with self._lock:
+            verdict = self._pending.pop((ctx.tool_call_id, ctx.tool_name), None)
+        scope = self._scope(ctx)
+        try:
+            recorded = self.guard.after_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, result=data.output, **scope)
+        except TypeError:  # an output that is not JSON: its text is what the model reads
+            recorded = self.guard.after_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, result=str(data.output), **scope)
+        if recorded.abort:
+            return ToolGuardrailFunctionOutput.raise_exception(output_info=recorded.abort)
+        note = verdict.warning_note if verdict else None
+        if note:
+            return ToolGuardrailFunctionOutput.reject_content(f"{data.output}\n\n{note}", output_info=verdict)
+        return ToolGuardrailFunctionOutput.allow()

@@ -1,0 +1,87 @@
+"""Pydantic AI (``pydantic-ai``): loopguard as a capability, the framework's extension point.
+
+    from pydantic_ai import Agent
+    from loopguard import Guard
+    from loopguard.pydantic_ai import LoopGuardCapability
+
+    agent = Agent(model, tools=[read_file], capabilities=[LoopGuardCapability(Guard("openclaw.json5"))])
+
+``wrap_tool_execute`` asks the guard before each tool call. A blocked call never runs: its
+result is the guard's message, which the model reads. A warning to surface is appended to
+the tool's result. A terminal verdict (the global circuit breaker) or a post-compaction
+abort ends the run with :class:`RunStopped`.
+
+The session is the run's ``conversation_id`` (else ``"default"``), the run its ``run_id``;
+the guard forgets the run when it ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapRunHandler, WrapToolExecuteHandler
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import ToolDefinition
+
+from . import Abort, AnyGuard, Verdict
+
+
+class RunStopped(RuntimeError):
+    """The guard stopped the run; ``stop`` is the terminal verdict or the abort."""
+
+    def __init__(self, stop: Union[Verdict, Abort]) -> None:
+        super().__init__(stop.message)
+        self.stop = stop
+
+
+class LoopGuardCapability(AbstractCapability[Any]):
+    """Stops tool-call loops of a Pydantic AI agent (see the module docs)."""
+
+    def __init__(self, guard: AnyGuard, *, agent: Optional[str] = None) -> None:
+        self.guard = guard
+        self.agent = agent
+
+    @staticmethod
+    def _session(ctx: RunContext[Any]) -> str:
+        return ctx.conversation_id or "default"
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        try:
+            return await handler()
+        finally:
+            if ctx.run_id:
+                self.guard.end_run(session=self._session(ctx), run=ctx.run_id)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        scope = {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
+        sent = call.args_as_dict()
+        verdict = self.guard.before_call(call.tool_name, sent, call_id=call.tool_call_id, **scope)
+        if verdict.blocked:
+            if verdict.terminal:
+                raise RunStopped(verdict)
+            return verdict.message
+        try:
+            result = await handler(args)
+        except Exception as e:
+            self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, error=e, **scope)
+            raise
+        try:
+            recorded = self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, result=result, **scope)
+        except TypeError:  # a result that is not JSON: its text is what the model reads
+            recorded = self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, result=str(result), **scope)
+        if recorded.abort:
+            raise RunStopped(recorded.abort)
+        note = verdict.warning_note
+        if note:
+            return f"{result}\n\n{note}" if not isinstance(result, (dict, list)) else {"result": result, "loopguard": note}
+        return result

@@ -1,0 +1,72 @@
+"""The OpenAI Agents SDK adapter on a real `Agent` and `Runner`, driven by the SDK's own
+`agents.testing.ScriptedModel`: the scripted model calls the same tool 25 times."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List
+
+import pytest
+from agents import Agent, Runner, function_tool
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import loopguard
+from loopguard.openai_agents import LoopGuardrails
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}
+
+
+def setup(args_of: Callable[[int], Dict[str, Any]]) -> "tuple[Agent[Any], ScriptedModel, List[str], LoopGuardrails]":
+    ran: List[str] = []
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "TODO: write the report"
+
+    steps: List[Any] = [[function_call("read_file", args_of(i), call_id=f"call_{i}")] for i in range(25)]
+    steps.append([assistant_message("done")])
+    model = ScriptedModel(steps)
+    rails = LoopGuardrails(loopguard.Guard(CONFIG), session="user-1")
+    agent = Agent(name="worker", model=model, tools=rails.protect(read_file))
+    return agent, model, ran, rails
+
+
+def outputs(model: ScriptedModel) -> List[str]:
+    """The tool outputs the model was shown, in order (from its last call's input)."""
+    last = model.last_call
+    assert last is not None
+    return [str(item["output"]) for item in last.input if isinstance(item, dict) and item.get("type") == "function_call_output"]
+
+
+def test_a_stuck_agent_is_warned_blocked_and_stopped() -> None:
+    agent, model, ran, rails = setup(lambda i: {"path": "notes.txt"})
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as caught:
+        with rails.run():
+            Runner.run_sync(agent, "write the report", max_turns=40)
+    assert len(ran) == 5  # 1-5 run, 6 and 7 are blocked, the 8th stops the run
+    stop = caught.value.output.output_info
+    assert stop.terminal and stop.detector == "global_circuit_breaker" and stop.count == 7
+    seen = outputs(model)
+    assert len(seen) == 7
+    assert "[loopguard] WARNING: you have called read_file 3 times" in seen[3]
+    assert seen[5].startswith("CRITICAL: read_file was called 5 times") and "blocked" in seen[5]
+    assert seen[6].startswith("CRITICAL: read_file was called 6 times")
+
+
+def test_changing_arguments_are_never_warned() -> None:
+    agent, model, ran, rails = setup(lambda i: {"path": f"notes-{i}.txt"})
+    with rails.run():
+        result = Runner.run_sync(agent, "read them all", max_turns=40)
+    assert len(ran) == 25 and result.final_output == "done"
+    assert not any("loopguard" in o or "CRITICAL" in o for o in outputs(model))
+
+
+def test_each_run_starts_clean_and_is_forgotten() -> None:
+    agent, model, ran, rails = setup(lambda i: {"path": "notes.txt"})
+    guard = rails.guard
+    with rails.run("first") as run:
+        verdict = guard.before_call("read_file", {"path": "x"}, session="user-1", run=run)
+        assert verdict.verdict == "allow"
+    assert not guard.end_run(session="user-1", run="first"), "the run was ended on exit"
