@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
+
+# No example database in the working tree: every run draws afresh.
+settings.register_profile("loopguard", database=None)
+settings.load_profile("loopguard")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

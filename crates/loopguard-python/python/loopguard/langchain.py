@@ -87,7 +87,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         if not isinstance(out, ToolMessage):
             return out  # a Command from the tool: its result is not ours to read
         call = request.tool_call
-        outcome = {"error": out.content} if out.status == "error" else {"result": out.content}
+        outcome: Dict[str, Any] = {"error": out.content} if out.status == "error" else {"result": out.content}
         recorded = self.guard.after_call(call["name"], call["args"], call_id=call.get("id"), **scope, **outcome)
         note = verdict.warning_note
         if note:

@@ -52,8 +52,8 @@ class LoopGuardrails:
         self.guard = guard
         self.session = session
         self.agent = agent
-        self.input = ToolInputGuardrail(self._before, name="loopguard")
-        self.output = ToolOutputGuardrail(self._after, name="loopguard")
+        self.input: ToolInputGuardrail[Any] = ToolInputGuardrail(self._before, name="loopguard")
+        self.output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._after, name="loopguard")
         self._run: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("loopguard_run", default=None)
         # Verdicts waiting for their call's output, by call id (for the warning note).
         self._pending: Dict[Tuple[str, str], Verdict] = {}

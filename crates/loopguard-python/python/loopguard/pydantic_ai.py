@@ -17,7 +17,7 @@ the guard forgets the run when it ends.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapRunHandler, WrapToolExecuteHandler
@@ -63,7 +63,7 @@ class LoopGuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        scope = {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
+        scope: Dict[str, Any] = {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
         sent = call.args_as_dict()
         verdict = self.guard.before_call(call.tool_name, sent, call_id=call.tool_call_id, **scope)
         if verdict.blocked:
