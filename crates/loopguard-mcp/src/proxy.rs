@@ -27,8 +27,10 @@ use loopguard::ConfigSet;
 use crate::framing::{read_line, Line};
 use crate::relay::Relay;
 
-/// Default longest line read from either side (256 MiB); longer lines are skipped.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 256 << 20;
+/// Default longest line read from either side (`loopguard replay`'s, 256 MiB); longer
+/// lines are answered ([`Relay::client_line_too_long`](crate::Relay::client_line_too_long))
+/// or skipped.
+pub const DEFAULT_MAX_LINE_BYTES: usize = loopguard_events::DEFAULT_MAX_LINE;
 
 /// How the proxy runs.
 #[derive(Clone, Debug)]

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use crate::item::Pos;
 use crate::stats::{ReadStats, SkipReason};
 
-/// Default longest line (256 MiB, as `loopguard replay`); longer ones are skipped unread.
-pub const DEFAULT_MAX_LINE: usize = 256 << 20;
+/// Default longest line (`loopguard replay`'s); longer ones are skipped unread.
+pub use loopguard_events::DEFAULT_MAX_LINE;
 
 /// One line of input, without its terminator.
 #[derive(Debug)]
