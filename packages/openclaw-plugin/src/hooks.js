@@ -55,6 +55,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   const calls = new BoundedMap(); // run + toolCallId → { scope, blocked, note }
   const stopped = new BoundedMap(); // run → the message every later call gets
   const queues = new BoundedMap(); // run → the tail of its request chain
+  const activeRun = new BoundedMap(); // session → the run of its latest tool call
 
   function serialize(key, task) {
     const previous = queues.get(key) ?? Promise.resolve();
@@ -72,6 +73,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
 
   async function beforeToolCall(event, ctx) {
     const scope = scopeOf(event, ctx);
+    if (scope.run !== undefined) activeRun.set(scope.session ?? '', scope.run);
     const key = runKey(scope);
     const callKey = `${key}\u0000${event.toolCallId ?? ''}`;
     // A stopped run stays stopped even when the engine no longer knows it (a sidecar that
@@ -145,6 +147,9 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
 
   async function afterCompaction(event, ctx) {
     const scope = scopeOf(event, ctx);
+    // OpenClaw's after_compaction context has no run id: the compaction belongs to the
+    // session's current run, the one its latest tool call came from.
+    scope.run ??= activeRun.get(scope.session ?? '');
     try {
       const armed = await serialize(runKey(scope), () => engine.onCompaction(scope));
       if (armed > 0) logger.info?.(`loopguard: post-compaction guard armed for ${armed} attempts`);

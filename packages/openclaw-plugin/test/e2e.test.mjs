@@ -77,6 +77,28 @@ const scenarios = {
     assert.match(results[33], /read was not executed/);
   },
 
+  async 'a context overflow compacts the session; the loop persists and the run is aborted'(config) {
+    // A small context window and a 100-line file: after 9 reads the scripted model refuses
+    // the 10th request as a context overflow, OpenClaw compacts and retries, the plugin
+    // arms the post-compaction guard, and the same read 3 more times aborts the run.
+    const lines = Array.from({ length: 100 }, (_, i) => `line ${i} of the same notes`).join('\n');
+    const run = await scriptedRun({
+      steps: repeat(18, READ),
+      pluginConfig: config,
+      overflowAt: 9,
+      contextWindow: 32000,
+      prepare: (home) => writeFileSync(join(home.workspace, 'notes.txt'), lines),
+    });
+    assertRan(run);
+    assert.match(run.stderr, /auto-compaction succeeded/);
+    assert.match(run.stderr, /loopguard: post-compaction guard armed for 3 attempts/);
+    assert.match(run.stderr, /read repeated 3 times with identical arguments and identical results within 3 attempts after auto-compaction/);
+    assert.ok(
+      run.toolResults.some((t) => /this run was stopped by compaction_loop_persisted/.test(t)),
+      run.toolResults.join('\n---\n').slice(-3000),
+    );
+  },
+
   async 'a healthy script (changing arguments) is never warned'(config) {
     const steps = Array.from({ length: 25 }, (_, i) => ({ tool: 'read', args: { path: 'notes.txt', offset: i + 1 } }));
     const lines = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`).join('\n');

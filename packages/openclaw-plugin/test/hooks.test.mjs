@@ -1,8 +1,8 @@
 // The hook handlers with the event and context shapes OpenClaw 2026.9.6 passes them
 // (PluginHookBeforeToolCallEvent, AgentToolResultMiddlewareEvent,
 // PluginHookAfterToolCallEvent, PluginHookAfterCompactionEvent and their contexts, as
-// declared in its dist/plugin-entry-*.d.ts), over both engines. Compaction cannot be
-// triggered from a scripted local run, so the after_compaction path is tested here.
+// declared in its dist/plugin-entry-*.d.ts, and as observed: after_compaction's context
+// carries no run id), over both engines. e2e.test.mjs triggers a real compaction too.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
@@ -45,10 +45,11 @@ function openclawRun(hooks, { runId = 'run-1', agentId = 'main', sessionKey = 'a
       await hooks.afterToolCall({ toolName, params, runId, toolCallId, result: seen, error, durationMs: 3 }, { agentId, runId, sessionKey });
       return { result: seen };
     },
+    /** after_compaction as OpenClaw 2026.9.6 calls it: its context has no run id. */
     compacted() {
       return hooks.afterCompaction(
-        { messageCount: 12, compactedCount: 30, tokenCount: 4000, sessionFile: 'sessions/s.jsonl' },
-        { ...ctx, modelProviderId: 'scripted', modelId: 'loop' },
+        { messageCount: 3, compactedCount: 16, tokenCount: 19359, sessionFile: 'sessions/s.jsonl' },
+        { agentId, sessionKey, sessionId: 'session-uuid', modelProviderId: 'scripted', modelId: 'loop' },
       );
     },
   };
@@ -74,6 +75,7 @@ function suite(name, engineFor) {
       const logs = [];
       const logger = { info: (m) => logs.push(m), warn() {}, error: (m) => logs.push(m) };
       const run = openclawRun(createHooks({ engine: engineFor(), logger }), { runId: 'run-compaction' });
+      await run.call('ls', {}, () => ({ result: text('a b') })); // the session's current run
       await run.compacted();
       assert.ok(logs.includes('loopguard: post-compaction guard armed for 3 attempts'), logs.join('\n'));
       for (let i = 0; i < 3; i++) await run.call('exec', { command: 'make' }, () => ({ error: 'exit code 2' }));
@@ -84,6 +86,7 @@ function suite(name, engineFor) {
 
     test('a compaction with changing results does not stop the run', async () => {
       const run = openclawRun(createHooks({ engine: engineFor(), logger: quietLogger }), { runId: 'run-progress' });
+      await run.call('ls', {}, () => ({ result: text('a b') }));
       await run.compacted();
       for (let i = 0; i < 5; i++) {
         const out = await run.call('exec', { command: 'make' }, () => ({ result: text(`step ${i}`) }));

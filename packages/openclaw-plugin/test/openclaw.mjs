@@ -20,7 +20,7 @@ export function openclawHome() {
 
 /** OpenClaw's config: the scripted model as a custom provider, agents `main` and `ops`, the
  * fixed detector off, and this plugin loaded from the repository. */
-export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin = true }) {
+export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin = true, contextWindow = 128000 }) {
   const config = {
     models: {
       mode: 'replace',
@@ -36,8 +36,8 @@ export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin =
               reasoning: false,
               input: ['text'],
               cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
-              contextWindow: 128000,
-              maxTokens: 4096,
+              contextWindow,
+              maxTokens: Math.min(4096, contextWindow / 8),
             },
           ],
         },
@@ -85,12 +85,12 @@ export function openclaw(home, args, { timeoutMs = 480_000 } = {}) {
  * One scripted agent run: the model asks for `steps` (then answers in text); returns the
  * run's JSON envelope, its stderr, and the tool results the model was shown.
  */
-export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare }) {
-  const model = await scriptedModel(steps);
+export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare, overflowAt, contextWindow }) {
+  const model = await scriptedModel(steps, { overflowAt });
   try {
     const home = openclawHome();
     prepare?.(home);
-    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, pluginConfig });
+    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, pluginConfig, contextWindow });
     writeFileSync(home.configPath, JSON.stringify(config, null, 2));
     const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--message', 'go']);
     let envelope = null;

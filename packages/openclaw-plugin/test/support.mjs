@@ -34,9 +34,16 @@ if (!existsSync(linked)) {
  * Each request is answered by the step whose index is the number of tool results in the
  * conversation: `{tool, args}` asks for one tool call, `{text}` (or the end of the script)
  * answers in text. Every request is kept, so a test can read what the model was shown.
+ *
+ * With `overflowAt: k`, steps are counted by requests instead (a compaction replaces the
+ * conversation, and its tool results with it), the k-th request with tools is refused
+ * once as a context overflow (OpenAI's `context_length_exceeded`), and requests without
+ * tools (the compaction's summary requests) are answered with a summary.
  */
-export async function scriptedModel(steps) {
+export async function scriptedModel(steps, { overflowAt } = {}) {
   const requests = [];
+  let served = 0;
+  let overflowed = false;
   const server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (chunk) => (body += chunk));
@@ -48,8 +55,21 @@ export async function scriptedModel(steps) {
       }
       const request = JSON.parse(body);
       requests.push(request);
-      const n = request.messages.filter((m) => m.role === 'tool').length;
-      const step = steps[n] ?? { text: `done after ${n} tool results` };
+      let n = request.messages.filter((m) => m.role === 'tool').length;
+      let step;
+      if (overflowAt !== undefined) {
+        if (!request.tools?.length) {
+          step = { text: 'Summary: the agent has been reading the same file.' };
+        } else if (served === overflowAt && !overflowed) {
+          overflowed = true;
+          res.writeHead(400, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: { message: "This model's maximum context length is 32000 tokens. However, your messages resulted in 40000 tokens.", type: 'invalid_request_error', code: 'context_length_exceeded' } }));
+          return;
+        } else {
+          n = served++;
+        }
+      }
+      step ??= steps[n] ?? { text: `done after ${n} tool results` };
       const id = `chatcmpl-${requests.length}`;
       const delta = step.tool
         ? {
