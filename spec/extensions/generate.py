@@ -106,10 +106,120 @@ for r in range(6):
         n += 1
         a = {"target": t}
         ev += [call(n, t, a), result(n, t, a, text(f"{t} {n}"))]
-case("cycle-needs-distinct-patterns",
-     "read, read, grep repeated: a period of 3 whose patterns are not distinct is not a cycle; nothing fires (cycle 2/3, generic off).",
+case("cycle-step-repeated-inside-period",
+     "read, read, grep repeated: a period of 3 whose steps are not all distinct is a cycle; it warns from 2 repetitions (count 2 at the 6th call) and never blocks, because every result is new (cycle 2/3, SPEC's repeat and ping-pong detectors off).",
      "{ tools: { loopDetection: { enabled: true, detectors: { genericRepeat: false, pingPong: false } } }, loopguard: { detectors: { cycle: { warningRepeats: 2, criticalRepeats: 3 } } } }",
      ev)
+
+# A sweep of 8 views of one file (two steps the same view) with the same results, in a
+# window of 10: three repetitions are 24 calls, beyond the window.
+SWEEP = [("view", {"path": "f.py", "range": r}) for r in ("1-50", "50-100", "100-150", "1-50", "150-200", "200-250", "250-300", "300-350")]
+ev, n = [], 0
+for r in range(3):
+    for t, a in SWEEP:
+        n += 1
+        ev += [call(n, t, a), result(n, t, a, text(f"lines {a['range']}"))]
+case("cycle-long-period-beyond-the-window",
+     "A sweep of 8 views (one view twice per sweep) repeated with the same results, historySize 10: the cycle warns at 2 repetitions (16th call) and blocks the 24th call, the last step of the 3rd repetition (count 3, not terminal), although only 10 calls fit in the window.",
+     "{ tools: { loopDetection: { enabled: true, historySize: 10, detectors: { genericRepeat: false } } }, loopguard: { detectors: { cycle: { maxLength: 8, warningRepeats: 2, criticalRepeats: 3 } } } }",
+     ev)
+
+ev, n = [], 0
+for r in range(4):
+    for t in ("a", "b", "c", "d", "e", "f", "g"):
+        n += 1
+        ev += [call(n, t, {}), result(n, t, {}, text(t))]
+case("cycle-period-capped-at-history-size",
+     "A period of 7 with stable results never fires when historySize is 6: the longest period is capped at the history size (maxLength 16 asks for more).",
+     "{ tools: { loopDetection: { enabled: true, historySize: 6 } }, loopguard: { detectors: { cycle: { maxLength: 16, warningRepeats: 2, criticalRepeats: 3 } } } }",
+     ev)
+
+ev = []
+for i in range(1, 9):
+    ev += [call(i, "read", {"p": 1}), result(i, "read", {"p": 1}, text("same"))]
+case("cycle-run-of-one-call-is-not-a-cycle",
+     "The same call 8 times in a row is a run, not a cycle of period 2 or 4: cycle stays quiet (SPEC's detectors off, cycle 2/3).",
+     "{ tools: { loopDetection: { enabled: true, detectors: { genericRepeat: false, pingPong: false } } }, loopguard: { detectors: { cycle: { warningRepeats: 2, criticalRepeats: 3 } } } }",
+     ev)
+
+# stale_repeat --------------------------------------------------------------------------
+ev, n = [], 0
+for r in range(6):
+    n += 1
+    ev += [call(n, "read", {"path": "/a"}), result(n, "read", {"path": "/a"}, text("contents of a"))]
+    n += 1
+    ev += [call(n, "list", {"dir": f"/d{r}"}), result(n, "list", {"dir": f"/d{r}"}, text(f"listing {r}"))]
+case("stale-repeat-levels",
+     "read /a returns the same contents every time, with other calls in between: stale_repeat warns at the 4th read (3 earlier identical results) and blocks the 5th (4); the 6th is blocked too (count 4: vetoes do not count).",
+     "{ %s, loopguard: { detectors: { staleRepeat: {} } } }" % ON, ev)
+
+ev, n = [], 0
+for r in range(5):
+    n += 1
+    a = {"command": "cp -r /in/* /out/"}
+    ev += [call(n, "exec", a), result(n, "exec", a, error="cp: cannot stat '/in/*': No such file or directory")]
+    n += 1
+    ev += [call(n, "chat", {"to": "ops", "text": f"still empty ({r})"}), result(n, "chat", {"to": "ops", "text": f"still empty ({r})"}, text(f"reply {r}"))]
+case("stale-repeat-failure-blocks-sooner",
+     "The same failing command with the same error, a message in between each time: an identical failure blocks at 3 earlier ones (the 4th attempt), one step before an identical success would (failureThreshold 3, criticalThreshold 4).",
+     "{ %s, loopguard: { detectors: { staleRepeat: { warningThreshold: 2 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 9):
+    ev += [call(i, "read", {"path": "/log"}), result(i, "read", {"path": "/log"}, text(f"{i} lines"))]
+case("stale-repeat-changing-results-never-fire",
+     "The same read 8 times whose result changes every time (a growing log): stale_repeat never fires (SPEC's generic repeat off).",
+     "{ tools: { loopDetection: { enabled: true, detectors: { genericRepeat: false } } }, loopguard: { detectors: { staleRepeat: {} } } }",
+     ev)
+
+# target_thrash -------------------------------------------------------------------------
+ev, n = [], 0
+for i in range(7):
+    n += 1
+    key = "file" if i == 3 else "path"
+    a = {key: "src/app.py", "old": f"def f({i}):", "new": "def f(x):"}
+    ev += [call(n, "edit", a), result(n, "edit", a, error=f"old text not found: def f({i}):")]
+    if i == 1:
+        n += 1
+        b = {"path": "src/other.py", "old": "x", "new": "y"}
+        ev += [call(n, "edit", b), result(n, "edit", b, error="old text not found: x")]
+case("target-thrash-levels",
+     "edit fails on src/app.py with a different old text each time (once given as `file` instead of `path`); a failure on src/other.py does not count: target_thrash warns at the call after 4 failures on src/app.py and blocks the one after 6.",
+     "{ %s, loopguard: { detectors: { targetThrash: {} } } }" % ON, ev)
+
+ev, n = [], 0
+for i in range(4):
+    n += 1
+    a = {"url": "https://example.test/api", "attempt": i}
+    ev += [call(n, "fetch", a), result(n, "fetch", a, error="503 Service Unavailable")]
+    n += 1
+    b = {"path": "/tmp/x", "attempt": i}
+    ev += [call(n, "grep_logs", b), result(n, "grep_logs", b, error="no such file")]
+case("target-thrash-policy-target-names",
+     "The policy names each tool's target: fetch's `url` counts (warning after 2 failures, block after 3), grep_logs has `target: []` and never fires although its `path` keeps failing.",
+     "{ %s, loopguard: { policy: { tools: [ { match: 'fetch', target: ['url'] }, { match: 'grep_logs', target: [] } ] }, detectors: { targetThrash: { warningThreshold: 2, criticalThreshold: 3 } } } }" % ON, ev)
+
+# escalation ----------------------------------------------------------------------------
+ev, n = [], 0
+steps = [("read", "grep", "list")[i % 3] for i in range(9)] + ["read", "write", "grep", "list", "read"]
+for t in steps:
+    n += 1
+    a = {"path": "/notes"} if t == "write" else {"target": t}
+    ev += [call(n, t, a), result(n, t, a, text("ok" if t == "write" else f"{t} same"))]
+case("escalation-stops-a-continued-cycle",
+     "read → grep → list with the same results is blocked by cycle at its 3rd repetition (9th call); the agent goes on: read is blocked again (escalation 1), a write outside the cycle is allowed, grep is blocked (escalation 2) and list, the 3rd attempt to continue the cycle, stops the run (terminal: the read after it is blocked with escalation too).",
+     "{ %s, loopguard: { detectors: { cycle: { warningRepeats: 2, criticalRepeats: 3 }, escalation: {} } } }" % ON, ev)
+
+ev, n = [], 0
+for i in range(5):
+    n += 1
+    ev += [call(n, "read", {"path": "/same"}), result(n, "read", {"path": "/same"}, text("same"))]
+for t in ("list", "grep", "search", "open"):
+    n += 1
+    ev += [call(n, t, {"q": t}), result(n, t, {"q": t}, text(t))]
+case("escalation-lets-a-new-approach-through",
+     "A read blocked by stale_repeat (the 5th, after 4 identical results) is not retried: the four different calls that follow are all allowed, and the run is not stopped (escalation stopAfter 2).",
+     "{ %s, loopguard: { detectors: { staleRepeat: {}, escalation: { stopAfter: 2 } } } }" % ON, ev)
 
 # error_cascade -----------------------------------------------------------------------
 ev, n = [], 0
@@ -129,6 +239,51 @@ ev += [call(n, "exec", {"command": "ls"}), call(n + 1, "read", {"path": "/q"})]
 case("error-cascade-across-tools",
      "Failures of any kind across tools (an error, a non-zero exec exit, isError, status error) warn from the 4th on; a success resets the count; after 6 more failures the next calls are blocked (thresholds 4/6); warnings surface once per multiple of 4 for the whole run.",
      "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 4, criticalThreshold: 6 } } } }" % ON, ev)
+
+ev, n = [], 0
+plan = ["F", "S", "S", "F", "F", "S", "S", "S", "F", "F", "S", "F", "F", "F"]
+for k, outcome in enumerate(plan):
+    n += 1
+    a = {"command": f"step {k}"}
+    if outcome == "F":
+        ev += [call(n, "exec", a), result(n, "exec", a, error=f"failure {k}")]
+    else:
+        ev += [call(n, "exec", a), result(n, "exec", a, text(f"ok {k}"))]
+for k in range(2):
+    n += 1
+    ev += [call(n, "exec", {"command": f"next {k}"})]
+case("error-cascade-max-gap",
+     "maxGap 2: failures separated by at most 2 successes are one run, live while the newest outcome failed. The 6th call warns (3 of the last 5 failed); a success makes the run quiet; 3 successes in a row end it; the second run warns at the 13th call (3 of the last 4), then blocks the 15th (5 of the last 6) and every call after it (thresholds 3/5).",
+     "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 3, criticalThreshold: 5, maxGap: 2 } } } }" % ON, ev)
+
+# digits masking ------------------------------------------------------------------------
+def page(i):
+    return text(f"[{1230 + i}]<button>Submit</button> [{1231 + i}]<a>Reports</a> scroll {i * 40}px")
+
+ev = []
+for i in range(1, 6):
+    ev += [call(i, "browser_get_state", {}), result(i, "browser_get_state", {}, page(i))]
+cfg_digits = "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } }, loopguard: { masking: {}, policy: { tools: [ { match: 'browser_get_state', mask: ['digits'] } ] } } }"
+case("masking-digits-per-tool",
+     "Page states that differ only in renumbered element indices and a scroll offset are one outcome once `digits` masks them (policy mask ['digits'] on browser_get_state): generic_repeat warns at the 3rd call and blocks the 4th (identical streak 3, thresholds 2/3).",
+     cfg_digits, ev)
+case("masking-digits-is-opt-in",
+     "The same stream with every default masking rule (masking: {}) but not digits: each page state is new, so generic_repeat only warns (repeat count 2, 3, 4).",
+     "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } }, loopguard: { masking: {} } }", ev)
+
+# the recommended preset ----------------------------------------------------------------
+ev, n = [], 0
+VIEWS = [("view", {"path": "lookups.py", "range": r}) for r in ("359-380", "380-400", "210-230", "125-145")] + [("grep", {"q": "register_lookup"})] + [("view", {"path": "json.py", "range": "272-323"}), ("grep", {"q": "class In"})]
+for r in range(4):
+    for t, a in VIEWS:
+        n += 1
+        ev += [call(n, t, a), result(n, t, a, text(f"{t} {a}"))]
+case("preset-recommended",
+     "preset recommended, one line: a period-7 cycle of views and greps with the same results (SWE-agent's django loop) is blocked at its 3rd repetition (21st call, cycle count 3), the next two calls of the cycle are blocked again (escalation 1, 2) and the third stops the run (terminal).",
+     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }", ev)
+case("preset-keys-override",
+     "The same stream with the preset's cycle switched off in the block: nothing blocks it (stale_repeat warns, since each view came back the same; its threshold is overridden to 5 and it never blocks).",
+     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended', detectors: { cycle: { enabled: false }, staleRepeat: { criticalThreshold: 5, failureThreshold: 5 } } } }", ev)
 
 # batch_duplicates ----------------------------------------------------------------------
 ev = [
@@ -229,6 +384,12 @@ case("config-invalid-extension-key",
 case("config-invalid-mask-rule",
      "An unknown masking rule name is a load error: exit 1.",
      "{ %s, loopguard: { masking: { rules: ['uuid', 'phone'] } } }" % ON, [call(1, "read", {})])
+case("config-invalid-tool-mask-rule",
+     "An unknown rule in a tool rule's mask list is a load error: exit 1.",
+     "{ %s, loopguard: { policy: { tools: [ { match: 'browser_*', mask: ['digitz'] } ] } } }" % ON, [call(1, "read", {})])
+case("config-invalid-preset",
+     "An unknown preset name is a load error: exit 1.",
+     "{ %s, loopguard: { preset: 'recomended' } }" % ON, [call(1, "read", {})])
 
 
 def main():

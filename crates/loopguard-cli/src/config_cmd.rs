@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use loopguard::config::extensions::Mode;
+use loopguard::config::extensions::{Mode, Preset};
 use loopguard::config::{ConfigSet, EffectiveConfig, Enabled};
 use loopguard::masking::MASK_RULES;
 use loopguard::policy::{SendMatch, BUILTIN};
@@ -173,6 +173,13 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
     let on_off = |levels: Option<String>| levels.unwrap_or_else(|| "off".into());
     let mut lines = vec![
         (
+            "loopguard.preset".to_owned(),
+            match Preset::ALL.iter().find(|(_, p)| Some(*p) == ext.preset) {
+                Some((name, _)) => format!("{name} (the block's own keys override it)"),
+                None => "none".to_owned(),
+            },
+        ),
+        (
             "loopguard.mode".to_owned(),
             match ext.mode {
                 Mode::Enforce => "enforce (verdicts are enforced)".to_owned(),
@@ -202,16 +209,41 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
             "detectors.cycle".to_owned(),
             on_off(ext.cycle.map(|c| {
                 format!(
-                    "lengths {}..={}, warning at {} repetitions, critical at {}",
-                    c.min_length, c.max_length, c.repeats.warning, c.repeats.critical
+                    "periods {}..={} (at most historySize), warning at {} repetitions, critical at {} with stable outcomes",
+                    c.min_length, c.max_length, c.warning_repeats, c.critical_repeats
                 )
             })),
         ),
         (
             "detectors.errorCascade".to_owned(),
+            on_off(ext.error_cascade.map(|c| {
+                format!(
+                    "warning {}, critical {}, at most {} successes between two failures",
+                    c.levels.warning, c.levels.critical, c.max_gap
+                )
+            })),
+        ),
+        (
+            "detectors.staleRepeat".to_owned(),
+            on_off(ext.stale_repeat.map(|l| {
+                format!(
+                    "warning {}, critical {} (identical failures: {})",
+                    l.levels.warning, l.levels.critical, l.failure_critical
+                )
+            })),
+        ),
+        (
+            "detectors.targetThrash".to_owned(),
             on_off(
-                ext.error_cascade
+                ext.target_thrash
                     .map(|l| format!("warning {}, critical {}", l.warning, l.critical)),
+            ),
+        ),
+        (
+            "detectors.escalation".to_owned(),
+            on_off(
+                ext.escalation
+                    .map(|n| format!("a blocked loop continued {n} times stops the run")),
             ),
         ),
         (
@@ -246,8 +278,11 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
         if !r.ignore_result.is_empty() {
             parts.push(format!("ignoreResult {}", r.ignore_result.join(", ")));
         }
-        if let Some(mask) = r.mask {
+        if let Some(mask) = &r.mask {
             parts.push(format!("mask {mask}"));
+        }
+        if let Some(target) = &r.target {
+            parts.push(format!("target {}", target.join(", ")));
         }
         if let Some(w) = r.warning_threshold {
             parts.push(format!("warningThreshold {w}"));

@@ -27,6 +27,8 @@ pub(crate) enum WarningKey {
     Cycle(u128),
     /// An error cascade, by the sequence number of its first failure.
     Cascade(u64),
+    /// Failures on one (tool, target), whatever the arguments.
+    Target(u64),
     /// Any other detector's warning on one signature.
     Other(crate::verdict::Detector, Signature),
 }
@@ -53,6 +55,7 @@ impl WarningKey {
             Self::PingPong(a, b) => (b'x', a.as_u128(), b.as_u128()),
             Self::Cycle(set) => (b'c', set, 0),
             Self::Cascade(start) => (b'e', u128::from(start), 0),
+            Self::Target(key) => (b't', u128::from(key), 0),
             Self::Other(detector, s) => (b'0' + detector as u8, s.as_u128(), 0),
         };
         bytes[0] = tag;

@@ -235,6 +235,9 @@ pub struct CallPrint<'a> {
     pub rule: OutcomeRule,
     /// Whether this is a known polling call.
     pub known_poll: bool,
+    /// What the call works on (a path, a URL), when the `loopguard` block's
+    /// `targetThrash` is on and an argument names one.
+    pub target: Option<&'a str>,
 }
 
 impl<'a> CallPrint<'a> {
@@ -249,12 +252,13 @@ impl<'a> CallPrint<'a> {
             signature: Signature::new(tool, args_fp),
             rule: OutcomeRule::with_class(tool, args, class),
             known_poll: class.known_poll,
+            target: None,
         }
     }
 
     /// Fingerprints a call under a config: its `loopguard` tool policy, when there is one,
     /// classifies the tool and leaves ignored argument keys out.
-    pub fn for_config(tool: &'a str, args: &Value, cfg: &EffectiveConfig) -> Self {
+    pub fn for_config(tool: &'a str, args: &'a Value, cfg: &EffectiveConfig) -> Self {
         let Some(ext) = cfg.extensions.as_deref() else {
             return Self::new(tool, args);
         };
@@ -279,12 +283,16 @@ impl<'a> CallPrint<'a> {
         };
         let mut rule = OutcomeRule::with_class(tool, args, classified.class);
         rule.tool_rule = classified.rule.unwrap_or(NO_RULE);
+        let target = ext
+            .target_thrash
+            .and_then(|_| ext.policy.target(classified.rule, args));
         Self {
             tool,
             args: args_fp,
             signature: Signature::new(tool, args_fp),
             rule,
             known_poll: classified.class.known_poll,
+            target,
         }
     }
 }
@@ -337,12 +345,7 @@ impl OutcomePrint {
             return Self::new(rule, outcome);
         };
         let tool_rule = rule.tool_rule().and_then(|i| ext.policy.rule(i));
-        let mask = match tool_rule.and_then(|r| r.source().mask) {
-            Some(true) if ext.masking.is_empty() => MaskSet::ALL,
-            Some(true) => ext.masking,
-            Some(false) => MaskSet::NONE,
-            None => ext.masking,
-        };
+        let mask = tool_rule.map_or(ext.masking, |r| r.mask(ext.masking));
         let ignore = tool_rule
             .map(|r| &r.ignore_result)
             .filter(|p| !p.is_empty());

@@ -9,6 +9,11 @@
 //! time) and only the few tokens that hold one are matched against the patterns. Two rules
 //! look at context instead: a number right after the word `pid` is a pid, and the token
 //! after a request-id key (`request_id=`, `requestId:` …) is a request id.
+//!
+//! One rule is opt-in: `digits` replaces every run of digits, for tools whose outputs
+//! renumber things on every call (a browser's element indices, a state dump's counters).
+//! It is never part of "every rule"; it is named in `masking.rules` or in a tool rule's
+//! `mask` list.
 
 use std::cell::RefCell;
 use std::sync::LazyLock;
@@ -30,10 +35,12 @@ pub struct MaskRule {
     pub after_words: &'static [&'static str],
     /// Input the rule masks, and the result (tested one by one).
     pub example: (&'static str, &'static str),
+    /// Only when named: not part of "every rule" ([`MaskSet::ALL`]).
+    pub opt_in: bool,
 }
 
 /// Every masking rule, in the order they are tried.
-pub static MASK_RULES: &[MaskRule] = &[
+pub const MASK_RULES: &[MaskRule] = &[
     MaskRule {
         name: "uuid",
         placeholder: "<uuid>",
@@ -46,6 +53,7 @@ pub static MASK_RULES: &[MaskRule] = &[
             "run 550e8400-e29b-41d4-a716-446655440000 done",
             "run <uuid> done",
         ),
+        opt_in: false,
     },
     MaskRule {
         name: "iso8601",
@@ -56,6 +64,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         ),
         after_words: &[],
         example: ("at 2026-04-09T22:52:03.638Z", "at <timestamp>"),
+        opt_in: false,
     },
     MaskRule {
         name: "clock",
@@ -64,6 +73,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"),
         after_words: &[],
         example: ("updated 22:52:03 UTC", "updated <time> UTC"),
+        opt_in: false,
     },
     MaskRule {
         name: "epoch_ms",
@@ -72,6 +82,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"\b1[5-9]\d{11}\b"),
         after_words: &[],
         example: ("ts=1775775123638", "ts=<epoch-ms>"),
+        opt_in: false,
     },
     MaskRule {
         name: "duration",
@@ -80,6 +91,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"\b\d+(?:\.\d+)?(?:ns|us|µs|ms|s|sec|secs|m|min|mins|h|hr|hrs)\b"),
         after_words: &[],
         example: ("took 1.25s", "took <duration>"),
+        opt_in: false,
     },
     MaskRule {
         name: "pid",
@@ -88,6 +100,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"(?i:\bpid[=:])\d+"),
         after_words: &["pid", "PID", "Pid"],
         example: ("started (pid 48213)", "started (pid <pid>)"),
+        opt_in: false,
     },
     MaskRule {
         name: "request_id",
@@ -107,6 +120,7 @@ pub static MASK_RULES: &[MaskRule] = &[
             "trace-id",
         ],
         example: ("request_id: a1b2c3d4e5", "request_id: <request-id>"),
+        opt_in: false,
     },
     MaskRule {
         name: "hex",
@@ -115,6 +129,7 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"\b[0-9a-fA-F]{16,}\b"),
         after_words: &[],
         example: ("sha 9f86d081884c7d659a2feaa0c55ad015", "sha <hex>"),
+        opt_in: false,
     },
     MaskRule {
         name: "base64",
@@ -124,6 +139,16 @@ pub static MASK_RULES: &[MaskRule] = &[
         pattern: Some(r"[A-Za-z0-9+/_-]{24,}={0,2}"),
         after_words: &[],
         example: ("nonce=dGhpcyBpcyBhIG5vbmNlIDEyMzQ1Ng==", "nonce=<nonce>"),
+        opt_in: false,
+    },
+    MaskRule {
+        name: "digits",
+        placeholder: "<n>",
+        description: "every run of digits (opt-in: for tools that renumber their output, such as a browser's element indices)",
+        pattern: Some(r"[0-9]+"),
+        after_words: &[],
+        example: ("Clicked element 1232 of 40", "Clicked element <n> of <n>"),
+        opt_in: true,
     },
 ];
 
@@ -132,8 +157,18 @@ pub static MASK_RULES: &[MaskRule] = &[
 pub struct MaskSet(u16);
 
 impl MaskSet {
-    /// Every rule.
-    pub const ALL: Self = Self((1 << MASK_RULES.len() as u16) - 1);
+    /// Every rule but the opt-in ones (`digits`).
+    pub const ALL: Self = {
+        let mut bits = 0u16;
+        let mut i = 0;
+        while i < MASK_RULES.len() {
+            if !MASK_RULES[i].opt_in {
+                bits |= 1 << i;
+            }
+            i += 1;
+        }
+        Self(bits)
+    };
     /// No rule.
     pub const NONE: Self = Self(0);
 
@@ -145,6 +180,11 @@ impl MaskSet {
             bits |= 1 << i;
         }
         Ok(Self(bits))
+    }
+
+    /// The rules of both sets.
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
     }
 
     /// Whether the set is empty.
@@ -164,7 +204,16 @@ impl MaskSet {
     fn has(self, i: usize) -> bool {
         self.0 & (1 << i) != 0
     }
+
+    /// Whether the set holds the `digits` rule, which masks every digit.
+    fn masks_every_digit(self) -> bool {
+        self.has(DIGITS)
+    }
 }
+
+/// Index of the `digits` rule.
+const DIGITS: usize = MASK_RULES.len() - 1;
+const _: () = assert!(MASK_RULES[DIGITS].opt_in, "digits is the last rule");
 
 static PATTERNS: LazyLock<Vec<Option<Regex>>> = LazyLock::new(|| {
     MASK_RULES
@@ -349,8 +398,8 @@ fn mask_token(bytes: &[u8], start: usize, token: &str, set: MaskSet) -> Option<S
             }
         }
     }
-    // Plain numbers shorter than epoch milliseconds are not volatile.
-    if all_digits && token.len() < 13 {
+    // Plain numbers shorter than epoch milliseconds are not volatile (unless every digit is).
+    if all_digits && token.len() < 13 && !set.masks_every_digit() {
         return None;
     }
     let patterns = &*PATTERNS;
@@ -403,13 +452,14 @@ mod tests {
             let only = MaskSet(1 << i);
             let (input, expected) = rule.example;
             assert_eq!(mask(input, only), expected, "rule {}", rule.name);
-            // And the whole set masks it the same way.
+            // And the whole set masks it the same way (an opt-in rule joins it).
             assert_eq!(
-                mask(input, MaskSet::ALL),
+                mask(input, MaskSet::ALL.union(only)),
                 expected,
                 "rule {} in the full set",
                 rule.name
             );
+            assert_eq!(MaskSet::ALL.has(i), !rule.opt_in, "rule {}", rule.name);
         }
     }
 
@@ -421,7 +471,11 @@ mod tests {
             ["uuid", "pid"]
         );
         assert_eq!(MaskSet::from_names(["uuid", "nope"]), Err("nope"));
-        assert_eq!(MaskSet::ALL.rules().count(), MASK_RULES.len());
+        assert_eq!(
+            MaskSet::ALL.rules().count(),
+            MASK_RULES.len() - 1,
+            "all but digits"
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
+use crate::config::extensions::ToolMask;
+
 /// A known polling call: the tool, and the `action` argument values that make it a poll
 /// (`None`: every call of the tool polls).
 #[derive(Clone, Copy, Debug)]
@@ -255,6 +257,21 @@ pub fn valid_glob(pattern: &str) -> bool {
     NameMatch::new(pattern).is_some()
 }
 
+/// Arguments that name what a call works on (a file, a URL), first present wins: the
+/// target of `target_thrash`, for tools no rule gives a `target` list.
+pub const DEFAULT_TARGET_ARGS: &[&str] = &[
+    "path",
+    "file_path",
+    "filePath",
+    "file",
+    "filename",
+    "absolute_path",
+    "notebook_path",
+    "target_file",
+    "url",
+    "uri",
+];
+
 /// One tool rule of a [`ToolPolicy`], compiled.
 #[derive(Debug)]
 pub struct ToolRule {
@@ -264,12 +281,21 @@ pub struct ToolRule {
     pub ignore_args: crate::canonical::PathSet,
     /// Result keys or paths left out of the outcome fingerprint.
     pub ignore_result: crate::canonical::PathSet,
+    /// The rules of a `mask` list.
+    mask_rules: crate::masking::MaskSet,
 }
 
 impl ToolRule {
-    /// Compiles a validated rule (`None` if its glob or paths do not compile).
+    /// Compiles a validated rule (`None` if its glob, paths or mask rules do not compile).
     pub fn compile(block: &crate::config::extensions::ToolRuleBlock) -> Option<Self> {
+        let mask_rules = match &block.mask {
+            Some(ToolMask::Rules(names)) => {
+                crate::masking::MaskSet::from_names(names.iter().map(String::as_str)).ok()?
+            }
+            _ => crate::masking::MaskSet::NONE,
+        };
         Some(Self {
+            mask_rules,
             matcher: NameMatch::new(&block.pattern)?,
             ignore_args: crate::canonical::PathSet::parse(
                 block.ignore_args.iter().map(String::as_str),
@@ -286,6 +312,18 @@ impl ToolRule {
     /// The rule as written.
     pub fn source(&self) -> &crate::config::extensions::ToolRuleBlock {
         &self.source
+    }
+
+    /// The masking this tool's outcomes get, given the global set.
+    pub fn mask(&self, global: crate::masking::MaskSet) -> crate::masking::MaskSet {
+        use crate::masking::MaskSet;
+        match &self.source.mask {
+            None => global,
+            Some(ToolMask::On) if global.is_empty() => MaskSet::ALL,
+            Some(ToolMask::On) => global,
+            Some(ToolMask::Off) => MaskSet::NONE,
+            Some(ToolMask::Rules(_)) => self.mask_rules,
+        }
     }
 }
 
@@ -367,6 +405,24 @@ impl ToolPolicy {
     /// The rule at `index`.
     pub fn rule(&self, index: u8) -> Option<&ToolRule> {
         self.rules.get(usize::from(index))
+    }
+
+    /// What a call works on, for `target_thrash`: the first non-blank string argument
+    /// among the matching rule's `target` names, or [`DEFAULT_TARGET_ARGS`]. Trimmed.
+    pub fn target<'v>(&self, rule: Option<u8>, args: &'v Value) -> Option<&'v str> {
+        let args = args.as_object()?;
+        let named = |name: &str| {
+            args.get(name)
+                .and_then(Value::as_str)
+                .and_then(crate::text::non_blank)
+        };
+        match rule
+            .and_then(|i| self.rule(i))
+            .and_then(|r| r.source.target.as_ref())
+        {
+            Some(names) => names.iter().find_map(|n| named(n)),
+            None => DEFAULT_TARGET_ARGS.iter().find_map(|n| named(n)),
+        }
     }
 }
 

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::answers::{Answers, OutcomeKey};
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
+use crate::detectors::escalation::{Escalation, Members};
+use crate::detectors::extensions::Context;
+use crate::detectors::period::PeriodTrack;
+use crate::detectors::thrash::{target_key, Targets};
 use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
@@ -22,8 +26,10 @@ fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -
     let ext = cfg.extensions.as_deref();
     match detector {
         Detector::ConsecutiveRepeat => ext.and_then(|x| x.consecutive_repeat).map(|l| l.warning),
-        Detector::Cycle => ext.and_then(|x| x.cycle).map(|c| c.repeats.warning),
-        Detector::ErrorCascade => ext.and_then(|x| x.error_cascade).map(|l| l.warning),
+        Detector::Cycle => ext.and_then(|x| x.cycle).map(|c| c.warning_repeats),
+        Detector::ErrorCascade => ext.and_then(|x| x.error_cascade).map(|c| c.levels.warning),
+        Detector::StaleRepeat => ext.and_then(|x| x.stale_repeat).map(|l| l.levels.warning),
+        Detector::TargetThrash => ext.and_then(|x| x.target_thrash).map(|l| l.warning),
         _ => None,
     }
     .unwrap_or(t.warning)
@@ -94,6 +100,17 @@ pub struct RunState {
 struct Added3 {
     /// Blocked call ids and recent answers, beyond the history window.
     answers: Answers,
+    /// What the extension detectors keep beyond the history.
+    ext: ExtState,
+}
+
+/// What the extension detectors keep: the period track of `cycle`, the targets of
+/// `target_thrash` and the blocked loops of `escalation`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct ExtState {
+    period: PeriodTrack,
+    targets: Targets,
+    escalation: Escalation,
 }
 
 /// The calls of the current batch: signature, copies seen, and how to name the first.
@@ -181,6 +198,9 @@ impl RunState {
             + self.notify.heap_bytes()
             + self.stop.as_ref().map_or(0, |s| s.tool.len())
             + self.added.answers.heap_bytes()
+            + self.added.ext.period.heap_bytes()
+            + self.added.ext.targets.heap_bytes()
+            + self.added.ext.escalation.heap_bytes()
     }
 
     /// The verdict on a call about to run, and its record.
@@ -232,16 +252,21 @@ impl RunState {
                 signature: call.signature,
                 paired_signature: None,
             };
-            self.push(cfg, call, id, RecordState::Veto, now, None);
+            self.push(cfg, call, id, None, RecordState::Veto, now, None);
             return Verdict::Block {
                 detection,
                 terminal: true,
             };
         }
+        let target = call.target.map(|t| target_key(call.tool, t));
+        if let Some(verdict) = self.escalate(cfg, call, id, target, now) {
+            return verdict;
+        }
         let newest = self.history.newest_of(call.signature);
         let thresholds = Thresholds::for_call(cfg, call);
         let mut finding = detectors::detect(cfg, thresholds, &self.history, call, newest);
         let mut batch_first = None;
+        let mut max_period = 0;
         if let Some(ext) = cfg.extensions.as_deref() {
             let repeat = match batch.filter(|_| ext.batch_duplicates) {
                 Some(batch) => self.batch_repeat(batch, call, call_id),
@@ -249,16 +274,41 @@ impl RunState {
             };
             let copies = repeat.as_ref().map(|(n, _)| *n);
             batch_first = repeat.map(|(_, first)| first);
-            let extended = detectors::extensions::detect(ext, &self.history, call, copies);
+            if let Some(cycle) = ext.cycle {
+                max_period = cycle.max_length.min(cfg.history_size);
+                self.added.ext.period.sync(&self.history, max_period);
+            }
+            let cx = Context {
+                history: &self.history,
+                call,
+                newest,
+                batch_repeat: copies,
+                period: &self.added.ext.period,
+                max_period,
+                targets: &self.added.ext.targets,
+                target,
+            };
+            let extended = detectors::extensions::detect(ext, &cx);
             finding = detectors::decide(finding, extended);
         }
         let Some(finding) = finding else {
-            self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
+            self.push(
+                cfg,
+                call,
+                id,
+                target,
+                RecordState::Pending,
+                now,
+                Some(newest),
+            );
             return Verdict::Allow;
         };
         let detection = self.describe(&finding, call, batch_first.as_deref());
         let shadow = cfg.is_shadow();
         let terminal = finding.level == Level::Critical && finding.detector.is_terminal();
+        if finding.level == Level::Critical && !terminal {
+            self.remember_blocked(cfg, &finding, call, target);
+        }
         if finding.level == Level::Warning || shadow {
             let notify = finding.level == Level::Warning && {
                 let key = match (finding.detector, finding.paired) {
@@ -274,12 +324,21 @@ impl RunState {
                     }
                     // One cascade per run, whichever call continues it.
                     (Detector::ErrorCascade, _) => WarningKey::Cascade(finding.cascade_start),
+                    (Detector::TargetThrash, _) => WarningKey::Target(target.unwrap_or(0)),
                     (other, _) => WarningKey::Other(other, call.signature),
                 };
                 let w = warning_threshold(cfg, thresholds, finding.detector);
                 self.notify.surface(key, finding.count, w)
             };
-            self.push(cfg, call, id, RecordState::Pending, now, Some(newest));
+            self.push(
+                cfg,
+                call,
+                id,
+                target,
+                RecordState::Pending,
+                now,
+                Some(newest),
+            );
             return if shadow {
                 Verdict::Shadow {
                     detection,
@@ -296,11 +355,121 @@ impl RunState {
                 tool: call.tool.to_owned(),
             });
         }
-        self.push(cfg, call, id, RecordState::Veto, now, Some(newest));
+        self.push(cfg, call, id, target, RecordState::Veto, now, Some(newest));
         Verdict::Block {
             detection,
             terminal,
         }
+    }
+
+    /// Escalation: the verdict on a call that continues a loop already blocked, when it
+    /// does (blocked again; the `stopAfter`-th attempt stops the run).
+    fn escalate(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call: &CallPrint<'_>,
+        id: Option<u64>,
+        target: Option<u64>,
+        now: u64,
+    ) -> Option<Verdict> {
+        let stop_after = cfg.extensions.as_deref()?.escalation?;
+        if self.added.ext.escalation.is_empty() {
+            return None;
+        }
+        let seq = self.history.seq_of(self.history.len());
+        let blocked =
+            self.added
+                .ext
+                .escalation
+                .continued(call.signature, target, seq, cfg.history_size)?;
+        let (attempts, loop_detector) = (blocked.attempts, blocked.detector);
+        let terminal = attempts >= stop_after;
+        let message = if terminal {
+            messages::escalation_stop(call.tool, loop_detector, attempts)
+        } else {
+            messages::escalation(call.tool, loop_detector, attempts, stop_after)
+        };
+        let detection = Detection {
+            level: Level::Critical,
+            detector: Detector::Escalation,
+            count: attempts,
+            tool: call.tool.to_owned(),
+            paired_tool: None,
+            message,
+            signature: call.signature,
+            paired_signature: None,
+        };
+        if cfg.is_shadow() {
+            self.push(cfg, call, id, target, RecordState::Pending, now, None);
+            return Some(Verdict::Shadow {
+                detection,
+                terminal,
+            });
+        }
+        if terminal {
+            self.stop = Some(Stop {
+                detector: Detector::Escalation,
+                count: attempts,
+                tool: call.tool.to_owned(),
+            });
+        }
+        self.push(cfg, call, id, target, RecordState::Veto, now, None);
+        Some(Verdict::Block {
+            detection,
+            terminal,
+        })
+    }
+
+    /// Remembers what a blocked loop is made of, for `escalation`.
+    fn remember_blocked(
+        &mut self,
+        cfg: &EffectiveConfig,
+        finding: &Finding,
+        call: &CallPrint<'_>,
+        target: Option<u64>,
+    ) {
+        if cfg
+            .extensions
+            .as_deref()
+            .and_then(|x| x.escalation)
+            .is_none()
+        {
+            return;
+        }
+        let members = match finding.detector {
+            // Copies inside one batch are not a loop.
+            Detector::BatchDuplicates | Detector::Escalation => return,
+            Detector::ErrorCascade => Members::Any,
+            Detector::TargetThrash => match target {
+                Some(key) => Members::Target(key),
+                None => return,
+            },
+            Detector::Cycle => {
+                let k = finding.cycle_len as usize;
+                let mut signatures: Vec<Signature> = self
+                    .history
+                    .records()
+                    .iter()
+                    .rev()
+                    .take(k.saturating_sub(1))
+                    .map(|r| r.signature())
+                    .chain([call.signature])
+                    .collect();
+                signatures.sort_unstable();
+                signatures.dedup();
+                Members::Calls(signatures)
+            }
+            _ => {
+                let mut signatures = vec![call.signature];
+                signatures.extend(finding.paired.map(|(s, _)| s));
+                Members::Calls(signatures)
+            }
+        };
+        let seq = self.history.seq_of(self.history.len());
+        self.added
+            .ext
+            .escalation
+            .blocked(finding.detector, call.tool, members, seq);
     }
 
     /// Tracks a call of batch `batch`; when an identical call came earlier in the batch,
@@ -345,9 +514,19 @@ impl RunState {
     ) -> Recorded {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
+        let target = call.target.map(|t| target_key(call.tool, t));
         let recorded = match id.and_then(|id| self.retried_result(cfg, id, outcome)) {
             Some(recorded) => recorded,
-            None => self.settle(cfg, call.tool, call.signature, call.rule, id, outcome, now),
+            None => self.settle(
+                cfg,
+                call.tool,
+                call.signature,
+                call.rule,
+                id,
+                target,
+                outcome,
+                now,
+            ),
         };
         observe::recorded(scope, &recorded);
         recorded
@@ -382,7 +561,9 @@ impl RunState {
             RecordState::Pending => {
                 let tool = self.history.names().get(record.tool()).to_owned();
                 let (signature, rule) = (record.signature(), record.rule());
-                let recorded = self.settle(cfg, &tool, signature, rule, Some(id), outcome, now);
+                // A pending record: its target was recorded with the call.
+                let recorded =
+                    self.settle(cfg, &tool, signature, rule, Some(id), None, outcome, now);
                 observe::recorded(scope, &recorded);
                 Ok(recorded)
             }
@@ -418,6 +599,7 @@ impl RunState {
         signature: Signature,
         rule: OutcomeRule,
         id: Option<u64>,
+        target: Option<u64>,
         outcome: Outcome<'_>,
         now: u64,
     ) -> Recorded {
@@ -441,11 +623,16 @@ impl RunState {
         // Failures are tracked for `error_cascade` only.
         let failed = cfg.extensions.is_some() && crate::fingerprint::is_failure(rule, outcome);
         match pending {
-            Some(index) => self
-                .history
-                .settle(index, state, unknown.as_deref(), failed),
+            Some(index) => {
+                self.history
+                    .settle(index, state, unknown.as_deref(), failed);
+                self.added
+                    .ext
+                    .period
+                    .settle(self.history.seq_of(index), state);
+            }
             None => {
-                self.history.push(
+                let index = self.history.push(
                     cfg.history_size,
                     NewRecord {
                         tool,
@@ -459,6 +646,7 @@ impl RunState {
                         failed,
                     },
                 );
+                self.appended(cfg, index, target);
             }
         }
         let shadow = cfg.is_shadow();
@@ -520,16 +708,18 @@ impl RunState {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         cfg: &EffectiveConfig,
         call: &CallPrint<'_>,
         id: Option<u64>,
+        target: Option<u64>,
         state: RecordState,
         now: u64,
         newest: Option<Option<usize>>,
     ) {
-        self.history.push(
+        let index = self.history.push(
             cfg.history_size,
             NewRecord {
                 tool: call.tool,
@@ -543,6 +733,29 @@ impl RunState {
                 failed: false,
             },
         );
+        self.appended(cfg, index, target);
+    }
+
+    /// Keeps the extension detectors' per-record data in step with the history after the
+    /// record at `index` was appended.
+    fn appended(&mut self, cfg: &EffectiveConfig, index: usize, target: Option<u64>) {
+        let Some(ext) = cfg.extensions.as_deref() else {
+            return;
+        };
+        let seq = self.history.seq_of(index);
+        if ext.target_thrash.is_some() {
+            self.added
+                .ext
+                .targets
+                .push(&self.history, seq, target.unwrap_or(0));
+        }
+        if ext.cycle.is_some() {
+            let r = &self.history.records()[index];
+            self.added
+                .ext
+                .period
+                .appended(seq, r.signature(), r.state());
+        }
     }
 
     /// Puts a finding into words (before the call's record can evict the names it uses).
@@ -567,15 +780,27 @@ impl RunState {
             (Detector::ConsecutiveRepeat, Level::Warning) => messages::consecutive_warning(tool, n),
             (Detector::ConsecutiveRepeat, _) => messages::consecutive_critical(tool, n),
             (Detector::Cycle, level) => {
-                let cycle = self.cycle_text(usize::from(f.cycle_len));
+                let cycle = self.cycle_text(f.cycle_len as usize);
                 if level == Level::Warning {
                     messages::cycle_warning(tool, &cycle, n)
                 } else {
                     messages::cycle_critical(tool, &cycle, n)
                 }
             }
-            (Detector::ErrorCascade, Level::Warning) => messages::error_cascade_warning(tool, n),
-            (Detector::ErrorCascade, _) => messages::error_cascade_critical(tool, n),
+            (Detector::ErrorCascade, Level::Warning) => {
+                messages::error_cascade_warning(tool, n, f.spread)
+            }
+            (Detector::ErrorCascade, _) => messages::error_cascade_critical(tool, n, f.spread),
+            (Detector::StaleRepeat, Level::Warning) => messages::stale_warning(tool, n, f.failed),
+            (Detector::StaleRepeat, _) => messages::stale_critical(tool, n, f.failed),
+            (Detector::TargetThrash, level) => {
+                let target = call.target.unwrap_or("its target");
+                if level == Level::Warning {
+                    messages::target_thrash_warning(tool, target, n)
+                } else {
+                    messages::target_thrash_critical(tool, target, n)
+                }
+            }
             (Detector::BatchDuplicates, _) => {
                 messages::batch_duplicate(tool, n, batch_first.unwrap_or("earlier"))
             }
@@ -596,27 +821,38 @@ impl RunState {
 
     /// The set of a cycle's signatures (the current call's and the newest `k - 1`
     /// records'), whatever position the cycle is at: one warning key per cycle.
-    fn cycle_key(&self, call: &CallPrint<'_>, k: u8) -> u128 {
+    fn cycle_key(&self, call: &CallPrint<'_>, k: u32) -> u128 {
         self.history
             .records()
             .iter()
             .rev()
-            .take(usize::from(k).saturating_sub(1))
+            .take((k as usize).saturating_sub(1))
             .map(|r| r.signature().as_u128())
             .fold(call.signature.as_u128(), u128::wrapping_add)
     }
 
-    /// `read → list → grep`: the tools of the cycle's last `k` calls, oldest first.
+    /// `read → list → grep`: the tools of the cycle's last `k` calls, oldest first, a tool
+    /// called several times in a row written once with its count (`view ×5`).
     fn cycle_text(&self, k: usize) -> String {
         let records = self.history.records();
         let names = self.history.names();
         let start = records.len().saturating_sub(k);
-        let tools: Vec<&str> = records
-            .iter()
-            .skip(start)
-            .map(|r| names.get(r.tool()))
+        let mut steps: Vec<(&str, usize)> = Vec::new();
+        for r in records.iter().skip(start) {
+            let tool = names.get(r.tool());
+            match steps.last_mut() {
+                Some((last, n)) if *last == tool => *n += 1,
+                _ => steps.push((tool, 1)),
+            }
+        }
+        let steps: Vec<String> = steps
+            .into_iter()
+            .map(|(tool, n)| match n {
+                1 => tool.to_owned(),
+                n => format!("{tool} ×{n}"),
+            })
             .collect();
-        tools.join(" → ")
+        steps.join(" → ")
     }
 }
 

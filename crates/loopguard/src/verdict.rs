@@ -27,15 +27,39 @@ pub enum Detector {
     CompactionLoopPersisted,
     /// An unbroken run of one call pattern, whatever the outcomes (extension).
     ConsecutiveRepeat,
-    /// A repeating cycle of 2 to 6 call patterns (extension).
+    /// The newest calls repeat a period of call patterns (extension).
     Cycle,
-    /// Consecutive failed outcomes across tools (extension).
+    /// A run of failed outcomes across tools (extension).
     ErrorCascade,
     /// A duplicate call inside one batch of parallel calls (extension).
     BatchDuplicates,
+    /// The same call keeps returning the same outcome, other calls in between (extension).
+    StaleRepeat,
+    /// Repeated failures on one target (a file, a URL) with changing arguments (extension).
+    TargetThrash,
+    /// A call that continues a loop already blocked; ends the run after a few (extension).
+    Escalation,
 }
 
 impl Detector {
+    /// Every detector, in the order of this enum: the closed set that metrics, API schemas
+    /// and documentation derive from.
+    pub const ALL: [Self; 13] = [
+        Self::GenericRepeat,
+        Self::KnownPollNoProgress,
+        Self::PingPong,
+        Self::UnknownToolRepeat,
+        Self::GlobalCircuitBreaker,
+        Self::CompactionLoopPersisted,
+        Self::ConsecutiveRepeat,
+        Self::Cycle,
+        Self::ErrorCascade,
+        Self::BatchDuplicates,
+        Self::StaleRepeat,
+        Self::TargetThrash,
+        Self::Escalation,
+    ];
+
     /// The snake_case name used in outputs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,10 +73,14 @@ impl Detector {
             Self::Cycle => "cycle",
             Self::ErrorCascade => "error_cascade",
             Self::BatchDuplicates => "batch_duplicates",
+            Self::StaleRepeat => "stale_repeat",
+            Self::TargetThrash => "target_thrash",
+            Self::Escalation => "escalation",
         }
     }
 
-    /// Whether firing ends the run.
+    /// Whether firing always ends the run (`escalation` ends it only after its last
+    /// attempt; its verdict says so).
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -305,16 +333,26 @@ pub(crate) mod messages {
         )
     }
 
-    pub fn error_cascade_warning(tool: &str, n: u32) -> String {
+    /// `spread`: the calls the failures are spread over, when successes came in between.
+    pub fn error_cascade_warning(tool: &str, n: u32, spread: Option<u32>) -> String {
+        let what = failures(n, spread);
         format!(
-            "WARNING: the last {n} tool calls failed; {tool} is next. Stop and rethink the approach before calling more tools."
+            "WARNING: {what}; {tool} is next. Stop and rethink the approach before calling more tools."
         )
     }
 
-    pub fn error_cascade_critical(tool: &str, n: u32) -> String {
+    pub fn error_cascade_critical(tool: &str, n: u32, spread: Option<u32>) -> String {
+        let what = failures(n, spread);
         format!(
-            "CRITICAL: the last {n} tool calls failed. This {tool} call was blocked: stop calling tools and report what went wrong."
+            "CRITICAL: {what}. This {tool} call was blocked: stop calling tools and report what went wrong."
         )
+    }
+
+    fn failures(n: u32, spread: Option<u32>) -> String {
+        match spread {
+            Some(calls) => format!("{n} of the last {calls} tool calls failed"),
+            None => format!("the last {n} tool calls failed"),
+        }
     }
 
     pub fn batch_duplicate(tool: &str, n: u32, first: &str) -> String {
@@ -323,9 +361,88 @@ pub(crate) mod messages {
         )
     }
 
+    fn stale_outcome(failed: bool) -> &'static str {
+        if failed {
+            "failed the same way"
+        } else {
+            "returned the same result"
+        }
+    }
+
+    pub fn stale_warning(tool: &str, n: u32, failed: bool) -> String {
+        let what = stale_outcome(failed);
+        format!(
+            "WARNING: {tool} was called with these arguments {n} times before and {what} each time. Calling it again will not change that: use what you have or try something else."
+        )
+    }
+
+    pub fn stale_critical(tool: &str, n: u32, failed: bool) -> String {
+        let what = stale_outcome(failed);
+        format!(
+            "CRITICAL: {tool} was called with these arguments {n} times before and {what} each time. This call was blocked: do not repeat it, change approach or report the task as failed."
+        )
+    }
+
+    pub fn target_thrash_warning(tool: &str, target: &str, n: u32) -> String {
+        format!(
+            "WARNING: {tool} has failed {n} times on {target} with varying arguments. Read the errors and the current state of {target} before trying again."
+        )
+    }
+
+    pub fn target_thrash_critical(tool: &str, target: &str, n: u32) -> String {
+        format!(
+            "CRITICAL: {tool} has failed {n} times on {target} with varying arguments. This call was blocked: stop retrying blindly, inspect {target} and change approach, or report the task as failed."
+        )
+    }
+
+    pub fn escalation(tool: &str, loop_detector: Detector, attempt: u32, limit: u32) -> String {
+        format!(
+            "CRITICAL: this {tool} call continues the loop that {loop_detector} blocked (attempt {attempt} after the block; the run stops at {limit}). It was blocked again: do something different, or report the task as failed."
+        )
+    }
+
+    pub fn escalation_stop(tool: &str, loop_detector: Detector, attempt: u32) -> String {
+        format!(
+            "CRITICAL: {tool} continued the loop that {loop_detector} blocked {attempt} more times. The run was stopped (escalation)."
+        )
+    }
+
     pub fn compaction_abort(tool: &str, n: u32, window: u32) -> String {
         format!(
             "CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop; the run was aborted (compaction_loop_persisted)."
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_detector_once_under_its_output_name() {
+        // An exhaustive match: a new detector does not compile here until it is placed.
+        fn position(d: Detector) -> usize {
+            match d {
+                Detector::GenericRepeat => 0,
+                Detector::KnownPollNoProgress => 1,
+                Detector::PingPong => 2,
+                Detector::UnknownToolRepeat => 3,
+                Detector::GlobalCircuitBreaker => 4,
+                Detector::CompactionLoopPersisted => 5,
+                Detector::ConsecutiveRepeat => 6,
+                Detector::Cycle => 7,
+                Detector::ErrorCascade => 8,
+                Detector::BatchDuplicates => 9,
+                Detector::StaleRepeat => 10,
+                Detector::TargetThrash => 11,
+                Detector::Escalation => 12,
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, d) in Detector::ALL.iter().enumerate() {
+            assert_eq!(position(*d), i, "{d}");
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+            assert!(names.insert(d.as_str()), "{d} twice");
+        }
     }
 }

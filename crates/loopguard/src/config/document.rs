@@ -6,8 +6,8 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::extensions::{
-    CycleBlock, ExtensionsBlock, LevelsBlock, MaskingBlock, Mode, PolicyBlock, SwitchBlock,
-    ToolRuleBlock,
+    CascadeBlock, CycleBlock, EscalationBlock, ExtensionsBlock, LevelsBlock, MaskingBlock, Mode,
+    PolicyBlock, Preset, StaleBlock, SwitchBlock, ToolMask, ToolRuleBlock, MAX_CYCLE_LENGTH,
 };
 use super::locate::{locate, too_deep, Position, Segment};
 use super::{ConfigError, ConfigIssue, IssueKind, LoopDetectionBlock, ScopeBlocks};
@@ -305,7 +305,7 @@ pub(crate) const BLOCK_KEYS: &[&str] = &[
 ];
 pub(crate) const DETECTOR_KEYS: &[&str] = &["genericRepeat", "knownPollNoProgress", "pingPong"];
 pub(crate) const GUARD_KEYS: &[&str] = &["windowSize"];
-pub(crate) const EXTENSION_KEYS: &[&str] = &["mode", "masking", "policy", "detectors"];
+pub(crate) const EXTENSION_KEYS: &[&str] = &["preset", "mode", "masking", "policy", "detectors"];
 pub(crate) const MASKING_KEYS: &[&str] = &["enabled", "rules"];
 pub(crate) const POLICY_KEYS: &[&str] = &["builtin", "tools"];
 pub(crate) const TOOL_RULE_KEYS: &[&str] = &[
@@ -314,6 +314,7 @@ pub(crate) const TOOL_RULE_KEYS: &[&str] = &[
     "ignoreArgs",
     "ignoreResult",
     "mask",
+    "target",
     "warningThreshold",
     "criticalThreshold",
 ];
@@ -321,6 +322,9 @@ pub(crate) const EXT_DETECTOR_KEYS: &[&str] = &[
     "consecutiveRepeat",
     "cycle",
     "errorCascade",
+    "staleRepeat",
+    "targetThrash",
+    "escalation",
     "batchDuplicates",
 ];
 pub(crate) const LEVELS_KEYS: &[&str] = &["enabled", "warningThreshold", "criticalThreshold"];
@@ -331,6 +335,15 @@ pub(crate) const CYCLE_KEYS: &[&str] = &[
     "warningRepeats",
     "criticalRepeats",
 ];
+pub(crate) const CASCADE_KEYS: &[&str] =
+    &["enabled", "warningThreshold", "criticalThreshold", "maxGap"];
+pub(crate) const STALE_KEYS: &[&str] = &[
+    "enabled",
+    "warningThreshold",
+    "criticalThreshold",
+    "failureThreshold",
+];
+pub(crate) const ESCALATION_KEYS: &[&str] = &["enabled", "stopAfter"];
 pub(crate) const SWITCH_KEYS: &[&str] = &["enabled"];
 
 /// Every key each block accepts, by the block's path inside a scope (the document root or
@@ -359,6 +372,15 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
     for (k, v) in members(node, path, checker) {
         let p = child(path, k);
         match k.as_str() {
+            "preset" => {
+                let names: Vec<&str> = Preset::ALL.iter().map(|(name, _)| *name).collect();
+                block.preset = one_of(v, &p, &names, checker).and_then(|name| {
+                    Preset::ALL
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, preset)| *preset)
+                });
+            }
             "mode" => {
                 block.mode = one_of(v, &p, &["enforce", "shadow"], checker).map(|m| match m {
                     "shadow" => Mode::Shadow,
@@ -371,29 +393,7 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                     let mp = child(&p, mk);
                     match mk.as_str() {
                         "enabled" => masking.enabled = boolean(mv, &mp, checker),
-                        "rules" => {
-                            let names: Vec<&str> =
-                                crate::masking::MASK_RULES.iter().map(|r| r.name).collect();
-                            masking.rules = Some(
-                                strings(mv, &mp, checker)
-                                    .into_iter()
-                                    .filter(|(i, name)| {
-                                        let known = names.contains(&name.as_str());
-                                        if !known {
-                                            checker.issue(
-                                                &child_index(&mp, *i),
-                                                IssueKind::UnknownValue {
-                                                    value: name.clone(),
-                                                    expected: names.join(", "),
-                                                },
-                                            );
-                                        }
-                                        known
-                                    })
-                                    .map(|(_, name)| name)
-                                    .collect(),
-                            );
-                        }
+                        "rules" => masking.rules = Some(mask_rules(mv, &mp, checker)),
                         _ => unknown(mk, &mp, MASKING_KEYS, checker),
                     }
                 }
@@ -408,7 +408,26 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                             block.consecutive_repeat = Some(parse_levels(dv, &dp, checker))
                         }
                         "errorCascade" => {
-                            block.error_cascade = Some(parse_levels(dv, &dp, checker))
+                            block.error_cascade = Some(parse_cascade(dv, &dp, checker))
+                        }
+                        "staleRepeat" => block.stale_repeat = Some(parse_stale(dv, &dp, checker)),
+                        "targetThrash" => {
+                            block.target_thrash = Some(parse_levels(dv, &dp, checker))
+                        }
+                        "escalation" => {
+                            let mut escalation = EscalationBlock::default();
+                            for (ek, ev) in members(dv, &dp, checker) {
+                                let ep = child(&dp, ek);
+                                match ek.as_str() {
+                                    "enabled" => escalation.enabled = boolean(ev, &ep, checker),
+                                    "stopAfter" => {
+                                        escalation.stop_after =
+                                            count(ev, &ep, MAX_THRESHOLD, checker)
+                                    }
+                                    _ => unknown(ek, &ep, ESCALATION_KEYS, checker),
+                                }
+                            }
+                            block.escalation = Some(escalation);
                         }
                         "cycle" => block.cycle = Some(parse_cycle(dv, &dp, checker)),
                         "batchDuplicates" => {
@@ -530,7 +549,31 @@ fn parse_tool_rule(
                     rule.ignore_result = paths;
                 }
             }
-            "mask" => rule.mask = boolean(v, &p, checker),
+            "mask" => {
+                rule.mask = match v {
+                    Node::Bool(true) => Some(ToolMask::On),
+                    Node::Bool(false) => Some(ToolMask::Off),
+                    Node::Array(_) => Some(ToolMask::Rules(mask_rules(v, &p, checker))),
+                    other => {
+                        checker.issue(
+                            &p,
+                            IssueKind::UnknownValue {
+                                value: other.describe(),
+                                expected: "true, false, or a list of masking rule names".into(),
+                            },
+                        );
+                        None
+                    }
+                }
+            }
+            "target" => {
+                rule.target = Some(
+                    strings(v, &p, checker)
+                        .into_iter()
+                        .map(|(_, s)| s)
+                        .collect(),
+                )
+            }
             "warningThreshold" => rule.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
             "criticalThreshold" => rule.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
             _ => unknown(k, &p, TOOL_RULE_KEYS, checker),
@@ -564,6 +607,67 @@ fn parse_levels(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Lev
     levels
 }
 
+fn parse_cascade(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> CascadeBlock {
+    let mut cascade = CascadeBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "enabled" => cascade.enabled = boolean(v, &p, checker),
+            "warningThreshold" => cascade.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            "criticalThreshold" => {
+                cascade.critical_threshold = count(v, &p, MAX_THRESHOLD, checker)
+            }
+            // 0 is meaningful here: failures strictly in a row.
+            "maxGap" => {
+                cascade.max_gap = match v {
+                    Node::Int(0) => Some(0),
+                    Node::Float(f) if *f == 0.0 => Some(0),
+                    _ => count(v, &p, MAX_WINDOW, checker),
+                }
+            }
+            _ => unknown(k, &p, CASCADE_KEYS, checker),
+        }
+    }
+    cascade
+}
+
+fn parse_stale(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> StaleBlock {
+    let mut stale = StaleBlock::default();
+    for (k, v) in members(node, path, checker) {
+        let p = child(path, k);
+        match k.as_str() {
+            "enabled" => stale.enabled = boolean(v, &p, checker),
+            "warningThreshold" => stale.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            "criticalThreshold" => stale.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            "failureThreshold" => stale.failure_threshold = count(v, &p, MAX_THRESHOLD, checker),
+            _ => unknown(k, &p, STALE_KEYS, checker),
+        }
+    }
+    stale
+}
+
+/// A list of masking rule names, each checked.
+fn mask_rules(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Vec<String> {
+    let names: Vec<&str> = crate::masking::MASK_RULES.iter().map(|r| r.name).collect();
+    strings(v, path, checker)
+        .into_iter()
+        .filter(|(i, name)| {
+            let known = names.contains(&name.as_str());
+            if !known {
+                checker.issue(
+                    &child_index(path, *i),
+                    IssueKind::UnknownValue {
+                        value: name.clone(),
+                        expected: names.join(", "),
+                    },
+                );
+            }
+            known
+        })
+        .map(|(_, name)| name)
+        .collect()
+}
+
 fn parse_cycle(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> CycleBlock {
     let mut cycle = CycleBlock::default();
     for (k, v) in members(node, path, checker) {
@@ -572,17 +676,18 @@ fn parse_cycle(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Cycl
             "enabled" => cycle.enabled = boolean(v, &p, checker),
             "minLength" | "maxLength" => {
                 let n = count(v, &p, MAX_THRESHOLD, checker);
-                if let Some(n) = n.filter(|n| !(2..=6).contains(n)) {
+                let range = 2..=MAX_CYCLE_LENGTH;
+                if let Some(n) = n.filter(|n| !range.contains(n)) {
                     checker.issue(
                         &p,
                         IssueKind::OutOfRange {
                             value: n,
                             min: 2,
-                            max: 6,
+                            max: MAX_CYCLE_LENGTH,
                         },
                     );
                 }
-                let n = n.filter(|n| (2..=6).contains(n));
+                let n = n.filter(|n| range.contains(n));
                 if k == "minLength" {
                     cycle.min_length = n;
                 } else {

@@ -4,18 +4,23 @@
 //! ```json5
 //! {
 //!   loopguard: {
+//!     preset: "recommended",                 // the tuned set below; keys here override it
 //!     mode: "shadow",                        // report what would fire, always allow
 //!     masking: { rules: ["uuid", "iso8601"] }, // mask volatile tokens in every outcome
 //!     policy: {
 //!       tools: [
 //!         { match: "session_*", class: "read", ignoreResult: ["details.statusText"] },
 //!         { match: "notify_*", class: "send", ignoreArgs: ["title"], mask: true },
+//!         { match: "browser_*", mask: ["digits"], target: ["url"] },
 //!       ],
 //!     },
 //!     detectors: {
 //!       consecutiveRepeat: { warningThreshold: 6, criticalThreshold: 12 },
 //!       cycle: {},                           // present = on, with defaults
-//!       errorCascade: { enabled: false },
+//!       errorCascade: { maxGap: 3 },
+//!       staleRepeat: {},
+//!       targetThrash: {},
+//!       escalation: { stopAfter: 3 },
 //!       batchDuplicates: {},
 //!     },
 //!   },
@@ -23,6 +28,7 @@
 //! }
 //! ```
 
+use std::fmt;
 use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
@@ -32,10 +38,19 @@ use crate::policy::{ToolClass, ToolPolicy, ToolRule};
 
 /// Default `consecutiveRepeat` thresholds.
 pub const DEFAULT_CONSECUTIVE: (u32, u32) = (6, 12);
-/// Default `cycle` settings: lengths 2 to 6, warning at 3 repetitions, critical at 5.
-pub const DEFAULT_CYCLE: (u32, u32, u32, u32) = (2, 6, 3, 5);
-/// Default `errorCascade` thresholds.
-pub const DEFAULT_ERROR_CASCADE: (u32, u32) = (5, 10);
+/// Default `cycle` settings: periods 2 to 16, warning at 3 repetitions, critical at 5.
+pub const DEFAULT_CYCLE: (u32, u32, u32, u32) = (2, 16, 3, 5);
+/// Longest `cycle.maxLength` accepted (at run time it is also capped at `historySize`).
+pub const MAX_CYCLE_LENGTH: u32 = 1000;
+/// Default `errorCascade` thresholds and gap (0: failures strictly in a row).
+pub const DEFAULT_ERROR_CASCADE: (u32, u32, u32) = (5, 10, 0);
+/// Default `staleRepeat` thresholds: warning, critical, critical when the repeated outcome
+/// is a failure.
+pub const DEFAULT_STALE_REPEAT: (u32, u32, u32) = (3, 4, 3);
+/// Default `targetThrash` thresholds.
+pub const DEFAULT_TARGET_THRASH: (u32, u32) = (4, 6);
+/// Default `escalation.stopAfter`.
+pub const DEFAULT_ESCALATION_STOP: u32 = 3;
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -46,6 +61,83 @@ pub enum Mode {
     Enforce,
     /// Everything is evaluated and reported; every call is allowed.
     Shadow,
+}
+
+/// A named set of settings under the block's own keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Every extension on, with thresholds tuned on the project's corpus of real
+    /// transcripts (`docs/extensions.md` has the table).
+    Recommended,
+}
+
+impl Preset {
+    /// Every preset, with its name in configs.
+    pub const ALL: &'static [(&'static str, Preset)] = &[("recommended", Preset::Recommended)];
+
+    /// The settings the preset stands for, as if written in the block.
+    pub fn block(self) -> ExtensionsBlock {
+        match self {
+            Preset::Recommended => recommended(),
+        }
+    }
+}
+
+/// The `recommended` preset. Each number is justified on the corpus in
+/// `docs/extensions.md` ("The recommended preset").
+fn recommended() -> ExtensionsBlock {
+    let levels = |w, c| LevelsBlock {
+        enabled: None,
+        warning_threshold: Some(w),
+        critical_threshold: Some(c),
+    };
+    let every_digit = MaskSet::ALL
+        .union(MaskSet::from_names(["digits"]).unwrap_or(MaskSet::NONE))
+        .rules()
+        .map(|r| r.name.to_owned())
+        .collect();
+    ExtensionsBlock {
+        preset: None,
+        mode: None,
+        masking: Some(MaskingBlock::default()),
+        policy: PolicyBlock {
+            builtin: None,
+            // Browser and page-state tools renumber element indices on every call.
+            tools: vec![ToolRuleBlock {
+                pattern: "{browser,browser_*,*_browser,*snapshot*,*get_state*,*page_state*}"
+                    .to_owned(),
+                mask: Some(ToolMask::Rules(every_digit)),
+                ..ToolRuleBlock::default()
+            }],
+        },
+        consecutive_repeat: Some(levels(6, 12)),
+        cycle: Some(CycleBlock {
+            enabled: None,
+            min_length: Some(2),
+            max_length: Some(20),
+            warning_repeats: Some(3),
+            critical_repeats: Some(3),
+        }),
+        error_cascade: Some(CascadeBlock {
+            enabled: None,
+            warning_threshold: Some(5),
+            critical_threshold: Some(8),
+            max_gap: Some(3),
+        }),
+        stale_repeat: Some(StaleBlock {
+            enabled: None,
+            warning_threshold: Some(3),
+            critical_threshold: Some(4),
+            failure_threshold: Some(3),
+        }),
+        target_thrash: Some(levels(4, 6)),
+        escalation: Some(EscalationBlock {
+            enabled: None,
+            stop_after: Some(3),
+        }),
+        batch_duplicates: Some(SwitchBlock::default()),
+    }
 }
 
 /// A detector block with two thresholds, as written.
@@ -66,14 +158,52 @@ pub struct LevelsBlock {
 pub struct CycleBlock {
     /// On unless `false`.
     pub enabled: Option<bool>,
-    /// Shortest cycle (distinct call patterns per repetition), at least 2.
+    /// Shortest period (calls per repetition), at least 2.
     pub min_length: Option<u32>,
-    /// Longest cycle, at most 6.
+    /// Longest period, at most [`MAX_CYCLE_LENGTH`] (and at run time `historySize`).
     pub max_length: Option<u32>,
     /// Repetitions at which it warns.
     pub warning_repeats: Option<u32>,
-    /// Repetitions (with stable outcomes) at which it blocks.
+    /// Repetitions (with stable outcomes) at which it blocks; may equal `warningRepeats`.
     pub critical_repeats: Option<u32>,
+}
+
+/// The `errorCascade` block, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CascadeBlock {
+    /// On unless `false`.
+    pub enabled: Option<bool>,
+    /// Failures at which it warns.
+    pub warning_threshold: Option<u32>,
+    /// Failures at which it blocks.
+    pub critical_threshold: Option<u32>,
+    /// Successful calls allowed between two failures of one run (0: strictly in a row).
+    pub max_gap: Option<u32>,
+}
+
+/// The `staleRepeat` block, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleBlock {
+    /// On unless `false`.
+    pub enabled: Option<bool>,
+    /// Earlier identical outcomes at which it warns.
+    pub warning_threshold: Option<u32>,
+    /// Earlier identical outcomes at which it blocks.
+    pub critical_threshold: Option<u32>,
+    /// Earlier identical failures at which it blocks.
+    pub failure_threshold: Option<u32>,
+}
+
+/// The `escalation` block, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EscalationBlock {
+    /// On unless `false`.
+    pub enabled: Option<bool>,
+    /// Attempts to continue a blocked loop after which the run is stopped.
+    pub stop_after: Option<u32>,
 }
 
 /// A switch-only block, as written.
@@ -92,6 +222,37 @@ pub struct MaskingBlock {
     pub rules: Option<Vec<String>>,
 }
 
+/// A tool rule's `mask`, as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolMask {
+    /// `true`: the global rule list (every rule when masking is off globally).
+    On,
+    /// `false`: no masking for this tool.
+    Off,
+    /// A list: exactly these rules (the way to turn on the opt-in `digits`).
+    Rules(Vec<String>),
+}
+
+impl Serialize for ToolMask {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ToolMask::On => s.serialize_bool(true),
+            ToolMask::Off => s.serialize_bool(false),
+            ToolMask::Rules(names) => names.serialize(s),
+        }
+    }
+}
+
+impl fmt::Display for ToolMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolMask::On => f.write_str("true"),
+            ToolMask::Off => f.write_str("false"),
+            ToolMask::Rules(names) => write!(f, "[{}]", names.join(", ")),
+        }
+    }
+}
+
 /// One `policy.tools` entry, as written.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -106,7 +267,10 @@ pub struct ToolRuleBlock {
     /// Result keys or paths left out of the outcome fingerprint.
     pub ignore_result: Vec<String>,
     /// Mask volatile tokens in this tool's outcomes (overrides the global switch).
-    pub mask: Option<bool>,
+    pub mask: Option<ToolMask>,
+    /// Arguments that name the call's target, first present wins (`targetThrash`);
+    /// absent: [`crate::policy::DEFAULT_TARGET_ARGS`]; empty: the tool has no target.
+    pub target: Option<Vec<String>>,
     /// Warning threshold for this tool's calls.
     pub warning_threshold: Option<u32>,
     /// Critical threshold for this tool's calls.
@@ -126,6 +290,8 @@ pub struct PolicyBlock {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionsBlock {
+    /// Settings this block starts from (its own keys override them).
+    pub preset: Option<Preset>,
     /// Enforce or shadow.
     pub mode: Option<Mode>,
     /// Volatile-token masking.
@@ -137,7 +303,13 @@ pub struct ExtensionsBlock {
     /// `detectors.cycle`.
     pub cycle: Option<CycleBlock>,
     /// `detectors.errorCascade`.
-    pub error_cascade: Option<LevelsBlock>,
+    pub error_cascade: Option<CascadeBlock>,
+    /// `detectors.staleRepeat`.
+    pub stale_repeat: Option<StaleBlock>,
+    /// `detectors.targetThrash`.
+    pub target_thrash: Option<LevelsBlock>,
+    /// `detectors.escalation`.
+    pub escalation: Option<EscalationBlock>,
     /// `detectors.batchDuplicates`.
     pub batch_duplicates: Option<SwitchBlock>,
 }
@@ -164,6 +336,7 @@ impl ExtensionsBlock {
             critical_threshold: t.critical_threshold.or(b.critical_threshold),
         };
         Self {
+            preset: agent.preset.or(self.preset),
             mode: agent.mode.or(self.mode),
             masking: overlay_opt(&self.masking, &agent.masking, |b, t| MaskingBlock {
                 enabled: t.enabled.or(b.enabled),
@@ -191,7 +364,27 @@ impl ExtensionsBlock {
                 warning_repeats: t.warning_repeats.or(b.warning_repeats),
                 critical_repeats: t.critical_repeats.or(b.critical_repeats),
             }),
-            error_cascade: overlay_opt(&self.error_cascade, &agent.error_cascade, levels),
+            error_cascade: overlay_opt(&self.error_cascade, &agent.error_cascade, |b, t| {
+                CascadeBlock {
+                    enabled: t.enabled.or(b.enabled),
+                    warning_threshold: t.warning_threshold.or(b.warning_threshold),
+                    critical_threshold: t.critical_threshold.or(b.critical_threshold),
+                    max_gap: t.max_gap.or(b.max_gap),
+                }
+            }),
+            stale_repeat: overlay_opt(&self.stale_repeat, &agent.stale_repeat, |b, t| StaleBlock {
+                enabled: t.enabled.or(b.enabled),
+                warning_threshold: t.warning_threshold.or(b.warning_threshold),
+                critical_threshold: t.critical_threshold.or(b.critical_threshold),
+                failure_threshold: t.failure_threshold.or(b.failure_threshold),
+            }),
+            target_thrash: overlay_opt(&self.target_thrash, &agent.target_thrash, levels),
+            escalation: overlay_opt(&self.escalation, &agent.escalation, |b, t| {
+                EscalationBlock {
+                    enabled: t.enabled.or(b.enabled),
+                    stop_after: t.stop_after.or(b.stop_after),
+                }
+            }),
             batch_duplicates: overlay_opt(
                 &self.batch_duplicates,
                 &agent.batch_duplicates,
@@ -225,18 +418,43 @@ impl Levels {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CycleLevels {
-    /// Shortest cycle length.
+    /// Shortest period.
     pub min_length: u32,
-    /// Longest cycle length.
+    /// Longest period (capped at `historySize` when the call is judged).
     pub max_length: u32,
-    /// Repetitions.
-    pub repeats: Levels,
+    /// Repetitions at which a cycle warns.
+    pub warning_repeats: u32,
+    /// Repetitions at which a cycle whose every position kept its outcome blocks (at
+    /// least `warning_repeats`: the outcome evidence is what tells the two apart).
+    pub critical_repeats: u32,
+}
+
+/// Effective `errorCascade` settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cascade {
+    /// Failures at which it warns and blocks.
+    pub levels: Levels,
+    /// Successful calls allowed between two failures of one run.
+    pub max_gap: u32,
+}
+
+/// Effective `staleRepeat` settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleLevels {
+    /// Earlier identical outcomes at which it warns and blocks.
+    pub levels: Levels,
+    /// Earlier identical failures at which it blocks.
+    pub failure_critical: u32,
 }
 
 /// The extensions in force for one agent (or globally), compiled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Extensions {
+    /// The preset the block started from.
+    pub preset: Option<Preset>,
     /// Enforce or shadow.
     pub mode: Mode,
     /// Masking applied to every outcome (empty: off), unless a tool rule says otherwise.
@@ -249,7 +467,13 @@ pub struct Extensions {
     /// `cycle`, when on.
     pub cycle: Option<CycleLevels>,
     /// `error_cascade`, when on.
-    pub error_cascade: Option<Levels>,
+    pub error_cascade: Option<Cascade>,
+    /// `stale_repeat`, when on.
+    pub stale_repeat: Option<StaleLevels>,
+    /// `target_thrash`, when on.
+    pub target_thrash: Option<Levels>,
+    /// `escalation`, when on: attempts after which the run stops.
+    pub escalation: Option<u32>,
     /// `batch_duplicates`.
     pub batch_duplicates: bool,
 }
@@ -259,8 +483,15 @@ fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl Extensions {
-    /// Compiles a (merged, validated) block.
+    /// Compiles a (merged, validated) block, laid over its preset when it names one.
     pub fn from_block(block: &ExtensionsBlock) -> Arc<Self> {
+        match block.preset {
+            Some(preset) => Self::compile(&preset.block().overlay(block)),
+            None => Self::compile(block),
+        }
+    }
+
+    fn compile(block: &ExtensionsBlock) -> Arc<Self> {
         let on = |enabled: Option<bool>| enabled != Some(false);
         let masking = match &block.masking {
             Some(m) if on(m.enabled) => match &m.rules {
@@ -281,16 +512,46 @@ impl Extensions {
         };
         let cycle = block.cycle.as_ref().filter(|b| on(b.enabled)).map(|b| {
             let (min, max, w, c) = DEFAULT_CYCLE;
-            let min_length = b.min_length.unwrap_or(min).clamp(2, 6);
+            let min_length = b.min_length.unwrap_or(min).clamp(2, MAX_CYCLE_LENGTH);
+            let warning_repeats = b.warning_repeats.unwrap_or(w);
             CycleLevels {
                 min_length,
-                max_length: b.max_length.unwrap_or(max).clamp(min_length, 6),
-                repeats: Levels::new(
-                    b.warning_repeats.unwrap_or(w),
-                    b.critical_repeats.unwrap_or(c),
-                ),
+                max_length: b
+                    .max_length
+                    .unwrap_or(max)
+                    .clamp(min_length, MAX_CYCLE_LENGTH),
+                warning_repeats,
+                critical_repeats: b.critical_repeats.unwrap_or(c).max(warning_repeats),
             }
         });
+        let error_cascade = block
+            .error_cascade
+            .as_ref()
+            .filter(|b| on(b.enabled))
+            .map(|b| {
+                let (w, c, gap) = DEFAULT_ERROR_CASCADE;
+                Cascade {
+                    levels: Levels::new(
+                        b.warning_threshold.unwrap_or(w),
+                        b.critical_threshold.unwrap_or(c),
+                    ),
+                    max_gap: b.max_gap.unwrap_or(gap),
+                }
+            });
+        let stale_repeat = block
+            .stale_repeat
+            .as_ref()
+            .filter(|b| on(b.enabled))
+            .map(|b| {
+                let (w, c, f) = DEFAULT_STALE_REPEAT;
+                StaleLevels {
+                    levels: Levels::new(
+                        b.warning_threshold.unwrap_or(w),
+                        b.critical_threshold.unwrap_or(c),
+                    ),
+                    failure_critical: b.failure_threshold.unwrap_or(f).max(1),
+                }
+            });
         let rules = block
             .policy
             .tools
@@ -298,12 +559,20 @@ impl Extensions {
             .filter_map(ToolRule::compile)
             .collect();
         Arc::new(Self {
+            preset: block.preset,
             mode: block.mode.unwrap_or_default(),
             masking,
             policy: ToolPolicy::new(block.policy.builtin != Some(false), rules),
             consecutive_repeat: levels(&block.consecutive_repeat, DEFAULT_CONSECUTIVE),
             cycle,
-            error_cascade: levels(&block.error_cascade, DEFAULT_ERROR_CASCADE),
+            error_cascade,
+            stale_repeat,
+            target_thrash: levels(&block.target_thrash, DEFAULT_TARGET_THRASH),
+            escalation: block
+                .escalation
+                .as_ref()
+                .filter(|b| on(b.enabled))
+                .map(|b| b.stop_after.unwrap_or(DEFAULT_ESCALATION_STOP).max(1)),
             batch_duplicates: block
                 .batch_duplicates
                 .as_ref()

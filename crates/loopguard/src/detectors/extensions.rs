@@ -3,62 +3,77 @@
 //!
 //! - `consecutive_repeat`: an unbroken run of one call pattern, whatever the outcomes
 //!   (known polls exempt);
-//! - `cycle`: the newest calls repeat a cycle of 2 to 6 distinct patterns; critical only
-//!   when every position of the cycle keeps one outcome (ping-pong, generalised);
-//! - `error_cascade`: consecutive failed outcomes, across any tools;
+//! - `stale_repeat`: the same call returning the same outcome again and again, other calls
+//!   in between (SPEC's no-progress streak at a threshold for agents, and lower still when
+//!   the outcome is a failure; known polls exempt);
+//! - `cycle`: the newest calls repeat a period of calls, whatever its steps ([`period`]);
+//!   critical only when every position of the period keeps its outcome;
+//! - `target_thrash`: failures piling up on one (tool, target) ([`thrash`]);
+//! - `error_cascade`: a run of failed outcomes across any tools, strictly in a row or with
+//!   at most `maxGap` successes between two failures;
 //! - `batch_duplicates`: a call identical to an earlier one of the same parallel batch.
 //!
 //! Each walks back from the newest record and stops at the first record that breaks its
-//! pattern, so its cost grows with the pattern, not with the window.
+//! pattern, or reads counters kept as records come in.
+//!
+//! [`period`]: super::period
+//! [`thrash`]: super::thrash
 
+use super::period::PeriodTrack;
+use super::thrash::Targets;
 use super::Finding;
-use crate::config::extensions::{CycleLevels, Extensions, Levels};
-use crate::fingerprint::{CallPrint, Fingerprint, Signature};
+use crate::config::extensions::{Cascade, CycleLevels, Extensions, Levels, StaleLevels};
+use crate::fingerprint::{CallPrint, Signature};
 use crate::history::History;
 use crate::verdict::{Detector, Level};
 
-/// Runs the extension detectors; `batch_repeat` is the call's occurrence number within
-/// its batch when an identical call came earlier in the batch.
-pub(crate) fn detect(
-    ext: &Extensions,
-    history: &History,
-    call: &CallPrint<'_>,
-    batch_repeat: Option<u32>,
-) -> Option<Finding> {
-    let mut warning = None;
-    let mut consider = |f: Option<Finding>| -> Option<Finding> {
-        match f {
-            Some(f) if f.level == Level::Critical => Some(f),
-            Some(f) => {
-                warning.get_or_insert(f);
-                None
-            }
-            None => None,
-        }
-    };
-    if let Some(n) = batch_repeat.filter(|_| ext.batch_duplicates) {
+/// What the extension detectors look at for one call.
+pub(crate) struct Context<'a> {
+    pub history: &'a History,
+    pub call: &'a CallPrint<'a>,
+    /// The newest record of the call's signature.
+    pub newest: Option<usize>,
+    /// The call's copy number within its batch, when an identical call came earlier in it.
+    pub batch_repeat: Option<u32>,
+    /// The period track, synced with the history (when `cycle` is on).
+    pub period: &'a PeriodTrack,
+    /// The longest period the track follows (`cycle.maxLength`, capped at `historySize`).
+    pub max_period: u32,
+    /// The (tool, target) keys of the history's records, and the call's.
+    pub targets: &'a Targets,
+    pub target: Option<u64>,
+}
+
+/// Runs the extension detectors: the first critical finding, else the first warning.
+pub(crate) fn detect(ext: &Extensions, cx: &Context<'_>) -> Option<Finding> {
+    if let Some(n) = cx.batch_repeat.filter(|_| ext.batch_duplicates) {
         return Some(Finding::new(Level::Critical, Detector::BatchDuplicates, n));
     }
-    if let Some(levels) = ext.consecutive_repeat.filter(|_| !call.known_poll) {
-        let n = consecutive(history, call.signature);
-        if let Some(f) = consider(leveled(Detector::ConsecutiveRepeat, n, levels)) {
+    let call = cx.call;
+    let findings = [
+        ext.consecutive_repeat
+            .filter(|_| !call.known_poll)
+            .and_then(|levels| {
+                let n = consecutive(cx.history, call.signature);
+                leveled(Detector::ConsecutiveRepeat, n, levels)
+            }),
+        ext.stale_repeat
+            .filter(|_| !call.known_poll)
+            .and_then(|levels| stale(cx.history, cx.newest, levels)),
+        ext.cycle
+            .and_then(|levels| cycle(cx.period, call.signature, levels, cx.max_period)),
+        ext.target_thrash.zip(cx.target).and_then(|(levels, key)| {
+            let n = cx.targets.failures(cx.history, key);
+            leveled(Detector::TargetThrash, n, levels)
+        }),
+        ext.error_cascade.and_then(|c| cascade(cx.history, c)),
+    ];
+    let mut warning = None;
+    for f in findings.into_iter().flatten() {
+        if f.level == Level::Critical {
             return Some(f);
         }
-    }
-    if let Some(levels) = ext.cycle {
-        if let Some(f) = consider(cycle(history, call.signature, levels)) {
-            return Some(f);
-        }
-    }
-    if let Some(levels) = ext.error_cascade {
-        let (n, start) = failures(history);
-        let found = leveled(Detector::ErrorCascade, n, levels).map(|mut f| {
-            f.cascade_start = start;
-            f
-        });
-        if let Some(f) = consider(found) {
-            return Some(f);
-        }
+        warning.get_or_insert(f);
     }
     warning
 }
@@ -84,88 +99,94 @@ pub(crate) fn consecutive(history: &History, signature: Signature) -> u32 {
         .count() as u32
 }
 
-/// Consecutive failed outcomes, newest first (pending records and vetoes are skipped),
-/// and the sequence number of the oldest failure: a new cascade is a new warning.
-pub(crate) fn failures(history: &History) -> (u32, u64) {
+/// Earlier calls of the signature that returned its newest outcome, in a row (pending
+/// calls and vetoes skipped, other calls in between ignored); blocks sooner when that
+/// outcome is a failure: an identical error does not go away by itself.
+fn stale(history: &History, newest: Option<usize>, levels: StaleLevels) -> Option<Finding> {
+    let mut latest = None;
+    let mut failed = false;
     let mut n = 0;
-    let mut start = 0;
+    for (_, r) in history.chain_from(newest) {
+        let Some(fp) = r.outcome() else { continue };
+        match latest {
+            None => {
+                latest = Some(fp);
+                failed = r.failed();
+            }
+            Some(l) if l != fp => break,
+            Some(_) => {}
+        }
+        n += 1;
+    }
+    let critical = if failed {
+        levels.failure_critical
+    } else {
+        levels.levels.critical
+    };
+    let level = if n >= critical {
+        Level::Critical
+    } else if n >= levels.levels.warning {
+        Level::Warning
+    } else {
+        return None;
+    };
+    let mut f = Finding::new(level, Detector::StaleRepeat, n);
+    f.failed = failed;
+    Some(f)
+}
+
+/// A run of failures, newest first (pending records and vetoes skipped): it is live while
+/// the newest outcome failed, and goes back across at most `max_gap` successes at a time.
+/// Returns the failures, the outcomes they span and the sequence number of the oldest.
+pub(crate) fn failures(history: &History, max_gap: u32) -> (u32, u32, u64) {
+    let (mut n, mut spread, mut start) = (0, 0, 0);
+    let (mut seen, mut gap) = (0u32, 0u32);
     for (i, r) in history.records().iter().enumerate().rev() {
         if r.outcome().is_none() {
             continue;
         }
-        if !r.failed() {
-            break;
+        seen += 1;
+        if r.failed() {
+            n += 1;
+            spread = seen;
+            start = history.seq_of(i);
+            gap = 0;
+        } else {
+            gap += 1;
+            if n == 0 || gap > max_gap {
+                break;
+            }
         }
-        n += 1;
-        start = history.seq_of(i);
     }
-    (n, start)
+    (n, spread, start)
 }
 
-/// The longest-repeating cycle the current call would continue: for each length k, the
-/// sequence (history + current call) is periodic with period k over its last P entries,
-/// and one period holds k distinct signatures. `count` is the number of full repetitions.
-pub(crate) fn cycle(
-    history: &History,
+fn cascade(history: &History, c: Cascade) -> Option<Finding> {
+    let (n, spread, start) = failures(history, c.max_gap);
+    let mut f = leveled(Detector::ErrorCascade, n, c.levels)?;
+    f.cascade_start = start;
+    f.spread = (spread > n).then_some(spread);
+    Some(f)
+}
+
+/// The shortest period the current call continues with enough repetitions; critical when
+/// it has the repetitions to block and every position kept its outcome.
+fn cycle(
+    track: &PeriodTrack,
     signature: Signature,
     levels: CycleLevels,
+    max_period: u32,
 ) -> Option<Finding> {
-    let records = history.records();
-    let n = records.len() + 1;
-    let sig_at = |i: usize| {
-        if i == n - 1 {
-            signature
-        } else {
-            records[i].signature()
-        }
-    };
-    let mut best: Option<(u32, usize)> = None; // (repetitions, k)
-    for k in levels.min_length as usize..=levels.max_length as usize {
-        if n < 2 * k {
-            break;
-        }
-        // One period of distinct signatures.
-        let distinct = (n - k..n).all(|i| (i + 1..n).all(|j| sig_at(i) != sig_at(j)));
-        if !distinct {
-            continue;
-        }
-        let mut run = 0;
-        while run + k < n && sig_at(n - 1 - run) == sig_at(n - 1 - run - k) {
-            run += 1;
-        }
-        let reps = ((run + k) / k) as u32;
-        if reps >= 2 && best.is_none_or(|(r, _)| reps > r) {
-            best = Some((reps, k));
-        }
-    }
-    let (reps, k) = best?;
-    if reps < levels.repeats.warning {
+    if max_period < levels.min_length {
         return None;
     }
-    let level = if reps >= levels.repeats.critical && stable(history, k, reps as usize * k - 1) {
+    let period = track.find(signature, levels.min_length, levels.warning_repeats)?;
+    let level = if period.repeats >= levels.critical_repeats && track.stable(period.length) {
         Level::Critical
     } else {
         Level::Warning
     };
-    let mut f = Finding::new(level, Detector::Cycle, reps);
-    f.cycle_len = k as u8;
+    let mut f = Finding::new(level, Detector::Cycle, period.repeats);
+    f.cycle_len = period.length;
     Some(f)
-}
-
-/// Whether each of the k positions of the cycle kept one outcome over the `span` newest
-/// records (every one of them completed).
-fn stable(history: &History, k: usize, span: usize) -> bool {
-    let records = history.records();
-    let mut seen: [Option<Fingerprint>; 6] = [None; 6];
-    for (back, r) in records.iter().rev().take(span).enumerate() {
-        // The current call is position 0; the newest record is position 1 (mod k).
-        let position = (back + 1) % k;
-        match (r.outcome(), seen[position]) {
-            (None, _) => return false,
-            (Some(fp), None) => seen[position] = Some(fp),
-            (Some(fp), Some(s)) if fp == s => {}
-            _ => return false,
-        }
-    }
-    true
 }

@@ -2,7 +2,10 @@
 //! then loopguard's own detectors ([`extensions`]) when the `loopguard` block turns them
 //! on. A critical finding beats a warning; between two of the same level, SPEC's wins.
 
+pub(crate) mod escalation;
 pub(crate) mod extensions;
+pub(crate) mod period;
+pub(crate) mod thrash;
 
 use crate::config::EffectiveConfig;
 use crate::fingerprint::{CallPrint, Fingerprint, Signature};
@@ -23,9 +26,14 @@ pub(crate) struct Finding {
     /// Poll: the outcome the streak repeats (part of the warning key).
     pub latest: Option<Fingerprint>,
     /// Cycle: its length (the newest records hold one repetition).
-    pub cycle_len: u8,
+    pub cycle_len: u32,
     /// Error cascade: sequence number of its first failure.
     pub cascade_start: u64,
+    /// Error cascade: the outcomes its failures are spread over, when successes came in
+    /// between.
+    pub spread: Option<u32>,
+    /// Stale repeat: the repeated outcome is a failure.
+    pub failed: bool,
 }
 
 impl Finding {
@@ -39,6 +47,8 @@ impl Finding {
             latest: None,
             cycle_len: 0,
             cascade_start: 0,
+            spread: None,
+            failed: false,
         }
     }
 }
