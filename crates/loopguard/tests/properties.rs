@@ -4,6 +4,7 @@ use loopguard::config::{ConfigSet, DetectorsBlock, LoopDetectionBlock};
 use loopguard::fingerprint::{args_fingerprint, Fingerprint};
 use loopguard::{Call, Detector, Guard, Limits, ManualClock, Outcome, Scope, Verdict};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Number, Value};
 
 /// Arbitrary JSON values, a few levels deep.
@@ -308,7 +309,7 @@ proptest! {
         let spec = ConfigSet::parse(SPEC_CONFIG).unwrap();
         let off = ConfigSet::parse(&SPEC_CONFIG.replacen(
             "} } }",
-            "} }, loopguard: { mode: 'enforce', masking: { enabled: false }, policy: { tools: [] }, detectors: { consecutiveRepeat: { enabled: false }, cycle: { enabled: false }, errorCascade: { enabled: false }, batchDuplicates: { enabled: false } } } }",
+            "} }, loopguard: { mode: 'enforce', masking: { enabled: false }, policy: { tools: [] }, detectors: { consecutiveRepeat: { enabled: false }, cycle: { enabled: false }, errorCascade: { enabled: false }, staleRepeat: { enabled: false }, targetThrash: { enabled: false }, escalation: { enabled: false }, batchDuplicates: { enabled: false } } } }",
             1,
         ))
         .unwrap();
@@ -457,4 +458,145 @@ proptest! {
             }
         }
     }
+}
+
+/// The recommended preset over SPEC's small thresholds, with the given escalation limit.
+fn preset(stop_after: u32) -> ConfigSet {
+    ConfigSet::parse(&SPEC_CONFIG.replacen(
+        "} } }",
+        &format!("}} }}, loopguard: {{ preset: 'recommended', detectors: {{ escalation: {{ stopAfter: {stop_after} }}, targetThrash: {{ warningThreshold: 2, criticalThreshold: 3 }} }} }} }}"),
+        1,
+    ))
+    .unwrap()
+}
+
+/// A call of the random streams below: a few tools, some with a target argument.
+fn mixed_call(tool: usize, args: usize) -> (&'static str, Value) {
+    const MIXED: [&str; 5] = ["read", "edit", "exec", "process", "list"];
+    let tool = MIXED[tool];
+    let args = match tool {
+        "edit" => serde_json::json!({"path": format!("f{}", args % 2), "old": args}),
+        "process" => args_for("process", args % 3),
+        _ => serde_json::json!({ "n": args }),
+    };
+    (tool, args)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// With the recommended preset, outcomes that keep changing (and never fail) never
+    /// make a detector that judges outcomes block: only runs of one call, duplicates in a
+    /// batch, and the escalation of those can.
+    #[test]
+    fn changing_outcomes_never_block_with_the_preset(steps in ext_steps()) {
+        for (i, v) in verdicts(&preset(3), &steps, true).iter().enumerate() {
+            if let Verdict::Block { detection, .. } = v {
+                prop_assert!(
+                    matches!(
+                        detection.detector,
+                        Detector::ConsecutiveRepeat | Detector::BatchDuplicates | Detector::Escalation
+                    ),
+                    "step {i}: {detection:?}"
+                );
+            }
+        }
+    }
+
+    /// Escalation only blocks a call that continues a loop blocked earlier: the same
+    /// signature, the other side of a blocked ping-pong, a step of a blocked cycle (one of
+    /// the calls of its last period), a call on a blocked thrash's target, or any call
+    /// after a blocked run of failures. A call outside them is judged as usual.
+    #[test]
+    fn escalation_never_blocks_a_call_outside_a_blocked_loop(
+        steps in prop::collection::vec((0..5usize, 0..4usize, 0..5u8), 1..200),
+        stop_after in 1u32..5,
+    ) {
+        escalations(&steps, stop_after)?;
+    }
+}
+
+/// Replays a stream of (tool, args, outcome) with the preset and checks that every
+/// escalation continues a loop blocked earlier; returns how many escalations there were.
+fn escalations(steps: &[(usize, usize, u8)], stop_after: u32) -> Result<usize, TestCaseError> {
+    let config = preset(stop_after);
+    // The preset's longest period, capped at the window (historySize 20).
+    let max_period = 20;
+    let mut guard = Guard::with_clock(config, Limits::default(), ManualClock::new(0));
+    let scope = Scope::new("s").with_run(Some("r"));
+    // (signature, target) of every call so far, and the loops blocked so far.
+    let mut seen: Vec<(loopguard::Signature, Option<String>)> = Vec::new();
+    let mut blocked: Vec<(
+        Detector,
+        usize,
+        loopguard::Signature,
+        Option<loopguard::Signature>,
+    )> = Vec::new();
+    let mut stopped = false;
+    let mut count = 0;
+    for (i, (tool, args, outcome)) in steps.iter().enumerate() {
+        let (tool, args) = mixed_call(*tool, *args);
+        let target = args
+            .get("path")
+            .and_then(Value::as_str)
+            .map(|p| format!("{tool}:{p}"));
+        let id = format!("c{i}");
+        let call = Call::new(tool, &args).with_id(Some(&id));
+        let verdict = guard.before_call(&scope, &call);
+        let signature = loopguard::CallPrint::new(tool, &args).signature;
+        if let (
+            Verdict::Block {
+                detection,
+                terminal,
+            },
+            false,
+        ) = (&verdict, stopped)
+        {
+            if detection.detector == Detector::Escalation {
+                let continues = blocked.iter().any(|(d, at, sig, paired)| match d {
+                    Detector::ErrorCascade => true,
+                    Detector::Cycle => {
+                        *sig == signature
+                            || seen[at.saturating_sub(max_period)..*at]
+                                .iter()
+                                .any(|(s, _)| *s == signature)
+                    }
+                    Detector::TargetThrash => target.is_some() && seen[*at].1 == target,
+                    _ => *sig == signature || *paired == Some(signature),
+                });
+                prop_assert!(continues, "step {i}: {verdict:?} after {blocked:?}");
+                count += 1;
+            } else if !*terminal && detection.detector != Detector::BatchDuplicates {
+                blocked.push((
+                    detection.detector,
+                    i,
+                    detection.signature,
+                    detection.paired_signature,
+                ));
+            }
+            stopped = *terminal;
+        }
+        seen.push((signature, target));
+        if !verdict.is_blocked() {
+            let value = serde_json::json!({"content": [{"type": "text", "text": format!("out {outcome}")}]});
+            let error = serde_json::json!(format!("failed {outcome}"));
+            let out = if *outcome >= 3 {
+                Outcome::Error(&error)
+            } else {
+                Outcome::Result(&value)
+            };
+            guard.after_call(&scope, &call, out);
+        }
+    }
+    Ok(count)
+}
+
+#[test]
+fn the_escalation_law_is_exercised() {
+    // An edit failing on one path with new arguments, then a read repeated with one result.
+    let steps: Vec<(usize, usize, u8)> = (0..12)
+        .map(|i| (1, 2 * i, 4))
+        .chain((0..12).map(|_| (0, 1, 0)))
+        .collect();
+    assert!(escalations(&steps, 3).unwrap() >= 2);
 }
