@@ -500,6 +500,44 @@ mod tests {
     }
 
     #[test]
+    fn targets_come_from_the_named_arguments() {
+        let rule = |pattern: &str, target: Option<Vec<&str>>| {
+            ToolRule::compile(&crate::config::extensions::ToolRuleBlock {
+                pattern: pattern.into(),
+                target: target.map(|t| t.into_iter().map(str::to_owned).collect()),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let policy = ToolPolicy::new(
+            true,
+            vec![rule("fetch", Some(vec!["url"])), rule("grep", Some(vec![]))],
+        );
+        let target = |tool: &str, args: serde_json::Value| {
+            let r = policy.classify(tool, &args).rule;
+            policy.target(r, &args).map(str::to_owned)
+        };
+        // Defaults, first present wins; blank and non-string values are skipped.
+        assert_eq!(
+            target("edit", json!({"file_path": " a.py ", "path": "b.py"})).as_deref(),
+            Some("b.py")
+        );
+        assert_eq!(
+            target("edit", json!({"path": "  ", "file": "c.py"})).as_deref(),
+            Some("c.py")
+        );
+        assert_eq!(target("edit", json!({"path": 7})), None);
+        assert_eq!(target("edit", json!("not an object")), None);
+        // A rule's names replace the defaults; an empty list means no target.
+        assert_eq!(
+            target("fetch", json!({"url": "https://x", "path": "/p"})).as_deref(),
+            Some("https://x")
+        );
+        assert_eq!(target("fetch", json!({"path": "/p"})), None);
+        assert_eq!(target("grep", json!({"path": "/p"})), None);
+    }
+
+    #[test]
     fn volatile_keys() {
         assert!(BUILTIN.is_volatile_send_key("messageId"));
         assert!(BUILTIN.is_volatile_send_key("createdAt"));

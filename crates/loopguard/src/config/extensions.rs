@@ -585,3 +585,128 @@ impl Extensions {
         self.mode == Mode::Shadow
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ConfigIssue, ConfigSet, IssueKind};
+    use crate::masking::MaskSet;
+
+    fn ext(text: &str, agent: Option<&str>) -> std::sync::Arc<super::Extensions> {
+        let set = ConfigSet::parse(text).unwrap();
+        set.for_agent(agent).extensions.clone().unwrap()
+    }
+
+    fn issues(text: &str) -> Vec<ConfigIssue> {
+        ConfigSet::parse(text).unwrap_err().issues
+    }
+
+    #[test]
+    fn the_preset_lies_under_the_block() {
+        let e = ext(
+            "{ loopguard: { preset: 'recommended', detectors: { cycle: { enabled: false }, staleRepeat: { criticalThreshold: 9 } } } }",
+            None,
+        );
+        assert_eq!(e.preset, Some(super::Preset::Recommended));
+        assert!(e.cycle.is_none(), "switched off by the block");
+        let stale = e.stale_repeat.unwrap();
+        assert_eq!(
+            (stale.levels.critical, stale.failure_critical),
+            (9, 3),
+            "the block's key, the preset's other"
+        );
+        assert_eq!(e.escalation, Some(3));
+        assert_eq!(e.error_cascade.unwrap().max_gap, 3);
+        assert_eq!(e.masking, MaskSet::ALL);
+        // The preset's browser rule masks every digit.
+        let rule = e.policy.rule(0).unwrap();
+        let digits = MaskSet::from_names(["digits"]).unwrap();
+        assert_eq!(rule.mask(e.masking), MaskSet::ALL.union(digits));
+        assert_eq!(
+            e.policy
+                .classify("browser_get_state", &serde_json::json!({}))
+                .rule,
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn agents_overlay_the_preset_and_keep_their_rules_first() {
+        let text = "{ loopguard: { preset: 'recommended' }, agents: { list: [ { id: 'a', loopguard: { detectors: { escalation: { stopAfter: 5 } }, policy: { tools: [ { match: 'browser_click', mask: false } ] } } } ] } }";
+        let global = ext(text, None);
+        let agent = ext(text, Some("a"));
+        assert_eq!(global.escalation, Some(3));
+        assert_eq!(agent.escalation, Some(5));
+        assert_eq!(agent.cycle, global.cycle, "the rest of the preset");
+        let classified = agent
+            .policy
+            .classify("browser_click", &serde_json::json!({}));
+        let rule = agent.policy.rule(classified.rule.unwrap()).unwrap();
+        assert_eq!(
+            rule.mask(agent.masking),
+            MaskSet::NONE,
+            "the agent's rule first"
+        );
+    }
+
+    #[test]
+    fn cycle_lengths_go_past_six_and_critical_may_equal_warning() {
+        let e = ext(
+            "{ loopguard: { detectors: { cycle: { maxLength: 40, warningRepeats: 3, criticalRepeats: 3 } } } }",
+            None,
+        );
+        let c = e.cycle.unwrap();
+        assert_eq!(
+            (
+                c.min_length,
+                c.max_length,
+                c.warning_repeats,
+                c.critical_repeats
+            ),
+            (2, 40, 3, 3)
+        );
+        let c = ext("{ loopguard: { detectors: { cycle: {} } } }", None)
+            .cycle
+            .unwrap();
+        assert_eq!(
+            (c.max_length, c.warning_repeats, c.critical_repeats),
+            (16, 3, 5)
+        );
+    }
+
+    #[test]
+    fn new_keys_are_validated() {
+        let found = issues(
+            "{ loopguard: { preset: 'fast', detectors: { errorCascade: { maxGap: -1 }, escalation: { stopAfter: 0, stop: 1 }, staleRepeat: { failureThreshold: 'x' }, cycle: { maxLength: 1001 } }, policy: { tools: [ { match: 'a', mask: 'digits', target: 'path' } ] } } }",
+        );
+        let kinds: Vec<String> = found
+            .iter()
+            .map(|i| format!("{} {:?}", i.path, i.kind))
+            .collect();
+        let has = |path: &str| kinds.iter().any(|k| k.starts_with(path));
+        for path in [
+            "loopguard.preset",
+            "loopguard.detectors.errorCascade.maxGap",
+            "loopguard.detectors.escalation.stopAfter",
+            "loopguard.detectors.escalation.stop",
+            "loopguard.detectors.staleRepeat.failureThreshold",
+            "loopguard.detectors.cycle.maxLength",
+            "loopguard.policy.tools[0].mask",
+            "loopguard.policy.tools[0].target",
+        ] {
+            assert!(has(path), "no issue at {path}: {kinds:#?}");
+        }
+        assert!(found.iter().any(|i| matches!(
+            &i.kind,
+            IssueKind::UnknownKey {
+                closest: "stopAfter",
+                ..
+            }
+        )));
+        // 0 is a valid gap: failures strictly in a row.
+        let e = ext(
+            "{ loopguard: { detectors: { errorCascade: { maxGap: 0 } } } }",
+            None,
+        );
+        assert_eq!(e.error_cascade.unwrap().max_gap, 0);
+    }
+}

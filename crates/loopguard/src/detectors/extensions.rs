@@ -50,30 +50,43 @@ pub(crate) fn detect(ext: &Extensions, cx: &Context<'_>) -> Option<Finding> {
         return Some(Finding::new(Level::Critical, Detector::BatchDuplicates, n));
     }
     let call = cx.call;
-    let findings = [
-        ext.consecutive_repeat
-            .filter(|_| !call.known_poll)
-            .and_then(|levels| {
-                let n = consecutive(cx.history, call.signature);
-                leveled(Detector::ConsecutiveRepeat, n, levels)
-            }),
-        ext.stale_repeat
-            .filter(|_| !call.known_poll)
-            .and_then(|levels| stale(cx.history, cx.newest, levels)),
-        ext.cycle
-            .and_then(|levels| cycle(cx.period, call.signature, levels, cx.max_period)),
-        ext.target_thrash.zip(cx.target).and_then(|(levels, key)| {
-            let n = cx.targets.failures(cx.history, key);
-            leveled(Detector::TargetThrash, n, levels)
-        }),
-        ext.error_cascade.and_then(|c| cascade(cx.history, c)),
-    ];
+    // The first critical finding decides; the first warning is kept until then. Each
+    // detector runs only when none before it blocked.
     let mut warning = None;
-    for f in findings.into_iter().flatten() {
-        if f.level == Level::Critical {
+    let mut consider = |f: Option<Finding>| match f {
+        Some(f) if f.level == Level::Critical => Some(f),
+        Some(f) => {
+            warning.get_or_insert(f);
+            None
+        }
+        None => None,
+    };
+    if let Some(levels) = ext.consecutive_repeat.filter(|_| !call.known_poll) {
+        let n = consecutive(cx.history, call.signature);
+        if let Some(f) = consider(leveled(Detector::ConsecutiveRepeat, n, levels)) {
             return Some(f);
         }
-        warning.get_or_insert(f);
+    }
+    if let Some(levels) = ext.stale_repeat.filter(|_| !call.known_poll) {
+        if let Some(f) = consider(stale(cx.history, cx.newest, levels)) {
+            return Some(f);
+        }
+    }
+    if let Some(levels) = ext.cycle {
+        if let Some(f) = consider(cycle(cx.period, call.signature, levels, cx.max_period)) {
+            return Some(f);
+        }
+    }
+    if let (Some(levels), Some(key)) = (ext.target_thrash, cx.target) {
+        let n = cx.targets.failures(cx.history, key);
+        if let Some(f) = consider(leveled(Detector::TargetThrash, n, levels)) {
+            return Some(f);
+        }
+    }
+    if let Some(c) = ext.error_cascade {
+        if let Some(f) = consider(cascade(cx.history, c)) {
+            return Some(f);
+        }
     }
     warning
 }
