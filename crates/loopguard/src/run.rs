@@ -892,6 +892,56 @@ mod tests {
         assert!(RunState::from_bytes(&[]).is_err());
     }
 
+    /// The extension detectors' state (period track, targets, blocked loops) is part of
+    /// the persisted state: a run read back from bytes goes on exactly as the original.
+    #[test]
+    fn extension_state_round_trips_and_the_run_goes_on_the_same() {
+        let set = ConfigSet::parse(
+            "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }",
+        )
+        .unwrap();
+        let cfg = set.global();
+        let scope = Scope::new("s");
+        let mut state = RunState::default();
+        let steps: Vec<(String, serde_json::Value)> = (0..9)
+            .map(|i| {
+                (
+                    ["read", "grep", "list"][i % 3].to_owned(),
+                    json!({"i": i % 3}),
+                )
+            })
+            .chain((0..3).map(|i| ("edit".to_owned(), json!({"path": "a.py", "old": i}))))
+            .collect();
+        for (i, (tool, args)) in steps.iter().enumerate() {
+            let print = CallPrint::for_config(tool, args, cfg);
+            let id = format!("c{i}");
+            if state
+                .before_call(cfg, &scope, &print, Some(&id), None, 0)
+                .is_blocked()
+            {
+                continue;
+            }
+            let out = match tool.as_str() {
+                "edit" => Outcome::Error(&json!("old text not found")),
+                _ => Outcome::Result(&json!("same")),
+            };
+            state.after_call(cfg, &scope, &print, Some(&id), out, 0);
+        }
+        assert!(
+            !state.added.ext.escalation.is_empty(),
+            "the cycle was blocked"
+        );
+        let mut back = RunState::from_bytes(&state.to_bytes()).unwrap();
+        assert_eq!(back, state);
+        // Both go on the same way: the cycle's next step is escalated in each.
+        let args = json!({"i": 0});
+        let print = CallPrint::for_config("read", &args, cfg);
+        let a = state.before_call(cfg, &scope, &print, Some("x"), None, 0);
+        let b = back.before_call(cfg, &scope, &print, Some("x"), None, 0);
+        assert_eq!(a, b);
+        assert_eq!(a.detection().unwrap().detector, Detector::Escalation);
+    }
+
     /// A state written by format version 2 (before blocked ids and answers were kept):
     /// four identical reads with identical results at warning 1, critical 2, window 4.
     const V2_STATE: &str = "02041038d01fd05d1299139c9cb73167b8eafd109c38965940cae0f3f10625ff77abcec9ddf6edafece892ac6700ffffffff0f000101010000ff1038d01fd05d1299139c9cb73167b8eafd109c38965940cae0f3f10625ff77abcec982aca5cdece4bfd38e0100ffffffff0f010101010000ff1038d01fd05d1299139c9cb73167b8eafd1000000000000000000000000000000000d585b3cdcdca9bc43000ffffffff0f010101020000ff1038d01fd05d1299139c9cb73167b8eafd1000000000000000000000000000000000bef78cc8d08c8def0400ffffffff0f010101020000ff01047265616404f29bcb8f95d488932c0001ebd8a7dcf981b8bcf8fcc2e0c5c8bad9a3fe030100000000e80700";
