@@ -10,7 +10,11 @@
 //! - `fingerprint_large`: outcome fingerprints of the ~1 MB results next to XXH3-128 over
 //!   the same number of raw bytes (the hashing limit);
 //! - `extensions_{small,medium}`: SPEC's engine next to the engine with every extension of
-//!   the `loopguard` block on.
+//!   the `loopguard` block on, and with the `recommended` preset;
+//! - `period/{spec,cycle}_{30,1000}`: period detection (`cycle`, periods up to 16) at
+//!   `historySize` 30 and 1,000, every call in one run so that the window fills, on `small`
+//!   and on a synthetic 14-step cycle (`period_loop/…`) that keeps every period counter
+//!   busy; `cycle_max_1000` tracks every period up to the window (the O(window) bound).
 //!
 //! Per-call time = time per iteration / calls per iteration (criterion's throughput line
 //! shows calls per second).
@@ -214,9 +218,14 @@ const ALL_EXTENSIONS: &str = "{
   },
 }";
 
+/// The `recommended` preset, in one line.
+const PRESET: &str =
+    "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }";
+
 fn extensions(c: &mut Criterion) {
     ensure_workloads();
     let all = ConfigSet::parse(ALL_EXTENSIONS).expect("valid config");
+    let preset = ConfigSet::parse(PRESET).expect("valid config");
     for (name, limit) in [("small", 20_000), ("medium", 4_000)] {
         let pairs = load(name, limit);
         let mut group = c.benchmark_group(format!("extensions_{name}"));
@@ -233,6 +242,73 @@ fn extensions(c: &mut Criterion) {
             b.iter_batched_ref(
                 || Guard::with_clock(all.clone(), Limits::default(), ManualClock::new(0)),
                 |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function("preset", |b| {
+            b.iter_batched_ref(
+                || Guard::with_clock(preset.clone(), Limits::default(), ManualClock::new(0)),
+                |guard| host_cycle(guard, &pairs, false),
+                BatchSize::PerIteration,
+            )
+        });
+        group.finish();
+    }
+}
+
+/// `calls` calls going round a 14-step cycle of views with stable results, like the
+/// SWE-agent loops of the corpus.
+fn cycle_pairs(calls: usize) -> Vec<Pair> {
+    (0..calls)
+        .map(|i| {
+            let step = i % 14;
+            Pair {
+                run: "all".into(),
+                call_id: format!("c{i}"),
+                tool: "str_replace_editor".into(),
+                args: serde_json::json!({"command": "view", "path": "/repo/cm.py", "view_range": [step * 30, step * 30 + 30]}),
+                result: serde_json::json!({"content": [{"type": "text", "text": format!("lines of view {step}")}]}),
+            }
+        })
+        .collect()
+}
+
+fn period(c: &mut Criterion) {
+    ensure_workloads();
+    let small = load("small", 20_000);
+    let looping = cycle_pairs(20_000);
+    let config = |history: u32, cycle: &str| {
+        ConfigSet::parse(&format!(
+            "{{ tools: {{ loopDetection: {{ enabled: true, historySize: {history} }} }}, loopguard: {{ detectors: {{ cycle: {{ {cycle} }} }} }} }}"
+        ))
+        .expect("valid config")
+    };
+    for (group_name, pairs) in [("period", &small), ("period_loop", &looping)] {
+        let mut group = c.benchmark_group(group_name);
+        group.sample_size(20);
+        group.throughput(Throughput::Elements(pairs.len() as u64));
+        for history in [30u32, 1000] {
+            group.bench_function(format!("spec_{history}"), |b| {
+                b.iter_batched_ref(
+                    || new_guard(history),
+                    |guard| host_cycle(guard, pairs, true),
+                    BatchSize::PerIteration,
+                )
+            });
+            let cycle = config(history, "");
+            group.bench_function(format!("cycle_{history}"), |b| {
+                b.iter_batched_ref(
+                    || Guard::with_clock(cycle.clone(), Limits::default(), ManualClock::new(0)),
+                    |guard| host_cycle(guard, pairs, true),
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+        let widest = config(1000, "maxLength: 1000");
+        group.bench_function("cycle_max_1000", |b| {
+            b.iter_batched_ref(
+                || Guard::with_clock(widest.clone(), Limits::default(), ManualClock::new(0)),
+                |guard| host_cycle(guard, pairs, true),
                 BatchSize::PerIteration,
             )
         });
@@ -270,6 +346,7 @@ criterion_group!(
     history,
     fingerprint_large,
     extensions,
+    period,
     state_bytes
 );
 criterion_main!(benches);
