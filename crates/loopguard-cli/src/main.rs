@@ -11,6 +11,7 @@ mod output;
 mod replay_cmd;
 mod scan_cmd;
 mod scan_html;
+mod scan_inputs;
 mod scan_report;
 mod serve_cmd;
 

@@ -1,11 +1,11 @@
 //! `loopguard replay`: the SPEC §7 contract.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read};
+use std::io::{self, BufReader, BufWriter};
 use std::path::PathBuf;
 
 use clap::Args;
-use loopguard_events::{replay, Replayer, DEFAULT_MAX_LINE};
+use loopguard_events::{replay_lines, LineReader, Replayer, DEFAULT_MAX_LINE};
 
 use crate::output::{fatal, load_config};
 use crate::{EXIT_FATAL, EXIT_INVALID_LINES, EXIT_OK};
@@ -46,18 +46,22 @@ pub fn run(args: ReplayArgs) -> u8 {
         Ok(c) => c,
         Err(message) => return fatal(&message.replace('\n', "; ")),
     };
-    let input: Box<dyn Read> = match args.input.as_deref() {
-        None => Box::new(io::stdin().lock()),
-        Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
-        Some(p) => match File::open(p) {
-            Ok(f) => Box::new(f),
+    let mut replayer = Replayer::new(config, args.agent);
+    let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let max = args.max_line_bytes;
+    let replayed = match args.input.as_deref() {
+        Some(p) if p.as_os_str() != "-" => match File::open(p) {
+            // A file can be read twice: an over-long line is skipped without being held.
+            Ok(f) => LineReader::seekable(BufReader::with_capacity(1 << 16, f), max)
+                .and_then(|lines| replay_lines(&mut replayer, lines, writer)),
             Err(e) => return fatal(&format!("cannot read {}: {e}", p.display())),
         },
+        _ => {
+            let stdin = BufReader::with_capacity(1 << 16, io::stdin().lock());
+            replay_lines(&mut replayer, LineReader::new(stdin, max), writer)
+        }
     };
-    let mut replayer = Replayer::new(config, args.agent);
-    let reader = BufReader::with_capacity(1 << 16, input);
-    let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    match replay(&mut replayer, reader, writer, args.max_line_bytes) {
+    match replayed {
         Ok(summary) if summary.invalid > 0 => EXIT_INVALID_LINES,
         Ok(_) => EXIT_OK,
         // A closed pipe (`| head`) is not a failure of the replay.

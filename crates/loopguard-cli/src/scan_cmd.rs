@@ -5,23 +5,24 @@
 //! and scanning live in `loopguard-transcripts`, the reports in `scan_report` (terminal
 //! and JSON) and `scan_html` (the page).
 
-use std::collections::BTreeMap;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loopguard::ConfigSet;
-use loopguard_transcripts::readers::openclaw::{self, CopyKind};
-use loopguard_transcripts::readers::openhands;
 use loopguard_transcripts::{
-    scan_path_as, FailureRules, FileScan, FileStatus, Format, ScanOptions, DEFAULT_MAX_LINE,
+    scan_path_as, FailureRules, FileScan, FileStatus, Format, ScanOptions, DEFAULT_LIVE_MEMORY,
+    DEFAULT_MAX_LINE,
 };
 use rayon::prelude::*;
 
 use crate::output::{fatal, read_text, wants_json};
+use crate::scan_inputs::{
+    default_folders, parse_since, skip_overlapping_copies, Collector, Input, Searched,
+};
 use crate::scan_report::{ConfigSource, Report};
 use crate::EXIT_OK;
 
@@ -70,9 +71,16 @@ loopguard scan --config openclaw.json5 --agent worker sessions/ --json | jq '.su
 loopguard scan run.traj --fail-on critical      # exit 3 when the guard would have blocked\n  \
 cat events.jsonl | loopguard scan - --format loopguard")]
 pub struct ScanArgs {
-    /// Files or directories (searched recursively); `-` reads standard input.
+    /// Files or directories (searched recursively); `-` reads standard input. Without
+    /// any, the usual transcript folders under $HOME: ~/.openclaw/agents/*/sessions,
+    /// ~/.claude/projects, ~/.codex/sessions and ~/.gemini/tmp (the scan says which exist).
     #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
+    /// Only transcripts found in directories that changed since then: a duration back
+    /// from now (30m, 12h, 7d, 2w), a date (2026-01-15) or a date and time in UTC
+    /// (2026-01-15T08:00:00Z). Files named on the command line are always read.
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
     /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -100,6 +108,11 @@ pub struct ScanArgs {
     /// Longest line read; longer lines are counted as skipped, never buffered.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LINE)]
     max_line_bytes: usize,
+    /// Memory the open runs of one file may hold (an estimate): beyond it the least
+    /// recently active session is closed and reported as closed early. Sessions are never
+    /// forgotten by count.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_LIVE_MEMORY)]
+    max_live_bytes: usize,
     /// Also count a tool result of FORMAT as failed when its text matches REGEX (FORMAT
     /// may be * for every format); repeatable. The built-in rules are in docs/scan.md.
     #[arg(long, value_name = "FORMAT=REGEX")]
@@ -142,15 +155,6 @@ fn failure_rules(args: &ScanArgs) -> Result<FailureRules, String> {
     Ok(rules)
 }
 
-/// A file to scan, or one that will only be listed.
-struct Input {
-    path: PathBuf,
-    shown: String,
-    /// Set for files that are listed but not scanned.
-    status: Option<FileStatus>,
-    size: u64,
-}
-
 pub fn run(args: ScanArgs) -> u8 {
     let (config, source) = match &args.config {
         None => (ConfigSet::enabled_defaults(), ConfigSource::Defaults),
@@ -165,22 +169,52 @@ pub fn run(args: ScanArgs) -> u8 {
         Ok(rules) => Arc::new(rules),
         Err(message) => return fatal(&message),
     };
+    let since = match args
+        .since
+        .as_deref()
+        .map(|s| parse_since(s, SystemTime::now()))
+    {
+        None => None,
+        Some(Ok(time)) => Some(time),
+        Some(Err(message)) => return fatal(&message),
+    };
     let mut paths = args.paths.clone();
+    // No path: the usual transcript folders of the agents on this machine.
+    let mut searched = Vec::new();
     if paths.is_empty() {
-        if io::stdin().is_terminal() {
-            return fatal("nothing to scan: give files or directories, or - for standard input (see loopguard scan --help)");
+        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+            return fatal("nothing to scan: no path given and HOME is not set (give files or directories, or - for standard input)");
+        };
+        searched = default_folders(Path::new(&home));
+        let found: Vec<&Searched> = searched.iter().filter(|s| s.found).collect();
+        if found.is_empty() {
+            let looked: Vec<String> = searched
+                .iter()
+                .map(|s| format!("{} ({})", s.path, s.agent))
+                .collect();
+            return fatal(&format!(
+                "nothing to scan: none of the usual transcript folders exists ({}); give files or directories, or - for standard input",
+                looked.join(", ")
+            ));
         }
-        paths.push(PathBuf::from("-"));
+        eprintln!(
+            "loopguard: no path given; scanning {}",
+            found
+                .iter()
+                .map(|s| format!("{} ({})", s.path, s.agent))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        paths = found.iter().map(|s| PathBuf::from(&s.path)).collect();
     }
     // Standard input is spooled to temporary files that live until the scan is over.
     let mut spools = Vec::new();
-    let mut inputs = Vec::new();
-    let mut ignored = 0u64;
+    let mut collector = Collector::new(since);
     for path in &paths {
         if path.as_os_str() == "-" {
             match spool_stdin() {
                 Ok(file) => {
-                    inputs.push(Input {
+                    collector.inputs.push(Input {
                         path: file.path().to_owned(),
                         shown: "-".into(),
                         status: None,
@@ -192,8 +226,45 @@ pub fn run(args: ScanArgs) -> u8 {
             }
             continue;
         }
-        collect(path, &mut inputs, &mut ignored);
+        collector.add(path);
     }
+    if collector.to_scan() == 0 {
+        // An empty or wrong directory is not a clean scan.
+        let mut why = Vec::new();
+        for input in &collector.inputs {
+            if let Some(FileStatus::Unreadable { error }) = &input.status {
+                why.push(format!("cannot read {}: {error}", input.shown));
+            }
+        }
+        if collector.ignored > 0 {
+            why.push(format!(
+                "{} files ignored (not *.jsonl, *.json, *.traj or an OpenClaw archive)",
+                collector.ignored
+            ));
+        }
+        if collector.older > 0 {
+            why.push(format!(
+                "{} transcripts older than --since",
+                collector.older
+            ));
+        }
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return fatal(&format!(
+            "nothing to scan: no transcript found in {}{}",
+            shown.join(", "),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        ));
+    }
+    let Collector {
+        mut inputs,
+        ignored,
+        older,
+        ..
+    } = collector;
     if !args.all_copies {
         skip_overlapping_copies(&mut inputs);
     }
@@ -211,6 +282,7 @@ pub fn run(args: ScanArgs) -> u8 {
         format: args.format,
         max_line: args.max_line_bytes,
         failures,
+        live_memory: args.max_live_bytes,
         progress: Some(Arc::new({
             let bar = bar.clone();
             move |n| bar.inc(n)
@@ -235,7 +307,9 @@ pub fn run(args: ScanArgs) -> u8 {
             .collect()
     });
     bar.finish_and_clear();
-    let report = Report::new(files, ignored, source, &options, started.elapsed());
+    let mut report = Report::new(files, ignored, source, &options, started.elapsed());
+    report.summary.older_files = older;
+    report.searched = searched;
     if let Some(path) = &args.html {
         let page = crate::scan_html::render(&report);
         if let Err(e) = std::fs::write(path, page) {
@@ -280,148 +354,6 @@ fn spool_stdin() -> io::Result<tempfile::NamedTempFile> {
     Ok(file)
 }
 
-/// Whether a file found in a directory is worth reading: transcripts end in .jsonl,
-/// .json or .traj, or carry an OpenClaw archive suffix.
-fn looks_like_transcript(path: &Path) -> bool {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    name.ends_with(".jsonl")
-        || name.ends_with(".json")
-        || name.ends_with(".traj")
-        || openclaw::classify(name).is_some()
-}
-
-fn collect(path: &Path, inputs: &mut Vec<Input>, ignored: &mut u64) {
-    let shown = path.display().to_string();
-    let metadata = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) => {
-            inputs.push(Input {
-                path: path.to_owned(),
-                shown,
-                status: Some(FileStatus::Unreadable {
-                    error: e.to_string(),
-                }),
-                size: 0,
-            });
-            return;
-        }
-    };
-    if !metadata.is_dir() {
-        inputs.push(Input {
-            path: path.to_owned(),
-            shown,
-            status: None,
-            size: metadata.len(),
-        });
-        return;
-    }
-    let mut walk = walkdir::WalkDir::new(path)
-        .follow_links(false)
-        .sort_by_file_name()
-        .into_iter();
-    while let Some(entry) = walk.next() {
-        // An OpenHands conversation directory is one transcript of many event files.
-        if let Ok(dir) = &entry {
-            let root = dir
-                .file_type()
-                .is_dir()
-                .then(|| openhands::conversation_root(dir.path()))
-                .flatten();
-            if let Some(root) = root {
-                let size = openhands::conversation_events(&root)
-                    .map(|files| files.iter().map(|(_, n)| n).sum())
-                    .unwrap_or(0);
-                inputs.push(Input {
-                    shown: format!("{}/", root.display()),
-                    path: root,
-                    status: None,
-                    size,
-                });
-                walk.skip_current_dir();
-                continue;
-            }
-        }
-        match entry {
-            Ok(entry) if entry.file_type().is_file() => {
-                if looks_like_transcript(entry.path()) {
-                    inputs.push(Input {
-                        path: entry.path().to_owned(),
-                        shown: entry.path().display().to_string(),
-                        status: None,
-                        size: entry.metadata().map(|m| m.len()).unwrap_or(0),
-                    });
-                } else {
-                    *ignored += 1;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                let shown = e
-                    .path()
-                    .map_or_else(|| shown.clone(), |p| p.display().to_string());
-                inputs.push(Input {
-                    path: PathBuf::from(&shown),
-                    shown,
-                    status: Some(FileStatus::Unreadable {
-                        error: e.to_string(),
-                    }),
-                    size: 0,
-                });
-            }
-        }
-    }
-}
-
-/// Among OpenClaw copies of one session in one directory, keeps the live transcript, or
-/// else the largest copy (the file only grows), and marks the others as skipped.
-fn skip_overlapping_copies(inputs: &mut [Input]) {
-    let mut groups: BTreeMap<(PathBuf, String), Vec<usize>> = BTreeMap::new();
-    for (i, input) in inputs.iter().enumerate() {
-        if input.status.is_some() || input.shown == "-" {
-            continue;
-        }
-        let Some(name) = input.path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        if let Some(file) = openclaw::classify(name) {
-            let dir = input.path.parent().unwrap_or(Path::new("")).to_owned();
-            groups
-                .entry((dir, file.session.to_owned()))
-                .or_default()
-                .push(i);
-        }
-    }
-    for members in groups.values().filter(|m| m.len() > 1) {
-        let kind = |i: usize| {
-            let name = inputs[i]
-                .path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("");
-            openclaw::classify(name).map(|f| f.kind)
-        };
-        let keep = members
-            .iter()
-            .copied()
-            .max_by_key(|&i| {
-                (
-                    kind(i) == Some(CopyKind::Live),
-                    inputs[i].size,
-                    inputs[i].shown.clone(),
-                )
-            })
-            .unwrap_or(members[0]);
-        let kept = inputs[keep].shown.clone();
-        for &i in members.iter().filter(|&&i| i != keep) {
-            inputs[i].status = Some(FileStatus::Skipped {
-                reason: format!("archived copy of the same session as {kept}, which is scanned instead (use --all-copies to scan both)"),
-            });
-        }
-    }
-}
-
 fn progress_bar(total: u64) -> ProgressBar {
     if !io::stderr().is_terminal() {
         return ProgressBar::hidden();
@@ -433,66 +365,4 @@ fn progress_bar(total: u64) -> ProgressBar {
     .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn input(name: &str, size: u64) -> Input {
-        Input {
-            path: PathBuf::from("dir").join(name),
-            shown: format!("dir/{name}"),
-            status: None,
-            size,
-        }
-    }
-
-    #[test]
-    fn overlapping_copies_keep_the_live_file_or_the_largest() {
-        let mut inputs = vec![
-            input("a.jsonl", 10),
-            input("a.jsonl.reset.2026-01-01T00-00-00.000Z", 99),
-            input("a.checkpoint.123.jsonl", 50),
-            input("b.jsonl.bak-1-2", 5),
-            input("b.jsonl.reset.x", 7),
-            input("c.jsonl.deleted.1", 1),
-            input("notes.json", 1),
-        ];
-        skip_overlapping_copies(&mut inputs);
-        let scanned: Vec<&str> = inputs
-            .iter()
-            .filter(|i| i.status.is_none())
-            .map(|i| i.shown.as_str())
-            .collect();
-        assert_eq!(
-            scanned,
-            [
-                "dir/a.jsonl",
-                "dir/b.jsonl.reset.x",
-                "dir/c.jsonl.deleted.1",
-                "dir/notes.json"
-            ]
-        );
-        match &inputs[1].status {
-            Some(FileStatus::Skipped { reason }) => assert!(reason.contains("dir/a.jsonl")),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn transcript_names() {
-        for yes in [
-            "a.jsonl",
-            "x.json",
-            "run.traj",
-            "a.jsonl.reset.2026",
-            "a.jsonl.bak-1-2",
-        ] {
-            assert!(looks_like_transcript(Path::new(yes)), "{yes}");
-        }
-        for no in ["README.md", "a.png", "jsonl"] {
-            assert!(!looks_like_transcript(Path::new(no)), "{no}");
-        }
-    }
 }

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use loopguard_transcripts::{FileScan, FileStatus, SessionReport, Timeline};
+use loopguard_transcripts::{FileScan, FileStatus, Mark, SessionReport, Timeline};
 
 use crate::scan_report::{bytes_text, count_text, plural, Report};
 
@@ -126,25 +126,41 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
         }
     );
     timeline(page, &s.timeline, s.calls);
-    if !s.findings.is_empty() {
-        page.push_str("<table class=\"findings\"><tr><th>level</th><th>detector</th><th>tool</th><th>count</th><th>call</th><th>line</th><th>run</th></tr>");
-        for f in &s.findings {
-            let tool = match &f.paired_tool {
-                Some(p) => format!("{} ↔ {p}", f.tool),
-                None => f.tool.clone(),
+    if !s.loops.is_empty() {
+        // One row per loop; the flat list of findings is in the JSON document.
+        page.push_str("<table class=\"loops\"><tr><th>run</th><th>tools</th><th>detectors</th><th>calls</th><th>warning</th><th>block</th><th>escalation</th><th>stop</th><th>saved</th></tr>");
+        for l in &s.loops {
+            let step = |m: &Option<Mark>| {
+                m.as_ref().map_or(String::new(), |m| {
+                    format!(
+                        "call {} · {} {}",
+                        m.call_index,
+                        m.detector.as_str(),
+                        m.count
+                    )
+                })
+            };
+            let detectors: Vec<&str> = l.detectors.iter().map(|d| d.as_str()).collect();
+            let class = if l.stopped_run {
+                "stopped"
+            } else if l.first_block.is_some() {
+                "critical"
+            } else {
+                "warning"
             };
             let _ = write!(
                 page,
-                "<tr class=\"{}\" title=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                f.level.as_str(),
-                esc(&f.message),
-                f.level.as_str(),
-                f.detector.as_str(),
-                esc(&tool),
-                f.count,
-                f.call_index,
-                f.line,
-                esc(f.run.as_deref().unwrap_or("")),
+                "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}–{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(l.run.as_deref().unwrap_or("")),
+                esc(&l.tools.join(" ↔ ")),
+                esc(&detectors.join(", ")),
+                l.calls[0],
+                l.calls[1],
+                esc(&step(&l.first_warning)),
+                esc(&step(&l.first_block)),
+                esc(&step(&l.escalation)),
+                esc(&step(&l.stop)),
+                plural(l.saved.calls, "call"),
             );
         }
         page.push_str("</table>");
@@ -319,6 +335,7 @@ line.run{stroke:#607d8b;stroke-width:1}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}
 td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eef1f3}
 tr.critical td:first-child{color:#d32f2f;font-weight:600}tr.warning td:first-child{color:#b07800;font-weight:600}
+tr.stopped td:first-child{color:#7f0000;font-weight:600}
 .filelist td:first-child{word-break:break-all}.filelist tr.problem td{color:#b00020}
 body.hide-quiet section.quiet{display:none}
 footer{margin-top:24px;color:#777;font-size:12px}

@@ -26,6 +26,8 @@ pub enum ConfigSource {
 /// Everything a scan found.
 pub struct Report {
     pub files: Vec<FileScan>,
+    /// With no path given: the usual folders looked in.
+    pub searched: Vec<crate::scan_inputs::Searched>,
     pub ignored_files: u64,
     pub config: serde_json::Value,
     pub config_note: String,
@@ -44,6 +46,7 @@ pub struct Summary {
     pub unknown_format_files: u64,
     pub unreadable_files: u64,
     pub ignored_files: u64,
+    pub older_files: u64,
     pub bytes: u64,
     pub lines: u64,
     pub skipped_lines: u64,
@@ -60,6 +63,7 @@ pub struct Summary {
     pub compaction_aborts: u64,
     pub unpaired_calls: u64,
     pub orphan_results: u64,
+    pub sessions_closed_early: u64,
     pub tokens: Option<u64>,
     pub cost: Option<f64>,
     pub saved: Savings,
@@ -107,6 +111,7 @@ impl Report {
                 summary.compaction_aborts += s.timeline.aborts.len() as u64;
                 summary.unpaired_calls += s.unpaired_calls;
                 summary.orphan_results += s.orphan_results;
+                summary.sessions_closed_early += u64::from(s.closed_early);
                 if let Some(u) = s.usage {
                     *summary.tokens.get_or_insert(0) += u.tokens;
                     if let Some(c) = u.cost {
@@ -119,6 +124,7 @@ impl Report {
         }
         Self {
             files,
+            searched: Vec::new(),
             ignored_files,
             config,
             config_note,
@@ -169,6 +175,7 @@ impl Report {
         json!({
             "schema": SCHEMA,
             "config": self.config,
+            "searched": self.searched,
             "summary": self.summary,
             "sessions": sessions,
             "files": self.files,
@@ -212,7 +219,18 @@ impl Report {
             s.sessions_with_blocks,
             s.compaction_aborts,
         )?;
-        writeln!(out, "Would have saved: {}.", savings_text(&s.saved))?;
+        writeln!(
+            out,
+            "Would have saved: {}.",
+            savings_text(&s.saved, s.tokens.is_some())
+        )?;
+        if s.sessions_closed_early > 0 {
+            writeln!(
+                out,
+                "{} sessions were closed before their end to stay within the live memory budget (--max-live-bytes); their later calls were checked without their earlier history.",
+                s.sessions_closed_early
+            )?;
+        }
         let secs = self.elapsed.as_secs_f64();
         writeln!(
             out,
@@ -240,8 +258,8 @@ impl Report {
         if with.is_empty() {
             writeln!(
                 out,
-                "No loops: the guard would not have stepped in on any of the {} sessions.",
-                self.summary.sessions
+                "No loops: the guard would not have stepped in on any of the {} sessions ({} calls read).",
+                self.summary.sessions, self.summary.calls
             )?;
             return writeln!(out);
         }
@@ -255,36 +273,44 @@ impl Report {
         for (file, session) in with {
             writeln!(out)?;
             writeln!(out, "  {}  session {}", file.file, session.session)?;
+            let usage_known = session.usage.is_some();
             for l in &session.loops {
-                let tool = match &l.paired_tool {
-                    Some(p) => format!("{} <-> {p}", l.tool),
-                    None => l.tool.clone(),
+                let tools = match &l.paired_tool {
+                    Some(p) if l.tools.len() <= 2 => format!("{} <-> {p}", l.tool),
+                    _ => l.tools.join(", "),
                 };
                 writeln!(
                     out,
-                    "    run {}  {}",
+                    "    run {}  {}  (calls {}-{}; {})",
                     l.run.as_deref().unwrap_or("(none)"),
-                    tool
+                    tools,
+                    l.calls[0],
+                    l.calls[1],
+                    l.detectors
+                        .iter()
+                        .map(|d| d.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )?;
-                if let Some(m) = &l.first_warning {
-                    writeln!(
-                        out,
-                        "      warning  {:<24} call {:>5} (line {:>6})  count {}",
-                        m.detector.as_str(),
-                        m.call_index,
-                        m.line,
-                        m.count
-                    )?;
+                let steps = [
+                    ("warning", &l.first_warning),
+                    ("block", &l.first_block),
+                    ("escalation", &l.escalation),
+                    ("stop", &l.stop),
+                ];
+                for (what, mark) in steps {
+                    if let Some(m) = mark {
+                        writeln!(
+                            out,
+                            "      {what:<10} {:<25} call {:>5} (line {:>6})  count {}",
+                            m.detector.as_str(),
+                            m.call_index,
+                            m.line,
+                            m.count
+                        )?;
+                    }
                 }
-                if let Some(m) = &l.first_block {
-                    writeln!(
-                        out,
-                        "      block    {:<24} call {:>5} (line {:>6})  count {}",
-                        m.detector.as_str(),
-                        m.call_index,
-                        m.line,
-                        m.count
-                    )?;
+                if l.first_block.is_some() || l.stopped_run {
                     let stop = if l.stopped_run {
                         " (the run would have been stopped)"
                     } else {
@@ -295,7 +321,7 @@ impl Report {
                         "      after the block the agent repeated the call {} more time{}; saved: {}{stop}",
                         l.repeats_after_block,
                         if l.repeats_after_block == 1 { "" } else { "s" },
-                        savings_text(&l.saved)
+                        savings_text(&l.saved, usage_known)
                     )?;
                 }
             }
@@ -375,6 +401,13 @@ impl Report {
                 };
                 writeln!(out, "  {}  {why}", f.file)?;
             }
+        }
+        if self.summary.older_files > 0 {
+            writeln!(
+                out,
+                "  ({} transcripts in the directories were older than --since)",
+                self.summary.older_files
+            )?;
         }
         if self.ignored_files > 0 {
             writeln!(
@@ -475,10 +508,13 @@ fn describe_config(
     (value, note)
 }
 
-fn savings_text(s: &Savings) -> String {
+/// Saved calls, tokens and cost; `usage_known` says whether the transcripts record usage
+/// (then a missing token count is 0, not unknown).
+fn savings_text(s: &Savings, usage_known: bool) -> String {
     let mut parts = vec![plural(s.calls, "call")];
     match s.tokens {
         Some(t) => parts.push(format!("{} tokens", count_text(t))),
+        None if usage_known => parts.push("0 tokens".into()),
         None => parts.push("tokens unknown (no usage in the transcript)".into()),
     }
     if let Some(c) = s.cost {
@@ -567,8 +603,10 @@ mod tests {
             "config: none given, so detection is on with the default thresholds",
             "Loops found (1 in 1 of 1 sessions):",
             "openclaw-loop.jsonl  session demo-loop",
-            "warning  generic_repeat           call    11 (line     24)  count 10",
-            "block    generic_repeat           call    21 (line     44)  count 20",
+            "run turn-1  read  (calls 11-23; generic_repeat)",
+            "warning    generic_repeat            call    11 (line     24)  count 10",
+            "block      generic_repeat            call    21 (line     44)  count 20",
+            "escalation generic_repeat            call    22 (line     46)  count 21",
             "repeated the call 2 more times; saved: 3 calls, 6150 tokens, $0.01",
             "notes.txt  unknown format: not JSON or JSON Lines",
             "3 other files in the directories were not considered",
@@ -581,6 +619,42 @@ mod tests {
         assert_eq!(report.unread_files(), 1);
         assert_eq!(report.findings_at(Level::Critical), 1);
         assert_eq!(report.findings_at(Level::Warning), 2);
+    }
+
+    /// 35 identical failing calls: the loop's table shows its warning, block, escalation
+    /// and the global breaker that stops the run, once, and the tokens it saved.
+    #[test]
+    fn a_loop_shows_every_step_up_to_the_stop() {
+        let mut events = String::new();
+        for i in 0..35 {
+            events.push_str(&format!(
+                "{{\"type\":\"call\",\"session\":\"s\",\"call_id\":\"c{i}\",\"tool\":\"read\",\"args\":{{\"path\":\"/x\"}}}}\n{{\"type\":\"result\",\"session\":\"s\",\"call_id\":\"c{i}\",\"error\":\"ENOENT\"}}\n"
+            ));
+        }
+        let options = ScanOptions::default();
+        let scan = scan_bytes(events.as_bytes(), None, "events.jsonl", &options).unwrap();
+        let report = Report::new(
+            vec![scan],
+            0,
+            ConfigSource::Defaults,
+            &options,
+            Duration::from_millis(1),
+        );
+        let mut out = Vec::new();
+        report.write_human(&mut out, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for needle in [
+            "Loops found (1 in 1 of 1 sessions):",
+            "(calls 11-35; generic_repeat, global_circuit_breaker)",
+            "warning    generic_repeat            call    11",
+            "block      generic_repeat            call    21",
+            "escalation generic_repeat            call    22",
+            "stop       global_circuit_breaker    call    31",
+            "(the run would have been stopped)",
+            "tokens unknown (no usage in the transcript)",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
     }
 
     #[test]
@@ -610,8 +684,9 @@ mod tests {
             cost: None,
         };
         assert_eq!(
-            savings_text(&s),
+            savings_text(&s, false),
             "1 call, tokens unknown (no usage in the transcript)"
         );
+        assert_eq!(savings_text(&s, true), "1 call, 0 tokens");
     }
 }

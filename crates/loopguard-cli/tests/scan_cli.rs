@@ -245,8 +245,11 @@ fn standard_input_and_format_override() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["files"][0]["format"], "openai-chat");
     assert_eq!(doc["summary"]["calls"], 0);
+    // Read as the wrong format, its entries give no call: unread, with the reason.
+    assert_eq!(doc["files"][0]["status"], "unread");
+    assert_eq!(out.status.code(), Some(2));
     // Nothing on standard input: an empty file, reported as of no known format.
-    let out = run(&["scan"], b"");
+    let out = run(&["scan", "-"], b"");
     assert_eq!(out.status.code(), Some(2));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["files"][0]["status"], "unknown_format");
@@ -340,10 +343,15 @@ fn bad_input_is_counted_per_file() {
         file(&doc, "nested/deeper/events.jsonl")["status"],
         "scanned"
     );
+    // A missing file beside a readable one is listed; alone, there is nothing to scan.
     let missing = dir.join("missing.jsonl");
-    let (doc, code, _) = scan(&[missing.to_str().unwrap()]);
+    let events = fixtures().join("events.jsonl");
+    let (doc, code, _) = scan(&[missing.to_str().unwrap(), events.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert_eq!(doc["files"][0]["status"], "unreadable");
+    let out = run(&["scan", "--json", missing.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to scan"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

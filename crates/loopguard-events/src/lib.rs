@@ -27,6 +27,7 @@
 
 mod answer;
 mod event;
+pub mod lines;
 
 use std::io::{self, BufRead, Write};
 
@@ -36,6 +37,7 @@ use loopguard::{
 
 pub use answer::Answer;
 pub use event::{from_value, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+pub use lines::{Line, LineReader};
 
 /// Default longest line `replay` reads (256 MiB); longer lines are reported and skipped.
 pub const DEFAULT_MAX_LINE: usize = 256 << 20;
@@ -204,34 +206,41 @@ pub struct Summary {
 }
 
 /// Streams `input` through `replayer`, writing one JSON answer per non-blank line to
-/// `output`. Lines longer than `max_line` bytes are answered with an error and skipped
-/// without being buffered. Only I/O errors stop the replay.
+/// `output`. Lines longer than `max_line` bytes are answered with an error and skipped;
+/// from a pipe, such a line is held until it passes the limit (use [`replay_lines`] with
+/// a [`LineReader::seekable`] input to skip it unheld). Only I/O errors stop the replay.
 pub fn replay<C: Clock>(
     replayer: &mut Replayer<C>,
-    mut input: impl BufRead,
-    mut output: impl Write,
+    input: impl BufRead,
+    output: impl Write,
     max_line: usize,
 ) -> io::Result<Summary> {
+    replay_lines(replayer, LineReader::new(input, max_line), output)
+}
+
+/// [`replay`] over lines already set up: from a file, `LineReader::seekable` skips an
+/// over-long line without holding it.
+pub fn replay_lines<C: Clock, R: BufRead>(
+    replayer: &mut Replayer<C>,
+    mut lines: LineReader<R>,
+    mut output: impl Write,
+) -> io::Result<Summary> {
     let mut summary = Summary::default();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = read_line(&mut input, &mut line, max_line)?;
-        let answer = match read {
-            Line::End => break,
-            Line::TooLong(bytes) => Answer::Invalid {
-                seq: summary.lines + 1,
-                error: format!("line is {bytes} bytes long, more than the limit of {max_line}"),
+    let max_line = lines.max();
+    while let Some(line) = lines.next_line()? {
+        summary.lines += 1;
+        let answer = match line {
+            Line::TooLong { len, .. } => Answer::Invalid {
+                seq: summary.lines,
+                error: format!("line is {len} bytes long, more than the limit of {max_line}"),
             },
-            Line::Complete => {
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    summary.lines += 1;
+            Line::Text { bytes, .. } => {
+                if bytes.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                replayer.apply_line(summary.lines + 1, &line)
+                replayer.apply_line(summary.lines, bytes)
             }
         };
-        summary.lines += 1;
         if answer.is_error() {
             summary.invalid += 1;
         } else {
@@ -242,53 +251,6 @@ pub fn replay<C: Clock>(
     }
     output.flush()?;
     Ok(summary)
-}
-
-enum Line {
-    Complete,
-    TooLong(usize),
-    End,
-}
-
-/// Reads one line into `buf` (without its `\n`), never buffering more than `max` bytes.
-fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
-    let mut total = 0usize;
-    let mut any = false;
-    loop {
-        let chunk = match input.fill_buf() {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if chunk.is_empty() {
-            return Ok(match (any, total > max) {
-                (false, _) => Line::End,
-                (true, true) => Line::TooLong(total),
-                (true, false) => Line::Complete,
-            });
-        }
-        any = true;
-        let (part, found) = match memchr::memchr(b'\n', chunk) {
-            Some(i) => (&chunk[..i], true),
-            None => (chunk, false),
-        };
-        total += part.len();
-        if total <= max {
-            buf.extend_from_slice(part);
-        } else if !buf.is_empty() {
-            buf.clear();
-            buf.shrink_to(1 << 16);
-        }
-        let used = part.len() + usize::from(found);
-        input.consume(used);
-        if found {
-            return Ok(if total > max {
-                Line::TooLong(total)
-            } else {
-                Line::Complete
-            });
-        }
-    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,9 @@ pub enum Companion {
     OpenClawTrajectoryPointer,
     /// OpenClaw session store (`sessions.json`).
     OpenClawSessionStore,
+    /// Gemini CLI prompt log (`~/.gemini/tmp/<project>/logs.json`): the user's prompts
+    /// only, no tool calls; the chats beside it are the transcripts.
+    GeminiCliLogs,
 }
 
 impl Companion {
@@ -133,6 +136,7 @@ impl Companion {
             Self::OpenClawTrajectory => "openclaw-trajectory",
             Self::OpenClawTrajectoryPointer => "openclaw-trajectory-pointer",
             Self::OpenClawSessionStore => "openclaw-session-store",
+            Self::GeminiCliLogs => "gemini-cli-logs",
         }
     }
 }
@@ -234,7 +238,9 @@ fn by_shape(shape: &Shape, text: &[u8]) -> Option<Detection> {
     match shape.root? {
         b'{' => by_object(shape, text),
         _ => {
-            if shape.has(2, "kind") && shape.has(2, "source")
+            if shape.has(2, "sessionId") && shape.has(2, "messageId") && !shape.has(2, "role") {
+                Some(C(Companion::GeminiCliLogs))
+            } else if shape.has(2, "kind") && shape.has(2, "source")
                 || shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action"))
             {
                 Some(T(Format::OpenHands))
@@ -569,6 +575,10 @@ mod tests {
         assert_eq!(
             t("{\n \"agent:main\": {\"sessionId\": \"s\", \"updatedAt\": 1}}"),
             Detection::Companion(Companion::OpenClawSessionStore)
+        );
+        assert_eq!(
+            t("[\n  {\n    \"sessionId\": \"s\",\n    \"messageId\": 0,\n    \"type\": \"user\",\n    \"message\": \"hi\""),
+            Detection::Companion(Companion::GeminiCliLogs)
         );
         assert_eq!(
             detect(b"{\n \"x\": 1", Some("a.traj")),

@@ -58,7 +58,7 @@ pub use readers::openclaw::RunWindows;
 pub use readers::{read, ReadOptions};
 pub use scan::{
     scan_bytes, scan_path, scan_path_as, FileScan, FileStatus, Finding, LoopReport, Mark, Savings,
-    ScanOptions, Scanner, SessionReport, Timeline,
+    ScanOptions, Scanner, SessionReport, Timeline, DEFAULT_LIVE_MEMORY,
 };
 pub use stats::{ReadStats, Skip, SkipReason};
 

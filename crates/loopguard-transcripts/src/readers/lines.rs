@@ -7,14 +7,16 @@
 //! [`ReadStats`]) and reading goes on; a line whose only fault is its encoding is repaired
 //! (invalid bytes and lone surrogate escapes become U+FFFD) and used.
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Seek};
+
+use loopguard_events::lines::{Line as RawLine, LineReader};
 
 use serde::Deserialize;
 
 use crate::item::Pos;
 use crate::stats::{ReadStats, SkipReason};
 
-/// Default longest line (`loopguard replay`'s); longer ones are skipped unread.
+/// Default longest line: `loopguard replay`'s; longer ones are skipped without being held.
 pub use loopguard_events::DEFAULT_MAX_LINE;
 
 /// One line of input, without its terminator.
@@ -28,103 +30,82 @@ pub(crate) struct Line<'a> {
     pub unterminated: bool,
 }
 
-/// Reads lines, skipping blank ones and counting the ones that are too long.
+/// Reads lines, skipping blank ones and counting the ones that are too long: the line
+/// reader `replay` uses ([`LineReader`], which never holds a line over the limit of a
+/// seekable input), with the positions and counts a reader reports.
 pub(crate) struct Lines<R> {
-    input: R,
-    buf: Vec<u8>,
-    line: u64,
-    offset: u64,
-    max: usize,
+    inner: LineReader<R>,
+    /// Where reading started: positions and byte counts are relative to it.
+    base: u64,
+}
+
+impl<R: BufRead + Seek> Lines<R> {
+    /// Lines of `input` from where it stands, at most `max` bytes each.
+    pub fn new(input: R, max: usize) -> io::Result<Self> {
+        let inner = LineReader::seekable(input, max)?;
+        Ok(Self {
+            base: inner.offset(),
+            inner,
+        })
+    }
 }
 
 impl<R: BufRead> Lines<R> {
-    /// Lines of `input`, at most `max` bytes each.
-    pub fn new(input: R, max: usize) -> Self {
-        Self {
-            input,
-            buf: Vec::with_capacity(1 << 12),
-            line: 0,
-            offset: 0,
-            max,
-        }
-    }
-
     /// The next non-blank line; `None` at the end. Updates `stats.lines` and `stats.bytes`,
     /// and counts lines that are too long as skipped.
     pub fn next_line(&mut self, stats: &mut ReadStats) -> io::Result<Option<Line<'_>>> {
+        let base = self.base;
         loop {
-            self.buf.clear();
-            let start = self.offset;
-            let Some((total, terminated)) = self.read_raw()? else {
-                return Ok(None);
+            let max = self.inner.max();
+            let line = match self.inner.next_line()? {
+                None => None,
+                Some(RawLine::TooLong { number, len, .. }) => Some(Err((number, len))),
+                Some(RawLine::Text {
+                    number,
+                    offset,
+                    terminated,
+                    ..
+                }) => Some(Ok((number, offset, terminated))),
             };
-            self.line += 1;
-            self.offset += total as u64 + u64::from(terminated);
-            stats.lines = self.line;
-            stats.bytes = self.offset;
-            if total > self.max {
-                let max = self.max;
-                stats.skip(SkipReason::LineTooLong, self.line, || {
-                    format!("{total} bytes, limit {max}")
-                });
-                continue;
-            }
-            let mut end = self.buf.len();
-            if end > 0 && self.buf[end - 1] == b'\r' {
-                end -= 1;
-            }
-            if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
+            stats.lines = self.inner.lines();
+            stats.bytes = self.inner.offset() - base;
+            let (number, offset, terminated) = match line {
+                None => return Ok(None),
+                Some(Err((number, len))) => {
+                    stats.skip(SkipReason::LineTooLong, number, || {
+                        format!("{len} bytes, limit {max}")
+                    });
+                    continue;
+                }
+                Some(Ok(found)) => found,
+            };
+            if trim_cr(self.inner.text())
+                .iter()
+                .all(u8::is_ascii_whitespace)
+            {
                 continue;
             }
             return Ok(Some(Line {
-                pos: Pos::new(self.line, start),
-                bytes: &self.buf[..end],
+                pos: Pos::new(number, offset - base),
+                bytes: trim_cr(self.inner.text()),
                 unterminated: !terminated,
             }));
         }
     }
+}
 
-    /// Reads one physical line into `buf` (up to `max` bytes of it). Returns its length and
-    /// whether a newline ended it, or `None` at the end of input.
-    fn read_raw(&mut self) -> io::Result<Option<(usize, bool)>> {
-        let mut total = 0usize;
-        let mut any = false;
-        loop {
-            let chunk = match self.input.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if chunk.is_empty() {
-                return Ok(any.then_some((total, false)));
-            }
-            any = true;
-            let (part, found) = match memchr::memchr(b'\n', chunk) {
-                Some(i) => (&chunk[..i], true),
-                None => (chunk, false),
-            };
-            total += part.len();
-            if total <= self.max {
-                self.buf.extend_from_slice(part);
-            } else if !self.buf.is_empty() {
-                self.buf = Vec::with_capacity(1 << 12);
-            }
-            let used = part.len() + usize::from(found);
-            self.input.consume(used);
-            if found {
-                return Ok(Some((total, true)));
-            }
-        }
-    }
+/// A line without its trailing `\r`.
+fn trim_cr(bytes: &[u8]) -> &[u8] {
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
 /// Whether `input` holds JSON Lines rather than one document: one of its first two lines
 /// is a JSON value on its own (two, so that a corrupt first line does not turn a JSON
 /// Lines file into one broken document). Reads from the current position; the caller
 /// seeks back.
-pub(crate) fn is_json_lines<R: BufRead>(input: R, max: usize) -> io::Result<bool> {
+pub(crate) fn is_json_lines<R: BufRead + Seek>(input: R, max: usize) -> io::Result<bool> {
     let mut probe = ReadStats::default();
-    let mut lines = Lines::new(input, max);
+    let mut lines = Lines::new(input, max)?;
     for _ in 0..2 {
         let Some(line) = lines.next_line(&mut probe)? else {
             break;
@@ -240,7 +221,7 @@ mod tests {
 
     fn all(input: &[u8], max: usize) -> (Vec<(u64, u64, String, bool)>, ReadStats) {
         let mut stats = ReadStats::default();
-        let mut lines = Lines::new(input, max);
+        let mut lines = Lines::new(std::io::Cursor::new(input), max).unwrap();
         let mut out = Vec::new();
         while let Some(l) = lines.next_line(&mut stats).unwrap() {
             out.push((

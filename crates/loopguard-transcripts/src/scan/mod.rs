@@ -33,7 +33,7 @@ mod report;
 mod scanner;
 
 pub use report::{Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
-pub use scanner::Scanner;
+pub use scanner::{Scanner, DEFAULT_LIVE_MEMORY};
 
 /// How to scan.
 #[derive(Clone)]
@@ -49,6 +49,10 @@ pub struct ScanOptions {
     pub max_line: usize,
     /// How results are judged failed (default: the built-in rules).
     pub failures: Arc<FailureRules>,
+    /// Bytes the open runs of one file's scan may hold (an estimate: see
+    /// [`Scanner`]); beyond it the least recently active session is closed and reported
+    /// `closed_early`. Default [`DEFAULT_LIVE_MEMORY`] (1 GiB).
+    pub live_memory: usize,
     /// Called with the number of bytes of the file scanned so far, every megabyte or so
     /// (progress bars): each file adds up to its size exactly once, however often its
     /// reader goes over it.
@@ -63,6 +67,7 @@ impl Default for ScanOptions {
             format: None,
             max_line: DEFAULT_MAX_LINE,
             failures: Arc::new(FailureRules::builtin().clone()),
+            live_memory: DEFAULT_LIVE_MEMORY,
             progress: None,
         }
     }
@@ -235,6 +240,14 @@ fn unread_reason(format: Format, read: &ReadStats, calls: u64) -> Option<String>
     ))
 }
 
+fn scanner(options: &ScanOptions) -> Scanner {
+    Scanner::with_budget(
+        options.config.clone(),
+        options.agent.clone(),
+        options.live_memory,
+    )
+}
+
 /// Scans a transcript in `format` from `input`.
 pub fn scan_reader<R: BufRead + Seek>(
     format: Format,
@@ -242,7 +255,7 @@ pub fn scan_reader<R: BufRead + Seek>(
     read_options: &ReadOptions<'_>,
     options: &ScanOptions,
 ) -> io::Result<(ReadStats, Vec<SessionReport>)> {
-    let mut scanner = Scanner::new(options.config.clone(), options.agent.clone());
+    let mut scanner = scanner(options);
     let stats = read(format, input, read_options, &mut scanner)?;
     Ok((stats, scanner.finish()))
 }
@@ -394,7 +407,7 @@ fn scan_conversation(root: &Path, shown: String, options: &ScanOptions) -> FileS
     let mut read_options = ReadOptions::new(&name);
     read_options.max_line = options.max_line;
     read_options.failures = &options.failures;
-    let mut scanner = Scanner::new(options.config.clone(), options.agent.clone());
+    let mut scanner = scanner(options);
     let mut done = 0u64;
     let read = openhands::read_conversation(root, &read_options, &mut scanner, &mut |n| {
         done += n;

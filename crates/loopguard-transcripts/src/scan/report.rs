@@ -85,25 +85,50 @@ pub struct Mark {
     pub line: u64,
 }
 
-/// One loop: a call pattern (or a ping-pong pair) in one run that the guard stepped in on.
+/// One loop: a stretch of one run the guard stepped in on, reported once with every
+/// detector that saw it.
+///
+/// Verdicts are grouped from what they carry, whatever the detector: a verdict joins the
+/// loop of its run that holds its call pattern (the call's signature, the paired side of
+/// a ping-pong), or else, when the call right before it in the run was flagged too, that
+/// call's loop (an error cascade or a cycle moves from pattern to pattern); otherwise it
+/// starts a loop. A compaction abort joins the loop of the call it repeats.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LoopReport {
     /// The run (its real id when the transcript has one).
     pub run: Option<String>,
-    /// The tool.
+    /// The tool of the first flagged call.
     pub tool: String,
     /// Ping-pong: the other tool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paired_tool: Option<String>,
+    /// Every tool of the loop's calls, in the order they were first flagged.
+    pub tools: Vec<String>,
+    /// Every detector that fired on the loop, in the order they first did.
+    pub detectors: Vec<Detector>,
+    /// The first and the last flagged call (1-based positions in the session; after a
+    /// stop, every later call of the run counts).
+    pub calls: [u64; 2],
+    /// Calls of the loop the guard would have warned about.
+    pub warned_calls: u64,
+    /// Calls of the loop a detector would have blocked (the calls blocked only because
+    /// the run was stopped are in `saved.calls`).
+    pub blocked_calls: u64,
     /// The first warning.
     pub first_warning: Option<Mark>,
     /// The first block.
     pub first_block: Option<Mark>,
+    /// Escalation: the first block of a later call that went on with the loop after its
+    /// first block.
+    pub escalation: Option<Mark>,
+    /// What stopped the run: the first terminal block (global circuit breaker, or a
+    /// detector the config makes terminal) or a compaction abort.
+    pub stop: Option<Mark>,
     /// Calls with the blocked call's tool and arguments that the agent made after the
     /// first block (each of them a repeat the block tried to prevent).
     pub repeats_after_block: u64,
-    /// Whether the guard would have stopped the run (global circuit breaker or
-    /// compaction abort); every later call of the run counts as blocked by this loop.
+    /// Whether the guard would have stopped the run; every later call of the run counts
+    /// as blocked by this loop.
     pub stopped_run: bool,
     /// What blocking would have saved.
     pub saved: Savings,
@@ -155,6 +180,9 @@ pub struct SessionReport {
     pub findings: Vec<Finding>,
     /// The loops.
     pub loops: Vec<LoopReport>,
+    /// Results that count as failed (an error, `isError`, `status: "error"`, an `exec`
+    /// exit code: what the engine's failure-aware detectors read).
+    pub failed_outcomes: u64,
     /// Calls that never got a result (cut-off or aborted turns).
     pub unpaired_calls: u64,
     /// Results whose call is not in the transcript.
@@ -163,6 +191,9 @@ pub struct SessionReport {
     pub rejected_results: u64,
     /// Tokens and cost of all responses, where the transcript records usage.
     pub usage: Option<Usage>,
+    /// Whether the session was closed before its end to keep the scan within its live
+    /// memory budget (its runs' history was forgotten; see `ScanOptions::live_memory`).
+    pub closed_early: bool,
     /// What blocking would have saved.
     pub saved: Savings,
     /// The per-call picture.

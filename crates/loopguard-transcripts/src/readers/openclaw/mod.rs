@@ -57,7 +57,7 @@ pub fn read<R: BufRead + Seek>(
     input.seek(SeekFrom::Start(start))?;
     let mut stats = ReadStats::default();
     let mut reader = Reader::new(options);
-    let mut lines = Lines::new(&mut input, options.max_line);
+    let mut lines = Lines::new(&mut input, options.max_line)?;
     let mut off = off_branch.iter().copied().peekable();
     while let Some(line) = lines.next_line(&mut stats)? {
         while off.next_if(|&l| l < line.pos.line).is_some() {}
@@ -71,7 +71,7 @@ pub fn read<R: BufRead + Seek>(
 }
 
 /// Pass one: the lines of entries that are not on the path from the leaf to the root.
-fn off_branch_lines(input: impl BufRead, max_line: usize) -> io::Result<Vec<u64>> {
+fn off_branch_lines(input: impl BufRead + Seek, max_line: usize) -> io::Result<Vec<u64>> {
     struct Node {
         line: u64,
         parent: Option<u64>,
@@ -79,7 +79,7 @@ fn off_branch_lines(input: impl BufRead, max_line: usize) -> io::Result<Vec<u64>
     let mut nodes: Vec<Node> = Vec::new();
     let mut index: HashMap<u64, usize> = HashMap::new();
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, max_line);
+    let mut lines = Lines::new(input, max_line)?;
     while let Some(line) = lines.next_line(&mut stats)? {
         if let Some((id, parent)) = tree_ids(line.bytes) {
             index.insert(id, nodes.len());

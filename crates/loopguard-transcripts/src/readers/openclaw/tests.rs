@@ -270,7 +270,7 @@ fn sidecar_windows_name_runs() {
         r#"{"traceSchema":"openclaw-trajectory","type":"session.ended","ts":"2026-04-02T05:03:00.000Z","runId":"rt-1"}"#,
         "\n"
     );
-    let (windows, _) = RunWindows::read(sidecar.as_bytes()).unwrap();
+    let (windows, _) = RunWindows::read(std::io::Cursor::new(sidecar.as_bytes())).unwrap();
     let mut options = ReadOptions::new("hint");
     options.run_windows = Some(&windows);
     let mut items: Vec<(Pos, Item)> = Vec::new();

@@ -3,7 +3,7 @@
 //! A transcript scan uses those windows to put the real run id on the transcript's
 //! entries (joined by timestamp, FORMATS §1.6).
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Seek};
 
 use serde::Deserialize;
 
@@ -36,9 +36,9 @@ struct Event<'a> {
 impl RunWindows {
     /// Reads the run windows of a sidecar. Lines that are not run boundaries are skipped
     /// cheaply (most sidecar bytes are prompts and message snapshots).
-    pub fn read(input: impl BufRead) -> io::Result<(Self, ReadStats)> {
+    pub fn read(input: impl BufRead + Seek) -> io::Result<(Self, ReadStats)> {
         let mut stats = ReadStats::default();
-        let mut lines = Lines::new(input, lines::DEFAULT_MAX_LINE);
+        let mut lines = Lines::new(input, lines::DEFAULT_MAX_LINE)?;
         let mut windows: Vec<Window> = Vec::new();
         while let Some(line) = lines.next_line(&mut stats)? {
             let head = &line.bytes[..line.bytes.len().min(512)];
@@ -214,7 +214,7 @@ mod tests {
             r#"{"type":"session.started","ts":"#,
             "\n",
         );
-        let (w, stats) = RunWindows::read(sidecar.as_bytes()).unwrap();
+        let (w, stats) = RunWindows::read(std::io::Cursor::new(sidecar.as_bytes())).unwrap();
         assert_eq!(w.len(), 2);
         assert_eq!(stats.lines, 6);
         let at = |s: &str| w.run_at(parse_iso_ms(s).unwrap());

@@ -1,48 +1,113 @@
 //! The scanner: items applied to a guard in shadow mode, and the session reports built
 //! from its answers.
+//!
+//! **Loops.** Every verdict that is not an allow is grouped into a loop of its run (see
+//! [`LoopReport`] for the rule): generic, from what the verdict carries (its call's
+//! signature and the paired one), so that a detector added to the engine groups without
+//! a change here.
+//!
+//! **Memory.** A scan keeps every session whose run may still go on: transcripts say when
+//! a run ends (a new prompt), but not when a session does, and replay events interleave
+//! sessions freely. What it keeps is bounded by bytes, not by a count: each open run is
+//! charged an estimate of what it holds (its track here, the guard's history of it, its
+//! unanswered calls), and when the total passes the budget
+//! ([`ScanOptions::live_memory`](crate::ScanOptions::live_memory)) the least recently
+//! active session is closed and reported as `closed_early`. The guard itself is given no
+//! session limit of its own, so it never forgets a session the scanner keeps.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::mem::size_of;
 
-use loopguard::fingerprint::args_fingerprint;
-use loopguard::{ConfigSet, Detection, Detector, Level, Signature, Verdict};
+use loopguard::fingerprint::{args_fingerprint, is_failure, OutcomeRule};
+use loopguard::{
+    ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, RunState, Signature, Verdict,
+};
 use loopguard_events::{Answer, Event, Ids, Replayer};
 
 use super::report::{add_cost, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
 use crate::item::{Item, Pos, Sink, Usage};
 
 /// Runs tracked per session at once; beyond it the least recently active run is closed
-/// (its unanswered calls are counted then, and the guard forgets it). At most the
-/// engine's default limit, so the guard never has to choose a run to forget itself.
+/// (its unanswered calls are counted then, and the guard forgets it). The engine's own
+/// limit, so the guard never has to choose a run to forget itself.
 const MAX_RUNS: usize = 64;
-/// Sessions tracked at once; beyond it the one that became active first is closed. Files
-/// hold their sessions one after the other (only replay events interleave them), so this
-/// bounds memory for files with millions of conversations.
-const MAX_LIVE_SESSIONS: usize = 1024;
 /// Unanswered calls tracked per run.
 const MAX_PENDING: usize = 4096;
+/// Default live memory budget (1 GiB).
+pub const DEFAULT_LIVE_MEMORY: usize = 1 << 30;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum LoopKey {
-    Signature(Signature),
-    Pair(String, String),
-    Abort(String),
+/// Estimated bytes of one open run, besides its history: its track here, the guard's run
+/// state and slot, map entries.
+const RUN_BYTES: usize = size_of::<RunTrack>() + size_of::<RunState>() + 256;
+/// Estimated bytes of one record of a run's history in the guard (fingerprints, call id,
+/// tool name, bookkeeping).
+const RECORD_BYTES: usize = 192;
+/// Estimated bytes of one unanswered call (map and queue entries), besides its id.
+const PENDING_BYTES: usize = 96;
+
+/// What a flagged call (or an abort) contributes to its loop.
+struct Flag<'a> {
+    detector: Detector,
+    level: Level,
+    count: u32,
+    tool: &'a str,
+    paired_tool: Option<&'a str>,
+    message: &'a str,
+    /// The call patterns it names: its call's, and the other side of a ping-pong.
+    signatures: [Option<Signature>; 2],
+}
+
+impl<'a> Flag<'a> {
+    fn of(detection: &'a Detection) -> Self {
+        Self {
+            detector: detection.detector,
+            level: detection.level,
+            count: detection.count,
+            tool: &detection.tool,
+            paired_tool: detection.paired_tool.as_deref(),
+            message: &detection.message,
+            signatures: [Some(detection.signature), detection.paired_signature],
+        }
+    }
+
+    fn mark(&self, call_index: u64, line: u64) -> Mark {
+        Mark {
+            detector: self.detector,
+            count: self.count,
+            call_index,
+            line,
+        }
+    }
+}
+
+/// A loop of a run: the call patterns it covers, and its place in the session's report.
+struct LoopTrack {
+    members: Vec<Signature>,
+    index: usize,
 }
 
 #[derive(Default)]
 struct RunTrack {
     key: Option<String>,
     label: Option<String>,
-    pending: HashMap<String, u64>,
-    pending_order: std::collections::VecDeque<String>,
+    /// Unanswered calls: id → (position in the session, how its outcome is read).
+    pending: HashMap<String, (u64, OutcomeRule)>,
+    pending_order: VecDeque<String>,
     batch_calls: u32,
     batch_blocked: u32,
     batch_loop: Option<usize>,
     turn_saved: Option<usize>,
     stopped_by: Option<usize>,
-    loops: Vec<(LoopKey, usize)>,
+    loops: Vec<LoopTrack>,
+    /// The loop of the run's previous call, when that call was flagged.
+    last_flagged: Option<usize>,
     blocked: Vec<(Signature, usize)>,
     last_used: u64,
     seen_event: bool,
+    /// Calls so far, for the memory estimate (the guard keeps at most a history's worth).
+    calls: usize,
+    /// Estimated bytes this run holds.
+    bytes: usize,
 }
 
 impl RunTrack {
@@ -57,6 +122,10 @@ struct SessionState {
     runs: Vec<RunTrack>,
     last_call_run: Option<Option<String>>,
     clock: u64,
+    /// Its place in the scanner's activity order while it has open runs.
+    stamp: Option<u64>,
+    /// Estimated bytes of its open runs.
+    bytes: usize,
 }
 
 impl SessionState {
@@ -75,11 +144,15 @@ impl SessionState {
                 .unwrap_or(0);
             let gone = self.runs.swap_remove(oldest);
             self.report.unpaired_calls += gone.pending.len() as u64;
+            self.bytes = self.bytes.saturating_sub(gone.bytes);
             closed = Some(gone.key);
         }
+        let bytes = RUN_BYTES + key.as_ref().map_or(0, String::len);
+        self.bytes += bytes;
         self.runs.push(RunTrack {
             key: key.clone(),
             last_used: self.clock,
+            bytes,
             ..RunTrack::default()
         });
         (self.runs.len() - 1, closed)
@@ -90,6 +163,7 @@ impl SessionState {
         let pending: usize = self.runs.iter().map(|r| r.pending.len()).sum();
         self.report.unpaired_calls += pending as u64;
         self.runs.clear();
+        self.bytes = 0;
         self.last_call_run = None;
     }
 }
@@ -99,27 +173,53 @@ pub struct Scanner {
     replayer: Replayer,
     sessions: Vec<SessionState>,
     index: HashMap<String, usize>,
-    /// Sessions with open runs, in the order they became active.
-    live: std::collections::VecDeque<usize>,
+    /// Sessions with open runs, by their last activity (oldest first).
+    live: BTreeMap<u64, usize>,
+    activity: u64,
+    /// The session of the previous item (most items follow one of the same session).
+    current: Option<usize>,
+    /// Estimated bytes of every open run, and the budget.
+    live_bytes: usize,
+    budget: usize,
+    /// History kept per run (for the memory estimate).
+    history: usize,
 }
 
 impl std::fmt::Debug for Scanner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scanner")
             .field("sessions", &self.sessions.len())
+            .field("live_bytes", &self.live_bytes)
             .finish_non_exhaustive()
     }
 }
 
 impl Scanner {
     /// A scanner over a fresh guard with `config`; `agent` applies to events that name
-    /// none.
+    /// none. Live memory is bounded by [`DEFAULT_LIVE_MEMORY`].
     pub fn new(config: ConfigSet, agent: Option<String>) -> Self {
+        Self::with_budget(config, agent, DEFAULT_LIVE_MEMORY)
+    }
+
+    /// A scanner that keeps at most about `budget` bytes of open runs.
+    pub fn with_budget(config: ConfigSet, agent: Option<String>, budget: usize) -> Self {
+        let history = config.for_agent(agent.as_deref()).history_size as usize;
+        // The scanner decides which sessions to forget, by bytes; the guard never does.
+        let limits = Limits {
+            max_sessions: usize::MAX,
+            ..Limits::default()
+        };
+        let guard = Guard::with_clock(config, limits, ManualClock::new(0));
         Self {
-            replayer: Replayer::new(config, agent),
+            replayer: Replayer::with_guard(guard, agent),
             sessions: Vec::new(),
             index: HashMap::new(),
-            live: std::collections::VecDeque::new(),
+            live: BTreeMap::new(),
+            activity: 0,
+            current: None,
+            live_bytes: 0,
+            budget,
+            history,
         }
     }
 
@@ -129,7 +229,16 @@ impl Scanner {
             .into_iter()
             .map(|mut s| {
                 s.close();
-                s.report
+                let mut report = s.report;
+                // Where the transcript records usage, nothing saved is 0 tokens, not
+                // unknown.
+                if report.usage.is_some() {
+                    report.saved.tokens.get_or_insert(0);
+                    for l in &mut report.loops {
+                        l.saved.tokens.get_or_insert(0);
+                    }
+                }
+                report
             })
             .collect()
     }
@@ -137,22 +246,53 @@ impl Scanner {
     /// The session and run of `ids`, opened when needed.
     fn enter(&mut self, ids: &Ids) -> (usize, usize) {
         let s = self.session(ids);
-        if self.sessions[s].runs.is_empty() {
-            self.live.push_back(s);
-            if self.live.len() > MAX_LIVE_SESSIONS {
-                if let Some(old) = self.live.pop_front() {
-                    self.sessions[old].close();
-                    let name = self.sessions[old].report.session.clone();
-                    self.replayer.guard_mut().end_session(&name);
-                }
+        if self.current != Some(s) || self.sessions[s].stamp.is_none() {
+            self.current = Some(s);
+            if let Some(old) = self.sessions[s].stamp.take() {
+                self.live.remove(&old);
             }
+            self.activity += 1;
+            self.sessions[s].stamp = Some(self.activity);
+            self.live.insert(self.activity, s);
         }
+        let before = self.sessions[s].bytes;
         let (r, closed) = self.sessions[s].run(&ids.run);
         if let Some(run) = closed {
             let scope = loopguard::Scope::new(&ids.session).with_run(run.as_deref());
             self.replayer.guard_mut().end_run(&scope);
         }
+        self.live_bytes = (self.live_bytes + self.sessions[s].bytes).saturating_sub(before);
         (s, r)
+    }
+
+    /// Closes the least recently active sessions (never `keep`) until the open runs fit
+    /// the budget again.
+    fn fit_budget(&mut self, keep: usize) {
+        while self.live_bytes > self.budget {
+            let Some((&stamp, &s)) = self.live.iter().find(|(_, &s)| s != keep) else {
+                return;
+            };
+            self.live.remove(&stamp);
+            let state = &mut self.sessions[s];
+            state.stamp = None;
+            self.live_bytes = self.live_bytes.saturating_sub(state.bytes);
+            state.close();
+            state.report.closed_early = true;
+            let name = state.report.session.clone();
+            self.replayer.guard_mut().end_session(&name);
+            if self.current == Some(s) {
+                self.current = None;
+            }
+        }
+    }
+
+    /// Charges `add` bytes more and `remove` less to run `r` of session `s`.
+    fn charge(&mut self, s: usize, r: usize, add: usize, remove: usize) {
+        let state = &mut self.sessions[s];
+        let run = &mut state.runs[r];
+        run.bytes = (run.bytes + add).saturating_sub(remove);
+        state.bytes = (state.bytes + add).saturating_sub(remove);
+        self.live_bytes = (self.live_bytes + add).saturating_sub(remove);
     }
 
     fn session(&mut self, ids: &Ids) -> usize {
@@ -183,6 +323,7 @@ impl Scanner {
             return;
         };
         let answer = self.replayer.apply(pos.line, event);
+        let history = self.history;
         let state = &mut self.sessions[s];
         let report = &mut state.report;
         report.calls += 1;
@@ -192,20 +333,29 @@ impl Scanner {
             state.last_call_run = Some(ids.run.clone());
         }
         let run = &mut state.runs[r];
+        let (mut add, mut remove) = (0, 0);
+        run.calls += 1;
+        if run.calls <= history {
+            add += RECORD_BYTES;
+        }
         if let Some(id) = call_id {
-            if run.pending.insert(id.clone(), index).is_some() {
-                report.unpaired_calls += 1;
-            } else {
-                run.pending_order.push_back(id.clone());
-                if run.pending_order.len() > 2 * MAX_PENDING {
-                    // Answered calls stay in the queue until here: drop them.
-                    let pending = &run.pending;
-                    run.pending_order.retain(|id| pending.contains_key(id));
+            let rule = OutcomeRule::for_call(tool, args);
+            match run.pending.insert(id.clone(), (index, rule)) {
+                Some(_) => report.unpaired_calls += 1,
+                None => {
+                    add += PENDING_BYTES + id.len();
+                    run.pending_order.push_back(id.clone());
+                    if run.pending_order.len() > 2 * MAX_PENDING {
+                        // Answered calls stay in the queue until here: drop them.
+                        let pending = &run.pending;
+                        run.pending_order.retain(|id| pending.contains_key(id));
+                    }
                 }
             }
             if run.pending.len() > MAX_PENDING {
                 while let Some(old) = run.pending_order.pop_front() {
                     if run.pending.remove(&old).is_some() {
+                        remove += PENDING_BYTES + old.len();
                         report.unpaired_calls += 1;
                         break;
                     }
@@ -231,7 +381,7 @@ impl Scanner {
                     },
                 ..
             } => match detection.level {
-                loopguard::Level::Critical => Verdict::Block {
+                Level::Critical => Verdict::Block {
                     detection,
                     terminal,
                 },
@@ -244,11 +394,12 @@ impl Scanner {
             _ => Verdict::Allow,
         };
         let mark = match &verdict {
-            Verdict::Allow | Verdict::Shadow { .. } => Timeline::ALLOW,
             Verdict::Warn { detection, .. } => {
                 report.warned_calls += 1;
-                let l = loop_for(report, run, detection, tool, args);
-                record_finding(report, run, l, detection, index, pos.line, false);
+                let flag = Flag::of(detection);
+                let l = loop_for(report, run, &flag);
+                record(report, run, l, &flag, index, pos.line, Outcome::Warned);
+                run.last_flagged = Some(l);
                 Timeline::WARN
             }
             Verdict::Block {
@@ -259,39 +410,68 @@ impl Scanner {
                 report.saved.calls += 1;
                 run.batch_blocked += 1;
                 if let Some(l) = run.stopped_by {
+                    // The run goes on after its stop: every call counts for the loop.
                     report.loops[l].saved.calls += 1;
+                    report.loops[l].calls[1] = index;
                     run.batch_loop = Some(l);
                     Timeline::STOPPED
                 } else {
-                    let l = loop_for(report, run, detection, tool, args);
+                    let flag = Flag::of(detection);
+                    let l = loop_for(report, run, &flag);
                     report.loops[l].saved.calls += 1;
                     run.batch_loop = Some(l);
-                    if record_finding(report, run, l, detection, index, pos.line, true) {
+                    run.last_flagged = Some(l);
+                    let outcome = if *terminal {
+                        Outcome::Stopped
+                    } else {
+                        Outcome::Blocked
+                    };
+                    if record(report, run, l, &flag, index, pos.line, outcome) {
                         let signature = Signature::new(tool, args_fingerprint(tool, args));
                         run.blocked.push((signature, l));
                     }
                     if *terminal {
                         run.stopped_by = Some(l);
-                        report.loops[l].stopped_run = true;
                     }
                     Timeline::BLOCK
                 }
             }
+            _ => {
+                run.last_flagged = None;
+                Timeline::ALLOW
+            }
         };
         report.timeline.marks.push(mark);
+        self.charge(s, r, add, remove);
     }
 
     fn result(&mut self, s: usize, r: usize, pos: Pos, event: &Event) {
-        let Event::Result { call_id, tool, .. } = event else {
+        let Event::Result {
+            call_id,
+            tool,
+            outcome,
+            ..
+        } = event
+        else {
             return;
         };
         let state = &mut self.sessions[s];
         let run = &mut state.runs[r];
-        let call_index = call_id.as_ref().and_then(|id| run.pending.remove(id));
-        if call_index.is_none() && tool.is_none() {
+        let pending = call_id.as_ref().and_then(|id| run.pending.remove(id));
+        if pending.is_none() && tool.is_none() {
             state.report.orphan_results += 1;
             return;
         }
+        let freed = call_id
+            .as_ref()
+            .filter(|_| pending.is_some())
+            .map_or(0, |id| PENDING_BYTES + id.len());
+        let call_index = pending.map(|(index, _)| index);
+        let rule = pending.map_or_else(
+            || OutcomeRule::for_call(tool.as_deref().unwrap_or(""), &serde_json::Value::Null),
+            |(_, rule)| rule,
+        );
+        let failed = is_failure(rule, outcome.as_outcome());
         let answer = self.replayer.apply(pos.line, event);
         let state = &mut self.sessions[s];
         let report = &mut state.report;
@@ -299,23 +479,21 @@ impl Scanner {
         match answer {
             Answer::Result { recorded, .. } => {
                 report.outcomes += 1;
+                report.failed_outcomes += u64::from(failed);
                 // Shadow mode reports the abort it would have made.
                 if let Some(abort) = recorded.abort.or(recorded.would_abort) {
                     let index = call_index.unwrap_or(report.calls);
-                    let key = LoopKey::Abort(abort.tool.clone());
-                    let l = find_or_add_loop(report, run, key, &abort.tool, None);
-                    let detection = Detection {
-                        level: Level::Critical,
+                    let flag = Flag {
                         detector: abort.detector(),
+                        level: Level::Critical,
                         count: abort.count,
-                        tool: abort.tool.clone(),
+                        tool: &abort.tool,
                         paired_tool: None,
-                        message: abort.message.clone(),
-                        signature: abort.signature,
-                        paired_signature: None,
+                        message: &abort.message,
+                        signatures: [Some(abort.signature), None],
                     };
-                    record_finding(report, run, l, &detection, index, pos.line, true);
-                    report.loops[l].stopped_run = true;
+                    let l = loop_for(report, run, &flag);
+                    record(report, run, l, &flag, index, pos.line, Outcome::Aborted);
                     if run.stopped_by.is_none() {
                         run.stopped_by = Some(l);
                     }
@@ -324,6 +502,7 @@ impl Scanner {
             }
             _ => report.rejected_results += 1,
         }
+        self.charge(s, r, 0, freed);
     }
 
     fn turn(&mut self, s: usize, r: usize, usage: Option<Usage>) {
@@ -385,7 +564,8 @@ impl Sink for Scanner {
                 let state = &mut self.sessions[s];
                 let run = &mut state.runs[r];
                 run.label = Some(label.clone());
-                for &(_, l) in &run.loops {
+                for t in &run.loops {
+                    let l = t.index;
                     state.report.loops[l].run = Some(label.clone());
                     for f in state
                         .report
@@ -398,95 +578,136 @@ impl Sink for Scanner {
                 }
             }
         }
+        self.fit_budget(s);
     }
 }
 
-/// The loop a detection belongs to, created when new.
-fn loop_for(
-    report: &mut SessionReport,
-    run: &mut RunTrack,
-    detection: &Detection,
-    tool: &str,
-    args: &serde_json::Value,
-) -> usize {
-    let key = match (&detection.detector, &detection.paired_tool) {
-        (Detector::PingPong, Some(paired)) => {
-            let (a, b) = if tool <= paired.as_str() {
-                (tool, paired.as_str())
-            } else {
-                (paired.as_str(), tool)
-            };
-            LoopKey::Pair(a.to_owned(), b.to_owned())
-        }
-        _ => LoopKey::Signature(Signature::new(tool, args_fingerprint(tool, args))),
+/// The loop a flag belongs to, created when new (see [`LoopReport`] for the rule).
+fn loop_for(report: &mut SessionReport, run: &mut RunTrack, flag: &Flag<'_>) -> usize {
+    let signatures = flag.signatures.iter().flatten();
+    let by_pattern = run
+        .loops
+        .iter()
+        .position(|t| signatures.clone().any(|s| t.members.contains(s)));
+    let by_contiguity = || {
+        run.last_flagged
+            .and_then(|l| run.loops.iter().position(|t| t.index == l))
     };
-    find_or_add_loop(report, run, key, tool, detection.paired_tool.clone())
-}
-
-fn find_or_add_loop(
-    report: &mut SessionReport,
-    run: &mut RunTrack,
-    key: LoopKey,
-    tool: &str,
-    paired_tool: Option<String>,
-) -> usize {
-    if let Some(&(_, l)) = run.loops.iter().find(|(k, _)| *k == key) {
-        return l;
+    if let Some(t) = by_pattern.or_else(by_contiguity) {
+        let track = &mut run.loops[t];
+        for s in signatures {
+            if !track.members.contains(s) {
+                track.members.push(*s);
+            }
+        }
+        return track.index;
     }
     report.loops.push(LoopReport {
         run: run.display(),
-        tool: tool.to_owned(),
-        paired_tool,
+        tool: flag.tool.to_owned(),
+        paired_tool: flag.paired_tool.map(str::to_owned),
+        tools: Vec::new(),
+        detectors: Vec::new(),
+        calls: [0, 0],
+        warned_calls: 0,
+        blocked_calls: 0,
         first_warning: None,
         first_block: None,
+        escalation: None,
+        stop: None,
         repeats_after_block: 0,
         stopped_run: false,
         saved: Savings::default(),
     });
-    let l = report.loops.len() - 1;
-    run.loops.push((key, l));
-    l
+    let index = report.loops.len() - 1;
+    run.loops.push(LoopTrack {
+        members: signatures.copied().collect(),
+        index,
+    });
+    index
 }
 
-/// Records a finding when it is the loop's first for this detector and level; sets the
-/// loop's first warning or first block. Returns whether this was the loop's first block.
-fn record_finding(
+/// What a flagged call came to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Warned,
+    Blocked,
+    /// Blocked, and the block ends the run.
+    Stopped,
+    /// Its result aborted the run (post-compaction guard).
+    Aborted,
+}
+
+/// Records a flag on loop `l`: its counts, detectors, tools and marks, and a finding
+/// when it is the loop's first for this detector and level. Returns whether this was
+/// the loop's first block.
+fn record(
     report: &mut SessionReport,
     run: &RunTrack,
     l: usize,
-    detection: &Detection,
+    flag: &Flag<'_>,
     call_index: u64,
     line: u64,
-    block: bool,
+    outcome: Outcome,
 ) -> bool {
-    let mark = Mark {
-        detector: detection.detector,
-        count: detection.count,
-        call_index,
-        line,
-    };
+    let mark = flag.mark(call_index, line);
     let the_loop = &mut report.loops[l];
-    let first_block = block && the_loop.first_block.is_none();
-    if block {
-        the_loop.first_block.get_or_insert(mark);
-    } else {
-        the_loop.first_warning.get_or_insert(mark);
+    if !the_loop.detectors.contains(&flag.detector) {
+        the_loop.detectors.push(flag.detector);
     }
-    let seen = report.findings.iter().any(|f| {
-        f.loop_index == l && f.detector == detection.detector && f.level == detection.level
-    });
+    for tool in [Some(flag.tool), flag.paired_tool].into_iter().flatten() {
+        if !the_loop.tools.iter().any(|t| t == tool) {
+            the_loop.tools.push(tool.to_owned());
+        }
+    }
+    if the_loop.calls[0] == 0 || call_index < the_loop.calls[0] {
+        the_loop.calls[0] = call_index;
+    }
+    the_loop.calls[1] = the_loop.calls[1].max(call_index);
+    let mut first_block = false;
+    match outcome {
+        Outcome::Warned => {
+            the_loop.warned_calls += 1;
+            the_loop.first_warning.get_or_insert(mark);
+        }
+        Outcome::Blocked | Outcome::Stopped => {
+            the_loop.blocked_calls += 1;
+            match &the_loop.first_block {
+                None => {
+                    first_block = true;
+                    the_loop.first_block = Some(mark.clone());
+                }
+                Some(first) if the_loop.escalation.is_none() && call_index > first.call_index => {
+                    the_loop.escalation = Some(mark.clone());
+                }
+                Some(_) => {}
+            }
+            if outcome == Outcome::Stopped {
+                the_loop.stopped_run = true;
+                the_loop.stop.get_or_insert(mark);
+            }
+        }
+        Outcome::Aborted => {
+            the_loop.stopped_run = true;
+            the_loop.stop.get_or_insert(mark);
+        }
+    }
+    let seen = report
+        .findings
+        .iter()
+        .any(|f| f.loop_index == l && f.detector == flag.detector && f.level == flag.level);
     if !seen {
         report.findings.push(Finding {
-            detector: detection.detector,
-            level: detection.level,
-            tool: detection.tool.clone(),
-            paired_tool: detection.paired_tool.clone(),
-            count: detection.count,
+            detector: flag.detector,
+            level: flag.level,
+            tool: flag.tool.to_owned(),
+            paired_tool: flag.paired_tool.map(str::to_owned),
+            count: flag.count,
             call_index,
             line,
             run: run.display(),
             loop_index: l,
-            message: detection.message.clone(),
+            message: flag.message.to_owned(),
         });
     }
     first_block

@@ -1,6 +1,7 @@
 use super::*;
 use crate::detect::Format;
 use crate::item;
+use crate::scan::Mark;
 use crate::scan::{scan_bytes, session_hint, FileStatus, ScanOptions};
 use loopguard_events::OwnedOutcome;
 use serde_json::json;
@@ -152,6 +153,88 @@ fn the_breaker_stops_the_run_and_later_calls_count_for_that_loop() {
     );
     assert_eq!(*s.timeline.marks.last().unwrap(), Timeline::STOPPED);
     assert_eq!(s.unpaired_calls, 1);
+    // One loop, with every detector that saw it and each step of its escalation.
+    assert_eq!(s.loops.len(), 1);
+    assert_eq!(
+        l.detectors,
+        [Detector::GenericRepeat, Detector::GlobalCircuitBreaker]
+    );
+    let at = |m: &Option<Mark>| m.as_ref().map(|m| (m.detector, m.call_index));
+    assert_eq!(at(&l.first_warning), Some((Detector::GenericRepeat, 11)));
+    assert_eq!(at(&l.first_block), Some((Detector::GenericRepeat, 21)));
+    assert_eq!(at(&l.escalation), Some((Detector::GenericRepeat, 22)));
+    assert_eq!(at(&l.stop), Some((Detector::GlobalCircuitBreaker, 31)));
+    assert_eq!(
+        l.calls,
+        [11, 36],
+        "the write after the stop goes on with the loop"
+    );
+    assert_eq!((l.warned_calls, l.blocked_calls), (10, 11));
+    assert_eq!(l.tools, ["read"]);
+}
+
+#[test]
+fn a_ping_pong_and_the_repeats_of_its_sides_are_one_loop() {
+    let mut feed = Feed::new();
+    for i in 0..40 {
+        let (tool, path) = if i % 2 == 0 {
+            ("read", "/a")
+        } else {
+            ("edit", "/b")
+        };
+        let id = format!("c{i}");
+        feed.turn("r1", 10);
+        feed.call("r1", &id, tool, json!({"path": path}));
+        feed.ok("r1", &id, "same");
+    }
+    let s = feed.finish();
+    assert!(!s.findings.is_empty());
+    assert_eq!(s.loops.len(), 1, "{:#?}", s.loops);
+    let l = &s.loops[0];
+    assert!(
+        l.detectors.contains(&Detector::PingPong),
+        "{:?}",
+        l.detectors
+    );
+    assert_eq!(l.tools.len(), 2);
+}
+
+#[test]
+fn a_saved_token_count_is_zero_not_unknown_where_usage_is_recorded() {
+    let mut feed = Feed::new();
+    // 21 identical failing reads, the last blocked; no response after it.
+    for i in 1..=21 {
+        feed.turn("r1", 100);
+        let id = format!("c{i}");
+        feed.call("r1", &id, "read", json!({"path": "/missing"}));
+        feed.error("r1", &id, "ENOENT");
+    }
+    let s = feed.finish();
+    assert_eq!(s.blocked_calls, 1);
+    assert_eq!(s.saved.tokens, Some(0));
+    assert_eq!(s.loops[0].saved.tokens, Some(0));
+}
+
+#[test]
+fn failed_outcomes_are_counted_as_the_engine_reads_them() {
+    let mut feed = Feed::new();
+    feed.call("r1", "a", "read", json!({}));
+    feed.error("r1", "a", "ENOENT");
+    feed.call("r1", "b", "exec", json!({"command": "false"}));
+    feed.push(item::result(
+        &item::ids("s", Some("r1")),
+        "b",
+        OwnedOutcome::Result(json!({"content": [], "details": {"exitCode": 1}})),
+    ));
+    feed.call("r1", "c", "bash", json!({}));
+    feed.push(item::result(
+        &item::ids("s", Some("r1")),
+        "c",
+        OwnedOutcome::Result(json!({"content": [], "isError": true})),
+    ));
+    feed.call("r1", "d", "bash", json!({}));
+    feed.ok("r1", "d", "fine");
+    assert_eq!(feed.finish().failed_outcomes, 3);
 }
 
 #[test]
@@ -267,12 +350,14 @@ fn session_names_come_from_file_names() {
 }
 
 #[test]
-fn many_runs_and_sessions_stay_bounded() {
-    let mut scanner = Scanner::new(ConfigSet::enabled_defaults(), None);
+fn many_runs_stay_bounded_and_sessions_are_closed_by_bytes_not_count() {
+    let budget = 2 << 20;
+    let mut scanner = Scanner::with_budget(ConfigSet::enabled_defaults(), None, budget);
     let mut line = 0;
     let mut push = |scanner: &mut Scanner, item: Item| {
         line += 1;
         scanner.push(Pos::new(line, 0), item);
+        assert!(scanner.live_bytes <= budget, "{}", scanner.live_bytes);
     };
     // 200 runs of one session, each with a call left unanswered, then 2000 sessions.
     for run in 0..200 {
@@ -296,15 +381,60 @@ fn many_runs_and_sessions_stay_bounded() {
             );
         }
     }
-    assert!(scanner.live.len() <= MAX_LIVE_SESSIONS);
     assert!(scanner.sessions.iter().all(|s| s.runs.len() <= MAX_RUNS));
+    let live = scanner.live.len();
+    assert!(
+        live > 100 && live < 2001,
+        "a 2 MiB budget holds some sessions: {live}"
+    );
     let reports = scanner.finish();
     assert_eq!(reports.len(), 2001);
     assert_eq!(reports[0].runs, 200);
     assert_eq!(reports[0].unpaired_calls, 200);
+    assert!(reports[0].closed_early, "the big session was the oldest");
+    assert_eq!(
+        reports.iter().filter(|r| r.closed_early).count(),
+        2001 - live
+    );
     assert!(reports[1..]
         .iter()
         .all(|r| r.calls == 3 && r.outcomes == 3 && r.findings.is_empty()));
+}
+
+#[test]
+fn interleaved_sessions_keep_their_history_within_the_default_budget() {
+    // A loop of 25 identical failing reads, with 1000 other sessions between each call.
+    let mut scanner = Scanner::new(ConfigSet::enabled_defaults(), None);
+    let mut line = 0;
+    let mut other = 0;
+    for i in 1..=25 {
+        let ids = item::ids("looping", Some("r"));
+        let id = format!("c{i}");
+        line += 1;
+        scanner.push(
+            Pos::new(line, 0),
+            item::call(&ids, Some(&id), "read", json!({"path": "/x"})).unwrap(),
+        );
+        line += 1;
+        scanner.push(
+            Pos::new(line, 0),
+            item::result(&ids, &id, OwnedOutcome::Error(json!("ENOENT"))),
+        );
+        for _ in 0..1000 {
+            other += 1;
+            let ids = item::ids(&format!("other-{other}"), Some("r"));
+            line += 1;
+            scanner.push(
+                Pos::new(line, 0),
+                item::call(&ids, Some("x"), "ls", json!({})).unwrap(),
+            );
+        }
+    }
+    let reports = scanner.finish();
+    let looping = &reports[0];
+    assert!(!looping.closed_early);
+    assert_eq!((looping.warned_calls, looping.blocked_calls), (10, 5));
+    assert!(reports.iter().all(|r| !r.closed_early));
 }
 
 #[test]

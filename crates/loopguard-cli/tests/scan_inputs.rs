@@ -1,0 +1,220 @@
+//! What `loopguard scan` reads: the usual folders when no path is given (tested with a
+//! fake HOME holding copies made here), `--since`, empty and wrong directories, and
+//! symbolic links inside a scanned folder.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, SystemTime};
+
+use common::{bin, run_command};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scan")
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lg-scan-inputs-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `loopguard scan --json ARGS` with HOME set to `home`, from `cwd`.
+fn scan_in(home: &Path, cwd: &Path, args: &[&str]) -> (Output, Value) {
+    let mut cmd = bin();
+    cmd.arg("scan").arg("--json").args(args);
+    cmd.env("HOME", home).current_dir(cwd);
+    let out = run_command(cmd, b"");
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, doc)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn copy(from: &Path, to: &Path) {
+    fs::create_dir_all(to.parent().unwrap()).unwrap();
+    fs::copy(from, to).unwrap();
+}
+
+/// A Gemini CLI chat session with one tool call.
+const GEMINI: &str = r#"{"sessionId": "gemini-demo", "projectHash": "h", "startTime": "2026-01-01T00:00:00Z", "messages": [
+  {"id": "1", "type": "user", "content": "read it"},
+  {"id": "2", "type": "gemini", "content": "", "toolCalls": [{"id": "read_file-1-a", "name": "read_file", "args": {"file_path": "a"}, "status": "success",
+   "result": [{"functionResponse": {"id": "read_file-1-a", "name": "read_file", "response": {"output": "A"}}}]}]}
+]}"#;
+
+#[test]
+fn no_path_scans_the_usual_folders_under_home() {
+    let root = tempdir("home");
+    let home = root.join("home");
+    // One transcript per agent, where each agent keeps them.
+    copy(
+        &fixtures().join("openclaw-loop.jsonl"),
+        &home.join(".openclaw/agents/main/sessions/demo-loop.jsonl"),
+    );
+    fs::create_dir_all(home.join(".openclaw/agents/main/agent")).unwrap();
+    fs::write(home.join(".openclaw/agents/main/agent/models.json"), "{}").unwrap();
+    copy(
+        &fixtures().join("claude-code.jsonl"),
+        &home.join(".claude/projects/-home-demo/demo-claude.jsonl"),
+    );
+    copy(
+        &fixtures().join("codex-rollout.jsonl"),
+        &home.join(".codex/sessions/2026/01/07/rollout-2026-01-07T10-00-00-demo.jsonl"),
+    );
+    let chats = home.join(".gemini/tmp/demo/chats");
+    fs::create_dir_all(&chats).unwrap();
+    fs::write(chats.join("session-2026-01-01T00-00-demo.json"), GEMINI).unwrap();
+    fs::write(
+        home.join(".gemini/tmp/demo/logs.json"),
+        r#"[{"sessionId": "gemini-demo", "messageId": 0, "type": "user", "message": "read it", "timestamp": "t"}]"#,
+    )
+    .unwrap();
+    let (out, doc) = scan_in(&home, &root, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    for folder in [
+        ".openclaw/agents/main/sessions (OpenClaw)",
+        ".claude/projects (Claude Code)",
+        ".codex/sessions (Codex)",
+        ".gemini/tmp (Gemini CLI)",
+    ] {
+        assert!(err.contains(folder), "stderr names {folder}: {err}");
+    }
+    let searched = doc["searched"].as_array().unwrap();
+    assert_eq!(searched.len(), 4);
+    assert!(searched.iter().all(|s| s["found"] == true));
+    let sessions: Vec<&str> = doc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session"].as_str().unwrap())
+        .collect();
+    for id in ["demo-loop", "demo-claude", "demo-codex", "gemini-demo"] {
+        assert!(sessions.contains(&id), "{id} in {sessions:?}");
+    }
+    // The agent's own config files are not transcripts; the prompt log is a companion.
+    assert!(!doc.to_string().contains("models.json"));
+    let logs = doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["file"].as_str().unwrap().ends_with("logs.json"))
+        .unwrap();
+    assert_eq!(logs["status"], "companion");
+    assert_eq!(logs["kind"], "gemini-cli-logs");
+
+    // --since leaves out what did not change since then, and says so.
+    let old = SystemTime::now() - Duration::from_secs(10 * 86_400);
+    let rollout = home.join(".codex/sessions/2026/01/07/rollout-2026-01-07T10-00-00-demo.jsonl");
+    fs::File::options()
+        .append(true)
+        .open(&rollout)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let (out, doc) = scan_in(&home, &root, &["--since", "7d"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(doc["summary"]["older_files"], 1);
+    assert!(!doc.to_string().contains("demo-codex"));
+    let (out, _) = scan_in(&home, &root, &["--since", "last tuesday"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--since"), "{}", stderr(&out));
+
+    // A HOME without any of the folders: nothing to scan, and where it looked.
+    let empty = root.join("empty-home");
+    fs::create_dir_all(&empty).unwrap();
+    let (out, _) = scan_in(&empty, &root, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("none of the usual transcript folders exists")
+            && err.contains(".claude/projects (Claude Code)"),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn empty_and_wrong_directories_are_not_a_clean_scan() {
+    let root = tempdir("empty");
+    let empty = root.join("empty");
+    fs::create_dir_all(&empty).unwrap();
+    let notes = root.join("notes");
+    fs::create_dir_all(&notes).unwrap();
+    fs::write(notes.join("README.md"), "# notes").unwrap();
+    for (path, needle) in [
+        (empty.clone(), "no transcript found in"),
+        (notes.clone(), "1 files ignored"),
+        (root.join("missing"), "cannot read"),
+    ] {
+        let (out, _) = scan_in(&root, &root, &[path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{}", path.display());
+        let err = stderr(&out);
+        assert!(
+            err.contains("nothing to scan") && err.contains(needle),
+            "{err}"
+        );
+    }
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[cfg(unix)]
+#[test]
+fn symbolic_links_are_followed_once_and_loops_are_listed() {
+    use std::os::unix::fs::symlink;
+    let root = tempdir("links");
+    let tree = root.join("tree");
+    let outside = root.join("outside");
+    fs::create_dir_all(&tree).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    copy(&fixtures().join("events.jsonl"), &tree.join("a.jsonl"));
+    copy(
+        &fixtures().join("codex-rollout.jsonl"),
+        &outside.join("c.jsonl"),
+    );
+    symlink(tree.join("a.jsonl"), tree.join("b.jsonl")).unwrap();
+    symlink(&outside, tree.join("linked")).unwrap();
+    symlink(&tree, tree.join("loop")).unwrap();
+    symlink(root.join("nowhere.jsonl"), tree.join("dangling.jsonl")).unwrap();
+    let (out, doc) = scan_in(&root, &root, &[tree.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "the dangling link is unreadable"
+    );
+    let status = |name: &str| -> (String, String) {
+        let f = doc["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["file"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("{name} is listed: {doc}"));
+        let why = f["reason"].as_str().or(f["error"].as_str()).unwrap_or("");
+        (f["status"].as_str().unwrap().to_owned(), why.to_owned())
+    };
+    assert_eq!(status("tree/a.jsonl").0, "scanned");
+    let (b, why) = status("tree/b.jsonl");
+    assert_eq!(b, "skipped");
+    assert!(
+        why.contains("the same file as") && why.ends_with("symbolic link)"),
+        "{why}"
+    );
+    assert_eq!(
+        status("linked/c.jsonl").0,
+        "scanned",
+        "a linked directory is read"
+    );
+    let (l, why) = status("tree/loop");
+    assert_eq!(l, "skipped");
+    assert!(why.contains("a symbolic link back to"), "{why}");
+    assert_eq!(status("dangling.jsonl").0, "unreadable");
+    assert_eq!(doc["summary"]["scanned_files"], 2);
+    let _ = fs::remove_dir_all(&root);
+}
