@@ -1,6 +1,6 @@
 //! `loopguard config check` and `loopguard config explain`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use loopguard::config::extensions::{Mode, Preset};
@@ -9,7 +9,8 @@ use loopguard::masking::MASK_RULES;
 use loopguard::policy::{SendMatch, BUILTIN};
 use serde_json::{json, Value};
 
-use crate::output::{fatal, read_text, wants_json};
+use crate::output::wants_json;
+use crate::startup::{self, config_error, Loaded};
 use crate::{EXIT_FATAL, EXIT_OK};
 
 #[derive(Subcommand, Debug)]
@@ -56,17 +57,12 @@ pub fn run(cmd: ConfigCommand) -> u8 {
     }
 }
 
-fn parse(file: &Path) -> Result<ConfigSet, String> {
-    let text = read_text(file)?;
-    ConfigSet::parse_named(&text, Some(&file.display().to_string())).map_err(|e| e.to_string())
-}
-
 fn check(file: PathBuf) -> u8 {
-    let set = match parse(&file) {
+    let set = match loopguard_config::read(&file) {
         Ok(set) => set,
-        Err(problems) => {
-            let n = problems.lines().count();
-            eprintln!("{problems}");
+        Err(e) => {
+            let n = e.problems();
+            eprintln!("{e}");
             eprintln!(
                 "{}: {n} problem{} found; the config was not applied",
                 file.display(),
@@ -93,6 +89,19 @@ fn check(file: PathBuf) -> u8 {
         if set.agents().count() == 1 { "" } else { "s" },
         if warnings == 1 { "" } else { "s" },
     );
+    // Valid is not the same as guarding: say whether the rolling detectors run.
+    let loaded = Loaded {
+        config: set,
+        source: loopguard_config::Source::Flag(file),
+    };
+    match startup::detection_off_notice(&loaded) {
+        Some(notice) => println!("note: {notice}"),
+        None => println!(
+            "{}: {}",
+            loaded.source,
+            startup::detection_summary(loaded.config.global())
+        ),
+    }
     EXIT_OK
 }
 
@@ -115,9 +124,9 @@ fn scopes<'a>(set: &'a ConfigSet, agent: Option<&str>) -> Vec<(String, &'a Effec
 }
 
 fn explain(args: ExplainArgs) -> u8 {
-    let set = match parse(&args.file) {
+    let set = match loopguard_config::read(&args.file) {
         Ok(set) => set,
-        Err(problems) => return fatal(&problems.replace('\n', "; ")),
+        Err(e) => return config_error("config explain", &e),
     };
     let scopes = scopes(&set, args.agent.as_deref());
     if wants_json(args.json) {

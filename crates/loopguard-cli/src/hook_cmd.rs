@@ -1,15 +1,18 @@
 //! `loopguard hook AGENT`: the agent's hook protocol on stdin and stdout.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use loopguard::{Clock, SystemClock};
+use loopguard_config::Source;
 use loopguard_hooks::store::{DbOptions, Synchronous};
 use loopguard_hooks::{handle, Agent, Options, EXIT_FAILED, MAX_INPUT_BYTES};
 use loopguard_store::default_db_path;
 
-use crate::EXIT_OK;
+use crate::hook_install;
+use crate::startup::{self, Loaded};
+use crate::{EXIT_FATAL, EXIT_OK};
 
 /// Speak a coding agent's hook protocol: stop its tool-call loops.
 ///
@@ -20,24 +23,49 @@ use crate::EXIT_OK;
 /// arms the post-compaction guard. State lives in the SQLite database that `loopguard
 /// serve` uses, one short transaction per invocation, safe with hooks running at once.
 ///
-/// Without --config, detection is on with the default thresholds. Failures (unreadable
-/// input, unusable config or database) exit 1 with one line on stderr, which the agents
-/// treat as a non-blocking error: the call goes ahead.
+/// `loopguard hook install AGENT` puts the hook into the agent's settings file;
+/// `--print-config` prints the snippet instead.
+///
+/// Without a config file (--config or LOOPGUARD_CONFIG), detection is on with the default
+/// thresholds. Failures (unreadable input, unusable config or database) exit 1 with the
+/// problem on stderr, which the agents treat as a non-blocking error: the call goes ahead.
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  \
-loopguard hook claude-code --print-config   # paste into ~/.claude/settings.json\n  \
-loopguard hook codex --print-config         # paste into ~/.codex/hooks.json\n  \
-loopguard hook gemini --print-config        # paste into ~/.gemini/settings.json\n  \
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Examples:\n  \
+loopguard hook install claude-code          # into ~/.claude/settings.json\n  \
+loopguard hook install codex --project      # into ./.codex/hooks.json\n  \
+loopguard hook uninstall gemini\n  \
+loopguard hook claude-code --print-config   # the snippet, to merge by hand\n  \
 echo '{\"session_id\":\"s\",\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Read\",\"tool_input\":{}}' | loopguard hook claude-code\n\n\
 The database defaults to $XDG_DATA_HOME/loopguard/loopguard.db, else \
-~/.local/share/loopguard/loopguard.db.")]
+~/.local/share/loopguard/loopguard.db."
+)]
 pub struct HookArgs {
+    #[command(subcommand)]
+    action: Option<HookAction>,
     /// The agent whose hook protocol to speak.
-    #[arg(value_enum)]
-    agent: AgentName,
-    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it
-    /// detection is on with the default thresholds.
-    #[arg(long, value_name = "FILE", env = "LOOPGUARD_CONFIG")]
+    #[arg(value_enum, required = true)]
+    agent: Option<AgentName>,
+    #[command(flatten)]
+    settings: HookSettings,
+    /// Print the snippet to merge into the agent's settings file, and exit (`hook install`
+    /// merges it for you).
+    #[arg(long)]
+    print_config: bool,
+    /// With --print-config: print it even when the config leaves the rolling detectors off.
+    #[arg(long, requires = "print_config")]
+    allow_detection_off: bool,
+}
+
+/// What the hook command line carries: the same flags for running, printing and
+/// installing it.
+#[derive(Args, Debug, Clone)]
+struct HookSettings {
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
+    /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// SQLite database file (created if missing).
     #[arg(long, value_name = "PATH", env = "LOOPGUARD_DB")]
@@ -49,26 +77,29 @@ pub struct HookArgs {
     /// loss may lose the last updates); full waits for the disk at every commit.
     #[arg(long, value_enum, default_value_t = SyncMode::Normal)]
     sync: SyncMode,
-    /// Print the snippet to paste into the agent's settings file, and exit.
-    #[arg(long)]
-    print_config: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum HookAction {
+    Install(hook_install::InstallArgs),
+    Uninstall(hook_install::UninstallArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum SyncMode {
+pub(crate) enum SyncMode {
     Normal,
     Full,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum AgentName {
+pub(crate) enum AgentName {
     ClaudeCode,
     Codex,
     Gemini,
 }
 
 impl AgentName {
-    fn agent(self) -> Agent {
+    pub(crate) fn agent(self) -> Agent {
         match self {
             Self::ClaudeCode => Agent::ClaudeCode,
             Self::Codex => Agent::Codex,
@@ -78,11 +109,22 @@ impl AgentName {
 }
 
 pub fn run(args: HookArgs) -> u8 {
-    let agent = args.agent.agent();
+    let agent = match (args.action, args.agent) {
+        (Some(HookAction::Install(a)), _) => return hook_install::install(a),
+        (Some(HookAction::Uninstall(a)), _) => return hook_install::uninstall(a),
+        (None, Some(agent)) => agent.agent(),
+        (None, None) => {
+            return fail(
+                Agent::ClaudeCode,
+                "name the agent: claude-code, codex or gemini",
+            )
+        }
+    };
     if args.print_config {
-        return print_config(agent, &args);
+        return print_config(agent, &args.settings, args.allow_detection_off);
     }
-    let db = match args.db.clone().map_or_else(default_db_path, Ok) {
+    let settings = args.settings;
+    let db = match settings.db.clone().map_or_else(default_db_path, Ok) {
         Ok(db) => db,
         Err(_) => {
             return fail(
@@ -91,6 +133,28 @@ pub fn run(args: HookArgs) -> u8 {
             )
         }
     };
+    let source = Source::resolve(settings.config.clone(), startup::defaults_of("hook"));
+    if std::io::stdin().is_terminal() {
+        // Agents pipe the payload; a person at a terminal is told what is awaited.
+        if let Ok(loaded) = source.load().map(|config| Loaded {
+            config,
+            source: source.clone(),
+        }) {
+            eprintln!(
+                "{}",
+                startup::startup_line(
+                    &format!("hook {}", agent.name()),
+                    &loaded,
+                    &format!("sqlite {}", db.display())
+                )
+            );
+        }
+        eprintln!(
+            "loopguard hook {}: waiting for one hook payload (JSON) on stdin, as the agent \
+sends it (Ctrl-D ends). Agents run this command themselves: see loopguard hook install --help",
+            agent.name()
+        );
+    }
     let mut input = Vec::new();
     let read = std::io::stdin()
         .lock()
@@ -105,21 +169,24 @@ pub fn run(args: HookArgs) -> u8 {
             &format!("the payload on stdin is larger than {MAX_INPUT_BYTES} bytes"),
         );
     }
-    let db_options = DbOptions {
-        synchronous: match args.sync {
+    let options = Options {
+        db,
+        config: source.path().map(ToOwned::to_owned),
+        agent: settings.config_agent,
+        db_options: db_options(settings.sync),
+    };
+    let response = handle(agent, &input, &options, SystemClock.now_ms());
+    response.deliver(std::io::stdout().lock(), std::io::stderr().lock())
+}
+
+fn db_options(sync: SyncMode) -> DbOptions {
+    DbOptions {
+        synchronous: match sync {
             SyncMode::Normal => Synchronous::Normal,
             SyncMode::Full => Synchronous::Full,
         },
         ..DbOptions::default()
-    };
-    let options = Options {
-        db,
-        config: args.config,
-        agent: args.config_agent,
-        db_options,
-    };
-    let response = handle(agent, &input, &options, SystemClock.now_ms());
-    response.deliver(std::io::stdout().lock(), std::io::stderr().lock())
+    }
 }
 
 fn fail(agent: Agent, message: &str) -> u8 {
@@ -127,71 +194,108 @@ fn fail(agent: Agent, message: &str) -> u8 {
     EXIT_FAILED
 }
 
+/// The config a hook command line will run with, checked: an unusable one is refused (a
+/// hook that fails at every event guards nothing), and so is one that leaves the rolling
+/// detectors off, unless that is asked for.
+pub(crate) fn checked_config(
+    command: &str,
+    config: Option<PathBuf>,
+    allow_detection_off: bool,
+) -> Result<Loaded, u8> {
+    let loaded = startup::load("hook", config).map_err(|e| startup::config_error(command, &e))?;
+    if let Some(notice) = startup::detection_off_notice(&loaded) {
+        eprintln!("loopguard {command}: {notice}");
+        if !allow_detection_off {
+            eprintln!(
+                "loopguard {command}: error: the hook would deny nothing but compaction loops; \
+turn detection on, or give --allow-detection-off to go ahead"
+            );
+            return Err(EXIT_FATAL);
+        }
+    }
+    Ok(loaded)
+}
+
+/// The shell command line the agent runs: the binary, `hook AGENT`, and the settings as
+/// absolute paths (the agent starts hooks in its own working directory, without this
+/// shell's LOOPGUARD_* variables).
+pub(crate) fn hook_command(
+    exe: &Path,
+    agent: Agent,
+    loaded: &Loaded,
+    settings: &HookSettingsView<'_>,
+) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let mut words: Vec<String> = vec![
+        exe.to_string_lossy().into_owned(),
+        "hook".into(),
+        agent.name().into(),
+    ];
+    if let Some(config) = loaded.source.path() {
+        words.push("--config".into());
+        words.push(absolute(config).to_string_lossy().into_owned());
+    }
+    if let Some(db) = settings.db {
+        words.push("--db".into());
+        words.push(absolute(db).to_string_lossy().into_owned());
+    }
+    if let Some(id) = settings.config_agent {
+        words.push("--agent".into());
+        words.push(id.to_owned());
+    }
+    if settings.sync == SyncMode::Full {
+        words.push("--sync".into());
+        words.push("full".into());
+    }
+    shell_words::join(words)
+}
+
+/// The parts of [`HookSettings`] a command line carries.
+pub(crate) struct HookSettingsView<'a> {
+    pub db: Option<&'a Path>,
+    pub config_agent: Option<&'a str>,
+    pub sync: SyncMode,
+}
+
+impl HookSettings {
+    fn view(&self) -> HookSettingsView<'_> {
+        HookSettingsView {
+            db: self.db.as_deref(),
+            config_agent: self.config_agent.as_deref(),
+            sync: self.sync,
+        }
+    }
+}
+
 /// Prints the settings snippet: the command is this very binary (by absolute path), with
 /// the --config, --db and --agent given here.
-fn print_config(agent: Agent, args: &HookArgs) -> u8 {
+fn print_config(agent: Agent, settings: &HookSettings, allow_detection_off: bool) -> u8 {
+    let command = format!("hook {} --print-config", agent.name());
+    let loaded = match checked_config(&command, settings.config.clone(), allow_detection_off) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
     let exe = std::env::current_exe()
         .ok()
         .and_then(|p| p.canonicalize().ok())
         .unwrap_or_else(|| PathBuf::from("loopguard"));
-    let mut command = vec![
-        shell_quote(&exe.to_string_lossy()),
-        "hook".into(),
-        agent.name().into(),
-    ];
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
-    if let Some(config) = &args.config {
-        command.push("--config".into());
-        command.push(shell_quote(&absolute(config).to_string_lossy()));
+    if let Some(tree) = hook_install::build_tree(&exe) {
+        eprintln!(
+            "loopguard {command}: warning: {} is inside a Cargo build directory ({}), which \
+`cargo clean` or the next build removes or replaces; install loopguard first (cargo install \
+--locked --profile dist --path crates/loopguard-cli) and run the installed binary",
+            exe.display(),
+            tree.display()
+        );
     }
-    if let Some(db) = &args.db {
-        command.push("--db".into());
-        command.push(shell_quote(&absolute(db).to_string_lossy()));
-    }
-    if let Some(id) = &args.config_agent {
-        command.push("--agent".into());
-        command.push(shell_quote(id));
-    }
-    if args.sync == SyncMode::Full {
-        command.push("--sync".into());
-        command.push("full".into());
-    }
-    let snippet = agent.settings_snippet(&command.join(" "));
+    let snippet = agent.settings_snippet(&hook_command(&exe, agent, &loaded, &settings.view()));
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(snippet.as_bytes());
     let _ = stdout.flush();
     eprintln!(
-        "loopguard: merge this into {} (its \"hooks\" object)",
-        agent.settings_file()
+        "loopguard: merge this into {} (its \"hooks\" object), or let `loopguard hook install {}` do it",
+        agent.settings_file(),
+        agent.name()
     );
     EXIT_OK
-}
-
-/// `word` as one word of a POSIX shell command line.
-fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:=@%,".contains(&b));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting() {
-        assert_eq!(
-            shell_quote("/usr/local/bin/loopguard"),
-            "/usr/local/bin/loopguard"
-        );
-        assert_eq!(shell_quote("/my dir/lg"), "'/my dir/lg'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-    }
 }

@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod config_cmd;
+mod docs_cmd;
 mod hook_cmd;
+mod hook_install;
 mod mcp_cmd;
 mod output;
 mod replay_cmd;
@@ -14,6 +16,8 @@ mod scan_html;
 mod scan_inputs;
 mod scan_report;
 mod serve_cmd;
+mod sessions_cmd;
+mod startup;
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
@@ -26,20 +30,13 @@ pub const EXIT_INVALID_LINES: u8 = 2;
 #[command(
     name = "loopguard",
     version,
+    propagate_version = true,
     about = "Catch AI agents stuck in tool-call loops",
     long_about = "loopguard watches an agent's tool calls and stops the loops that burn tokens: \
 the same call over and over, a poll that never changes, two calls ping-ponging, retries of a \
 tool that does not exist, and the same loop again after a context compaction. It implements \
 OpenClaw's tools.loopDetection guardrails.",
-    after_help = "Examples:\n  \
-loopguard replay --config openclaw.json5 events.jsonl\n  \
-cat events.jsonl | loopguard replay -\n  \
-loopguard config check openclaw.json5\n  \
-loopguard config explain openclaw.json5 --agent worker\n  \
-loopguard scan ~/.openclaw/agents/main/sessions --html report.html\n  \
-loopguard hook claude-code --print-config\n  \
-loopguard mcp-proxy -- npx -y @modelcontextprotocol/server-everything\n\n\
-Logs go to stderr; set LOOPGUARD_LOG (e.g. LOOPGUARD_LOG=info) to see them."
+    after_help = after_help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -56,6 +53,32 @@ enum Command {
     Serve(Box<serve_cmd::ServeArgs>),
     Hook(hook_cmd::HookArgs),
     McpProxy(mcp_cmd::McpProxyArgs),
+    #[command(subcommand)]
+    Sessions(sessions_cmd::SessionsCommand),
+    Completions(docs_cmd::CompletionsArgs),
+    Man(docs_cmd::ManArgs),
+}
+
+/// The examples, the defaults rule and where logs go, after `loopguard --help`.
+fn after_help() -> String {
+    format!(
+        "Examples:\n  \
+loopguard serve                                   # the sidecar, on 127.0.0.1:7671\n  \
+loopguard hook install claude-code                # the hook, into ~/.claude/settings.json\n  \
+loopguard mcp-proxy -- npx -y @modelcontextprotocol/server-everything\n  \
+loopguard replay --config openclaw.json5 events.jsonl\n  \
+loopguard config check openclaw.json5\n  \
+loopguard scan ~/.openclaw/agents/main/sessions --html report.html\n  \
+loopguard sessions list\n\n\
+{}\n\n\
+Logs go to stderr; set LOOPGUARD_LOG (e.g. LOOPGUARD_LOG=info) to see them.",
+        startup::defaults_help()
+    )
+}
+
+/// The clap definition of the whole command line (for completions and the manual).
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 fn main() -> ExitCode {
@@ -71,6 +94,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve_cmd::run(*args),
         Command::Hook(args) => hook_cmd::run(args),
         Command::McpProxy(args) => mcp_cmd::run(args),
+        Command::Sessions(cmd) => sessions_cmd::run(cmd),
+        Command::Completions(args) => docs_cmd::completions(args),
+        Command::Man(args) => docs_cmd::man(args),
     };
     ExitCode::from(code)
 }
@@ -88,4 +114,20 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_of_the_defaults_rule_exists() {
+        let cmd = super::command();
+        for (name, _) in crate::startup::DEFAULTS {
+            assert!(cmd.find_subcommand(name).is_some(), "{name}");
+        }
+    }
 }

@@ -9,6 +9,7 @@ use clap::Args;
 use loopguard_mcp::{run as run_proxy, ProxyOptions};
 
 use crate::output::fatal;
+use crate::startup::{self, config_error};
 
 /// Run an MCP server behind loopguard: start the proxy where the MCP client starts the
 /// server.
@@ -23,7 +24,8 @@ use crate::output::fatal;
 /// the client goes away, the server's stdin is closed (then SIGTERM, then SIGKILL).
 /// SIGTERM, SIGINT and SIGHUP sent to the proxy are passed on to the server.
 ///
-/// Without --config, detection is on with the default thresholds.
+/// Without a config file (--config or LOOPGUARD_CONFIG), detection is on with the default
+/// thresholds. At start the proxy says on stderr which config it runs with.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 loopguard mcp-proxy -- npx -y @modelcontextprotocol/server-everything\n  \
@@ -32,9 +34,9 @@ In an MCP client's settings, replace the server's command and args:\n  \
 \"command\": \"loopguard\", \"args\": [\"mcp-proxy\", \"--\", \"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]\n\n\
 Diagnostics (blocked and warned calls, dropped lines) go to stderr.")]
 pub struct McpProxyArgs {
-    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it
-    /// detection is on with the default thresholds.
-    #[arg(long, value_name = "FILE", env = "LOOPGUARD_CONFIG")]
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
+    /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Agent id whose config applies.
     #[arg(long, value_name = "ID")]
@@ -56,9 +58,9 @@ pub struct McpProxyArgs {
 }
 
 pub fn run(args: McpProxyArgs) -> u8 {
-    let config = match loopguard_hooks::load_config(args.config.as_deref()) {
-        Ok(config) => config,
-        Err(message) => return fatal(&message),
+    let loaded = match startup::load("mcp-proxy", args.config) {
+        Ok(loaded) => loaded,
+        Err(e) => return config_error("mcp-proxy", &e),
     };
     let Some((program, rest)) = args.server.split_first() else {
         return fatal("give the MCP server's command after --");
@@ -69,7 +71,14 @@ pub fn run(args: McpProxyArgs) -> u8 {
         .session
         .filter(|s| !loopguard::text::is_blank(s))
         .unwrap_or_else(|| format!("mcp-proxy-{}", std::process::id()));
-    let mut options = ProxyOptions::new(config, session);
+    eprintln!(
+        "{}",
+        startup::startup_line("mcp-proxy", &loaded, &format!("memory (session {session})"))
+    );
+    if let Some(notice) = startup::detection_off_notice(&loaded) {
+        eprintln!("loopguard mcp-proxy: {notice}");
+    }
+    let mut options = ProxyOptions::new(loaded.config, session);
     options.agent = args.agent;
     options.shutdown_grace = std::time::Duration::from_millis(args.shutdown_grace_ms);
     options.max_line_bytes = args.max_line_bytes;

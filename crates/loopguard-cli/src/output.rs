@@ -1,21 +1,10 @@
-//! Shared plumbing of the commands: loading configs, reporting fatal errors, choosing
-//! between human and JSON output.
+//! Shared plumbing of the commands: reading files, reporting fatal errors, choosing between human and
+//! JSON output.
 
 use std::io::IsTerminal;
 use std::path::Path;
 
-use loopguard::ConfigSet;
-
 use crate::EXIT_FATAL;
-
-/// Reads and validates a config file; without one, the defaults.
-pub fn load_config(path: Option<&Path>) -> Result<ConfigSet, String> {
-    let Some(path) = path else {
-        return Ok(ConfigSet::default());
-    };
-    let text = read_text(path)?;
-    ConfigSet::parse_named(&text, Some(&path.display().to_string())).map_err(|e| e.to_string())
-}
 
 /// A file's text, with an error a user can act on.
 pub fn read_text(path: &Path) -> Result<String, String> {

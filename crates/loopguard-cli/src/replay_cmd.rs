@@ -1,13 +1,14 @@
 //! `loopguard replay`: the SPEC §7 contract.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter};
+use std::io::{self, BufReader, BufWriter, IsTerminal};
 use std::path::PathBuf;
 
 use clap::Args;
 use loopguard_events::{replay_lines, LineReader, Replayer, DEFAULT_MAX_LINE};
 
-use crate::output::{fatal, load_config};
+use crate::output::fatal;
+use crate::startup::{self, config_error_one_line};
 use crate::{EXIT_FATAL, EXIT_INVALID_LINES, EXIT_OK};
 
 /// Replay tool-call events through the guard and print its answer to each.
@@ -19,15 +20,21 @@ use crate::{EXIT_FATAL, EXIT_INVALID_LINES, EXIT_OK};
 ///
 /// Exit status: 0 when every line was valid, 2 when some lines were invalid (they are
 /// answered with {"seq": N, "error": ...} and the replay goes on), 1 on a fatal error
-/// (unreadable input or invalid config: one line on stderr, nothing on stdout).
+/// (unreadable input or invalid config: one line on stderr, nothing on stdout; for a
+/// config, its first problem as FILE:LINE:COLUMN, and `loopguard config check FILE` lists
+/// them all).
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 loopguard replay events.jsonl\n  \
 loopguard replay --config openclaw.json5 --agent worker events.jsonl\n  \
 producer | loopguard replay - | jq 'select(.verdict == \"block\")'\n\n\
-Without --config the defaults apply: rolling detectors off, post-compaction guard on.")]
+Without a config file (--config or LOOPGUARD_CONFIG), SPEC §7's defaults apply: rolling \
+detectors off, post-compaction guard on. replay is the contract's test harness; the \
+commands that guard live calls (serve, hook, mcp-proxy) turn detection on instead. On a \
+terminal, replay says on stderr which config it runs with.")]
 pub struct ReplayArgs {
-    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply.
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
+    /// file LOOPGUARD_CONFIG names; without either, SPEC §7's defaults.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Agent whose config applies to events that name none (an event's own agent wins).
@@ -42,11 +49,28 @@ pub struct ReplayArgs {
 }
 
 pub fn run(args: ReplayArgs) -> u8 {
-    let config = match load_config(args.config.as_deref()) {
-        Ok(c) => c,
-        Err(message) => return fatal(&message.replace('\n', "; ")),
+    let loaded = match startup::load("replay", args.config) {
+        Ok(loaded) => loaded,
+        Err(e) => return config_error_one_line("replay", &e),
     };
-    let mut replayer = Replayer::new(config, args.agent);
+    // stdout and a piped stderr are contracts; a person at a terminal is told what runs.
+    if io::stderr().is_terminal() {
+        eprintln!(
+            "{}",
+            startup::startup_line("replay", &loaded, "memory (this replay only)")
+        );
+        if let Some(notice) = startup::detection_off_notice(&loaded) {
+            eprintln!("loopguard replay: {notice}");
+        }
+    }
+    let from_stdin = args.input.as_deref().is_none_or(|p| p.as_os_str() == "-");
+    if from_stdin && io::stdin().is_terminal() {
+        eprintln!(
+            "loopguard replay: reading events from the terminal, one JSON object per line \
+(Ctrl-D ends); give a file to replay it, see loopguard replay --help"
+        );
+    }
+    let mut replayer = Replayer::new(loaded.config, args.agent);
     let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let max = args.max_line_bytes;
     let replayed = match args.input.as_deref() {

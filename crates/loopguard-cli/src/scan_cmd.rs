@@ -12,7 +12,6 @@ use std::time::{Instant, SystemTime};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use loopguard::ConfigSet;
 use loopguard_transcripts::{
     scan_path_as, FailureRules, FileScan, FileStatus, Format, ScanOptions, DEFAULT_LIVE_MEMORY,
     DEFAULT_MAX_LINE,
@@ -81,7 +80,8 @@ pub struct ScanArgs {
     /// (2026-01-15T08:00:00Z). Files named on the command line are always read.
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
-    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply.
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
+    /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Agent whose config applies (events that name an agent use theirs).
@@ -156,14 +156,15 @@ fn failure_rules(args: &ScanArgs) -> Result<FailureRules, String> {
 }
 
 pub fn run(args: ScanArgs) -> u8 {
-    let (config, source) = match &args.config {
-        None => (ConfigSet::enabled_defaults(), ConfigSource::Defaults),
-        Some(path) => match read_text(path).and_then(|t| {
-            ConfigSet::parse_named(&t, Some(&path.display().to_string())).map_err(|e| e.to_string())
-        }) {
-            Ok(c) => (c, ConfigSource::File(path.display().to_string())),
-            Err(message) => return fatal(&message.replace('\n', "; ")),
-        },
+    let (config, source) = match crate::startup::load("scan", args.config.clone()) {
+        Ok(loaded) => {
+            let source = match loaded.source.path() {
+                None => ConfigSource::Defaults,
+                Some(_) => ConfigSource::File(loaded.source.to_string()),
+            };
+            (loaded.config, source)
+        }
+        Err(e) => return crate::startup::config_error("scan", &e),
     };
     let failures = match failure_rules(&args) {
         Ok(rules) => Arc::new(rules),

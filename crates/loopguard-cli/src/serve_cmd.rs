@@ -13,7 +13,8 @@ use loopguard_store::{
     SharedClock, SqliteOptions, SqliteStore, Store, Synchronous,
 };
 
-use crate::output::{fatal, load_config};
+use crate::output::fatal;
+use crate::startup::{self, config_error};
 use crate::EXIT_OK;
 
 /// Environment variable holding the bearer token itself (never shown by --help).
@@ -36,7 +37,9 @@ const REDIS_DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
 /// their state in Redis (or a Redis Cluster), so a loop spread over replicas is caught.
 /// Endpoints are described at /openapi.json.
 ///
-/// On start it prints `listening on http://ADDR` on stdout. SIGHUP (or POST
+/// Without a config file, detection is on at OpenClaw's documented thresholds. On start it
+/// logs one line on stderr saying which config, detection settings and store are in force,
+/// and prints `listening on http://ADDR` on stdout. SIGHUP (or POST
 /// /v1/admin/reload) re-reads the config and token files; an invalid config is refused and
 /// the old one stays in force. SIGTERM or Ctrl-C stop it gracefully.
 #[derive(Args, Debug)]
@@ -51,9 +54,9 @@ The database defaults to $XDG_DATA_HOME/loopguard/loopguard.db, else \
 ~/.local/share/loopguard/loopguard.db.\n\
 Logs go to stderr (level from LOOPGUARD_LOG, default info).")]
 pub struct ServeArgs {
-    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it the
-    /// defaults apply (rolling detectors off, post-compaction guard on).
-    #[arg(long, value_name = "FILE", env = "LOOPGUARD_CONFIG")]
+    /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
+    /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Agent whose config applies to events that name none.
     #[arg(long, value_name = "ID")]
@@ -212,13 +215,25 @@ enum LogFormat {
 
 pub fn run(args: ServeArgs) -> u8 {
     init_logging(args.log_format);
-    match serve(args) {
+    // Refuse a bad config before touching the database.
+    let loaded = match startup::load("serve", args.config.clone()) {
+        Ok(loaded) => loaded,
+        Err(e) => return config_error("serve", &e),
+    };
+    match serve(args, &loaded) {
         Ok(()) => EXIT_OK,
         Err(message) => fatal(&message.replace('\n', "; ")),
     }
 }
 
-fn serve(args: ServeArgs) -> Result<(), String> {
+/// What the startup log line says about the config.
+struct Announce {
+    config: String,
+    detection: String,
+    notice: Option<String>,
+}
+
+fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
     for (name, value) in [
         ("--max-sessions", args.max_sessions),
         ("--max-runs-per-session", args.max_runs_per_session),
@@ -239,8 +254,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         return Err("--store-deadline must be longer than 0".into());
     }
     let choice = StoreChoice::of(&args)?;
-    // Refuse a bad config before touching the database.
-    load_config(args.config.as_deref())?;
+    let announce = Announce {
+        config: loaded.source.to_string(),
+        detection: startup::detection_summary(loaded.config.global()),
+        notice: startup::detection_off_notice(loaded),
+    };
     let token = match (&args.token_file, std::env::var(TOKEN_ENV)) {
         (Some(_), Ok(_)) => {
             return Err(format!(
@@ -252,7 +270,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         (None, Err(_)) => TokenSource::None,
     };
     let options = Options {
-        config_path: args.config.clone(),
+        config_path: loaded.source.path().map(ToOwned::to_owned),
+        config_defaults: startup::defaults_of("serve"),
         token,
         default_agent: args.agent.clone(),
         limits: RequestLimits {
@@ -293,6 +312,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 &args.listen,
                 sweep_every,
                 "memory (nothing survives a restart)".into(),
+                announce,
             ));
         }
         StoreChoice::Redis(target) => {
@@ -323,7 +343,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 let store = RedisStore::connect(target, limits, clock, redis)
                     .await
                     .map_err(|e| e.to_string())?;
-                run_with(store, options, &args.listen, sweep_every, described).await
+                run_with(
+                    store,
+                    options,
+                    &args.listen,
+                    sweep_every,
+                    described,
+                    announce,
+                )
+                .await
             });
         }
         StoreChoice::Sqlite(Some(path)) => path,
@@ -344,6 +372,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         &args.listen,
         sweep_every,
         described,
+        announce,
     ))
 }
 
@@ -353,6 +382,7 @@ async fn run_with<S: Store>(
     listen: &str,
     sweep_every: Duration,
     store_name: String,
+    announce: Announce,
 ) -> Result<(), String> {
     let app = Arc::new(App::new(store, options)?);
     let listener = tokio::net::TcpListener::bind(listen)
@@ -368,14 +398,19 @@ async fn run_with<S: Store>(
             "listening beyond loopback without a token: anyone who reaches this address can read and change guard state; give --token-file or {TOKEN_ENV}"
         );
     }
+    // The startup line: config source, detection and thresholds, store.
     tracing::info!(
         target: "loopguard::server",
         %addr,
+        config = announce.config.as_str(),
+        detection = announce.detection.as_str(),
         store = store_name.as_str(),
         token = app.token().is_some(),
-        config = app.options().config_path.as_ref().map(|p| p.display().to_string()),
         "loopguard serve started"
     );
+    if let Some(notice) = &announce.notice {
+        tracing::warn!(target: "loopguard::server", "{notice}");
+    }
     // Signal handlers are in place before the server is announced.
     let served = loopguard_server::serve(
         app,

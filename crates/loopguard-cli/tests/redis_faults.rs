@@ -93,7 +93,7 @@ fn killing_one_replica_mid_stream_loses_no_event() {
                     // A load balancer: round robin over the replicas that are up.
                     let mut replica = (i + c) % 3;
                     if killed.load(Ordering::SeqCst) && replica == 1 {
-                        replica = if i % 2 == 0 { 0 } else { 2 };
+                        replica = if i.is_multiple_of(2) { 0 } else { 2 };
                     }
                     let response = clients[replica].post("/v1/events", line);
                     assert!(matches!(response.status, 200 | 422), "{}", response.text());

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};
 use crate::outcome::normalize;
 use crate::payload::{Payload, PayloadError};
+use crate::HandlerField;
 
 /// Where the settings go.
 pub const SETTINGS_FILE: &str =
@@ -36,6 +37,9 @@ pub const SETTINGS_FILE: &str =
 
 /// Warnings are shown before the call (`additionalContext` of `PreToolUse`).
 pub const DELIVERY: NoteDelivery = NoteDelivery::BeforeCall;
+
+/// The fields of loopguard's hook entry besides `type` and `command` (timeouts in seconds).
+pub(crate) const HANDLER: &[(&str, HandlerField)] = &[("timeout", HandlerField::Number(10))];
 
 /// The events the settings snippet registers, in lifecycle order.
 pub const EVENTS: &[&str] = &[
@@ -112,7 +116,7 @@ pub fn render(event: &HookEvent, reaction: &Reaction) -> String {
 
 /// The `hooks.json` snippet that runs `command` for every event loopguard handles.
 pub fn settings(command: &str) -> String {
-    crate::snippet(EVENTS, command, "\"timeout\": 10")
+    crate::snippet(EVENTS, command, HANDLER)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};
 use crate::outcome::{gemini_parts, normalize, strip_volatile};
 use crate::payload::{Payload, PayloadError};
+use crate::HandlerField;
 
 /// Where the settings go.
 pub const SETTINGS_FILE: &str =
@@ -33,6 +34,12 @@ pub const SETTINGS_FILE: &str =
 
 /// Warnings are shown with the result (`additionalContext` of `AfterTool`).
 pub const DELIVERY: NoteDelivery = NoteDelivery::WithResult;
+
+/// The fields of loopguard's hook entry besides `type` and `command` (timeouts in milliseconds).
+pub(crate) const HANDLER: &[(&str, HandlerField)] = &[
+    ("name", HandlerField::Text("loopguard")),
+    ("timeout", HandlerField::Number(10_000)),
+];
 
 /// The events the settings snippet registers, in lifecycle order.
 pub const EVENTS: &[&str] = &[
@@ -138,11 +145,7 @@ pub fn render(event: &HookEvent, reaction: &Reaction) -> String {
 /// The `settings.json` snippet that runs `command` for every event loopguard handles
 /// (Gemini's timeouts are in milliseconds).
 pub fn settings(command: &str) -> String {
-    crate::snippet(
-        EVENTS,
-        command,
-        "\"name\": \"loopguard\", \"timeout\": 10000",
-    )
+    crate::snippet(EVENTS, command, HANDLER)
 }
 
 #[cfg(test)]

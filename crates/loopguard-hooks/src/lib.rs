@@ -39,15 +39,17 @@
 pub mod claude_code;
 pub mod codex;
 pub mod gemini;
+pub mod install;
 pub mod mapping;
 pub mod outcome;
 pub mod payload;
 pub mod store;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use loopguard::ConfigSet;
+use loopguard_config::Defaults;
+
 use serde_json::Value;
 
 use crate::mapping::{apply, HookEvent, NoteDelivery, Origin};
@@ -123,6 +125,15 @@ impl Agent {
         }
     }
 
+    /// The fields of loopguard's hook entry besides `type` and `command`.
+    pub(crate) fn handler(self) -> &'static [(&'static str, HandlerField)] {
+        match self {
+            Self::ClaudeCode => claude_code::HANDLER,
+            Self::Codex => codex::HANDLER,
+            Self::Gemini => gemini::HANDLER,
+        }
+    }
+
     fn parse(self, payload: &Value) -> Result<(Origin, HookEvent), PayloadError> {
         match self {
             Self::ClaudeCode => claude_code::parse(payload),
@@ -167,8 +178,9 @@ impl Agent {
 pub struct Options {
     /// The SQLite database file.
     pub db: PathBuf,
-    /// A config document (JSON5, OpenClaw style); `None`: detection on with the default
-    /// thresholds (whoever installs the hook wants protection).
+    /// A config document (JSON5, OpenClaw style), read at every event that reaches the
+    /// engine; `None`: [`Defaults::Live`], detection on with the default thresholds
+    /// (whoever installs the hook wants protection).
     pub config: Option<PathBuf>,
     /// The agent id whose config applies when the payload names none.
     pub agent: Option<String>,
@@ -240,32 +252,19 @@ impl Response {
         }
     }
 
+    /// A failure: every line of `message` (a config has one problem per line) on a line
+    /// of its own, each naming the hook.
     fn failed(agent: Agent, message: &str) -> Self {
         Self {
             stdout: String::new(),
-            stderr: format!("loopguard hook {}: {message}\n", agent.name()),
+            stderr: message
+                .lines()
+                .map(|line| format!("loopguard hook {}: {line}\n", agent.name()))
+                .collect(),
             exit_code: EXIT_FAILED,
             deny_reason: None,
         }
     }
-}
-
-/// Reads the config for hooks: the file when given, else detection on with the default
-/// thresholds.
-pub fn load_config(path: Option<&Path>) -> Result<ConfigSet, String> {
-    let Some(path) = path else {
-        return Ok(ConfigSet::enabled_defaults());
-    };
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{}: not valid UTF-8 (invalid byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    ConfigSet::parse_named(&text, Some(&path.display().to_string()))
-        .map_err(|e| e.to_string().replace('\n', "; "))
 }
 
 /// Handles one hook invocation: `input` is what the agent wrote on stdin, `now` the clock
@@ -284,9 +283,9 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Respon
     };
     // The config is read only for events that reach the engine.
     let config = if event.needs_config() {
-        match load_config(options.config.as_deref()) {
+        match loopguard_config::load(options.config.as_deref(), Defaults::Live) {
             Ok(config) => Some(config),
-            Err(message) => return Response::failed(agent, &message),
+            Err(e) => return Response::failed(agent, &e.to_string()),
         }
     } else {
         None
@@ -332,10 +331,33 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Respon
     }
 }
 
+/// A field of loopguard's hook entry in an agent's settings, besides `type` and `command`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandlerField {
+    /// A number (a timeout).
+    Number(u64),
+    /// A string (a name).
+    Text(&'static str),
+}
+
+impl HandlerField {
+    fn to_json(self) -> Value {
+        match self {
+            Self::Number(n) => n.into(),
+            Self::Text(s) => s.into(),
+        }
+    }
+}
+
 /// A settings snippet: `{"hooks": {EVENT: [{"hooks": [{"type": "command", "command":
-/// COMMAND, EXTRA}]}], …}}`, events in the order given.
-fn snippet(events: &[&str], command: &str, extra: &str) -> String {
+/// COMMAND, FIELDS}]}], …}}`, events in the order given.
+fn snippet(events: &[&str], command: &str, fields: &[(&str, HandlerField)]) -> String {
     let command = Value::String(command.to_owned()).to_string();
+    let extra = fields
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": {}", v.to_json()))
+        .collect::<Vec<_>>()
+        .join(", ");
     let entries: Vec<String> = events
         .iter()
         .map(|event| {
@@ -406,11 +428,11 @@ mod tests {
         let cfg = dir.path().join("bad.json5");
         std::fs::write(
             &cfg,
-            "{ tools: { loopDetection: { warningThreshold: -1 } } }",
+            "{ tools: { loopDetection: {\n  warningThreshold: -1,\n  criticalTreshold: 4 } } }",
         )
         .unwrap();
         let options = Options {
-            config: Some(cfg),
+            config: Some(cfg.clone()),
             ..options(&dir)
         };
         let r = handle(
@@ -420,7 +442,22 @@ mod tests {
             1,
         );
         assert_eq!(r.exit_code, EXIT_FAILED);
-        assert!(r.stderr.contains("warningThreshold"), "{}", r.stderr);
+        // One line per problem, each with its position, each naming the hook.
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", r.stderr);
+        let name = cfg.display().to_string();
+        assert!(
+            lines[0].starts_with(&format!("loopguard hook codex: {name}:2:"))
+                && lines[0].contains("warningThreshold"),
+            "{}",
+            r.stderr
+        );
+        assert!(
+            lines[1].starts_with(&format!("loopguard hook codex: {name}:3:"))
+                && lines[1].contains("criticalThreshold"),
+            "{}",
+            r.stderr
+        );
         // Events that need no config still work.
         let r = handle(
             Agent::Codex,

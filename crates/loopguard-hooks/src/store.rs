@@ -440,6 +440,54 @@ impl HookTx<'_> {
         Ok(runs)
     }
 
+    /// Every live run, or those of `session`: (session, run, state) in (session, run)
+    /// order, `run` being `""` for calls outside any run. A state this build cannot read
+    /// is left out, with a warning.
+    pub fn runs(
+        &mut self,
+        session: Option<&str>,
+    ) -> Result<Vec<(String, String, RunState)>, StoreError> {
+        let keys: Vec<(String, String)> = self
+            .tx
+            .prepare(
+                "SELECT session, run FROM runs WHERE ?1 IS NULL OR session = ?1
+                 ORDER BY session, run",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (session, run) in keys {
+            let stored =
+                sqlite_file::read_run(&self.tx, &session, &run).map_err(|e| self.sql(e))?;
+            match stored.map(|s| RunState::from_bytes(&s.state)) {
+                Some(Ok(state)) => out.push((session, run, state)),
+                Some(Err(e)) => self.warnings.push(format!(
+                    "run {run:?} of session {session:?}: unreadable state ({e})"
+                )),
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets one run of a session (`run` is `""` for calls outside any run) and its
+    /// notes. Returns whether it was there.
+    pub fn forget_run(&self, session: &str, run: &str) -> Result<bool, StoreError> {
+        let removed = self
+            .tx
+            .prepare_cached("DELETE FROM runs WHERE session = ?1 AND run = ?2")
+            .and_then(|mut s| s.execute([session, run]))
+            .map_err(|e| self.sql(e))?;
+        self.tx
+            .prepare_cached("DELETE FROM hook_notes WHERE session = ?1 AND run = ?2")
+            .and_then(|mut s| s.execute([session, run]))
+            .map_err(|e| self.sql(e))?;
+        Ok(removed > 0)
+    }
+
     /// Removes rows idle for longer than `Limits::idle_ttl`, at most a few hundred per table
     /// (a later sweep takes the rest). A session's run number is kept while any of its runs
     /// is live. Returns the run rows removed.

@@ -167,7 +167,7 @@ fn event(session: &str, step: u64) -> Vec<u8> {
     let call = step / 2;
     let file = call % 7;
     let id = format!("call-{call}");
-    let value = if step % 2 == 0 {
+    let value = if step.is_multiple_of(2) {
         serde_json::json!({
             "type": "call", "session": session, "run": "run-1", "call_id": id, "tool": "read",
             "args": {"path": format!("/workspace/project/src/module_{file}/handler.rs"), "offset": 0, "limit": 400, "encoding": "utf-8"},

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use loopguard::ConfigSet;
+use loopguard_config::Defaults;
 use loopguard_store::Store;
 use serde::Serialize;
 
@@ -63,9 +64,12 @@ impl StoreFailure {
 /// How to build an [`App`].
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// The OpenClaw-style JSON5 config; `None` runs on the defaults (rolling detectors
-    /// off, post-compaction guard on). Re-read on reload.
+    /// The OpenClaw-style JSON5 config; `None` runs on [`Options::config_defaults`].
+    /// Re-read on reload.
     pub config_path: Option<PathBuf>,
+    /// What applies without a config file: detection on at the default thresholds
+    /// (`Defaults::Live`, the default), or SPEC §7's defaults.
+    pub config_defaults: Defaults,
     /// Where the bearer token comes from.
     pub token: TokenSource,
     /// Agent whose config applies to events that name none.
@@ -207,26 +211,12 @@ impl<S: Store> App<S> {
 
 /// Reads and validates the config file, if any.
 fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), String> {
-    let Some(path) = &options.config_path else {
-        return Ok((
-            ConfigSet::default(),
-            ReloadReport {
-                config: None,
-                agents: 0,
-                warnings: Vec::new(),
-                token_required: false,
-            },
-        ));
-    };
-    let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{name}: not valid UTF-8 (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    let config = ConfigSet::parse_named(&text, Some(&name)).map_err(|e| e.to_string())?;
+    let config = loopguard_config::load(options.config_path.as_deref(), options.config_defaults)
+        .map_err(|e| e.to_string())?;
+    let name = options
+        .config_path
+        .as_ref()
+        .map(|p| p.display().to_string());
     let mut warnings = Vec::new();
     let scopes = std::iter::once(("global".to_owned(), config.global()))
         .chain(config.agents().map(|(id, _, e)| (format!("agent {id}"), e)));
@@ -245,7 +235,7 @@ fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), String> {
         );
     }
     let report = ReloadReport {
-        config: Some(name),
+        config: name,
         agents: config.agents().count(),
         warnings,
         token_required: false,

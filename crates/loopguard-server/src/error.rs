@@ -2,6 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use loopguard_events::Answer;
 use loopguard_store::StoreError;
 use serde_json::json;
 
@@ -59,11 +60,17 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // An invalid event is answered with the very line `replay` prints for it (the same
+        // serializer, so the same key order: `seq` first).
         let body = match self.seq {
-            Some(seq) => json!({ "seq": seq, "error": self.message }),
-            None => json!({ "error": self.message }),
+            Some(seq) => serde_json::to_vec(&Answer::Invalid {
+                seq,
+                error: self.message,
+            })
+            .unwrap_or_default(),
+            None => json!({ "error": self.message }).to_string().into_bytes(),
         };
-        let mut response = json_response(self.status, body.to_string().into_bytes());
+        let mut response = json_response(self.status, body);
         if self.status == StatusCode::SERVICE_UNAVAILABLE
             || self.status == StatusCode::TOO_MANY_REQUESTS
         {
@@ -102,9 +109,12 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    async fn bytes(r: Response) -> Vec<u8> {
+        r.into_body().collect().await.unwrap().to_bytes().to_vec()
+    }
+
     async fn body(r: Response) -> serde_json::Value {
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
+        serde_json::from_slice(&bytes(r).await).unwrap()
     }
 
     #[tokio::test]
@@ -112,10 +122,14 @@ mod tests {
         let r = ApiError::invalid_event(3, "call without tool").into_response();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
-        assert_eq!(
-            body(r).await,
-            json!({"seq": 3, "error": "call without tool"})
-        );
+        // Byte for byte the line `loopguard replay` prints for an invalid line 3.
+        let mut replayed = Vec::new();
+        let mut replayer = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
+        let input = "\n\n{\"type\":\"call\",\"session\":\"s\"}\n";
+        loopguard_events::replay(&mut replayer, input.as_bytes(), &mut replayed, 1 << 20).unwrap();
+        let line = String::from_utf8(replayed).unwrap();
+        assert_eq!(line, "{\"seq\":3,\"error\":\"call without tool\"}\n");
+        assert_eq!(String::from_utf8(bytes(r).await).unwrap(), line.trim_end());
         let r = ApiError::from(StoreError::SessionLimit { limit: 5 }).into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");

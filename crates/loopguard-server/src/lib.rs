@@ -63,7 +63,9 @@ pub use app::{App, Options, ReloadReport, RequestLimits, StoreFailure};
 pub use auth::{AuthError, Token, TokenSource, MAX_TOKEN_BYTES};
 pub use error::ApiError;
 pub use metrics::{Metrics, ROUTES};
-pub use sessions::{GuardView, HistoryView, RunView, SessionView, StopView};
+pub use sessions::{
+    GuardView, HistoryView, RecentCall, RunView, SessionView, StopView, RECENT_CALLS,
+};
 
 /// The OpenAPI document served at `/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");

@@ -39,6 +39,25 @@ pub struct RunView {
     pub guard: GuardView,
     /// Why the run stopped, when it did: every later call of it is blocked.
     pub stopped: Option<StopView>,
+    /// The last calls, newest first, with what the guard did (at most [`RECENT_CALLS`]).
+    pub recent: Vec<RecentCall>,
+}
+
+/// Calls a [`RunView`] lists in `recent`.
+pub const RECENT_CALLS: usize = 10;
+
+/// One of the last calls of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RecentCall {
+    /// The tool.
+    pub tool: String,
+    /// Whether the guard blocked it (otherwise it was allowed, perhaps with a warning).
+    pub blocked: bool,
+    /// `pending` (no outcome yet), `result`, `error` (failures are told apart when the
+    /// `loopguard` block is on), or `none` (a blocked call never ran).
+    pub outcome: &'static str,
+    /// Calls with the same tool and arguments in the history, this one included.
+    pub repeats: u32,
 }
 
 /// Summary of a run's rolling history.
@@ -76,8 +95,20 @@ pub struct StopView {
     pub tool: String,
 }
 
+impl SessionView {
+    /// The view of `session` from its stored runs (most recently active first), as
+    /// `GET /v1/sessions/{session}` shows it; also for tools that read a store directly.
+    pub fn new(session: String, runs: &[RunSnapshot]) -> Self {
+        Self {
+            runs: runs.iter().map(RunView::of).collect(),
+            session,
+        }
+    }
+}
+
 impl RunView {
-    fn of(snapshot: &RunSnapshot) -> Self {
+    /// The view of one stored run.
+    pub fn of(snapshot: &RunSnapshot) -> Self {
         let state = &snapshot.state;
         let history = state.history();
         let mut view = HistoryView {
@@ -98,6 +129,26 @@ impl RunView {
             let tool = history.names().get(record.tool());
             *view.tools.entry(tool.to_owned()).or_default() += 1;
         }
+        let recent = history
+            .records()
+            .iter()
+            .rev()
+            .take(RECENT_CALLS)
+            .map(|record| RecentCall {
+                tool: history.names().get(record.tool()).to_owned(),
+                blocked: record.is_veto(),
+                outcome: if record.is_veto() {
+                    "none"
+                } else if record.is_pending() {
+                    "pending"
+                } else if record.failed() {
+                    "error"
+                } else {
+                    "result"
+                },
+                repeats: history.count_of(record.signature()),
+            })
+            .collect();
         let remaining = state.compaction_guard().remaining();
         Self {
             run: snapshot.run.clone(),
@@ -112,6 +163,7 @@ impl RunView {
                 count: s.count,
                 tool: s.tool.clone(),
             }),
+            recent,
         }
     }
 }
@@ -150,10 +202,7 @@ pub(crate) async fn get_session<S: Store>(
                 format!("no live session {session:?}"),
             ));
         }
-        let view = SessionView {
-            runs: runs.iter().map(RunView::of).collect(),
-            session,
-        };
+        let view = SessionView::new(session, &runs);
         Ok(json_value(StatusCode::OK, &view))
     }
     .await;

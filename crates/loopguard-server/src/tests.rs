@@ -266,7 +266,9 @@ async fn ndjson_is_replay_over_http() {
     let (status, headers, body) = send(&app, request).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "application/x-ndjson");
-    let mut replayer = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
+    // The app runs on the live defaults, as `loopguard serve` without a config does.
+    let mut replayer =
+        loopguard_events::Replayer::new(loopguard_config::Defaults::Live.config(), None);
     let mut want = Vec::new();
     loopguard_events::replay(&mut replayer, input.as_bytes(), &mut want, 1 << 20).unwrap();
     assert_eq!(
@@ -301,8 +303,14 @@ async fn sessions_can_be_read_and_ended() {
     assert_eq!(r["history"]["tools"]["read"], 1);
     assert_eq!(r["guard"], json!({"armed": true, "remaining": 3}));
     assert_eq!(r["stopped"], Value::Null);
+    assert_eq!(
+        r["recent"],
+        json!([{"tool": "read", "blocked": false, "outcome": "pending", "repeats": 1}])
+    );
     let unscoped = runs.iter().find(|r| r["run"].is_null()).unwrap();
     assert_eq!(unscoped["history"]["completed"], 1);
+    assert_eq!(unscoped["recent"][0]["tool"], "exec");
+    assert_eq!(unscoped["recent"][0]["blocked"], false);
 
     let (status, body) = post(&app, "/v1/runs/end", r#"{"session":"s 1","run":"r"}"#).await;
     assert_eq!(status, StatusCode::OK);

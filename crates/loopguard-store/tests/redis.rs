@@ -62,7 +62,7 @@ async fn two_stores_take_turns(url: &str) {
     let want = replay_all(&config, &lines);
     let mut got = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        let store = if i % 2 == 0 { &a } else { &b };
+        let store = if i.is_multiple_of(2) { &a } else { &b };
         got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
     }
     assert_eq!(got, want);
@@ -254,7 +254,7 @@ async fn limits_hold_across_stores() {
     let config = ConfigSet::default();
     for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
         clock.advance(Duration::from_millis(10));
-        let store = if i % 2 == 0 { &a } else { &b };
+        let store = if i.is_multiple_of(2) { &a } else { &b };
         apply(store, &config, 1, &compaction("s1", run))
             .await
             .unwrap();

@@ -121,7 +121,7 @@ async fn two_stores_on_one_file_never_lose_an_update() {
     for (i, line) in lines.iter().enumerate() {
         // Alternate pairs of events between the two stores: each one's memory is stale
         // every time it gets the turn.
-        let store = if (i / 2) % 2 == 0 { &a } else { &b };
+        let store = if (i / 2).is_multiple_of(2) { &a } else { &b };
         got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
     }
     assert_eq!(got, want, "answers as if one store had seen everything");

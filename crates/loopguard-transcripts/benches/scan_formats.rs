@@ -16,12 +16,18 @@ use loopguard_transcripts::{scan_bytes, ScanOptions};
 
 /// One file per format: the largest of its folder in the corpus.
 const FILES: &[(&str, &str)] = &[
-    ("swe-agent", "swe-agent-more/matplotlib__matplotlib-25479.traj"),
+    (
+        "swe-agent",
+        "swe-agent-more/matplotlib__matplotlib-25479.traj",
+    ),
     (
         "mini-swe-agent",
         "mini-swe-agent/deepseek_lite_dev__marshmallow-code__marshmallow-1343.traj.json",
     ),
-    ("gemini-cli", "gemini-cli/session-2026-01-26T14-29-aa70d223.json"),
+    (
+        "gemini-cli",
+        "gemini-cli/session-2026-01-26T14-29-aa70d223.json",
+    ),
     (
         "claude-code",
         "claude-code/7ef4b236-d946-48a6-a856-e45b02af7be7.jsonl",

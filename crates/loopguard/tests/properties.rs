@@ -67,7 +67,7 @@ fn shuffled_text(v: &Value, seed: &mut u64) -> String {
             }
             // Integral doubles are written as integers or with an exponent at random.
             Value::Number(n)
-                if n.is_f64() && n.as_f64().unwrap().fract() == 0.0 && next() % 2 == 0 =>
+                if n.is_f64() && n.as_f64().unwrap().fract() == 0.0 && next().is_multiple_of(2) =>
             {
                 out.push_str(&format!("{:e}", n.as_f64().unwrap()));
             }

@@ -533,7 +533,7 @@ pub fn session_events(session: &str, seed: usize) -> Vec<String> {
             poll,
             running,
         );
-        let (tool, path) = if step % 2 == 0 {
+        let (tool, path) = if step.is_multiple_of(2) {
             ("read", "/a")
         } else {
             ("list", "/b")

@@ -90,7 +90,7 @@ pub fn ping_pong(history: &History, signature: Signature) -> PingPong {
         .iter()
         .rev()
         .enumerate()
-        .take_while(|(i, r)| r.signature() == if i % 2 == 0 { a } else { b })
+        .take_while(|(i, r)| r.signature() == if i.is_multiple_of(2) { a } else { b })
         .count();
     if tail < 2 || signature != b {
         return PingPong::default();
