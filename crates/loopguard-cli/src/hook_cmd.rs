@@ -62,14 +62,14 @@ pub struct HookArgs {
 /// What the hook command line carries: the same flags for running, printing and
 /// installing it.
 #[derive(Args, Debug, Clone)]
-struct HookSettings {
+pub(crate) struct HookSettings {
     /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
     /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
     #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// SQLite database file (created if missing).
+    pub config: Option<PathBuf>,
+    /// SQLite database file (created if missing; default: the one `loopguard serve` uses).
     #[arg(long, value_name = "PATH", env = "LOOPGUARD_DB")]
-    db: Option<PathBuf>,
+    pub db: Option<PathBuf>,
     /// Agent id whose config applies to events that name none.
     #[arg(long = "agent", value_name = "ID")]
     config_agent: Option<String>,
@@ -113,11 +113,9 @@ pub fn run(args: HookArgs) -> u8 {
         (Some(HookAction::Install(a)), _) => return hook_install::install(a),
         (Some(HookAction::Uninstall(a)), _) => return hook_install::uninstall(a),
         (None, Some(agent)) => agent.agent(),
+        // clap requires the agent when there is no subcommand.
         (None, None) => {
-            return fail(
-                Agent::ClaudeCode,
-                "name the agent: claude-code, codex or gemini",
-            )
+            return crate::output::fatal("name the agent: claude-code, codex or gemini")
         }
     };
     if args.print_config {
@@ -258,7 +256,7 @@ pub(crate) struct HookSettingsView<'a> {
 }
 
 impl HookSettings {
-    fn view(&self) -> HookSettingsView<'_> {
+    pub(crate) fn view(&self) -> HookSettingsView<'_> {
         HookSettingsView {
             db: self.db.as_deref(),
             config_agent: self.config_agent.as_deref(),

@@ -16,7 +16,7 @@ use clap::Args;
 use loopguard_hooks::install::{self, Change, Edit, Format, Scope};
 use loopguard_hooks::Agent;
 
-use crate::hook_cmd::{checked_config, hook_command, AgentName, HookSettingsView, SyncMode};
+use crate::hook_cmd::{checked_config, hook_command, AgentName, HookSettings};
 use crate::startup;
 use crate::{EXIT_FATAL, EXIT_OK};
 
@@ -64,20 +64,9 @@ keeps [hooks] tables and there is no hooks.json, the entries go into config.toml
 pub struct InstallArgs {
     #[command(flatten)]
     target: Target,
-    /// OpenClaw-style JSON5 config the hook runs with (by absolute path). Without it, the
-    /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// SQLite database file the hook keeps its state in (default: the one `loopguard
-    /// serve` uses).
-    #[arg(long, value_name = "PATH", env = "LOOPGUARD_DB")]
-    db: Option<PathBuf>,
-    /// Agent id whose config applies to events that name none.
-    #[arg(long = "agent", value_name = "ID")]
-    config_agent: Option<String>,
-    /// SQLite durability of the hook (see loopguard hook --help).
-    #[arg(long, value_enum, default_value_t = SyncMode::Normal)]
-    sync: SyncMode,
+    /// The --config, --db, --agent and --sync the hook runs with (paths made absolute).
+    #[command(flatten)]
+    settings: HookSettings,
     /// The loopguard binary the agent runs (default: this one).
     #[arg(long, value_name = "PATH")]
     binary: Option<PathBuf>,
@@ -101,7 +90,11 @@ pub struct UninstallArgs {
 pub fn install(args: InstallArgs) -> u8 {
     let agent = args.target.agent.agent();
     let name = format!("hook install {}", agent.name());
-    let loaded = match checked_config(&name, args.config, args.allow_detection_off) {
+    let loaded = match checked_config(
+        &name,
+        args.settings.config.clone(),
+        args.allow_detection_off,
+    ) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
@@ -109,13 +102,9 @@ pub fn install(args: InstallArgs) -> u8 {
         Ok(exe) => exe,
         Err(message) => return fail(&name, &message),
     };
-    let settings = HookSettingsView {
-        db: args.db.as_deref(),
-        config_agent: args.config_agent.as_deref(),
-        sync: args.sync,
-    };
-    let command = hook_command(&exe, agent, &loaded, &settings);
+    let command = hook_command(&exe, agent, &loaded, &args.settings.view());
     let store = match args
+        .settings
         .db
         .clone()
         .map_or_else(loopguard_store::default_db_path, Ok)
