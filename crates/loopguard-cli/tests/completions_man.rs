@@ -101,15 +101,21 @@ fn the_manual_renders_and_covers_every_command() {
     ] {
         assert!(dir.path().join(page).exists(), "{page}");
     }
-    // groff renders it without a warning, when groff is here (man-db's formatter).
-    if let Ok(out) = std::process::Command::new("groff")
-        .args(["-man", "-Tutf8", "-ww", "-z"])
-        .arg(dir.path().join("loopguard-serve.1"))
-        .output()
-    {
+    // groff renders every page without a warning, when groff is here (man-db's formatter;
+    // -k converts the UTF-8 input first, as man does).
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let page = entry.unwrap().path();
+        let Ok(out) = std::process::Command::new("groff")
+            .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+            .arg(&page)
+            .output()
+        else {
+            break;
+        };
         assert!(
             out.status.success() && out.stderr.is_empty(),
-            "{}",
+            "{}: {}",
+            page.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }

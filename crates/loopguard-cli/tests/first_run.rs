@@ -262,6 +262,74 @@ fn config_errors_come_one_per_line_from_every_command() {
 }
 
 #[test]
+fn print_config_refuses_a_config_the_hook_could_not_use() {
+    let dir = temp();
+    // Missing: no snippet (it would fail at every event).
+    let out = lg(
+        &[
+            "hook",
+            "claude-code",
+            "--print-config",
+            "--config",
+            "/nonexistent/c.json5",
+        ],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("cannot read /nonexistent/c.json5"),
+        "{}",
+        stderr(&out)
+    );
+    // The same from the variable.
+    let out = lg(
+        &["hook", "codex", "--print-config"],
+        &[("LOOPGUARD_CONFIG", "/nonexistent/c.json5")],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    // Detection off: refused unless asked for.
+    let openclaw = write(&dir, "openclaw.json", OPENCLAW);
+    let o = openclaw.to_str().unwrap();
+    let out = lg(
+        &["hook", "gemini", "--print-config", "--config", o],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("--allow-detection-off"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lg(
+        &[
+            "hook",
+            "gemini",
+            "--print-config",
+            "--config",
+            o,
+            "--allow-detection-off",
+        ],
+        &[],
+        b"",
+    );
+    assert!(out.status.success());
+    let snippet: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let command = snippet["hooks"]["BeforeTool"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
+    assert!(
+        command.ends_with(&format!(" hook gemini --config {o}")),
+        "{command}"
+    );
+}
+
+#[test]
 fn the_hook_on_an_event_uses_loopguard_config_and_fails_open_line_by_line() {
     let dir = temp();
     let bad = write(&dir, "bad.json5", BAD);
