@@ -137,7 +137,9 @@ fn cargo_install_puts_a_working_loopguard_on_the_path() {
     assert!(bin.is_file(), "{log}");
     // On the PATH, by name: the shell finds it there first.
     let mut dirs = vec![root.path().join("bin")];
-    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     let out = Command::new("/bin/sh")
         .args(["-c", "command -v loopguard && loopguard --version"])
         .env("PATH", std::env::join_paths(dirs).unwrap())
@@ -145,7 +147,11 @@ fn cargo_install_puts_a_working_loopguard_on_the_path() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("{}\nloopguard {}\n", bin.display(), env!("CARGO_PKG_VERSION"))
+        format!(
+            "{}\nloopguard {}\n",
+            bin.display(),
+            env!("CARGO_PKG_VERSION")
+        )
     );
     // And it counts as installed: `hook install` writes its path.
     let settings = root.path().join("settings.json");
