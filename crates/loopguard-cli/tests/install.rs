@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use common::repo_root;
 use serde_json::Value;
 
-/// `major.minor[.patch]` as numbers, for comparing.
-fn version(v: &str) -> Vec<u64> {
-    v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
+/// `major.minor[.patch]` as three numbers, for comparing (`1.88` is `1.88.0`).
+fn version(v: &str) -> [u64; 3] {
+    let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+    [(); 3].map(|()| parts.next().unwrap_or(0))
 }
 
 /// The declared rust-version equals the highest `rust-version` among the locked
@@ -45,7 +46,7 @@ fn the_minimum_rust_is_what_the_locked_dependencies_need() {
         .filter_map(|n| n["id"].as_str())
         .collect();
     let mut declared = None;
-    let mut needed: (Vec<u64>, String) = (vec![0], String::new());
+    let mut needed: ([u64; 3], String) = ([0; 3], String::new());
     for p in meta["packages"].as_array().unwrap() {
         let id = p["id"].as_str().unwrap();
         let Some(rv) = p["rust_version"].as_str() else {
