@@ -126,7 +126,7 @@ fn scopes<'a>(set: &'a ConfigSet, agent: Option<&str>) -> Vec<(String, &'a Effec
 fn explain(args: ExplainArgs) -> u8 {
     let set = match loopguard_config::read(&args.file) {
         Ok(set) => set,
-        Err(e) => return config_error("config explain", &e),
+        Err(e) => return config_error(&e),
     };
     let scopes = scopes(&set, args.agent.as_deref());
     if wants_json(args.json) {

@@ -200,7 +200,7 @@ pub(crate) fn checked_config(
     config: Option<PathBuf>,
     allow_detection_off: bool,
 ) -> Result<Loaded, u8> {
-    let loaded = startup::load("hook", config).map_err(|e| startup::config_error(command, &e))?;
+    let loaded = startup::load("hook", config).map_err(|e| startup::config_error(&e))?;
     if let Some(notice) = startup::detection_off_notice(&loaded) {
         eprintln!("loopguard {command}: {notice}");
         if !allow_detection_off {

@@ -60,7 +60,7 @@ pub struct McpProxyArgs {
 pub fn run(args: McpProxyArgs) -> u8 {
     let loaded = match startup::load("mcp-proxy", args.config) {
         Ok(loaded) => loaded,
-        Err(e) => return config_error("mcp-proxy", &e),
+        Err(e) => return config_error(&e),
     };
     let Some((program, rest)) = args.server.split_first() else {
         return fatal("give the MCP server's command after --");

@@ -51,7 +51,7 @@ pub struct ReplayArgs {
 pub fn run(args: ReplayArgs) -> u8 {
     let loaded = match startup::load("replay", args.config) {
         Ok(loaded) => loaded,
-        Err(e) => return config_error_one_line("replay", &e),
+        Err(e) => return config_error_one_line(&e),
     };
     // stdout and a piped stderr are contracts; a person at a terminal is told what runs.
     if io::stderr().is_terminal() {

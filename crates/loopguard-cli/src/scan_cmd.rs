@@ -164,7 +164,7 @@ pub fn run(args: ScanArgs) -> u8 {
             };
             (loaded.config, source)
         }
-        Err(e) => return crate::startup::config_error("scan", &e),
+        Err(e) => return crate::startup::config_error(&e),
     };
     let failures = match failure_rules(&args) {
         Ok(rules) => Arc::new(rules),

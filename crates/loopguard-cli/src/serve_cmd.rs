@@ -218,7 +218,7 @@ pub fn run(args: ServeArgs) -> u8 {
     // Refuse a bad config before touching the database.
     let loaded = match startup::load("serve", args.config.clone()) {
         Ok(loaded) => loaded,
-        Err(e) => return config_error("serve", &e),
+        Err(e) => return config_error(&e),
     };
     match serve(args, &loaded) {
         Ok(()) => EXIT_OK,

@@ -88,17 +88,17 @@ pub fn load(command: &str, flag: Option<PathBuf>) -> Result<Loaded, LoadError> {
 
 /// Prints a config that cannot be used, one problem per line (each `FILE:LINE:COLUMN: …`
 /// for problems in the document), then what happened; returns the fatal exit status.
-pub fn config_error(command: &str, error: &LoadError) -> u8 {
+pub fn config_error(error: &LoadError) -> u8 {
     let n = error.problems();
     match error {
         LoadError::Invalid(_) => {
             eprintln!("{error}");
             eprintln!(
-                "loopguard {command}: error: {n} problem{} in the config, so nothing was done",
+                "loopguard: error: {n} problem{} in the config, so nothing was done",
                 if n == 1 { "" } else { "s" }
             );
         }
-        _ => eprintln!("loopguard {command}: error: {error}"),
+        _ => eprintln!("loopguard: error: {error}"),
     }
     EXIT_FATAL
 }
@@ -106,7 +106,7 @@ pub fn config_error(command: &str, error: &LoadError) -> u8 {
 /// A config that cannot be used, on one line as SPEC §7 requires of `replay` (its stderr is
 /// part of the contract): the first problem, `FILE:LINE:COLUMN: …`, and how many more
 /// `config check` would list. Returns the fatal exit status.
-pub fn config_error_one_line(command: &str, error: &LoadError) -> u8 {
+pub fn config_error_one_line(error: &LoadError) -> u8 {
     let text = error.to_string();
     let first = text.lines().next().unwrap_or_default();
     match (error, error.problems()) {
@@ -118,7 +118,7 @@ pub fn config_error_one_line(command: &str, error: &LoadError) -> u8 {
             );
         }
         (LoadError::Invalid(_), _) => eprintln!("{first}"),
-        _ => eprintln!("loopguard {command}: error: {first}"),
+        _ => eprintln!("loopguard: error: {first}"),
     }
     EXIT_FATAL
 }

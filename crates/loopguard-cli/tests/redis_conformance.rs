@@ -10,7 +10,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{config_of, name, spec_cases};
+use common::vectors::{name, server_config_of, spec_cases};
 use redis_common::{prefix, replicas, require, RedisCluster, RedisServer};
 use serde_json::Value;
 use serve_common::{check_event_by_event, parallel, replay, Server};
@@ -19,7 +19,7 @@ use serve_common::{check_event_by_event, parallel, replay, Server};
 /// it (`seq` aside), and a line replay refuses is a 400 (not an event) or a 422 (refused
 /// by the engine).
 fn round_robin(url: &str, case: &Path) -> Result<(), String> {
-    let config = config_of(case);
+    let config = Some(server_config_of(case));
     if case.join("expected-exit").exists() {
         // An invalid config: a replica refuses to start, like replay (exit 1).
         return match replicas(1, url, &prefix("bad"), config.as_deref(), &[]) {
@@ -40,7 +40,7 @@ fn ndjson_chunks(url: &str, case: &Path) -> Result<(), String> {
     if case.join("expected-exit").exists() {
         return Ok(());
     }
-    let config = config_of(case);
+    let config = Some(server_config_of(case));
     let servers = replicas(3, url, &prefix("chunks"), config.as_deref(), &[])
         .map_err(|e| format!("{}: {e}", name(case)))?;
     let text = fs::read(case.join("events.jsonl")).unwrap();

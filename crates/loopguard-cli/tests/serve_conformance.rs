@@ -7,16 +7,14 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{config_of, name, spec_cases};
+use common::vectors::{config_of, name, server_config_of, spec_cases};
 use serve_common::{check_event_by_event, parallel, replay, tempdir, Server};
 
 /// Starts a server for a case (on a fresh SQLite file unless `memory`).
 fn start(case: &Path, memory: bool, dir: &Path) -> Result<Server, String> {
     let mut args: Vec<String> = Vec::new();
-    if let Some(config) = config_of(case) {
-        args.push("--config".into());
-        args.push(config.display().to_string());
-    }
+    args.push("--config".into());
+    args.push(server_config_of(case).display().to_string());
     if memory {
         args.push("--memory".into());
     } else {

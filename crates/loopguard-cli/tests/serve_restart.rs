@@ -55,7 +55,7 @@ fn send(server: &Server, lines: &[&[u8]], offset: u64) -> Vec<Value> {
 fn restart_case(case: &Path, stop: Stop) -> Result<(), String> {
     let dir = tempdir();
     let db = dir.path().join("loopguard.db");
-    let config = Some(case.join("config.json5")).filter(|p| p.exists());
+    let config = Some(common::vectors::server_config_of(case));
     let text = fs::read(case.join("events.jsonl")).unwrap();
     let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     let half = lines.len() / 2;

@@ -49,6 +49,15 @@ pub fn config_of(case: &Path) -> Option<PathBuf> {
     Some(case.join("config.json5")).filter(|p| p.exists())
 }
 
+/// The config a server runs a case with: the case's own, else SPEC §7's defaults as a
+/// document (`{}`), which the vectors expect; `loopguard serve` without a config turns
+/// detection on instead (the defaults of a live guard).
+pub fn server_config_of(case: &Path) -> PathBuf {
+    config_of(case).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spec-defaults.json5")
+    })
+}
+
 /// A case's name.
 pub fn name(case: &Path) -> String {
     case.file_name().unwrap().to_string_lossy().into_owned()
