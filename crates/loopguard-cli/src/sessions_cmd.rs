@@ -54,15 +54,10 @@ loopguard sessions reset s1 --run r1 --url http://127.0.0.1:7671")]
 #[derive(Args, Debug)]
 pub struct Place {
     /// The SQLite database (default: the one `loopguard serve` and the hooks use).
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "LOOPGUARD_DB",
-        conflicts_with = "url"
-    )]
+    #[arg(long, value_name = "PATH", env = "LOOPGUARD_DB")]
     db: Option<PathBuf>,
-    /// A running `loopguard serve` instead (http://HOST:PORT; its token from
-    /// LOOPGUARD_TOKEN).
+    /// A running `loopguard serve` instead of the database (http://HOST:PORT; its token
+    /// from LOOPGUARD_TOKEN).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
     /// Print JSON even on a terminal.
