@@ -199,7 +199,7 @@ mod slots {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Slot>, D::Error> {
         let bytes: &[u8] = Deserialize::deserialize(d)?;
-        if bytes.len() % 16 != 0 {
+        if !bytes.len().is_multiple_of(16) {
             return Err(serde::de::Error::invalid_length(
                 bytes.len(),
                 &"a multiple of 16 bytes",
