@@ -411,18 +411,26 @@ impl ToolPolicy {
     /// among the matching rule's `target` names, or [`DEFAULT_TARGET_ARGS`]. Trimmed.
     pub fn target<'v>(&self, rule: Option<u8>, args: &'v Value) -> Option<&'v str> {
         let args = args.as_object()?;
-        let named = |name: &str| {
-            args.get(name)
-                .and_then(Value::as_str)
-                .and_then(crate::text::non_blank)
-        };
-        match rule
+        let rule_names = rule
             .and_then(|i| self.rule(i))
-            .and_then(|r| r.source.target.as_ref())
-        {
-            Some(names) => names.iter().find_map(|n| named(n)),
-            None => DEFAULT_TARGET_ARGS.iter().find_map(|n| named(n)),
+            .and_then(|r| r.source.target.as_deref());
+        // One pass over the (few) arguments, ranking each by its place among the names:
+        // cheaper than a map lookup per name.
+        let rank = |key: &str| match rule_names {
+            Some(names) => names.iter().position(|n| n == key),
+            None => DEFAULT_TARGET_ARGS.iter().position(|n| *n == key),
+        };
+        let mut best: Option<(usize, &str)> = None;
+        for (key, value) in args {
+            let Some(r) = rank(key) else { continue };
+            if best.is_some_and(|(b, _)| b <= r) {
+                continue;
+            }
+            if let Some(text) = value.as_str().and_then(crate::text::non_blank) {
+                best = Some((r, text));
+            }
         }
+        best.map(|(_, text)| text)
     }
 }
 
