@@ -53,6 +53,15 @@ struct Slot {
     outcome: u64,
 }
 
+/// The ring index `p` records before index `at` (p < len).
+fn back(at: usize, p: usize, len: usize) -> usize {
+    if at >= p {
+        at - p
+    } else {
+        at + len - p
+    }
+}
+
 fn fold(raw: u128) -> u64 {
     (raw as u64) ^ ((raw >> 64) as u64)
 }
@@ -93,19 +102,20 @@ impl PeriodTrack {
     /// Appends the record with sequence number `self.next`.
     fn push(&mut self, signature: Signature, outcome: u64) {
         let seq = self.next;
-        let len = self.ring.len() as u64;
+        let len = self.ring.len();
         if len == 0 {
             self.next += 1;
             return;
         }
         let signature = fold(signature.as_u128());
-        for p in 1..=u64::from(self.max) {
-            let run = &mut self.runs[p as usize - 1];
-            let matched = seq >= self.first + p
-                && self.ring[((seq - p) % len) as usize].signature == signature;
+        let at = (seq % len as u64) as usize;
+        // Periods reaching back before the first record seen have no run yet.
+        let known = (seq - self.first).min(u64::from(self.max)) as usize;
+        for (p, run) in self.runs.iter_mut().enumerate().map(|(i, r)| (i + 1, r)) {
+            let matched = p <= known && self.ring[back(at, p, len)].signature == signature;
             *run = if matched { run.saturating_add(1) } else { 0 };
         }
-        self.ring[(seq % len) as usize] = Slot { signature, outcome };
+        self.ring[at] = Slot { signature, outcome };
         self.next = seq + 1;
     }
 
@@ -134,23 +144,29 @@ impl PeriodTrack {
     /// continues with at least `repeats` repetitions, not counting runs of one call
     /// pattern (period 1: `consecutive_repeat`'s). The track must be synced.
     pub(crate) fn find(&self, signature: Signature, min: u32, repeats: u32) -> Option<Period> {
+        let len = self.ring.len();
+        if len == 0 {
+            return None;
+        }
         let signature = fold(signature.as_u128());
-        let n = self.next;
+        let at = (self.next % len as u64) as usize;
+        let known = (self.next - self.first).min(u64::from(self.max)) as usize;
         // The run the current call would extend, for period p.
-        let run = |p: u64| -> u32 {
-            match n.checked_sub(p).and_then(|q| self.slot(q)) {
-                Some(s) if s.signature == signature => self.runs[p as usize - 1] + 1,
-                _ => 0,
+        let run = |p: usize| -> u32 {
+            if p <= known && self.ring[back(at, p, len)].signature == signature {
+                self.runs[p - 1] + 1
+            } else {
+                0
             }
         };
         let same_as_last = run(1);
-        for p in u64::from(min.max(2))..=u64::from(self.max) {
+        for p in (min.max(2) as usize)..=self.max as usize {
             let r = run(p);
             if r == 0 {
                 continue;
             }
             let length = p as u32;
-            let reps = (r.saturating_add(length)) / length;
+            let reps = r.saturating_add(length) / length;
             // The last p calls are one pattern: a run, not a cycle.
             if reps >= repeats && same_as_last < length - 1 {
                 return Some(Period {
