@@ -48,6 +48,8 @@ test('every config block of the schema has exactly the keys the engine reads', (
 test('the schema\'s enumerations and bounds are what the engine accepts', () => {
   const ext = schema.properties.loopguard.properties;
   const accepts = (loopguard) => new Guard(engineDocument({ loopguard }));
+  for (const preset of ext.preset.enum) accepts({ preset });
+  assert.throws(() => accepts({ preset: 'lenient' }));
   for (const mode of ext.mode.enum) accepts({ mode });
   assert.throws(() => accepts({ mode: 'loud' }));
   for (const rule of ext.masking.properties.rules.items.enum) accepts({ masking: { rules: [rule] } });

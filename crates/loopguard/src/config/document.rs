@@ -349,7 +349,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &["enabled"];
 /// Every key each block accepts, by the block's path inside a scope (the document root or
 /// one agent; `[]` stands for any element of an array): for config schemas written in other
 /// languages (the OpenClaw plugin's manifest), whose tests check them against this.
-pub fn known_keys() -> [(&'static str, &'static [&'static str]); 12] {
+pub fn known_keys() -> [(&'static str, &'static [&'static str]); 15] {
     [
         ("tools.loopDetection", BLOCK_KEYS),
         ("tools.loopDetection.detectors", DETECTOR_KEYS),
@@ -361,7 +361,10 @@ pub fn known_keys() -> [(&'static str, &'static [&'static str]); 12] {
         ("loopguard.detectors", EXT_DETECTOR_KEYS),
         ("loopguard.detectors.consecutiveRepeat", LEVELS_KEYS),
         ("loopguard.detectors.cycle", CYCLE_KEYS),
-        ("loopguard.detectors.errorCascade", LEVELS_KEYS),
+        ("loopguard.detectors.errorCascade", CASCADE_KEYS),
+        ("loopguard.detectors.staleRepeat", STALE_KEYS),
+        ("loopguard.detectors.targetThrash", LEVELS_KEYS),
+        ("loopguard.detectors.escalation", ESCALATION_KEYS),
         ("loopguard.detectors.batchDuplicates", SWITCH_KEYS),
     ]
 }

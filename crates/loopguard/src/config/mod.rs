@@ -676,6 +676,61 @@ mod tests {
         ConfigSet::parse(text).unwrap_err().issues
     }
 
+    /// A document with `value` at `path` (a `known_keys` path; `[]` is the first element).
+    fn document_at(path: &str, value: serde_json::Value) -> String {
+        let mut node = value;
+        for part in path.rsplit('.') {
+            node = match part.strip_suffix("[]") {
+                Some(key) => serde_json::json!({ key: [node] }),
+                None => serde_json::json!({ part: node }),
+            };
+        }
+        node.to_string()
+    }
+
+    /// Whether parsing `doc` reports an unknown key at `path` (array indices as `[]`).
+    fn unknown_at(doc: &str, path: &str) -> bool {
+        ConfigSet::parse(doc).err().is_some_and(|e| {
+            e.issues.iter().any(|i| {
+                matches!(i.kind, IssueKind::UnknownKey { .. })
+                    && i.path.replace("[0]", "[]") == path
+            })
+        })
+    }
+
+    /// `known_keys` is what the parser reads: every listed block refuses a stray key, every
+    /// listed key is accepted, and every key that holds a block of its own is listed (so a
+    /// schema checked against `known_keys` cannot miss a block).
+    #[test]
+    fn known_keys_are_the_parsers_keys() {
+        let known = known_keys();
+        let paths: Vec<&str> = known.iter().map(|(path, _)| *path).collect();
+        for (path, keys) in known {
+            let stray = format!("{path}.noSuchKey");
+            let doc = document_at(path, serde_json::json!({ "noSuchKey": 1 }));
+            assert!(
+                unknown_at(&doc, &stray),
+                "{path} does not refuse a stray key"
+            );
+            for key in keys {
+                let at = format!("{path}.{key}");
+                let doc = document_at(&at, serde_json::json!({ "noSuchKey": 1 }));
+                assert!(!unknown_at(&doc, &at), "{at} is listed but refused");
+                let holds_block = unknown_at(&doc, &format!("{at}.noSuchKey"))
+                    || unknown_at(
+                        &document_at(&format!("{at}[]"), serde_json::json!({ "noSuchKey": 1 })),
+                        &format!("{at}[].noSuchKey"),
+                    );
+                let listed =
+                    paths.contains(&at.as_str()) || paths.contains(&format!("{at}[]").as_str());
+                assert_eq!(
+                    holds_block, listed,
+                    "{at}: holds a block {holds_block}, listed {listed}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn defaults() {
         let set = ConfigSet::default();
