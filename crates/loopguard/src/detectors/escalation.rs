@@ -57,7 +57,7 @@ impl Escalation {
             l.last = seq;
             return;
         }
-        if self.loops.len() == MAX_LOOPS {
+        while self.loops.len() >= MAX_LOOPS {
             self.loops.remove(0);
         }
         self.loops.push(BlockedLoop {
@@ -86,7 +86,7 @@ impl Escalation {
             Members::Target(key) => target == Some(*key),
             Members::Any => true,
         })?;
-        l.attempts += 1;
+        l.attempts = l.attempts.saturating_add(1);
         l.last = seq;
         Some(l)
     }

@@ -81,11 +81,11 @@ impl PeriodTrack {
     /// Brings the track up to the history's newest record, for periods up to `max`.
     pub(crate) fn sync(&mut self, history: &History, max: u32) {
         let end = history.seq_of(history.len());
-        if self.max == max && self.next == end {
+        if self.max == max && self.next == end && self.consistent() {
             return;
         }
         let start = history.seq_of(0);
-        if self.max != max || self.next < start || self.next > end {
+        if self.max != max || self.next < start || self.next > end || !self.consistent() {
             self.max = max;
             self.ring = vec![Slot::default(); 2 * max as usize];
             self.runs = vec![0; max as usize];
@@ -99,12 +99,20 @@ impl PeriodTrack {
         }
     }
 
+    /// Whether the parts agree with each other (a state read from bytes may not): every
+    /// index the track computes then stays in bounds.
+    fn consistent(&self) -> bool {
+        self.ring.len() == 2 * self.max as usize
+            && self.runs.len() == self.max as usize
+            && self.first <= self.next
+    }
+
     /// Appends the record with sequence number `self.next`.
     fn push(&mut self, signature: Signature, outcome: u64) {
         let seq = self.next;
         let len = self.ring.len();
         if len == 0 {
-            self.next += 1;
+            self.next = seq.saturating_add(1);
             return;
         }
         let signature = fold(signature.as_u128());
@@ -116,7 +124,7 @@ impl PeriodTrack {
             *run = if matched { run.saturating_add(1) } else { 0 };
         }
         self.ring[at] = Slot { signature, outcome };
-        self.next = seq + 1;
+        self.next = seq.saturating_add(1);
     }
 
     /// Records that the record with sequence number `seq` got its outcome.
@@ -129,7 +137,7 @@ impl PeriodTrack {
 
     /// Records a record appended after the track was synced (`sync` otherwise catches up).
     pub(crate) fn appended(&mut self, seq: u64, signature: Signature, state: RecordState) {
-        if seq == self.next && self.max > 0 {
+        if seq == self.next && self.max > 0 && self.consistent() {
             self.push(signature, outcome_tag(state));
         }
     }
@@ -145,7 +153,7 @@ impl PeriodTrack {
     /// pattern (period 1: `consecutive_repeat`'s). The track must be synced.
     pub(crate) fn find(&self, signature: Signature, min: u32, repeats: u32) -> Option<Period> {
         let len = self.ring.len();
-        if len == 0 {
+        if len == 0 || !self.consistent() {
             return None;
         }
         let signature = fold(signature.as_u128());

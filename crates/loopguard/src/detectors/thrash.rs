@@ -35,7 +35,7 @@ impl Targets {
     /// Records the key of the record with sequence number `seq` (the newest), and forgets
     /// keys of records the history no longer holds.
     pub(crate) fn push(&mut self, history: &History, seq: u64, key: u64) {
-        if self.base + self.keys.len() as u64 != seq {
+        if self.base.checked_add(self.keys.len() as u64) != Some(seq) {
             // Lost step (state from an older format, or thrash detection just turned on):
             // earlier records count as having no target.
             self.keys.clear();
