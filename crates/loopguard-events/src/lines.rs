@@ -41,6 +41,8 @@ pub enum Line<'a> {
 pub struct LineReader<R> {
     input: R,
     max: usize,
+    /// Lines longer than this are measured before they are held (seekable inputs).
+    probe: usize,
     /// Seeks the input back to an offset, when it can.
     rewind: Option<fn(&mut R, u64) -> io::Result<()>>,
     buf: Vec<u8>,
@@ -69,6 +71,7 @@ impl<R: BufRead> LineReader<R> {
         Self {
             input,
             max,
+            probe: PROBE_BYTES,
             rewind: None,
             buf: Vec::with_capacity(1 << 12),
             line: 0,
@@ -88,6 +91,13 @@ impl<R: BufRead> LineReader<R> {
             rewind: Some(rewind_to::<R>),
             ..Self::new(input, max)
         })
+    }
+
+    /// Measures lines longer than `probe` bytes before holding them (seekable inputs;
+    /// default [`PROBE_BYTES`]): the most an over-long line costs.
+    pub fn with_probe(mut self, probe: usize) -> Self {
+        self.probe = probe.max(1);
+        self
     }
 
     /// The bytes of the last [`Line::Text`] read.
@@ -116,7 +126,7 @@ impl<R: BufRead> LineReader<R> {
         self.buf.clear();
         let start = self.offset;
         let hold = match self.rewind {
-            Some(_) => self.max.min(PROBE_BYTES),
+            Some(_) => self.max.min(self.probe),
             None => self.max,
         };
         let Some((len, terminated)) = self.read_raw(hold)? else {
@@ -284,6 +294,27 @@ mod tests {
         let mut rest = Vec::new();
         reader.input.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty());
+    }
+
+    /// A small probe: every line past it is measured, then read again; the lines are
+    /// the same as from a pipe.
+    #[test]
+    fn measured_lines_are_the_lines_a_pipe_gives() {
+        let input = b"short\na line longer than the probe\nx\n\nanother long line here\ntail";
+        for max in [1, 5, 12, 30, 100] {
+            let mut piped = LineReader::new(&input[..], max);
+            let mut measured = LineReader::seekable(Cursor::new(&input[..]), max)
+                .unwrap()
+                .with_probe(4);
+            loop {
+                let a = piped.next_line().unwrap().map(|l| format!("{l:?}"));
+                let b = measured.next_line().unwrap().map(|l| format!("{l:?}"));
+                assert_eq!(a, b, "max {max}");
+                if a.is_none() {
+                    break;
+                }
+            }
+        }
     }
 
     #[test]

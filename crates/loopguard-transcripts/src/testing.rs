@@ -46,6 +46,64 @@ impl Read {
             .count()
     }
 
+    /// (call id, tool, args) of every call, in order.
+    pub fn call_list(&self) -> Vec<(String, String, serde_json::Value)> {
+        self.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(loopguard_events::Event::Call {
+                    call_id,
+                    tool,
+                    args,
+                    ..
+                }) => Some((
+                    call_id.clone().unwrap_or_default(),
+                    tool.clone(),
+                    args.clone(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The outcome of every result, in order.
+    pub fn outcomes(&self) -> Vec<&loopguard_events::OwnedOutcome> {
+        self.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(loopguard_events::Event::Result { outcome, .. }) => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The 1-based numbers (in call order) of the calls whose result failed: an error, or
+    /// a result marked `isError`.
+    pub fn failed_calls(&self) -> Vec<usize> {
+        use loopguard_events::{Event, OwnedOutcome};
+        let ids: Vec<String> = self.call_list().into_iter().map(|(id, _, _)| id).collect();
+        let mut out: Vec<usize> = self
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result {
+                    call_id, outcome, ..
+                }) => {
+                    let failed = match outcome {
+                        OwnedOutcome::Error(_) => true,
+                        OwnedOutcome::Result(v) => v["isError"] == true,
+                        OwnedOutcome::Nothing => false,
+                    };
+                    let id = call_id.as_ref()?;
+                    failed.then(|| ids.iter().position(|c| c == id).map(|n| n + 1))?
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// Distinct runs of the events, in order of first appearance.
     pub fn runs(&self) -> Vec<(String, Option<String>)> {
         let mut out: Vec<(String, Option<String>)> = Vec::new();

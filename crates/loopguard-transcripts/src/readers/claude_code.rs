@@ -101,19 +101,8 @@ pub fn read<R: BufRead + Seek>(
     let mut chains: HashMap<String, Chain> = HashMap::new();
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
-        let entry = match lines::parse::<LineEntry<'_>>(line.bytes, &mut scratch) {
-            Ok((entry, repaired)) => {
-                stats.repaired += u64::from(repaired);
-                entry
-            }
-            Err(e) if e.is_data() && line.bytes.starts_with(b"{") => {
-                stats.skip(SkipReason::MalformedEntry, line.pos.line, || e.to_string());
-                continue;
-            }
-            Err(e) => {
-                lines::skip_unparsable(&mut stats, &line, &e, true);
-                continue;
-            }
+        let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
+            continue;
         };
         let pos = line.pos;
         if let Some(id) = entry
@@ -224,7 +213,7 @@ pub fn read<R: BufRead + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{read_bytes, read_corpus, Read};
+    use crate::testing::{read_bytes, read_corpus};
     use loopguard_events::{Event, OwnedOutcome};
 
     /// A synthetic session: a prompt, a response spread over two lines (two tool_use
@@ -321,16 +310,6 @@ mod tests {
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
     }
 
-    fn outcomes(r: &Read) -> Vec<&OwnedOutcome> {
-        r.items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result { outcome, .. }) => Some(outcome),
-                _ => None,
-            })
-            .collect()
-    }
-
     /// A native session whose first line is a `permission-mode` record: 41 calls, the
     /// labelled search streak in calls 6–24 of one turn, every line understood.
     #[test]
@@ -394,7 +373,7 @@ mod tests {
                 Some("turn-1".into())
             )]
         );
-        let outcomes = outcomes(&r);
+        let outcomes = r.outcomes();
         let error = |n: usize| match outcomes[n - 1] {
             OwnedOutcome::Error(e) => e.as_str().unwrap_or("").to_owned(),
             other => panic!("call {n}: {other:?}"),

@@ -41,15 +41,8 @@ pub fn read<R: BufRead + Seek>(
     let mut started: HashSet<String> = HashSet::new();
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
-        let event: Value = match lines::parse(line.bytes, &mut scratch) {
-            Ok((v, repaired)) => {
-                stats.repaired += u64::from(repaired);
-                v
-            }
-            Err(e) => {
-                lines::skip_unparsable(&mut stats, &line, &e, true);
-                continue;
-            }
+        let Some(event) = lines::entry::<Value>(&line, &mut scratch, &mut stats) else {
+            continue;
         };
         let pos = line.pos;
         let Some(kind) = event.get("type").and_then(Value::as_str) else {

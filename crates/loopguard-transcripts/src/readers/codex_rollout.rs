@@ -89,19 +89,8 @@ pub fn read<R: BufRead + Seek>(
     };
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
-        let entry = match lines::parse::<LineEntry<'_>>(line.bytes, &mut scratch) {
-            Ok((entry, repaired)) => {
-                stats.repaired += u64::from(repaired);
-                entry
-            }
-            Err(e) if e.is_data() && line.bytes.starts_with(b"{") => {
-                stats.skip(SkipReason::MalformedEntry, line.pos.line, || e.to_string());
-                continue;
-            }
-            Err(e) => {
-                lines::skip_unparsable(&mut stats, &line, &e, true);
-                continue;
-            }
+        let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
+            continue;
         };
         let pos = line.pos;
         let payload: Value = entry
@@ -266,8 +255,8 @@ fn response_item(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{read_bytes, read_corpus, Read};
-    use loopguard_events::{Event, OwnedOutcome};
+    use crate::testing::{read_bytes, read_corpus};
+    use loopguard_events::Event;
 
     const ROLLOUT: &str = concat!(
         r#"{"timestamp":"t","type":"session_meta","payload":{"id":"rollout-1","cwd":"/w","originator":"codex_cli_rs","cli_version":"0.40.0"}}"#,
@@ -355,30 +344,6 @@ mod tests {
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
     }
 
-    fn failed_calls(r: &Read) -> Vec<usize> {
-        let mut ids = Vec::new();
-        let mut failed = Vec::new();
-        for (_, item) in &r.items {
-            match item {
-                Item::Event(Event::Call { call_id, .. }) => ids.push(call_id.clone()),
-                Item::Event(Event::Result {
-                    call_id, outcome, ..
-                }) => {
-                    let bad = match outcome {
-                        OwnedOutcome::Error(_) => true,
-                        OwnedOutcome::Result(v) => v["isError"] == true,
-                        OwnedOutcome::Nothing => false,
-                    };
-                    if bad {
-                        failed.push(ids.iter().position(|i| i == call_id).unwrap() + 1);
-                    }
-                }
-                _ => {}
-            }
-        }
-        failed
-    }
-
     /// The older build: `mix deps.get` (36) and `mix precommit` (39) fail in the sandbox
     /// and pass when re-run with a justification (37, 40).
     #[test]
@@ -391,7 +356,7 @@ mod tests {
         };
         assert_eq!(r.calls(), 55);
         assert_eq!(r.runs()[0].0, "019c6722-2553-7a22-a1f0-1e7eb66e9fce");
-        let failed = failed_calls(&r);
+        let failed = r.failed_calls();
         for n in [36, 39] {
             assert!(failed.contains(&n), "{n} failed: {failed:?}");
         }
@@ -412,7 +377,7 @@ mod tests {
             return;
         };
         assert_eq!(r.calls(), 34);
-        let failed = failed_calls(&r);
+        let failed = r.failed_calls();
         assert!(failed.contains(&27), "{failed:?}");
         assert!(!(20..=24).any(|n| failed.contains(&n)), "{failed:?}");
     }

@@ -16,7 +16,7 @@
 //! calls with identical output give identical results. `status: "error"` and
 //! `"cancelled"` mark the result failed ([`FailureRules`](crate::FailureRules)).
 
-use std::io::{self, BufRead, Seek, SeekFrom};
+use std::io::{self, BufRead, Seek};
 
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
@@ -38,14 +38,7 @@ pub fn read<R: BufRead + Seek>(
     options: &ReadOptions<'_>,
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
-    let start = input.stream_position()?;
-    let named = walk::root_members(&mut input, &["sessionId"])?;
-    input.seek(SeekFrom::Start(start))?;
-    let session = named
-        .iter()
-        .find_map(|(_, v)| v.as_str().and_then(loopguard::text::non_blank))
-        .unwrap_or(options.session_hint)
-        .to_owned();
+    let session = walk::session_name(&mut input, &["sessionId"], options.session_hint)?;
     let mut walker = Session {
         ids: item::ids(&session, Some("turn-0")),
         runs: 0,

@@ -137,6 +137,30 @@ pub(crate) fn parse<'a, T: Deserialize<'a>>(
     }
 }
 
+/// The entry a line holds, its encoding repaired when needed (counted in `stats`); or
+/// `None` after counting why not: an object without the fields the entry needs is
+/// malformed, anything else a cut-off last line, not an object, or not JSON.
+pub(crate) fn entry<'a, T: Deserialize<'a>>(
+    line: &Line<'a>,
+    scratch: &'a mut Option<Vec<u8>>,
+    stats: &mut ReadStats,
+) -> Option<T> {
+    match parse::<T>(line.bytes, scratch) {
+        Ok((entry, repaired)) => {
+            stats.repaired += u64::from(repaired);
+            Some(entry)
+        }
+        Err(e) if e.is_data() && line.bytes.trim_ascii_start().starts_with(b"{") => {
+            stats.skip(SkipReason::MalformedEntry, line.pos.line, || e.to_string());
+            None
+        }
+        Err(e) => {
+            skip_unparsable(stats, line, &e, true);
+            None
+        }
+    }
+}
+
 /// Counts a line that did not parse: a cut-off last line, or a corrupt one.
 pub(crate) fn skip_unparsable(
     stats: &mut ReadStats,

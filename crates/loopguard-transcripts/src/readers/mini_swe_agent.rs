@@ -14,7 +14,7 @@
 //! Failures are `returncode` ≠ 0 (in `extra` and in the observation text), an exception,
 //! a timeout ([`FailureRules`](crate::FailureRules)).
 
-use std::io::{self, BufRead, Seek, SeekFrom};
+use std::io::{self, BufRead, Seek};
 use std::sync::LazyLock;
 
 use loopguard_events::{Ids, OwnedOutcome};
@@ -42,14 +42,7 @@ pub fn read<R: BufRead + Seek>(
     options: &ReadOptions<'_>,
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
-    let start = input.stream_position()?;
-    let named = walk::root_members(&mut input, &["instance_id"])?;
-    input.seek(SeekFrom::Start(start))?;
-    let session = named
-        .iter()
-        .find_map(|(_, v)| v.as_str().and_then(loopguard::text::non_blank))
-        .unwrap_or(options.session_hint)
-        .to_owned();
+    let session = walk::session_name(&mut input, &["instance_id"], options.session_hint)?;
     let mut walker = Trajectory {
         ids: item::ids(&session, Some("run")),
         rules: options.failures,
@@ -243,31 +236,11 @@ fn usage(message: &Value) -> Option<Usage> {
 mod tests {
     use super::*;
     use crate::testing::{read_bytes, read_corpus, Read};
-    use loopguard_events::Event;
 
     fn calls(r: &Read) -> Vec<(String, Value)> {
-        r.items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Call { call_id, args, .. }) => {
-                    Some((call_id.clone().unwrap_or_default(), args.clone()))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn failed(r: &Read) -> Vec<String> {
-        r.items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result {
-                    call_id,
-                    outcome: OwnedOutcome::Result(v),
-                    ..
-                }) if v["isError"] == true => call_id.clone(),
-                _ => None,
-            })
+        r.call_list()
+            .into_iter()
+            .map(|(id, _, args)| (id, args))
             .collect()
     }
 
@@ -295,7 +268,7 @@ mod tests {
         assert_eq!((r.calls(), r.results()), (2, 1));
         assert_eq!(r.runs(), vec![("repo__issue-1".into(), Some("run".into()))]);
         assert_eq!(calls(&r)[0], ("c1".into(), json!({"command": "ls"})));
-        assert_eq!(failed(&r), ["c1"]);
+        assert_eq!(r.failed_calls(), [1]);
         assert!(matches!(
             r.items[0].1,
             Item::Turn {
@@ -333,7 +306,7 @@ mod tests {
             ]
         );
         assert_eq!(r.results(), 2);
-        assert_eq!(failed(&r), ["step-3"]);
+        assert_eq!(r.failed_calls(), [2]);
         assert_eq!(r.runs(), vec![("text-mode".into(), Some("run".into()))]);
     }
 
@@ -353,9 +326,7 @@ mod tests {
             r.runs(),
             vec![("astropy__astropy-12907".into(), Some("run".into()))]
         );
-        let ids: Vec<String> = calls(&r).into_iter().map(|(id, _)| id).collect();
-        let index = |id: &String| ids.iter().position(|i| i == id).unwrap() + 1;
-        let failed: Vec<usize> = failed(&r).iter().map(index).collect();
+        let failed = r.failed_calls();
         for n in [3, 6, 10, 13, 18] {
             assert!(failed.contains(&n), "call {n} failed: {failed:?}");
         }

@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::rc::Rc;
 
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -122,6 +122,27 @@ pub(crate) fn root_members<R: BufRead>(
     };
     walk(input, &mut members, &mut ReadStats::default())?;
     Ok(members.found)
+}
+
+/// The session a document names in the first of its root members `keys` that is a
+/// non-blank string (else `hint`), found by [`root_members`]; the input is put back where
+/// it was.
+pub(crate) fn session_name<R: BufRead + Seek>(
+    input: &mut R,
+    keys: &[&str],
+    hint: &str,
+) -> io::Result<String> {
+    let start = input.stream_position()?;
+    let found = root_members(&mut *input, keys)?;
+    input.seek(SeekFrom::Start(start))?;
+    let name = keys.iter().find_map(|key| {
+        found
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_str())
+            .and_then(loopguard::text::non_blank)
+    });
+    Ok(name.unwrap_or(hint).to_owned())
 }
 
 #[derive(Debug, Default)]

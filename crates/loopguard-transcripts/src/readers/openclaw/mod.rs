@@ -322,16 +322,8 @@ impl<'o> Reader<'o> {
 
     fn entry(&mut self, line: &Line<'_>, stats: &mut ReadStats, sink: &mut dyn Sink) {
         let mut scratch = None;
-        let entry = match lines::parse::<Entry<'_>>(line.bytes, &mut scratch) {
-            Ok((entry, repaired)) => {
-                stats.repaired += u64::from(repaired);
-                entry
-            }
-            Err(e) if e.is_data() && line.bytes.trim_ascii_start().starts_with(b"{") => {
-                stats.skip(SkipReason::MalformedEntry, line.pos.line, || e.to_string());
-                return;
-            }
-            Err(e) => return lines::skip_unparsable(stats, line, &e, true),
+        let Some(entry) = lines::entry::<Entry<'_>>(line, &mut scratch, stats) else {
+            return;
         };
         let pos = line.pos;
         let kind = entry.kind.as_deref().unwrap_or("");

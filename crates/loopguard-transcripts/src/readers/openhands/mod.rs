@@ -165,15 +165,8 @@ fn read_lines<R: BufRead + Seek>(
     let mut loose = Session::new(options.session_hint, options.failures);
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
-        let value: Value = match lines::parse(line.bytes, &mut scratch) {
-            Ok((value, repaired)) => {
-                stats.repaired += u64::from(repaired);
-                value
-            }
-            Err(e) => {
-                lines::skip_unparsable(&mut stats, &line, &e, true);
-                continue;
-            }
+        let Some(value) = lines::entry::<Value>(&line, &mut scratch, &mut stats) else {
+            continue;
         };
         let pos = line.pos;
         match value.get("history") {

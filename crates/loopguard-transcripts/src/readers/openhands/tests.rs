@@ -4,49 +4,12 @@ use crate::Format;
 use loopguard_events::{Event, OwnedOutcome};
 use serde_json::json;
 
-/// (call id, tool, args) of every call, in order.
 fn calls(r: &Read) -> Vec<(String, String, Value)> {
-    r.items
-        .iter()
-        .filter_map(|(_, i)| match i {
-            Item::Event(Event::Call {
-                call_id,
-                tool,
-                args,
-                ..
-            }) => Some((
-                call_id.clone().unwrap_or_default(),
-                tool.clone(),
-                args.clone(),
-            )),
-            _ => None,
-        })
-        .collect()
+    r.call_list()
 }
 
-/// The 1-based numbers (in call order) of the calls whose result failed.
 fn failed_calls(r: &Read) -> Vec<usize> {
-    let ids: Vec<String> = calls(r).into_iter().map(|(id, _, _)| id).collect();
-    let mut out: Vec<usize> = r
-        .items
-        .iter()
-        .filter_map(|(_, i)| match i {
-            Item::Event(Event::Result {
-                call_id, outcome, ..
-            }) => {
-                let failed = match outcome {
-                    OwnedOutcome::Error(_) => true,
-                    OwnedOutcome::Result(v) => v["isError"] == true,
-                    _ => false,
-                };
-                let id = call_id.as_ref()?;
-                failed.then(|| ids.iter().position(|c| c == id).unwrap() + 1)
-            }
-            _ => None,
-        })
-        .collect();
-    out.sort_unstable();
-    out
+    r.failed_calls()
 }
 
 #[test]
@@ -130,14 +93,7 @@ fn maps_v1_events_pairing_by_id_not_position() {
     );
     assert_eq!(calls[2].2, json!({"thought": "hmm"}));
     assert_eq!(failed_calls(&r), [2, 3]);
-    let results: Vec<&OwnedOutcome> = r
-        .items
-        .iter()
-        .filter_map(|(_, i)| match i {
-            Item::Event(Event::Result { outcome, .. }) => Some(outcome),
-            _ => None,
-        })
-        .collect();
+    let results = r.outcomes();
     assert_eq!(
         results[0],
         &OwnedOutcome::Result(json!({"content": [{"type": "text", "text": "Navigated"}]}))
@@ -164,17 +120,24 @@ fn output_jsonl_instances_and_pairs() {
         "\n",
         r#"{"instance_id": "i-3", "history": [{"kind": "ActionEvent", "id": "a", "source": "agent", "tool_name": "finish", "tool_call_id": "f", "action": {"kind": "FinishAction", "message": "bye"}}]}"#,
         "\n",
+        r#"{"instance_id": "i-4", "history": [{"id": 1, "source": "user", "action": "message", "args": {"content": "go"}}, {"id": 2, "source": "agent", "action": "run", "args": {"command": "make"}}, {"id": 3, "source": "agent", "observation": "run", "cause": 2, "content": "fail", "extras": {"exit_code": 2}}]}"#,
+        "\n",
     );
     let r = read_bytes(Format::OpenHands, jsonl.as_bytes(), "output");
-    assert_eq!((r.calls(), r.results()), (2, 1));
+    assert_eq!((r.calls(), r.results()), (3, 2));
     assert_eq!(
         r.runs(),
         vec![
             ("7".into(), Some("turn-1".into())),
-            ("i-3".into(), Some("turn-0".into()))
+            ("i-3".into(), Some("turn-0".into())),
+            ("i-4".into(), Some("turn-1".into()))
         ]
     );
-    assert_eq!(failed_calls(&r), [1], "an ERROR: observation");
+    assert_eq!(
+        failed_calls(&r),
+        [1, 3],
+        "an ERROR: observation, and an old exit code"
+    );
     assert_eq!(r.stats.skipped_for(SkipReason::MalformedEntry), 1);
 }
 
