@@ -157,7 +157,7 @@ const PROBE_LINES: usize = 64;
 
 /// Detects the format of a file from its first bytes and its name.
 ///
-/// JSON Lines are recognised by the first line, among the first [`PROBE_LINES`], whose
+/// JSON Lines are recognised by the first line, among the first 64, whose
 /// shape is known: lines of record types detection does not know (a `permission-mode`
 /// line, a type added by a newer version) are passed over rather than decide. Whole
 /// documents are recognised by the keys near their root.

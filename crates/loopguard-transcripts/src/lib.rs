@@ -34,9 +34,14 @@
 //! - One reader per format, in [`readers`], turns a file into [`Item`]s with their
 //!   [`Pos`]itions, streaming (one line or one JSON element in memory at a time);
 //!   [`read()`] picks the right one.
-//! - Every line a reader cannot use is counted in its [`ReadStats`], with the reason.
-//! - [`scan`] applies the items to a guard and reports, per session, the loops found and
-//!   what blocking them would have saved.
+//! - Every line a reader cannot use is counted in its [`ReadStats`], with the reason; the
+//!   records it recognised are counted too, so that a file read as nothing is told from a
+//!   transcript without tool calls.
+//! - [`FailureRules`] say, per format, which results failed (exit codes, error flags,
+//!   error texts), as data a user can extend.
+//! - [`scan`] applies the items to a guard and reports, per session, the loops found (one
+//!   report per loop, with every detector that saw it) and what blocking them would have
+//!   saved.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -16,7 +16,7 @@
 //! Tool activity is also echoed in `event_msg` lines (`exec_command_begin`/`end`, …); those
 //! are not counted again. A result is failed when its text says `Process exited with code
 //! N` (N ≠ 0) or `exec_command failed` (a sandbox refusal), or when the output is a JSON
-//! object whose `metadata.exit_code` is not 0 ([`FailureRules`](crate::FailureRules)).
+//! object whose `metadata.exit_code` is not 0 ([`FailureRules`]).
 
 use std::borrow::Cow;
 use std::io::{self, BufRead, Seek};

@@ -14,7 +14,7 @@
 //! `result[].functionResponse.response` (`output`, else `error`), never the stored
 //! `functionResponse.id`, which embeds a timestamp and a random suffix: two identical
 //! calls with identical output give identical results. `status: "error"` and
-//! `"cancelled"` mark the result failed ([`FailureRules`](crate::FailureRules)).
+//! `"cancelled"` mark the result failed ([`FailureRules`]).
 
 use std::io::{self, BufRead, Seek};
 

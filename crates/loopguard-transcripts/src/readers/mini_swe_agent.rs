@@ -12,7 +12,7 @@
 //! | `system`, `exit` | nothing |
 //!
 //! Failures are `returncode` ≠ 0 (in `extra` and in the observation text), an exception,
-//! a timeout ([`FailureRules`](crate::FailureRules)).
+//! a timeout ([`FailureRules`]).
 
 use std::io::{self, BufRead, Seek};
 use std::sync::LazyLock;

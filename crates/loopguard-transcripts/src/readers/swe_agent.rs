@@ -8,7 +8,7 @@
 //! and the args are `{"args": <the rest of the command>}`; its result is
 //! `{content: [observation]}`, failed when its text says so (a missing file, an unknown
 //! command, a usage line, a traceback, the edit linter's syntax errors: see
-//! [`FailureRules`](crate::FailureRules)). SWE-agent records no error flag, no usage per
+//! [`FailureRules`]). SWE-agent records no error flag, no usage per
 //! step and no compactions. The step SWE-agent writes when it stops (cost or context
 //! limit: an empty action and an empty observation) is no call; other steps with an empty
 //! action are counted as skipped.

@@ -3,10 +3,10 @@
 //! | event | item |
 //! |---|---|
 //! | `source: user`, `action: message` | a new run |
-//! | an agent action that runs something (`run`, `run_ipython`, `read`, `edit`, `write`, `browse`, `browse_interactive`, `call_tool_mcp`, `delegate`, or any action with `tool_call_metadata`) | a call with id = the event `id`; the tool is `tool_call_metadata.function_name` (else the action); args are `args` without the fields that describe the agent rather than the call (`thought`, `confirmation_state`, `security_risk`, `is_confirmed`, `hidden`, `impl_source`, `translated_ipython_code`). A new model response (`model_response.id`) is a [`Item::Turn`] |
+//! | an agent action that runs something (`run`, `run_ipython`, `read`, `edit`, `write`, `browse`, `browse_interactive`, `call_tool_mcp`, `delegate`, or any action with `tool_call_metadata`) | a call with id = the event `id`; the tool is `tool_call_metadata.function_name` (else the action); args are `args` without the fields that describe the agent rather than the call (`thought`, `confirmation_state`, `security_risk`, `is_confirmed`, `hidden`, `impl_source`, `translated_ipython_code`). A new model response (`model_response.id`) is a [`Item::Turn`](crate::Item::Turn) |
 //! | `condensation` action | a compaction in the current run |
 //! | an observation whose `cause` is a call (in a `[action, observation]` pair: the pair's action) | its result: `{content: [content], details: {exitCode}}`, an error for `observation: error`, failed by the rules for a non-zero exit code (`extras.exit_code`, `extras.metadata.exit_code`) or an `ERROR:` text |
-//! | an agent `message`, `finish` or `think` | a [`Item::Turn`] (a response without a call) |
+//! | an agent `message`, `finish` or `think` | a [`Item::Turn`](crate::Item::Turn) (a response without a call) |
 //! | everything else (state changes, observations of other actions) | nothing |
 //!
 //! V0 records no usage per response.

@@ -3,8 +3,8 @@
 //! | event `kind` | item |
 //! |---|---|
 //! | `MessageEvent` from the user | a new run |
-//! | `MessageEvent` from the agent | a [`Item::Turn`] (a response without calls) |
-//! | `ActionEvent` | a call, `think` and `finish` included: id `tool_call_id` (else the event `id`); tool `tool_name` (else `tool_call.name`, `tool_call.function.name`, `action.kind`); args parsed from `tool_call.arguments` (newer builds) or `tool_call.function.arguments` (older), else the `action` without its `kind`, always without `security_risk` (the agent's own rating, not part of the call). Actions of one `llm_response_id` are one batch and one [`Item::Turn`] |
+//! | `MessageEvent` from the agent | a [`Item::Turn`](crate::Item::Turn) (a response without calls) |
+//! | `ActionEvent` | a call, `think` and `finish` included: id `tool_call_id` (else the event `id`); tool `tool_name` (else `tool_call.name`, `tool_call.function.name`, `action.kind`); args parsed from `tool_call.arguments` (newer builds) or `tool_call.function.arguments` (older), else the `action` without its `kind`, always without `security_risk` (the agent's own rating, not part of the call). Actions of one `llm_response_id` are one batch and one [`Item::Turn`](crate::Item::Turn) |
 //! | `ObservationEvent` | the result of the call its `action_id` (else `tool_call_id`) names, never by position (a parallel batch's observations come after all its actions): `{content: [text], details: {exitCode}}` with the text of `observation.content` (newer) or `observation.output` (older); failed by the rules for `error`, `is_error`, a non-zero exit code (`exit_code` can be null while `metadata.exit_code` is 1) or an `ERROR:` text |
 //! | `AgentErrorEvent`, `UserRejectObservation` | an error result of the call they name |
 //! | `Condensation` | a compaction in the current run |
