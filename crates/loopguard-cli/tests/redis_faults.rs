@@ -381,3 +381,26 @@ fn a_replica_started_while_redis_is_down_serves_once_it_is_up() {
     assert_eq!(response.status, 200, "{}", response.text());
     assert_eq!(response.json()["armed"], 3);
 }
+
+/// Settings Redis refuses stop a replica at start with the reason, at once: a database
+/// number out of range, and no password where one is needed.
+#[test]
+fn settings_redis_refuses_stop_the_server_at_start() {
+    if !require("settings_redis_refuses_stop_the_server_at_start") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let locked = RedisServer::start_with(&["--requirepass", "s3cret"]).unwrap();
+    for (url, why) in [
+        (format!("{}/99", redis.url()), "out of range"),
+        (locked.url(), "refused the credentials"),
+    ] {
+        let started = Instant::now();
+        let err = Server::try_start(&["--store", &url], &[]).err().unwrap();
+        assert!(
+            err.contains("exit status: 1") && err.contains(why),
+            "{url}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{url}");
+    }
+}

@@ -292,3 +292,35 @@ fn bad_settings_are_refused_at_start() {
         .unwrap();
     assert!(err.contains("cannot create"), "{err}");
 }
+
+/// `--db` on another application's SQLite file (even one with a `runs` table of its own)
+/// stops the server at start with a clear error, and adds nothing to the file.
+#[test]
+fn another_applications_database_is_refused_untouched() {
+    let dir = tempdir();
+    for (name, schema) in [
+        ("notes.db", "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);"),
+        ("jobs.db", "CREATE TABLE runs (id INTEGER PRIMARY KEY, cmd TEXT); INSERT INTO runs (cmd) VALUES ('make');"),
+    ] {
+        let path = dir.path().join(name);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(schema).unwrap();
+        let tables = |conn: &rusqlite::Connection| -> Vec<String> {
+            conn.prepare("SELECT name FROM sqlite_master ORDER BY name")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let before = tables(&conn);
+        let err = Server::try_start(&["--db", &path.display().to_string()], &[])
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("exit status: 1") && err.contains("not a loopguard database"),
+            "{err}"
+        );
+        assert_eq!(tables(&conn), before, "{name}: nothing added");
+    }
+}

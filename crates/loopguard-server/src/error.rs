@@ -50,11 +50,20 @@ impl ApiError {
     }
 }
 
+/// The status a store failure is answered with: 429 for the session limit (the guard is
+/// full), 500 for settings the store refuses (the server is misconfigured), 503 for
+/// everything else (the store failed for now, or is closing).
+pub(crate) fn status_of(e: &StoreError) -> StatusCode {
+    match e {
+        StoreError::SessionLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
+        StoreError::InvalidSettings { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let status =
-            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        Self::new(status, e.to_string())
+        Self::new(status_of(&e), e.to_string())
     }
 }
 

@@ -28,7 +28,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::app::{App, StoreFailure};
-use crate::error::{json_value, ApiError};
+use crate::error::{json_value, status_of, ApiError};
 
 /// Media types that select JSON Lines.
 const NDJSON_TYPES: &[&str] = &[
@@ -326,12 +326,9 @@ pub(crate) async fn within<T>(
 ) -> Result<T, StoreError> {
     match deadline {
         None => op.await,
-        Some((at, limit)) => tokio::time::timeout_at(at, op).await.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(format!(
-                "the store did not answer within the deadline of {} ms",
-                limit.as_millis()
-            )))
-        }),
+        Some((at, limit)) => tokio::time::timeout_at(at, op)
+            .await
+            .unwrap_or(Err(StoreError::Deadline { limit })),
     }
 }
 
@@ -386,7 +383,7 @@ async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Ou
                     out.push(Out::Answer(answer));
                     continue;
                 }
-                Err(e) if e.http_status() == 503 => {
+                Err(e) if status_of(&e) == StatusCode::SERVICE_UNAVAILABLE => {
                     tracing::warn!(target: "loopguard::server", error = %e, events = events.len() - out.len(), "store failed; answering fail-open (degraded)");
                     failed = true;
                 }

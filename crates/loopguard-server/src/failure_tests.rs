@@ -43,7 +43,7 @@ impl Faulty {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_err() =>
             {
-                Err(StoreError::Unavailable("redis: connection refused".into()))
+                Err(StoreError::unavailable("redis: connection refused"))
             }
             HANG => std::future::pending().await,
             _ => Ok(()),
@@ -87,7 +87,7 @@ impl Store for Faulty {
     fn check(&self) -> Result<(), StoreError> {
         match self.mode.load(Ordering::SeqCst) {
             OK => Ok(()),
-            _ => Err(StoreError::Unavailable("redis: connection refused".into())),
+            _ => Err(StoreError::unavailable("redis: connection refused")),
         }
     }
 

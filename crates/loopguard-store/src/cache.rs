@@ -500,9 +500,8 @@ mod tests {
             .apply(RunKey::new("b", None), None, &mut f, &NoSink)
             .unwrap();
         let refused = cache.apply(RunKey::new("c", None), None, &mut f, &NoSink);
-        assert_eq!(
-            refused.err(),
-            Some(StoreError::SessionLimit { limit: 2 }),
+        assert!(
+            matches!(refused, Err(StoreError::SessionLimit { limit: 2 })),
             "a third session is refused"
         );
         assert_eq!(cache.counts(), (2, 3));

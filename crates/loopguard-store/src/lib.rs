@@ -52,23 +52,25 @@
 
 mod cache;
 pub mod delta;
+mod error;
 mod etag;
 mod memory;
 mod path;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod sqlite;
-pub mod sqlite_file;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use loopguard::{Clock, RunState, Scope};
 
+pub use error::{Cause, Failed, StoreError};
 pub use memory::MemoryStore;
 pub use path::{default_db_path, default_db_path_from};
 #[cfg(feature = "redis")]
 pub use redis::{ClientCert, RedisOptions, RedisStore, RedisTarget};
+pub use sqlite::file as sqlite_file;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use sqlite_file::SCHEMA_VERSION;
 
@@ -119,39 +121,6 @@ pub(crate) fn warn_unreadable(key: RunKey<'_>, error: &dyn std::fmt::Display) {
         %error,
         "stored run state unreadable; starting the run afresh"
     );
-}
-
-/// Why a store could not do what it was asked. Every variant leaves the state as it was
-/// before the failed operation, and maps to an HTTP status (see [`StoreError::http_status`]).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The event would open a session beyond [`Limits::max_sessions`].
-    #[error("session limit reached: {limit} sessions are live; idle ones expire, or end sessions that are over")]
-    SessionLimit {
-        /// The limit.
-        limit: usize,
-    },
-    /// The backend cannot be used now (disk full, I/O error, database locked by another
-    /// process for too long, store closed). Retrying later may succeed.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// Other writers kept changing this run's state while the update was retried.
-    #[error("the state of this run kept changing under concurrent writers; gave up after {attempts} attempts")]
-    Contention {
-        /// Attempts made.
-        attempts: u32,
-    },
-}
-
-impl StoreError {
-    /// The HTTP status a server answers with: 429 for the session limit, 503 otherwise.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Self::SessionLimit { .. } => 429,
-            Self::Unavailable(_) | Self::Contention { .. } => 503,
-        }
-    }
 }
 
 /// One live run of a session, as [`Store::session`] returns it.
@@ -272,12 +241,5 @@ mod tests {
         let scope = Scope::new(" s ").with_run(Some("r")).with_agent(Some("a"));
         assert_eq!(RunKey::of(&scope), RunKey::new("s", Some("r")));
         assert_eq!(RunKey::new("s", None).run_column(), "");
-    }
-
-    #[test]
-    fn errors_map_to_statuses() {
-        assert_eq!(StoreError::SessionLimit { limit: 1 }.http_status(), 429);
-        assert_eq!(StoreError::Unavailable("x".into()).http_status(), 503);
-        assert_eq!(StoreError::Contention { attempts: 3 }.http_status(), 503);
     }
 }

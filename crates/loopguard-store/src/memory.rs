@@ -27,7 +27,7 @@ impl MemoryStore {
 
     fn open(&self) -> Result<(), StoreError> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(StoreError::Unavailable("the store is closed".into()));
+            return Err(StoreError::Closed);
         }
         Ok(())
     }

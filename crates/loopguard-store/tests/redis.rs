@@ -268,7 +268,10 @@ async fn limits_hold_across_stores() {
     );
     apply(&b, &config, 1, &compaction("s2", "r")).await.unwrap();
     let refused = apply(&a, &config, 1, &compaction("s3", "r")).await;
-    assert_eq!(refused.unwrap_err(), StoreError::SessionLimit { limit: 2 });
+    assert!(matches!(
+        refused.unwrap_err(),
+        StoreError::SessionLimit { limit: 2 }
+    ));
     assert_eq!(
         redis.command(&["EXISTS", "lim:{s3}:runs"]).unwrap().int(),
         Some(0),
@@ -403,8 +406,11 @@ async fn an_unreachable_redis_fails_fast_and_recovers() {
     let line = r#"{"type":"compaction","session":"s","run":"r"}"#;
     let started = Instant::now();
     let refused = apply(&store, &config, 1, line).await.unwrap_err();
-    assert!(matches!(refused, StoreError::Unavailable(_)), "{refused:?}");
-    assert_eq!(refused.http_status(), 503);
+    assert!(
+        matches!(refused, StoreError::Unavailable { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.is_transient());
     assert!(
         started.elapsed() < Duration::from_millis(1500),
         "{:?}",
@@ -452,7 +458,7 @@ async fn a_frozen_redis_is_bounded_by_the_deadline() {
         let started = Instant::now();
         let refused = apply(&store, &config, 1, line).await.unwrap_err();
         let took = started.elapsed();
-        assert!(matches!(refused, StoreError::Unavailable(_)), "{refused:?}");
+        assert!(refused.is_transient(), "{refused:?}");
         assert!(took < Duration::from_millis(800), "{took:?}");
         if attempt == 0 {
             assert!(
@@ -535,6 +541,59 @@ async fn passwords_and_bad_settings() {
     .await
     .unwrap_err();
     assert!(braces.to_string().contains("braces"));
+    assert!(matches!(braces, StoreError::InvalidSettings { .. }));
+    // No password where one is needed: refused at once, not retried.
+    let missing = RedisStore::connect(
+        RedisTarget::parse(&format!("redis://127.0.0.1:{port}")).unwrap(),
+        limits,
+        Arc::new(SystemClock),
+        options("pw:"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&missing, StoreError::InvalidSettings { .. })
+            && missing.to_string().contains("refused the credentials"),
+        "{missing}"
+    );
+}
+
+/// A database number the server does not have is a setting to fix: the store refuses to
+/// start (rather than starting unavailable and retrying for ever), and says why.
+#[tokio::test]
+async fn a_database_number_out_of_range_is_refused_at_connect() {
+    if !require("a_database_number_out_of_range_is_refused_at_connect") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let started = Instant::now();
+    let refused = RedisStore::connect(
+        RedisTarget::parse(&format!("{}/99", redis.url())).unwrap(),
+        Limits::default(),
+        Arc::new(SystemClock),
+        options("db:"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, StoreError::InvalidSettings { .. }),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("refused the connection settings") && message.contains("out of range"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // A database it has works.
+    let store = connect(
+        &format!("{}/3", redis.url()),
+        Arc::new(SystemClock),
+        Limits::default(),
+        options("db:"),
+    )
+    .await;
+    assert!(store.check().is_ok());
 }
 
 /// A session that stays active for many TTLs keeps its place in the registry (it is
@@ -568,9 +627,8 @@ async fn live_sessions_keep_their_place_in_the_registry() {
         store.expire_idle().await.unwrap();
         assert_eq!(store.stats().sessions, 1, "step {step}");
         let refused = apply(&store, &config, 1, &compaction("s2", "a")).await;
-        assert_eq!(
-            refused.unwrap_err(),
-            StoreError::SessionLimit { limit: 1 },
+        assert!(
+            matches!(refused, Err(StoreError::SessionLimit { limit: 1 })),
             "step {step}: s1 is live for {} s",
             (step + 1) * 20
         );

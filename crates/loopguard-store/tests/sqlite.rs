@@ -55,7 +55,7 @@ async fn state_survives_a_restart_and_answers_equal_an_uninterrupted_replay() {
     store.close().await.unwrap();
     assert!(matches!(
         apply(&store, &config, 99, &lines[0]).await,
-        Err(StoreError::Unavailable(_))
+        Err(StoreError::Closed)
     ));
 
     #[cfg(unix)]
@@ -151,7 +151,7 @@ async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let refused = apply(&store, &config, 3, &lines[2]).await;
     assert!(
-        matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("locked") || m.contains("busy")),
+        matches!(&refused, Err(e @ StoreError::Unavailable { .. }) if e.to_string().contains("locked") || e.to_string().contains("busy")),
         "{refused:?}"
     );
     assert!(store.check().is_err(), "not ready after a failed commit");
@@ -265,7 +265,10 @@ async fn the_session_limit_refuses_new_sessions_only() {
         apply(&store, &config, 1, &line).await.unwrap();
     }
     let refused = apply(&store, &config, 1, r#"{"type":"compaction","session":"c"}"#).await;
-    assert_eq!(refused.unwrap_err(), StoreError::SessionLimit { limit: 2 });
+    assert!(matches!(
+        refused.unwrap_err(),
+        StoreError::SessionLimit { limit: 2 }
+    ));
     apply(&store, &config, 1, &compaction("a", "x"))
         .await
         .expect("a live session can open runs");
@@ -558,4 +561,45 @@ async fn random_streams_with_restarts_and_crashes_equal_a_replay() {
         copies_with_deltas >= 10,
         "only {copies_with_deltas} crash copies held a change log"
     );
+}
+
+/// `--db` pointed at another application's database: refused with an error that says so
+/// (a setting to change, not an outage), and the file keeps exactly its own tables.
+#[tokio::test]
+async fn another_applications_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, started TEXT NOT NULL);
+             INSERT INTO runs (started) VALUES ('yesterday');",
+        )
+        .unwrap();
+    let clock: SharedClock = Arc::new(ManualClock::new(0));
+    let refused =
+        SqliteStore::open(&path, Limits::default(), clock, SqliteOptions::default()).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::InvalidSettings { .. }),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("app.db")
+            && message.contains("not a loopguard database")
+            && message.contains("(runs)"),
+        "{message}"
+    );
+    let tables: Vec<String> = other
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(tables, ["runs"]);
+    let mode: String = other
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "its journal mode was left alone too");
 }

@@ -58,9 +58,50 @@ impl fmt::Display for RedisTarget {
     }
 }
 
+/// Why a Redis URL was refused. No variant carries the password.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// Not `SCHEME://…`.
+    #[error("a Redis store is a URL: redis://HOST:PORT, rediss://HOST:PORT, redis-cluster://HOST:PORT,HOST:PORT,… or rediss-cluster://…")]
+    NotAUrl,
+    /// A scheme other than the four known ones.
+    #[error("unknown Redis URL scheme {0:?}: use redis, rediss, redis-cluster or rediss-cluster")]
+    UnknownScheme(String),
+    /// `?…` or `#…` in the URL.
+    #[error("query strings and fragments are not supported in Redis URLs; give the key prefix with --redis-prefix and a CA with --redis-ca-file")]
+    QueryOrFragment,
+    /// A host that is empty or holds characters a host cannot.
+    #[error("{0:?} is not a host name or address")]
+    BadHost(String),
+    /// `[` without `]`.
+    #[error("{0:?}: unclosed '['")]
+    UnclosedBracket(String),
+    /// `[]`.
+    #[error("{0:?}: empty address")]
+    EmptyAddress(String),
+    /// A port that is not 1 to 65535.
+    #[error("{host:?}: {port:?} is not a port number")]
+    BadPort {
+        /// The host as given.
+        host: String,
+        /// The port as given.
+        port: String,
+    },
+    /// A cluster node without its port.
+    #[error("{0:?}: cluster nodes are given as HOST:PORT")]
+    PortRequired(String),
+    /// The `/DB` part is not a number.
+    #[error("{0:?} is not a database number")]
+    BadDatabase(String),
+    /// The user name is not valid percent-encoded UTF-8.
+    #[error("the user name is not valid percent-encoded UTF-8")]
+    BadUser,
+}
+
 impl std::str::FromStr for RedisTarget {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = TargetError;
+    fn from_str(s: &str) -> Result<Self, TargetError> {
         Self::parse(s)
     }
 }
@@ -68,30 +109,18 @@ impl std::str::FromStr for RedisTarget {
 impl RedisTarget {
     /// Parses a URL of one of the forms above; the error says what is wrong, without
     /// repeating the password.
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, TargetError> {
         let url = url.trim();
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            "a Redis store is a URL: redis://HOST:PORT, rediss://HOST:PORT, \
-             redis-cluster://HOST:PORT,HOST:PORT,… or rediss-cluster://…"
-                .to_owned()
-        })?;
+        let (scheme, rest) = url.split_once("://").ok_or(TargetError::NotAUrl)?;
         let (cluster, tls) = match scheme.to_ascii_lowercase().as_str() {
             "redis" => (false, false),
             "rediss" => (false, true),
             "redis-cluster" => (true, false),
             "rediss-cluster" => (true, true),
-            other => {
-                return Err(format!(
-                    "unknown Redis URL scheme {other:?}: use redis, rediss, redis-cluster or rediss-cluster"
-                ))
-            }
+            other => return Err(TargetError::UnknownScheme(other.to_owned())),
         };
         if rest.contains(['?', '#']) {
-            return Err(
-                "query strings and fragments are not supported in Redis URLs; \
-                        give the key prefix with --redis-prefix and a CA with --redis-ca-file"
-                    .into(),
-            );
+            return Err(TargetError::QueryOrFragment);
         }
         let (userinfo, hosts) = match rest.rsplit_once('@') {
             Some((info, hosts)) => (info, hosts),
@@ -122,7 +151,7 @@ impl RedisTarget {
             };
             check_host(host, false)?;
             if !db.is_empty() && db.parse::<u16>().is_err() {
-                return Err(format!("{db:?} is not a database number"));
+                return Err(TargetError::BadDatabase(db.to_owned()));
             }
             Kind::Single(hosts.trim_end_matches('/').to_owned())
         };
@@ -167,13 +196,13 @@ impl RedisTarget {
 }
 
 /// `host[:port]` (cluster nodes need the port); IPv6 addresses in brackets.
-fn check_host(host: &str, port_required: bool) -> Result<(), String> {
+fn check_host(host: &str, port_required: bool) -> Result<(), TargetError> {
     let (name, port) = if let Some(rest) = host.strip_prefix('[') {
         let (addr, after) = rest
             .split_once(']')
-            .ok_or_else(|| format!("{host:?}: unclosed '['"))?;
+            .ok_or_else(|| TargetError::UnclosedBracket(host.to_owned()))?;
         if addr.is_empty() {
-            return Err(format!("{host:?}: empty address"));
+            return Err(TargetError::EmptyAddress(host.to_owned()));
         }
         (addr, after.strip_prefix(':'))
     } else {
@@ -183,21 +212,24 @@ fn check_host(host: &str, port_required: bool) -> Result<(), String> {
         }
     };
     if name.is_empty() || name.contains(['/', ' ', '@', ',']) {
-        return Err(format!("{host:?} is not a host name or address"));
+        return Err(TargetError::BadHost(host.to_owned()));
     }
     match port {
         Some(port) => match port.parse::<u16>() {
             Ok(p) if p > 0 => Ok(()),
-            _ => Err(format!("{host:?}: {port:?} is not a port number")),
+            _ => Err(TargetError::BadPort {
+                host: host.to_owned(),
+                port: port.to_owned(),
+            }),
         },
-        None if port_required => Err(format!("{host:?}: cluster nodes are given as HOST:PORT")),
+        None if port_required => Err(TargetError::PortRequired(host.to_owned())),
         None => Ok(()),
     }
 }
 
 /// Percent-decodes a user name (for display only: the `redis` crate decodes it again
 /// from the URL).
-fn percent_decode(text: &str) -> Result<String, String> {
+fn percent_decode(text: &str) -> Result<String, TargetError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -207,7 +239,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "bad percent-encoding in the user name".to_owned())?;
+                .ok_or(TargetError::BadUser)?;
             out.push(hex);
             i += 3;
         } else {
@@ -215,7 +247,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| "the user name is not UTF-8".to_owned())
+    String::from_utf8(out).map_err(|_| TargetError::BadUser)
 }
 
 #[cfg(test)]
@@ -272,10 +304,17 @@ mod tests {
             ("redis://h?prefix=x", "--redis-prefix"),
             ("redis://[::1:7000", "unclosed"),
         ] {
-            let e = RedisTarget::parse(url).unwrap_err();
+            let e = RedisTarget::parse(url).unwrap_err().to_string();
             assert!(e.contains(why), "{url}: {e}");
         }
         let e = RedisTarget::parse("redis://u:hunter2@h:notaport").unwrap_err();
-        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(
+            e,
+            TargetError::BadPort {
+                host: "h:notaport".into(),
+                port: "notaport".into()
+            }
+        );
+        assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
-use super::{reload, Landed, Put};
+use super::file::{as_sql, fold_deltas, replace_row, DELTA_TABLES};
+use super::writer::{reload, Landed, Put};
 use crate::delta;
-use crate::sqlite_file::{as_sql, fold_deltas, replace_row, DELTA_TABLES};
 
 /// Age after which a log table with deltas in it gives way to the other, so that the rows
 /// of slow runs are rewritten (and their `last_active` brought up to date) now and then.

@@ -21,7 +21,9 @@
 //!   process that writes a run's row whole (the hooks) makes the run's deltas dead by
 //!   giving it a new tag, so it needs nothing but [`read_run`] to take part.
 //!
-//! Other programs may keep tables of their own in the same file.
+//! A file that holds tables but no `loopguard_meta` was made by another application:
+//! [`ensure_schema`] refuses it ([`SchemaError::Foreign`]) rather than add loopguard's
+//! tables to it. Tables added to a loopguard file later are left alone.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
@@ -48,12 +50,34 @@ pub enum SchemaError {
         /// The version the file holds.
         found: String,
     },
+    /// The file belongs to another application: it has tables, none of them loopguard's.
+    #[error("not a loopguard database: it holds tables of another application ({}); give a new file, or one loopguard created", .tables.join(", "))]
+    Foreign {
+        /// Some of its tables (at most 5).
+        tables: Vec<String>,
+    },
+}
+
+impl SchemaError {
+    /// The error as a store reports it for the file at `path`: a refused file is a
+    /// setting to change, an SQLite failure is the store being unavailable.
+    pub fn into_store_error(self, path: &Path) -> crate::StoreError {
+        let message = format!("{}: {self}", path.display());
+        match self {
+            Self::Sql(e) => crate::StoreError::failed(format!("cannot open {}", path.display()), e),
+            Self::Version { .. } | Self::Foreign { .. } => crate::StoreError::InvalidSettings {
+                message,
+                source: Some(std::sync::Arc::new(self)),
+            },
+        }
+    }
 }
 
 /// Creates the tables when missing and checks the file's layout version. Call it inside a
 /// write transaction (`BEGIN IMMEDIATE`), so that two processes creating a fresh file do
 /// not interleave.
 pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
+    refuse_foreign(conn)?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS loopguard_meta (
              key TEXT PRIMARY KEY,
@@ -99,6 +123,25 @@ pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
         return Err(SchemaError::Version { found });
     }
     Ok(())
+}
+
+/// Refuses a file with tables but no `loopguard_meta`: another application's database.
+/// [`ensure_schema`] calls it; call it also before changing anything else about the file
+/// (its journal mode, say).
+pub fn refuse_foreign(conn: &Connection) -> Result<(), SchemaError> {
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+         ORDER BY name",
+    )?;
+    let tables = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if tables.is_empty() || tables.iter().any(|t| t == "loopguard_meta") {
+        return Ok(());
+    }
+    Err(SchemaError::Foreign {
+        tables: tables.into_iter().take(5).collect(),
+    })
 }
 
 /// A run as stored: its row with the live deltas of the change log applied.
@@ -360,6 +403,42 @@ mod tests {
         let err = ensure_schema(&conn).unwrap_err();
         assert!(matches!(&err, SchemaError::Version { found } if found == "3"));
         assert!(err.to_string().contains("schema version 3"), "{err}");
+    }
+
+    /// Another application's file gets no loopguard table, whatever its tables are
+    /// called; tables added to a loopguard file later are no reason to refuse it.
+    #[test]
+    fn another_applications_file_is_refused_untouched() {
+        let tables = |conn: &Connection| -> Vec<String> {
+            conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        for schema in [
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);",
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, started TEXT); CREATE TABLE jobs (x);",
+        ] {
+            let conn = Connection::open_in_memory().unwrap();
+            conn.execute_batch(schema).unwrap();
+            let before = tables(&conn);
+            let err = ensure_schema(&conn).unwrap_err();
+            assert!(
+                matches!(&err, SchemaError::Foreign { tables } if *tables == before),
+                "{err}"
+            );
+            assert!(
+                err.to_string().starts_with("not a loopguard database"),
+                "{err}"
+            );
+            assert_eq!(tables(&conn), before, "nothing was added");
+        }
+        let conn = Connection::open_in_memory().unwrap();
+        ensure_schema(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE notes (x);").unwrap();
+        ensure_schema(&conn).unwrap();
     }
 
     #[test]
