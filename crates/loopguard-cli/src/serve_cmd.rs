@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use loopguard::SystemClock;
-use loopguard_server::{App, Options, RequestLimits, StoreFailure, TokenSource};
+use loopguard_server::{
+    connection_cap, App, ConnectionLimits, Options, RequestLimits, StoreFailure, TokenSource,
+};
 use loopguard_store::{
     default_db_path, ClientCert, Limits, MemoryStore, RedisOptions, RedisStore, RedisTarget,
     SharedClock, SqliteOptions, SqliteStore, Store, Synchronous,
@@ -143,9 +145,31 @@ pub struct ServeArgs {
     /// Most events in one request.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     max_events_per_request: usize,
-    /// Requests handled at once; more wait their turn.
+    /// Requests handled at once (a request counts once its body has arrived); more wait
+    /// their turn.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_concurrent_requests: usize,
+    /// Connections open at once (kept below the open-file limit, which the server raises
+    /// to its hard limit at start). At the limit the connection idle the longest is closed.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    max_connections: usize,
+    /// Longest time a request head may take to arrive, from its first byte.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    header_timeout: Duration,
+    /// Longest time a request body may take to arrive, from the end of its head (408).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    body_timeout: Duration,
+    /// Longest time a kept-alive connection may wait for its next request.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// Memory request bodies may hold at once while they arrive and while they are parsed
+    /// (bytes; a body of N bytes reserves 16 N while parsed).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 20)]
+    memory_budget: usize,
+    /// Serve POST /v1/admin/reload without a token (off by default: without a token the
+    /// endpoint answers 403; SIGHUP reloads either way).
+    #[arg(long)]
+    reload_without_token: bool,
     /// SQLite durability: full fsyncs every commit (an answer survives a power loss);
     /// normal only survives a crash of the process.
     #[arg(long, value_enum, default_value_t = SyncMode::Full)]
@@ -241,6 +265,8 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
         ("--max-id-bytes", args.max_id_bytes),
         ("--max-events-per-request", args.max_events_per_request),
         ("--max-concurrent-requests", args.max_concurrent_requests),
+        ("--max-connections", args.max_connections),
+        ("--memory-budget", args.memory_budget),
         ("--threads", args.threads.unwrap_or(1)),
     ] {
         if value == 0 {
@@ -250,8 +276,15 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
     if args.idle_ttl.is_zero() {
         return Err("--idle-ttl must be longer than 0".into());
     }
-    if args.store_deadline.is_some_and(|d| d.is_zero()) {
-        return Err("--store-deadline must be longer than 0".into());
+    for (name, value) in [
+        ("--store-deadline", args.store_deadline),
+        ("--header-timeout", Some(args.header_timeout)),
+        ("--body-timeout", Some(args.body_timeout)),
+        ("--idle-timeout", Some(args.idle_timeout)),
+    ] {
+        if value.is_some_and(|d| d.is_zero()) {
+            return Err(format!("{name} must be longer than 0"));
+        }
     }
     let choice = StoreChoice::of(&args)?;
     let announce = Announce {
@@ -269,16 +302,33 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
         (None, Ok(value)) => TokenSource::Value(value),
         (None, Err(_)) => TokenSource::None,
     };
+    let (max_connections, open_files) = connection_cap(args.max_connections);
+    if max_connections < args.max_connections {
+        tracing::warn!(
+            target: "loopguard::server",
+            open_files,
+            max_connections,
+            "the open-file limit leaves room for fewer connections than --max-connections"
+        );
+    }
     let options = Options {
         config_path: loaded.source.path().map(ToOwned::to_owned),
         config_defaults: startup::defaults_of("serve"),
         token,
+        reload_without_token: args.reload_without_token,
         default_agent: args.agent.clone(),
         limits: RequestLimits {
             max_body_bytes: args.max_body_bytes,
             max_id_bytes: args.max_id_bytes,
             max_events_per_request: args.max_events_per_request,
             max_concurrent_requests: args.max_concurrent_requests,
+            body_timeout: args.body_timeout,
+            memory_budget_bytes: args.memory_budget,
+        },
+        connections: ConnectionLimits {
+            max_connections,
+            header_timeout: args.header_timeout,
+            idle_timeout: args.idle_timeout,
         },
         on_store_failure: match args.on_store_failure {
             FailureMode::FailClosed => StoreFailure::FailClosed,
@@ -384,7 +434,7 @@ async fn run_with<S: Store>(
     store_name: String,
     announce: Announce,
 ) -> Result<(), String> {
-    let app = Arc::new(App::new(store, options)?);
+    let app = Arc::new(App::new(store, options).map_err(|e| e.to_string())?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

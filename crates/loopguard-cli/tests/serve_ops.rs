@@ -40,7 +40,20 @@ fn config_reloads_on_sighup_and_by_endpoint_and_bad_configs_are_refused() {
     .unwrap();
     let config_arg = config.display().to_string();
     let db = dir.path().join("db").display().to_string();
-    let server = Server::start(&["--config", &config_arg, "--db", &db, "--log-format", "json"]);
+    // Without a token the reload endpoint is off unless asked for; SIGHUP always works.
+    let closed = Server::start(&["--memory", "--config", &config_arg]);
+    let refused = closed.client().post("/v1/admin/reload", "");
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    drop(closed);
+    let server = Server::start(&[
+        "--config",
+        &config_arg,
+        "--db",
+        &db,
+        "--log-format",
+        "json",
+        "--reload-without-token",
+    ]);
     let mut client = server.client();
     let verdicts: Vec<Value> = (1..=3)
         .map(|i| client.post("/v1/events", &repeat_call(i)).json())

@@ -10,10 +10,11 @@ use loopguard_config::Defaults;
 use loopguard_store::Store;
 use serde::Serialize;
 
-use crate::auth::{Token, TokenSource};
+use crate::auth::{Token, TokenError, TokenSource};
+use crate::budget::Budget;
 use crate::metrics::Metrics;
 
-/// Bounds on what one request may carry.
+/// Bounds on what one request may carry and how long it may take to arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
     /// Largest request body, in bytes (default 8 MiB).
@@ -22,8 +23,18 @@ pub struct RequestLimits {
     pub max_id_bytes: usize,
     /// Most events in one request (default 1,000).
     pub max_events_per_request: usize,
-    /// Requests handled at once; more wait their turn (default 256).
+    /// Requests handled at once, once their body has arrived; more wait their turn
+    /// (default 256).
     pub max_concurrent_requests: usize,
+    /// Longest time a request body may take to arrive, from the end of its head (default
+    /// 10 s); past it the request is answered 408 and the connection closed.
+    pub body_timeout: Duration,
+    /// Memory that request bodies may hold at once while they are parsed and answered, in
+    /// bytes (default 512 MiB): each request reserves [`crate::MEMORY_PER_BODY_BYTE`] times
+    /// its body's size once the body has arrived, and waits for room when others hold it.
+    /// Bodies still arriving count against it too: a body that would pass it is refused
+    /// (503) rather than buffered.
+    pub memory_budget_bytes: usize,
 }
 
 impl Default for RequestLimits {
@@ -33,6 +44,33 @@ impl Default for RequestLimits {
             max_id_bytes: 256,
             max_events_per_request: 1000,
             max_concurrent_requests: 256,
+            body_timeout: Duration::from_secs(10),
+            memory_budget_bytes: 512 << 20,
+        }
+    }
+}
+
+/// Bounds on connections: how many may be open, and how long each may stay silent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once (default 4,096; [`crate::connection_cap`] keeps it below
+    /// the process' open-file limit). At the cap, the connection idle the longest is
+    /// closed to make room, and when none is idle new connections wait to be accepted.
+    pub max_connections: usize,
+    /// Longest time from the first byte of a request to the end of its head (default
+    /// 10 s).
+    pub header_timeout: Duration,
+    /// Longest time a kept-alive connection may wait for its next request (default
+    /// 60 s), counted from the end of the previous answer (or from the connection).
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -65,17 +103,23 @@ impl StoreFailure {
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// The OpenClaw-style JSON5 config; `None` runs on [`Options::config_defaults`].
-    /// Re-read on reload.
+    /// Re-read on reload (at most `loopguard_config::MAX_CONFIG_BYTES` are read).
     pub config_path: Option<PathBuf>,
     /// What applies without a config file: detection on at the default thresholds
     /// (`Defaults::Live`, the default), or SPEC §7's defaults.
     pub config_defaults: Defaults,
     /// Where the bearer token comes from.
     pub token: TokenSource,
+    /// Serve `POST /v1/admin/reload` without a token (default: off). With a token the
+    /// endpoint is on, behind it; without one it answers 403 unless this is set, since
+    /// anyone who can reach the port could otherwise make the server re-read its files.
+    pub reload_without_token: bool,
     /// Agent whose config applies to events that name none.
     pub default_agent: Option<String>,
     /// Request limits.
     pub limits: RequestLimits,
+    /// Connection limits.
+    pub connections: ConnectionLimits,
     /// What event answers become when the store fails.
     pub on_store_failure: StoreFailure,
     /// Longest time the store may take over the events of one request (and over each
@@ -97,13 +141,30 @@ pub struct ReloadReport {
     pub token_required: bool,
 }
 
+/// Why the config or the token could not be loaded (at start or on a reload).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The config file cannot be read, is too large, or is invalid (every problem, one
+    /// per line).
+    #[error(transparent)]
+    Config(#[from] loopguard_config::LoadError),
+    /// The token cannot be loaded.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The reload did not finish (its thread panicked or the runtime is stopping).
+    #[error("reload failed: {0}")]
+    Interrupted(String),
+}
+
 /// The shared state of the server.
 pub struct App<S> {
     store: S,
     config: RwLock<Arc<ConfigSet>>,
     token: RwLock<Option<Arc<Token>>>,
     options: Options,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
+    budget: Budget,
     reload_lock: tokio::sync::Mutex<()>,
 }
 
@@ -118,15 +179,16 @@ impl<S> std::fmt::Debug for App<S> {
 impl<S: Store> App<S> {
     /// Reads the config and the token (an error, with every problem, if either is
     /// unusable) and puts the server together.
-    pub fn new(store: S, options: Options) -> Result<Self, String> {
+    pub fn new(store: S, options: Options) -> Result<Self, LoadError> {
         let (config, _) = load_config(&options)?;
         let token = options.token.load()?;
         Ok(Self {
             store,
             config: RwLock::new(Arc::new(config)),
             token: RwLock::new(token.map(Arc::new)),
+            budget: Budget::new(options.limits.memory_budget_bytes),
             options,
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             reload_lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -141,6 +203,11 @@ impl<S: Store> App<S> {
         &self.metrics
     }
 
+    /// The metrics, shared (with the connection tasks).
+    pub(crate) fn metrics_handle(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
     /// The options the server was built with.
     pub fn options(&self) -> &Options {
         &self.options
@@ -149,6 +216,11 @@ impl<S: Store> App<S> {
     /// The request limits.
     pub fn limits(&self) -> &RequestLimits {
         &self.options.limits
+    }
+
+    /// The memory budget of request bodies.
+    pub(crate) fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// The config in force (a snapshot: a reload does not change it under a request).
@@ -163,16 +235,16 @@ impl<S: Store> App<S> {
 
     /// Re-reads the config file and the token file. Both must be usable for either to
     /// change: otherwise the old ones stay in force, the problems are logged and returned.
-    pub async fn reload(&self) -> Result<ReloadReport, String> {
+    pub async fn reload(&self) -> Result<ReloadReport, LoadError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let options = self.options.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             let config = load_config(&options)?;
             let token = options.token.load()?;
-            Ok::<_, String>((config, token))
+            Ok::<_, LoadError>((config, token))
         })
         .await
-        .map_err(|e| format!("reload failed: {e}"));
+        .map_err(|e| LoadError::Interrupted(e.to_string()));
         match loaded.and_then(|r| r) {
             Ok(((config, report), token)) => {
                 let report = ReloadReport {
@@ -196,7 +268,7 @@ impl<S: Store> App<S> {
             }
             Err(problems) => {
                 self.metrics.reload(false);
-                for line in problems.lines() {
+                for line in problems.to_string().lines() {
                     tracing::error!(target: "loopguard::server", "reload refused: {line}");
                 }
                 tracing::error!(
@@ -210,9 +282,8 @@ impl<S: Store> App<S> {
 }
 
 /// Reads and validates the config file, if any.
-fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), String> {
-    let config = loopguard_config::load(options.config_path.as_deref(), options.config_defaults)
-        .map_err(|e| e.to_string())?;
+fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), LoadError> {
+    let config = loopguard_config::load(options.config_path.as_deref(), options.config_defaults)?;
     let name = options
         .config_path
         .as_ref()

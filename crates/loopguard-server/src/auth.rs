@@ -8,9 +8,14 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::files::{read_capped, ReadError};
 
 /// Longest token accepted (bytes).
 pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// Longest token file read (bytes): a token and room for surrounding whitespace. A file
+/// beyond it (a device, a log file given by mistake) is refused without being read.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 64 << 10;
 
 /// Where the token comes from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,7 +31,7 @@ pub enum TokenSource {
 
 impl TokenSource {
     /// Reads the token; `Ok(None)` when there is none to read.
-    pub fn load(&self) -> Result<Option<Token>, String> {
+    pub fn load(&self) -> Result<Option<Token>, TokenError> {
         match self {
             Self::None => Ok(None),
             Self::Value(v) => Token::new(v).map(Some),
@@ -35,10 +40,69 @@ impl TokenSource {
     }
 }
 
-fn read_token_file(path: &Path) -> Result<Token, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
-    Token::new(&text).map_err(|e| format!("token file {}: {e}", path.display()))
+fn read_token_file(path: &Path) -> Result<Token, TokenError> {
+    let in_file = |problem: TokenProblem| TokenError::File {
+        path: path.to_owned(),
+        problem,
+    };
+    let bytes = read_capped(path, MAX_TOKEN_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => TokenError::Unreadable {
+            path: path.to_owned(),
+            source,
+        },
+        ReadError::TooLarge { limit } => in_file(TokenProblem::FileTooLarge { limit }),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| in_file(TokenProblem::NotVisibleAscii))?;
+    Token::new(&text).map_err(|e| match e {
+        TokenError::Invalid(problem) => in_file(problem),
+        other => other,
+    })
+}
+
+/// What is wrong with a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenProblem {
+    /// Nothing but whitespace.
+    #[error("the token is empty")]
+    Empty,
+    /// Longer than [`MAX_TOKEN_BYTES`].
+    #[error("the token is longer than {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
+    /// Characters that cannot travel in a header.
+    #[error("the token must be visible ASCII characters, without spaces")]
+    NotVisibleAscii,
+    /// A token file larger than [`MAX_TOKEN_FILE_BYTES`].
+    #[error("the file is larger than {limit} bytes, too large for a token")]
+    FileTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// Why a token could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The token given is not usable.
+    #[error(transparent)]
+    Invalid(TokenProblem),
+    /// The token file cannot be read.
+    #[error("cannot read token file {}: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The token file holds no usable token.
+    #[error("token file {}: {problem}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: TokenProblem,
+    },
 }
 
 /// A bearer token, kept as its SHA-256 digest so that comparing it takes the same time
@@ -57,16 +121,19 @@ impl std::fmt::Debug for Token {
 impl Token {
     /// A token from its text (surrounding whitespace ignored). It must be non-empty, at
     /// most [`MAX_TOKEN_BYTES`] long, and made of visible ASCII (it travels in a header).
-    pub fn new(text: &str) -> Result<Self, String> {
+    pub fn new(text: &str) -> Result<Self, TokenError> {
         let text = text.trim();
-        if text.is_empty() {
-            return Err("the token is empty".into());
-        }
-        if text.len() > MAX_TOKEN_BYTES {
-            return Err(format!("the token is longer than {MAX_TOKEN_BYTES} bytes"));
-        }
-        if !text.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("the token must be visible ASCII characters, without spaces".into());
+        let problem = if text.is_empty() {
+            Some(TokenProblem::Empty)
+        } else if text.len() > MAX_TOKEN_BYTES {
+            Some(TokenProblem::TooLong)
+        } else if !text.bytes().all(|b| b.is_ascii_graphic()) {
+            Some(TokenProblem::NotVisibleAscii)
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(TokenError::Invalid(problem));
         }
         Ok(Self {
             digest: Sha256::digest(text.as_bytes()).into(),
@@ -110,7 +177,13 @@ pub enum AuthError {
 
 impl IntoResponse for AuthError {
     fn into_response(self) -> Response {
-        unauthorized(&self.to_string())
+        let mut response =
+            ApiError::new(StatusCode::UNAUTHORIZED, self.to_string()).into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"loopguard\""),
+        );
+        response
     }
 }
 
@@ -122,15 +195,6 @@ fn strip_bearer(value: &[u8]) -> Option<&[u8]> {
     }
     let token = rest.trim_ascii();
     (rest.first() == Some(&b' ') && !token.is_empty()).then_some(token)
-}
-
-fn unauthorized(message: &str) -> Response {
-    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"loopguard\""),
-    );
-    response
 }
 
 #[cfg(test)]
@@ -170,23 +234,52 @@ mod tests {
 
     #[test]
     fn rejects_unusable_tokens() {
-        assert!(Token::new("  \n").is_err());
-        assert!(Token::new("two words").is_err());
-        assert!(Token::new(&"x".repeat(MAX_TOKEN_BYTES + 1)).is_err());
+        let problem = |text: &str| match Token::new(text) {
+            Err(TokenError::Invalid(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(problem("  \n"), TokenProblem::Empty);
+        assert_eq!(problem("two words"), TokenProblem::NotVisibleAscii);
+        assert_eq!(
+            problem(&"x".repeat(MAX_TOKEN_BYTES + 1)),
+            TokenProblem::TooLong
+        );
         assert!(format!("{:?}", Token::new("abc").unwrap()).contains(".."));
     }
 
     #[test]
-    fn token_files_are_read_and_trimmed() {
+    fn token_files_are_read_trimmed_and_capped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "abc123\n").unwrap();
         let token = TokenSource::File(path.clone()).load().unwrap().unwrap();
         assert!(token.matches(b"abc123"));
-        assert!(TokenSource::File(dir.path().join("missing"))
+        let missing = TokenSource::File(dir.path().join("missing"))
             .load()
-            .unwrap_err()
-            .contains("cannot read token file"));
+            .unwrap_err();
+        assert!(matches!(missing, TokenError::Unreadable { .. }));
+        assert!(missing.to_string().contains("cannot read token file"));
         assert!(TokenSource::None.load().unwrap().is_none());
+        std::fs::write(&path, "\n").unwrap();
+        let empty = TokenSource::File(path.clone()).load().unwrap_err();
+        assert!(empty.to_string().ends_with("the token is empty"), "{empty}");
+        // A file far beyond any token, or an endless device, is not read whole.
+        std::fs::write(&path, "x".repeat(MAX_TOKEN_FILE_BYTES as usize + 1)).unwrap();
+        let large = TokenSource::File(path).load().unwrap_err();
+        assert!(
+            matches!(
+                large,
+                TokenError::File {
+                    problem: TokenProblem::FileTooLarge { .. },
+                    ..
+                }
+            ),
+            "{large}"
+        );
+        #[cfg(unix)]
+        {
+            let endless = TokenSource::File("/dev/zero".into()).load().unwrap_err();
+            assert!(endless.to_string().contains("too large"), "{endless}");
+        }
     }
 }

@@ -1,10 +1,11 @@
-//! Errors as HTTP answers: a status and `{"error": "..."}` that says what is wrong.
+//! Errors as HTTP answers: a status and `{"error": "..."}` that says what is wrong; and the
+//! status of each store failure.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loopguard_events::Answer;
 use loopguard_store::StoreError;
-use serde_json::json;
+use serde::Serialize;
 
 /// An error answer. Its body is always a JSON object with an `error` string; an invalid
 /// event also carries its `seq`, so the body is exactly what `loopguard replay` prints for
@@ -14,6 +15,12 @@ pub struct ApiError {
     status: StatusCode,
     message: String,
     seq: Option<u64>,
+}
+
+/// The body of an [`ApiError`] that is not about one event.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
 }
 
 impl ApiError {
@@ -75,17 +82,26 @@ impl IntoResponse for ApiError {
             Some(seq) => serde_json::to_vec(&Answer::Invalid {
                 seq,
                 error: self.message,
-            })
-            .unwrap_or_default(),
-            None => json!({ "error": self.message }).to_string().into_bytes(),
+            }),
+            None => serde_json::to_vec(&ErrorBody {
+                error: &self.message,
+            }),
         };
-        let mut response = json_response(self.status, body);
-        if self.status == StatusCode::SERVICE_UNAVAILABLE
-            || self.status == StatusCode::TOO_MANY_REQUESTS
-        {
+        // Serializing strings and a number cannot fail.
+        let mut response = json_response(self.status, body.unwrap_or_default());
+        if matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body may still come: this connection is done.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
@@ -101,22 +117,11 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     response
 }
 
-/// A JSON response from a value.
-pub(crate) fn json_value(status: StatusCode, value: &impl serde::Serialize) -> Response {
-    match serde_json::to_vec(value) {
-        Ok(body) => json_response(status, body),
-        Err(e) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the answer: {e}"),
-        )
-        .into_response(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use serde_json::json;
 
     async fn bytes(r: Response) -> Vec<u8> {
         r.into_body().collect().await.unwrap().to_bytes().to_vec()
@@ -146,5 +151,28 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("session limit"));
+    }
+
+    #[test]
+    fn store_failures_map_to_statuses() {
+        assert_eq!(
+            status_of(&StoreError::SessionLimit { limit: 1 }),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        for unavailable in [
+            StoreError::unavailable("disk full"),
+            StoreError::Closed,
+            StoreError::Contention { attempts: 3 },
+            StoreError::NotAttempted,
+            StoreError::Deadline {
+                limit: std::time::Duration::from_secs(1),
+            },
+        ] {
+            assert_eq!(status_of(&unavailable), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        assert_eq!(
+            status_of(&StoreError::invalid("bad prefix")),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

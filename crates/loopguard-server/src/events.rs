@@ -12,101 +12,41 @@
 //! - `application/x-ndjson` (also `application/ndjson`, `application/jsonl`,
 //!   `application/x-jsonlines`): exactly `loopguard replay` over the body: one answer
 //!   line per non-blank line, `seq` the line number, invalid lines answered in place.
+//!
+//! ## When the store refuses an event
+//!
+//! Each event gets its own outcome, so that a client knows which to send again. When the
+//! store cannot take an event (the session limit, 429; a failure, 503), that event and the
+//! later ones of the request are not applied. If none of the request's events was applied,
+//! the whole request is answered with that status (and `Retry-After: 1`), and sending it
+//! again is safe. Otherwise the answer is 200 and each event not applied is answered in
+//! place with `{"seq", "error", "status"}`: send those again, and only those. (With
+//! `fail-open`, an event the store failed is answered degraded instead: allowed, and
+//! recorded nowhere.)
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use loopguard::{ConfigSet, RunState};
 use loopguard_events::{apply_to_run, from_value, parse_line, scope_of, Answer, Event};
-use loopguard_store::{RunKey, Store, StoreError};
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use loopguard_store::{Deadline, RunKey, Store, StoreError};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::app::{App, StoreFailure};
-use crate::error::{json_value, status_of, ApiError};
-
-/// Media types that select JSON Lines.
-const NDJSON_TYPES: &[&str] = &[
-    "application/x-ndjson",
-    "application/ndjson",
-    "application/jsonl",
-    "application/x-jsonlines",
-    "application/jsonlines",
-];
+use crate::error::{json_response, status_of, ApiError};
+use crate::extract::{AppJson, EventsBody};
 
 pub(crate) async fn post_events<S: Store>(
     State(app): State<Arc<App<S>>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let result = async {
-        let bytes = read_body(body, &headers, app.limits().max_body_bytes).await?;
-        if is_ndjson(&headers) {
-            ndjson(&app, &bytes).await
-        } else {
-            json(&app, &bytes).await
-        }
+    body: EventsBody,
+) -> Result<Response, ApiError> {
+    match body {
+        EventsBody::Json(value) => json(&app, value).await,
+        EventsBody::Lines(bytes) => ndjson(&app, &bytes).await,
     }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// Reads a whole body, refusing (413) one larger than `limit` before reading it when it
-/// says its length, and as soon as it passes the limit otherwise.
-pub(crate) async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) => Err(ApiError::bad_request(format!(
-            "cannot read the request body: {e}"
-        ))),
-    }
-}
-
-fn is_ndjson(headers: &HeaderMap) -> bool {
-    let Some(value) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let media = value.split(';').next().unwrap_or("").trim();
-    NDJSON_TYPES.iter().any(|t| media.eq_ignore_ascii_case(t))
-}
-
-/// A JSON parse error, in words.
-pub(crate) fn json_error(e: &serde_json::Error) -> String {
-    if e.to_string().contains("recursion limit") {
-        return format!(
-            "invalid JSON: nested deeper than {} levels (line {}, column {})",
-            loopguard_events::MAX_DEPTH,
-            e.line(),
-            e.column()
-        );
-    }
-    format!("invalid JSON: {e}")
 }
 
 /// Refuses ids longer than `max` bytes.
@@ -144,9 +84,7 @@ fn check_count(n: usize, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn json<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(json_error(&e)))?;
+async fn json<S: Store>(app: &App<S>, value: Value) -> Result<Response, ApiError> {
     let (single, values) = match value {
         Value::Object(_) => (true, vec![value]),
         Value::Array(items) => (false, items),
@@ -170,17 +108,19 @@ async fn json<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError
             })?;
         events.push((seq, event));
     }
-    let answers = apply(app, &events).await?;
+    let mut answers = apply(app, &events).await?;
     if single {
-        let answer = &answers[0];
+        let answer = answers
+            .pop()
+            .ok_or_else(|| ApiError::bad_request("no event"))?;
         let status = if answer.is_error() {
             StatusCode::UNPROCESSABLE_ENTITY
         } else {
             StatusCode::OK
         };
-        return Ok(json_value(status, answer));
+        return Ok((status, AppJson(answer)).into_response());
     }
-    Ok(json_value(StatusCode::OK, &answers))
+    Ok(AppJson(answers).into_response())
 }
 
 async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError> {
@@ -227,7 +167,7 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
     for bad in invalid {
         write(&bad, &mut out)?;
     }
-    let mut response = (StatusCode::OK, out).into_response();
+    let mut response = json_response(StatusCode::OK, out);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
@@ -235,14 +175,16 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
     Ok(response)
 }
 
-/// The answer to one valid event: the engine's (through the store), or, when the store
-/// failed in fail-open mode, an allowing answer marked `"degraded": true`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The outcome of one valid event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
 pub(crate) enum Out {
     /// What `apply_to_run` answered (or an invalid line, in JSON Lines).
     Answer(Answer),
-    /// Answered without the store.
+    /// Answered without the store (fail-open).
     Degraded(Degraded),
+    /// Not applied: the store refused it, or an earlier event of the request.
+    NotApplied(NotApplied),
 }
 
 impl Out {
@@ -255,6 +197,7 @@ impl Out {
                 | Answer::Invalid { seq, .. },
             ) => *seq,
             Self::Degraded(d) => d.seq,
+            Self::NotApplied(n) => n.seq,
         }
     }
 
@@ -263,80 +206,60 @@ impl Out {
     }
 }
 
-impl Serialize for Out {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Answer(a) => a.serialize(serializer),
-            Self::Degraded(d) => d.serialize(serializer),
-        }
-    }
-}
-
 /// An event answered without the store (fail-open): the answer of a guard that saw
 /// nothing wrong, marked `"degraded": true`. Nothing was recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Degraded {
     seq: u64,
+    #[serde(rename = "type")]
     kind: &'static str,
     session: String,
     run: Option<String>,
+    #[serde(flatten)]
+    allowed: Allowed,
+    degraded: bool,
+}
+
+/// What a guard that saw nothing wrong answers, per event type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+enum Allowed {
+    Call { verdict: &'static str },
+    Result { recorded: bool, abort: Option<()> },
+    Compaction { armed: u32 },
 }
 
 impl Degraded {
     fn of(seq: u64, event: &Event, default_agent: Option<&str>) -> Self {
         let scope = scope_of(event, default_agent);
-        let kind = match event {
-            Event::Call { .. } => "call",
-            Event::Result { .. } => "result",
-            Event::Compaction { .. } => "compaction",
+        let (kind, allowed) = match event {
+            Event::Call { .. } => ("call", Allowed::Call { verdict: "allow" }),
+            Event::Result { .. } => (
+                "result",
+                Allowed::Result {
+                    recorded: false,
+                    abort: None,
+                },
+            ),
+            Event::Compaction { .. } => ("compaction", Allowed::Compaction { armed: 0 }),
         };
         Self {
             seq,
             kind,
             session: scope.session().to_owned(),
             run: scope.run().map(str::to_owned),
+            allowed,
+            degraded: true,
         }
     }
 }
 
-impl Serialize for Degraded {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut m = serializer.serialize_map(None)?;
-        m.serialize_entry("seq", &self.seq)?;
-        m.serialize_entry("type", self.kind)?;
-        m.serialize_entry("session", &self.session)?;
-        m.serialize_entry("run", &self.run)?;
-        match self.kind {
-            "call" => m.serialize_entry("verdict", "allow")?,
-            "result" => {
-                m.serialize_entry("recorded", &false)?;
-                m.serialize_entry("abort", &())?;
-            }
-            _ => m.serialize_entry("armed", &0)?,
-        }
-        m.serialize_entry("degraded", &true)?;
-        m.end()
-    }
-}
-
-/// Runs a store operation within the request's deadline (from `started`), if any.
-pub(crate) async fn within<T>(
-    deadline: Option<(tokio::time::Instant, Duration)>,
-    op: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match deadline {
-        None => op.await,
-        Some((at, limit)) => tokio::time::timeout_at(at, op)
-            .await
-            .unwrap_or(Err(StoreError::Deadline { limit })),
-    }
-}
-
-/// The deadline of a request that starts now.
-pub(crate) fn deadline_of<S: Store>(app: &App<S>) -> Option<(tokio::time::Instant, Duration)> {
-    app.options()
-        .store_deadline
-        .map(|d| (tokio::time::Instant::now() + d, d))
+/// An event the store did not apply: send it again (after `Retry-After`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct NotApplied {
+    seq: u64,
+    error: String,
+    status: u16,
 }
 
 /// The store operation of one event: its key, and the closure that applies it.
@@ -356,45 +279,63 @@ fn operation<'a>(
 }
 
 /// Applies valid events in order through the store; each answer is exactly
-/// `apply_to_run`'s. When the store fails: fail-closed, the request fails (503); fail-open,
-/// the failing event and every later one of the request are answered degraded (once the
-/// store failed, waiting for it again for each event would only hold the request up).
+/// `apply_to_run`'s. An event the store does not take is answered as the module docs say;
+/// when no event was applied at all, the request fails with the first refusal.
 async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Out>, ApiError> {
     let config = app.config();
     let default_agent = app.options().default_agent.as_deref();
-    let deadline = deadline_of(app);
-    let op = |seq: u64, event| operation(&config, default_agent, seq, event);
-    if app.options().on_store_failure == StoreFailure::FailClosed {
-        let ops: Vec<_> = events.iter().map(|(seq, event)| op(*seq, event)).collect();
-        let answers = within(deadline, app.store().update_all(ops)).await?;
-        for answer in &answers {
-            app.metrics().answer(answer);
-        }
-        return Ok(answers.into_iter().map(Out::Answer).collect());
-    }
+    let deadline = app.options().store_deadline.map(Deadline::after);
+    let ops: Vec<_> = events
+        .iter()
+        .map(|(seq, event)| operation(&config, default_agent, *seq, event))
+        .collect();
+    let results = app.store().update_all(ops, deadline).await;
+    let fail_open = app.options().on_store_failure == StoreFailure::FailOpen;
     let mut out = Vec::with_capacity(events.len());
-    let mut failed = false;
-    for (seq, event) in events {
-        if !failed {
-            let (key, f) = op(*seq, event);
-            match within(deadline, app.store().update(key, f)).await {
-                Ok(answer) => {
-                    app.metrics().answer(&answer);
-                    out.push(Out::Answer(answer));
-                    continue;
-                }
-                Err(e) if status_of(&e) == StatusCode::SERVICE_UNAVAILABLE => {
-                    tracing::warn!(target: "loopguard::server", error = %e, events = events.len() - out.len(), "store failed; answering fail-open (degraded)");
-                    failed = true;
-                }
-                Err(e) => return Err(e.into()),
+    let mut refusal: Option<(StatusCode, StoreError)> = None;
+    let mut applied = false;
+    for ((seq, event), result) in events.iter().zip(results) {
+        let e = match result {
+            Ok(answer) => {
+                app.metrics().answer(&answer);
+                applied = true;
+                out.push(Out::Answer(answer));
+                continue;
+            }
+            Err(e) => e,
+        };
+        // The later events were not attempted because of the first refusal: same status.
+        let status = match &refusal {
+            Some((status, _)) if matches!(e, StoreError::NotAttempted) => *status,
+            _ => status_of(&e),
+        };
+        if refusal.is_none() {
+            if status == StatusCode::SERVICE_UNAVAILABLE && fail_open {
+                tracing::warn!(target: "loopguard::server", error = %e, events = events.len() - out.len(), "store failed; answering fail-open (degraded)");
+            } else {
+                tracing::warn!(target: "loopguard::server", error = %e, status = status.as_u16(), "event not applied");
             }
         }
-        let degraded = Degraded::of(*seq, event, default_agent);
-        app.metrics().degraded(degraded.kind);
-        out.push(Out::Degraded(degraded));
+        if status == StatusCode::SERVICE_UNAVAILABLE && fail_open {
+            let degraded = Degraded::of(*seq, event, default_agent);
+            app.metrics().degraded(degraded.kind);
+            applied = true;
+            out.push(Out::Degraded(degraded));
+        } else {
+            out.push(Out::NotApplied(NotApplied {
+                seq: *seq,
+                error: e.to_string(),
+                status: status.as_u16(),
+            }));
+        }
+        if refusal.is_none() {
+            refusal = Some((status, e));
+        }
     }
-    Ok(out)
+    match refusal {
+        Some((status, e)) if !applied => Err(ApiError::new(status, e.to_string())),
+        _ => Ok(out),
+    }
 }
 
 #[cfg(test)]
@@ -419,18 +360,12 @@ mod tests {
     }
 
     #[test]
-    fn content_types_select_the_mode() {
-        let mut h = HeaderMap::new();
-        assert!(!is_ndjson(&h));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("Application/X-NDJSON; charset=utf-8"),
+    fn degraded_answers_say_allow() {
+        let event = parse_line(br#"{"type":"result","session":"s","call_id":"c"}"#).unwrap();
+        let text = serde_json::to_string(&Degraded::of(4, &event, None)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"seq":4,"type":"result","session":"s","run":null,"recorded":false,"abort":null,"degraded":true}"#
         );
-        assert!(is_ndjson(&h));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        assert!(!is_ndjson(&h));
     }
 }

@@ -337,3 +337,113 @@ async fn the_session_limit_is_refused_in_both_modes() {
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{mode:?}: {answer}");
     }
 }
+
+/// A failure in the middle of an array: the events before it keep their answers (they
+/// were applied), the failing one and the later ones are answered in place with their
+/// status, so that the client sends again exactly those; the request is a 200.
+#[tokio::test]
+async fn a_failure_mid_array_answers_each_event_with_its_outcome() {
+    let app = app(StoreFailure::FailClosed, None);
+    app.store().ok_left.store(2, Ordering::SeqCst);
+    app.store().mode.store(FAIL, Ordering::SeqCst);
+    let call2 =
+        r#"{"type":"call","session":"s","run":"r","call_id":"c2","tool":"read","args":{"p":2}}"#;
+    let (status, answers) = post(&app, &format!("[{CALL},{RESULT},{COMPACTION},{call2}]")).await;
+    assert_eq!(status, StatusCode::OK, "{answers}");
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers[0]["verdict"], "allow");
+    assert_eq!(answers[1]["recorded"], true);
+    assert_eq!(answers[2]["seq"], 3);
+    assert_eq!(answers[2]["status"], 503);
+    assert!(answers[2]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("store unavailable"));
+    assert_eq!(
+        answers[3],
+        json!({"seq": 4, "status": 503, "error": "not applied: an earlier event of the request could not be applied"})
+    );
+
+    // Sending again the two that were not applied gives what one clean pass gives.
+    app.store().mode.store(OK, Ordering::SeqCst);
+    let (status, again) = post(&app, &format!("[{COMPACTION},{call2}]")).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut clean = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
+    let want: Vec<Value> = [CALL, RESULT, COMPACTION, call2]
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let event = loopguard_events::parse_line(line.as_bytes()).unwrap();
+            serde_json::to_value(clean.apply(i as u64 + 1, &event)).unwrap()
+        })
+        .collect();
+    let mut got = answers[..2].to_vec();
+    for (i, mut answer) in again.as_array().unwrap().iter().cloned().enumerate() {
+        answer["seq"] = json!(i + 3);
+        got.push(answer);
+    }
+    assert_eq!(got, want);
+}
+
+/// The session limit met by a later event of an array no longer hides the events applied
+/// before it: they keep their answers, the refused one says 429.
+#[tokio::test]
+async fn the_session_limit_mid_array_keeps_the_answers_of_applied_events() {
+    let store = Faulty {
+        inner: MemoryStore::new(
+            Limits {
+                max_sessions: 1,
+                ..Limits::default()
+            },
+            Arc::new(ManualClock::new(1_000)),
+        ),
+        mode: AtomicU8::new(OK),
+        ok_left: AtomicUsize::new(0),
+    };
+    let app = Arc::new(App::new(store, Options::default()).unwrap());
+    let other = r#"{"type":"call","session":"other","call_id":"o1","tool":"read"}"#;
+    let (status, answers) = post(&app, &format!("[{CALL},{other},{RESULT}]")).await;
+    assert_eq!(status, StatusCode::OK, "{answers}");
+    assert_eq!(answers[0]["verdict"], "allow");
+    assert_eq!(answers[1]["status"], 429);
+    assert!(answers[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("session limit"));
+    assert_eq!(answers[2]["status"], 429, "not attempted after the refusal");
+    // Only the first was applied: its result is still pending, and is recorded once.
+    let (status, answer) = post(&app, RESULT).await;
+    assert_eq!(
+        (status, &answer["recorded"]),
+        (StatusCode::OK, &json!(true))
+    );
+    // A request none of whose events was applied is refused as a whole.
+    let (status, answer) = post(&app, &format!("[{other},{other}]")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("session limit"));
+}
+
+/// JSON Lines: the same outcome per line, invalid lines still answered in place.
+#[tokio::test]
+async fn a_failure_mid_json_lines_answers_each_line() {
+    let app = app(StoreFailure::FailClosed, None);
+    app.store().ok_left.store(1, Ordering::SeqCst);
+    app.store().mode.store(FAIL, Ordering::SeqCst);
+    let body = format!("{CALL}\nnot json\n{RESULT}\n");
+    let (status, _, out) = send(&app, "POST", "/v1/events", "application/x-ndjson", &body).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["verdict"], "allow");
+    assert_eq!(lines[1]["seq"], 2);
+    assert!(
+        lines[1].get("status").is_none(),
+        "an invalid line is not retried"
+    );
+    assert_eq!(lines[2]["seq"], 3);
+    assert_eq!(lines[2]["status"], 503);
+}

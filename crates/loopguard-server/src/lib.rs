@@ -27,48 +27,64 @@
 //! | `GET /v1/sessions/{session}` | a session's runs: history summary, armed guard, stop |
 //! | `DELETE /v1/sessions/{session}` | end a session |
 //! | `POST /v1/runs/end` | end a run (`{"session": ..., "run": ...}`) |
-//! | `POST /v1/admin/reload` | re-read the config and token files (also on SIGHUP) |
+//! | `POST /v1/admin/reload` | re-read the config and token files (also on SIGHUP); behind the token |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (the store takes writes) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
 //!
 //! With a token configured, every request needs `Authorization: Bearer <token>`.
+//!
+//! ## What a request goes through
+//!
+//! A connection is bounded in number and in time ([`ConnectionLimits`],
+//! `connections`); a request is authenticated, then its whole body is read within its
+//! timeout, its size limit and the memory budget (`extract`), and only then does it
+//! take one of the request slots (`tower`'s global concurrency limit) and reach its
+//! handler, which answers `Result<AppJson<_>, ApiError>`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod app;
 mod auth;
+mod budget;
+mod connections;
 mod error;
 mod events;
+mod extract;
+mod files;
 mod metrics;
+mod openapi;
+mod ops;
 mod sessions;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use loopguard_store::Store;
-use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tower::limit::GlobalConcurrencyLimitLayer;
 
-pub use app::{App, Options, ReloadReport, RequestLimits, StoreFailure};
-pub use auth::{AuthError, Token, TokenSource, MAX_TOKEN_BYTES};
+pub use app::{
+    App, ConnectionLimits, LoadError, Options, ReloadReport, RequestLimits, StoreFailure,
+};
+pub use auth::{
+    AuthError, Token, TokenError, TokenProblem, TokenSource, MAX_TOKEN_BYTES, MAX_TOKEN_FILE_BYTES,
+};
+pub use budget::MEMORY_PER_BODY_BYTE;
 pub use error::ApiError;
-pub use metrics::{Metrics, ROUTES};
+pub use extract::AppJson;
+pub use metrics::{Closed, Metrics, ROUTES};
+pub use openapi::document as openapi_document;
 pub use sessions::{
     GuardView, HistoryView, RecentCall, RunView, SessionView, StopView, RECENT_CALLS,
 };
-
-/// The OpenAPI document served at `/openapi.json`.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// Every (method, path template) the router serves, as the OpenAPI document lists them.
 pub const ENDPOINTS: &[(&str, &str)] = &[
@@ -83,29 +99,40 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("get", "/openapi.json"),
 ];
 
-/// The HTTP routes, with authentication, the concurrency limit, metrics and logs.
+/// The HTTP routes, with authentication, body reading, the request slots, metrics and
+/// logs. The layers run from the last added to the first: `observe`, `authenticate`,
+/// `read_body`, then (for the `/v1` routes) the request slots.
 pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
-    let limiter = Arc::new(Semaphore::new(app.limits().max_concurrent_requests.max(1)));
-    Router::new()
+    let limits = app.limits();
+    let slots = GlobalConcurrencyLimitLayer::new(limits.max_concurrent_requests.max(1));
+    let api = Router::new()
         .route("/v1/events", post(events::post_events::<S>))
         .route(
             "/v1/sessions/{session}",
             get(sessions::get_session::<S>).delete(sessions::end_session::<S>),
         )
         .route("/v1/runs/end", post(sessions::end_run::<S>))
-        .route("/v1/admin/reload", post(reload::<S>))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz::<S>))
-        .route("/metrics", get(metrics::<S>))
-        .route("/openapi.json", get(openapi))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .route("/v1/admin/reload", post(ops::reload::<S>))
+        .layer(slots);
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz::<S>))
+        .route("/metrics", get(ops::metrics::<S>))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            extract::read_body::<S>,
+        ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             authenticate::<S>,
         ))
         .layer(middleware::from_fn_with_state(
-            (Arc::clone(&app), limiter),
+            Arc::clone(&app),
             observe::<S>,
         ))
         .with_state(app)
@@ -123,23 +150,69 @@ pub fn serve<S: Store>(
 ) -> impl Future<Output = std::io::Result<()>> {
     let hangups = hangup_signal();
     async move {
-        use axum::serve::ListenerExt;
         let sweeper = tokio::spawn(sweep(Arc::clone(&app), sweep_every));
         let reloader = tokio::spawn(reload_on_hangup(Arc::clone(&app), hangups));
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let served = axum::serve(listener, router(Arc::clone(&app)))
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let limits = app.options().connections;
+        connections::accept(
+            listener,
+            router(Arc::clone(&app)),
+            limits,
+            app.metrics_handle(),
+            shutdown,
+        )
+        .await;
         sweeper.abort();
         reloader.abort();
         tracing::info!(target: "loopguard::server", "stopped taking requests; closing the store");
         if let Err(e) = app.store().close().await {
             tracing::error!(target: "loopguard::server", error = %e, "closing the store failed");
         }
-        served
+        Ok(())
     }
+}
+
+/// Descriptors kept free below the open-file limit for the store, logs and listeners.
+const RESERVED_FILES: u64 = 64;
+
+/// The connection cap that fits the process' open-file limit: `wanted`, or the limit less a
+/// reserve for the store's own files. First raises the soft limit to the hard one where
+/// the system allows it (a server that may hold thousands of connections should not stop
+/// at the common default of 1,024). Returns the cap and the soft limit now in force, when
+/// the system has one.
+pub fn connection_cap(wanted: usize) -> (usize, Option<u64>) {
+    let Some(soft) = raise_open_file_limit() else {
+        return (wanted, None);
+    };
+    let room = usize::try_from(soft.saturating_sub(RESERVED_FILES)).unwrap_or(usize::MAX);
+    (wanted.min(room).max(1), Some(soft))
+}
+
+#[cfg(unix)]
+fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limits = getrlimit(Resource::Nofile);
+    let soft = limits.current?;
+    let hard = limits.maximum;
+    if hard.is_some_and(|h| h <= soft) {
+        return Some(soft);
+    }
+    let raised = rustix::process::Rlimit {
+        current: hard,
+        maximum: hard,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            let now = getrlimit(Resource::Nofile).current.unwrap_or(soft);
+            tracing::debug!(target: "loopguard::server", from = soft, to = now, "raised the open-file limit");
+            Some(now)
+        }
+        Err(_) => Some(soft),
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_open_file_limit() -> Option<u64> {
+    None
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
@@ -240,7 +313,7 @@ async fn authenticate<S: Store>(
 }
 
 async fn observe<S: Store>(
-    State((app, limiter)): State<(Arc<App<S>>, Arc<Semaphore>)>,
+    State(app): State<Arc<App<S>>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -251,8 +324,6 @@ async fn observe<S: Store>(
         .and_then(|p| ROUTES.iter().copied().find(|r| *r == p.as_str()))
         .unwrap_or("other");
     let method = request.method().clone();
-    // The semaphore is never closed; should it be, go on without a permit.
-    let _permit = limiter.acquire().await.ok();
     let response = next.run(request).await;
     let status = response.status();
     let elapsed = started.elapsed();
@@ -263,81 +334,6 @@ async fn observe<S: Store>(
         tracing::debug!(target: "loopguard::server", %method, route, status = status.as_u16(), ms = elapsed.as_secs_f64() * 1e3, "request");
     }
     response
-}
-
-async fn reload<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
-    match app.reload().await {
-        Ok(report) => {
-            let mut body = serde_json::to_value(&report).unwrap_or_default();
-            body["reloaded"] = json!(true);
-            error::json_value(StatusCode::OK, &body)
-        }
-        Err(problems) => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!(
-                "config not reloaded; the previous config stays in force: {}",
-                problems.replace('\n', "; ")
-            ),
-        )
-        .into_response(),
-    }
-}
-
-async fn healthz() -> Response {
-    error::json_value(StatusCode::OK, &json!({"status": "ok"}))
-}
-
-/// Ready when the store takes writes. When it does not: 503, unless the server answers
-/// fail-open, which it can do without the store: then 200 with `"status": "degraded"`.
-async fn readyz<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
-    match app.store().check() {
-        Ok(()) => error::json_value(StatusCode::OK, &json!({"status": "ready"})),
-        Err(e) if app.options().on_store_failure == StoreFailure::FailOpen => error::json_value(
-            StatusCode::OK,
-            &json!({"status": "degraded", "error": e.to_string()}),
-        ),
-        Err(e) => error::json_value(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"status": "unavailable", "error": e.to_string()}),
-        ),
-    }
-}
-
-async fn metrics<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
-    let store_up = app.store().check().is_ok();
-    let text = app.metrics().render(&app.store().stats(), store_up);
-    let mut response = (StatusCode::OK, text).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
-}
-
-async fn openapi() -> Response {
-    error::json_response(StatusCode::OK, OPENAPI.as_bytes().to_vec())
-}
-
-async fn not_found(method: Method, uri: Uri) -> Response {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        format!(
-            "no such endpoint: {method} {}; see /openapi.json",
-            uri.path()
-        ),
-    )
-    .into_response()
-}
-
-async fn method_not_allowed(method: Method, uri: Uri) -> Response {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "{method} is not allowed on {}; see /openapi.json",
-            uri.path()
-        ),
-    )
-    .into_response()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! clients send.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use loopguard::{Detector, Level, Verdict};
@@ -29,16 +29,45 @@ const BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
-const DETECTORS: &[Detector] = &[
-    Detector::GenericRepeat,
-    Detector::KnownPollNoProgress,
-    Detector::PingPong,
-    Detector::UnknownToolRepeat,
-    Detector::GlobalCircuitBreaker,
-    Detector::CompactionLoopPersisted,
-];
+/// Every detector has its series, whatever the config: the list is the engine's own.
+const DETECTORS: [Detector; Detector::ALL.len()] = Detector::ALL;
 
-const STATUSES: &[u16] = &[200, 400, 401, 404, 405, 413, 422, 429, 500, 503];
+const STATUSES: &[u16] = &[200, 400, 401, 403, 404, 405, 408, 413, 422, 429, 500, 503];
+
+/// Why a connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The client closed it, or asked to (or the server stopped).
+    Done,
+    /// It waited longer than the idle timeout for its next request.
+    IdleTimeout,
+    /// Its request head did not arrive within the header timeout.
+    HeaderTimeout,
+    /// Closed while idle to make room at the connection limit.
+    Evicted,
+    /// An error on the connection (a malformed request, a reset).
+    Error,
+}
+
+impl Closed {
+    const ALL: [Self; 5] = [
+        Self::Done,
+        Self::IdleTimeout,
+        Self::HeaderTimeout,
+        Self::Evicted,
+        Self::Error,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::IdleTimeout => "idle_timeout",
+            Self::HeaderTimeout => "header_timeout",
+            Self::Evicted => "evicted",
+            Self::Error => "error",
+        }
+    }
+}
 
 #[derive(Default)]
 struct Histogram {
@@ -85,11 +114,14 @@ pub struct Metrics {
     events: [AtomicU64; 4],
     allowed: AtomicU64,
     /// Per detector, [warning, critical].
-    verdicts: [[AtomicU64; 2]; 6],
+    verdicts: [[AtomicU64; 2]; Detector::ALL.len()],
     aborts: AtomicU64,
     latency: [Histogram; 9],
     /// Per status in [`STATUSES`], then "other".
-    responses: [AtomicU64; 11],
+    responses: [AtomicU64; STATUSES.len() + 1],
+    connections_open: AtomicI64,
+    /// Per reason in [`Closed::ALL`].
+    connections_closed: [AtomicU64; Closed::ALL.len()],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     /// Fail-open answers given without the store: call, result, compaction.
@@ -170,6 +202,23 @@ impl Metrics {
             .position(|&x| x == status)
             .unwrap_or(STATUSES.len());
         self.responses[s].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection accepted.
+    pub fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed, and why.
+    pub fn connection_closed(&self, why: Closed) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        let i = Closed::ALL.iter().position(|&c| c == why).unwrap_or(0);
+        self.connections_closed[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections open now.
+    pub fn connections_open(&self) -> i64 {
+        self.connections_open.load(Ordering::Relaxed)
     }
 
     /// Records a config reload.
@@ -336,6 +385,32 @@ impl Metrics {
             "loopguard_http_responses_total{{code=\"other\"}} {}",
             load(&self.responses[STATUSES.len()])
         );
+
+        head(
+            &mut out,
+            "loopguard_http_connections_open",
+            "gauge",
+            "HTTP connections open.",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_http_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        head(
+            &mut out,
+            "loopguard_http_connections_closed_total",
+            "counter",
+            "HTTP connections closed, by reason (idle_timeout, header_timeout, evicted: closed by the server).",
+        );
+        for (why, n) in Closed::ALL.iter().zip(&self.connections_closed) {
+            let _ = writeln!(
+                out,
+                "loopguard_http_connections_closed_total{{reason=\"{}\"}} {}",
+                why.as_str(),
+                load(n)
+            );
+        }
 
         head(
             &mut out,

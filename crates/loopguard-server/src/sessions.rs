@@ -4,18 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use loopguard::Scope;
-use loopguard_store::{RunKey, RunSnapshot, Store};
+use loopguard_store::{bounded, Deadline, RunKey, RunSnapshot, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::error::{json_value, ApiError};
-use crate::events::{deadline_of, json_error, read_body, within};
+use crate::error::ApiError;
+use crate::extract::AppJson;
 
 /// The state of one session, as `GET /v1/sessions/{session}` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -189,29 +187,29 @@ fn check_len(name: &str, value: &str, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The store deadline of a request that starts now.
+fn deadline<S: Store>(app: &App<S>) -> Option<Deadline> {
+    app.options().store_deadline.map(Deadline::after)
+}
+
 pub(crate) async fn get_session<S: Store>(
     State(app): State<Arc<App<S>>>,
     path: Result<Path<String>, PathRejection>,
-) -> Response {
-    let result = async {
-        let session = session_id(&app, path)?;
-        let runs = within(deadline_of(&app), app.store().session(&session)).await?;
-        if runs.is_empty() {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no live session {session:?}"),
-            ));
-        }
-        let view = SessionView::new(session, &runs);
-        Ok(json_value(StatusCode::OK, &view))
+) -> Result<AppJson<SessionView>, ApiError> {
+    let session = session_id(&app, path)?;
+    let runs = bounded(deadline(&app), app.store().session(&session)).await?;
+    if runs.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no live session {session:?}"),
+        ));
     }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    Ok(AppJson(SessionView::new(session, &runs)))
 }
 
 /// Answer of `DELETE /v1/sessions/{session}`.
 #[derive(Serialize)]
-struct SessionEnded {
+pub(crate) struct SessionEnded {
     session: String,
     ended_runs: usize,
 }
@@ -219,72 +217,44 @@ struct SessionEnded {
 pub(crate) async fn end_session<S: Store>(
     State(app): State<Arc<App<S>>>,
     path: Result<Path<String>, PathRejection>,
-) -> Response {
-    let result = async {
-        let session = session_id(&app, path)?;
-        let ended_runs = within(deadline_of(&app), app.store().remove_session(&session)).await?;
-        Ok::<_, ApiError>(json_value(
-            StatusCode::OK,
-            &SessionEnded {
-                session,
-                ended_runs,
-            },
-        ))
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+) -> Result<AppJson<SessionEnded>, ApiError> {
+    let session = session_id(&app, path)?;
+    let ended_runs = bounded(deadline(&app), app.store().remove_session(&session)).await?;
+    Ok(AppJson(SessionEnded {
+        session,
+        ended_runs,
+    }))
 }
 
 /// Body of `POST /v1/runs/end`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EndRun {
+pub(crate) struct EndRun {
     session: Option<String>,
     run: Option<String>,
 }
 
 /// Answer of `POST /v1/runs/end`.
 #[derive(Serialize)]
-struct RunEnded<'a> {
-    session: &'a str,
-    run: Option<&'a str>,
+pub(crate) struct RunEnded {
+    session: String,
+    run: Option<String>,
     ended: bool,
 }
 
 pub(crate) async fn end_run<S: Store>(
     State(app): State<Arc<App<S>>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let result = async {
-        let bytes = read_body(body, &headers, app.limits().max_body_bytes).await?;
-        let EndRun { session, run } = serde_json::from_slice(&bytes).map_err(|e| {
-            let message = if e.is_syntax() || e.is_eof() {
-                json_error(&e)
-            } else {
-                format!("invalid body: {e}")
-            };
-            ApiError::bad_request(message)
-        })?;
-        let session = session.unwrap_or_default();
-        let scope = Scope::new(&session).with_run(run.as_deref());
-        let max = app.limits().max_id_bytes;
-        check_len("session", scope.session(), max)?;
-        check_len("run", scope.run().unwrap_or(""), max)?;
-        let ended = within(
-            deadline_of(&app),
-            app.store().remove_run(RunKey::of(&scope)),
-        )
-        .await?;
-        Ok::<_, ApiError>(json_value(
-            StatusCode::OK,
-            &RunEnded {
-                session: scope.session(),
-                run: scope.run(),
-                ended,
-            },
-        ))
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    AppJson(EndRun { session, run }): AppJson<EndRun>,
+) -> Result<AppJson<RunEnded>, ApiError> {
+    let session = session.unwrap_or_default();
+    let scope = Scope::new(&session).with_run(run.as_deref());
+    let max = app.limits().max_id_bytes;
+    check_len("session", scope.session(), max)?;
+    check_len("run", scope.run().unwrap_or(""), max)?;
+    let ended = bounded(deadline(&app), app.store().remove_run(RunKey::of(&scope))).await?;
+    Ok(AppJson(RunEnded {
+        session: scope.session().to_owned(),
+        run: scope.run().map(str::to_owned),
+        ended,
+    }))
 }

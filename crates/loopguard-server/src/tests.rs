@@ -422,6 +422,23 @@ async fn health_metrics_and_the_openapi_document() {
         documented, served,
         "every endpoint is documented, and only those"
     );
+    let detectors: Vec<&str> = doc["components"]["schemas"]["Detector"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    let all: Vec<&str> = loopguard::Detector::ALL
+        .iter()
+        .map(|d| d.as_str())
+        .collect();
+    assert_eq!(detectors, all, "the served enum is the engine's list");
+    for detector in all {
+        assert!(
+            text.contains(&format!("detector=\"{detector}\",level=\"warning\"")),
+            "{detector} has its series in /metrics"
+        );
+    }
     for (method, path) in ENDPOINTS {
         let path = path.replace("{session}", "s");
         let request = Request::builder()
@@ -453,8 +470,17 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_invalid() {
         "{ tools: { loopDetection: { enabled: true, warningThreshold: 2 } } }",
     )
     .unwrap();
+    // Without a token the endpoint is off unless asked for.
+    let off = app_with(Options {
+        config_path: Some(path.clone()),
+        ..Options::default()
+    });
+    let (status, body) = post(&off, "/v1/admin/reload", "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body["error"].as_str().unwrap().contains("SIGHUP"), "{body}");
     let app = app_with(Options {
         config_path: Some(path.clone()),
+        reload_without_token: true,
         ..Options::default()
     });
     let call = r#"[{"type":"call","call_id":"1","tool":"t"},{"type":"call","call_id":"2","tool":"t"},{"type":"call","call_id":"3","tool":"t"}]"#;

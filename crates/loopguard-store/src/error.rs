@@ -53,6 +53,10 @@ pub enum StoreError {
         /// Attempts made.
         attempts: u32,
     },
+    /// Not attempted: an earlier update of the same [`Store::update_all`](crate::Store::update_all)
+    /// failed, and later ones are not applied without it (their order matters).
+    #[error("not applied: an earlier event of the request could not be applied")]
+    NotAttempted,
     /// The store was closed; it takes no more operations.
     #[error("store unavailable: the store is closed")]
     Closed,
@@ -99,6 +103,47 @@ impl StoreError {
             self,
             Self::Unavailable { .. } | Self::Deadline { .. } | Self::Contention { .. }
         )
+    }
+}
+
+/// When the store work of one request must be done: a point in time, and the limit it was
+/// set from (for the error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline {
+    /// The point in time.
+    pub at: tokio::time::Instant,
+    /// How long it was from its start.
+    pub limit: Duration,
+}
+
+impl Deadline {
+    /// A deadline `limit` from now.
+    pub fn after(limit: Duration) -> Self {
+        Self {
+            at: tokio::time::Instant::now() + limit,
+            limit,
+        }
+    }
+
+    /// Runs `op`, failing with [`StoreError::Deadline`] if it is not done in time.
+    pub async fn bound<T>(
+        self,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout_at(self.at, op)
+            .await
+            .unwrap_or(Err(StoreError::Deadline { limit: self.limit }))
+    }
+}
+
+/// Runs `op` within `deadline`, if there is one.
+pub async fn bounded<T>(
+    deadline: Option<Deadline>,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match deadline {
+        Some(d) => d.bound(op).await,
+        None => op.await,
     }
 }
 

@@ -65,7 +65,7 @@ use std::sync::Arc;
 
 use loopguard::{Clock, RunState, Scope};
 
-pub use error::{Cause, Failed, StoreError};
+pub use error::{bounded, Cause, Deadline, Failed, StoreError};
 pub use memory::MemoryStore;
 pub use path::{default_db_path, default_db_path_from};
 #[cfg(feature = "redis")]
@@ -179,24 +179,36 @@ pub trait Store: Send + Sync + 'static {
         F: FnMut(&mut RunState, u64) -> R + Send;
 
     /// Applies several updates in order, as if by [`Store::update`] one after the other,
-    /// and resolves once all of them are durable. Stops at the first error: updates before
-    /// it may have been applied, later ones were not attempted (or, with a store that
-    /// pipelines them, failed with it). Stores that batch writes override this to make all
-    /// of them durable in one go.
+    /// each by `deadline` when there is one, and resolves once all of them are settled, with
+    /// one outcome per update, in order: `Ok` for an update applied and durable, `Err` for
+    /// one that was not. Once an update fails, the later ones are not attempted
+    /// ([`StoreError::NotAttempted`]), except those a store that batches writes had already
+    /// sent, which report what became of them. So a caller knows exactly which events to
+    /// send again (the one exception being [`StoreError::Deadline`], after which the
+    /// backend may still apply what it was sent: such an update's outcome is unknown).
+    /// Stores that batch writes override this to make all of them durable in one go.
     fn update_all<R, F>(
         &self,
         ops: Vec<(RunKey<'_>, F)>,
-    ) -> impl Future<Output = Result<Vec<R>, StoreError>> + Send
+        deadline: Option<Deadline>,
+    ) -> impl Future<Output = Vec<Result<R, StoreError>>> + Send
     where
         R: Send,
         F: FnMut(&mut RunState, u64) -> R + Send,
     {
         async move {
             let mut out = Vec::with_capacity(ops.len());
+            let mut failed = false;
             for (key, f) in ops {
-                out.push(self.update(key, f).await?);
+                let result = if failed {
+                    Err(StoreError::NotAttempted)
+                } else {
+                    bounded(deadline, self.update(key, f)).await
+                };
+                failed |= result.is_err();
+                out.push(result);
             }
-            Ok(out)
+            out
         }
     }
 

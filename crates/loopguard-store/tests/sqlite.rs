@@ -94,7 +94,12 @@ async fn batches_commit_together_and_answer_in_order() {
             )
         })
         .collect();
-    let got = store.update_all(ops).await.unwrap();
+    let got: Vec<Answer> = store
+        .update_all(ops, None)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(got, want);
     let stats = store.stats();
     assert_eq!(stats.writes, 30);

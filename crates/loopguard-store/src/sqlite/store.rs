@@ -16,7 +16,9 @@ use super::file::{
 use super::writer::{Completion, Completions, Delete, Op, Ticket, WriteError, Writer};
 use super::SqliteOptions;
 use crate::cache::{Cache, Reload};
-use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
+use crate::{
+    bounded, Deadline, Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats,
+};
 
 /// Updates are applied again at most this often when other writers keep winning.
 const MAX_ATTEMPTS: u32 = 16;
@@ -227,48 +229,59 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn update_all<R, F>(&self, ops: Vec<(RunKey<'_>, F)>) -> Result<Vec<R>, StoreError>
+    async fn update_all<R, F>(
+        &self,
+        ops: Vec<(RunKey<'_>, F)>,
+        deadline: Option<Deadline>,
+    ) -> Vec<Result<R, StoreError>>
     where
         R: Send,
         F: FnMut(&mut RunState, u64) -> R + Send,
     {
-        self.ensure_open()?;
+        let n = ops.len();
+        let mut out = Vec::with_capacity(n);
+        if let Err(e) = self.ensure_open() {
+            out.push(Err(e));
+            out.resize_with(n, || Err(StoreError::NotAttempted));
+            return out;
+        }
         // Apply all in order and queue their writes, so that they share a commit; then
         // wait for each in turn. A conflict is retried in order too, and every later write
         // to the same key conflicts with it and is retried after it.
-        let mut pending = Vec::with_capacity(ops.len());
-        let mut first_error = None;
+        let mut pending = Vec::with_capacity(n);
+        let mut refused = None;
         for (key, mut f) in ops {
             match self.cache.apply(key, None, &mut f, &self.writer) {
                 Ok(applied) => pending.push((key, f, applied)),
                 Err(e) => {
-                    first_error = Some(e);
+                    refused = Some(e);
                     break;
                 }
             }
         }
-        let mut out = Vec::with_capacity(pending.len());
-        let mut failure = None;
+        let mut failed = false;
         for (key, mut f, applied) in pending {
-            if failure.is_some() {
-                // Still wait, so that nothing is left in flight when we answer.
-                let _ = self.settle(key, applied.etag, applied.ticket).await;
-                continue;
-            }
-            let result = match self.settle(key, applied.etag, applied.ticket).await {
-                Settled::Done => Ok(applied.result),
-                Settled::Retry(reload) => self.retry(key, &mut f, reload).await,
-                Settled::Failed(e) => Err(e),
-            };
-            match result {
-                Ok(r) => out.push(r),
-                Err(e) => failure = Some(e),
-            }
+            let settled = bounded(deadline, async {
+                Ok(self.settle(key, applied.etag, applied.ticket).await)
+            })
+            .await;
+            out.push(match settled {
+                Ok(Settled::Done) => Ok(applied.result),
+                // After a failure nothing is applied again: its order would change. What
+                // was already sent and landed is reported as applied.
+                Ok(Settled::Retry(_)) if failed => Err(StoreError::NotAttempted),
+                Ok(Settled::Retry(reload)) => {
+                    bounded(deadline, self.retry(key, &mut f, reload)).await
+                }
+                Ok(Settled::Failed(e)) | Err(e) => Err(e),
+            });
+            failed |= out.last().is_some_and(Result::is_err);
         }
-        match failure.or(first_error) {
-            Some(e) => Err(e),
-            None => Ok(out),
+        if let Some(e) = refused {
+            out.push(Err(e));
         }
+        out.resize_with(n, || Err(StoreError::NotAttempted));
+        out
     }
 
     async fn remove_run(&self, key: RunKey<'_>) -> Result<bool, StoreError> {

@@ -1,0 +1,120 @@
+//! `/metrics` counts every verdict of every detector: each public vector (the conformance
+//! set and the extension vectors, every detector turned on by one of them) sent to a real
+//! server gives the per-detector counts that `loopguard replay`'s answers give, and the
+//! vectors together make every detector the engine has (as the served OpenAPI document
+//! lists them) appear with a non-zero count.
+
+mod common;
+mod serve_common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use common::vectors::{cases, config_of, name};
+use common::{json_lines, repo_root};
+use serde_json::Value;
+use serve_common::{replay, Server};
+
+type Counts = BTreeMap<(String, String), u64>;
+
+/// Per (detector, level): the calls warned or blocked (or that would have been, in shadow
+/// mode), and the results that aborted a run, as replay answered them.
+fn replay_counts(answers: &[Value]) -> Counts {
+    let mut counts = Counts::new();
+    for a in answers {
+        let detection = match a["type"].as_str() {
+            Some("call") if a.get("detector").is_some() => Some(a),
+            Some("call") => a.get("shadow"),
+            _ => None,
+        };
+        if let Some(d) = detection {
+            let key = (
+                d["detector"].as_str().unwrap(),
+                d["level"].as_str().unwrap(),
+            );
+            *counts
+                .entry((key.0.to_owned(), key.1.to_owned()))
+                .or_default() += 1;
+        }
+        if a["type"] == "result" && !a["abort"].is_null() {
+            let detector = a["abort"]["detector"].as_str().unwrap().to_owned();
+            *counts.entry((detector, "critical".into())).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// The non-zero `loopguard_verdicts_total` series of a metrics text.
+fn metric_counts(text: &str) -> Counts {
+    let mut counts = Counts::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("loopguard_verdicts_total{detector=\"") else {
+            continue;
+        };
+        let (detector, rest) = rest.split_once("\",level=\"").unwrap();
+        let (level, value) = rest.split_once("\"} ").unwrap();
+        let n: u64 = value.parse().unwrap();
+        if detector != "none" && n > 0 {
+            counts.insert((detector.to_owned(), level.to_owned()), n);
+        }
+    }
+    counts
+}
+
+fn check(case: &Path, fired: &mut BTreeSet<String>) -> Result<(), String> {
+    if case.join("expected-exit").exists() {
+        return Ok(()); // an invalid config: nothing to serve
+    }
+    let events = case.join("events.jsonl");
+    let want = replay_counts(&json_lines(&replay(config_of(case).as_deref(), &events)));
+    let config = config_of(case).map(|c| c.display().to_string());
+    let mut args = vec!["--memory"];
+    if let Some(c) = &config {
+        args.extend(["--config", c.as_str()]);
+    }
+    let server = Server::start(&args);
+    let mut client = server.client();
+    let response = client.post_ndjson("/v1/events", &std::fs::read(&events).unwrap());
+    if response.status != 200 {
+        return Err(format!(
+            "{}: {} {}",
+            name(case),
+            response.status,
+            response.text()
+        ));
+    }
+    let got = metric_counts(&client.get("/metrics").text());
+    fired.extend(got.keys().map(|(d, _)| d.clone()));
+    if got != want {
+        return Err(format!("{}: metrics {got:?}, replay {want:?}", name(case)));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_verdict_of_every_detector_is_counted() {
+    let root = repo_root();
+    let mut all = cases(&root.join("spec/conformance"));
+    all.extend(cases(&root.join("spec/extensions")));
+    let mut fired = BTreeSet::new();
+    let failures: Vec<String> = all
+        .iter()
+        .filter_map(|case| check(case, &mut fired).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    let server = Server::start(&["--memory"]);
+    let doc = server.client().get("/openapi.json").json();
+    let detectors: BTreeSet<String> = doc["components"]["schemas"]["Detector"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    assert!(detectors.len() >= 10, "{detectors:?}");
+    let missing: Vec<_> = detectors.difference(&fired).collect();
+    assert!(
+        missing.is_empty(),
+        "no vector made these detectors fire, so their series were never seen counting: {missing:?}"
+    );
+}

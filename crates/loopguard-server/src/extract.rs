@@ -1,0 +1,244 @@
+//! Request bodies, the server's way.
+//!
+//! - [`read_body`] (a middleware, before a request takes a slot): the whole body arrives
+//!   within [`RequestLimits::body_timeout`](crate::RequestLimits) and the size limit, and
+//!   within the memory budget; then the request reserves what parsing it costs. So a slow
+//!   or oversized body holds no request slot and no parse memory.
+//! - [`AppJson`]: a JSON body parsed into a type, whatever the `Content-Type` (hosts send
+//!   `text/plain` and worse), refused with an [`ApiError`] that says what is wrong; and a
+//!   JSON answer.
+//! - [`EventsBody`]: the body of `POST /v1/events`: JSON, or JSON Lines by its media type.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use loopguard_store::Store;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::app::App;
+use crate::error::{json_response, ApiError};
+
+/// Media types that select JSON Lines.
+const NDJSON_TYPES: &[&str] = &[
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/x-jsonlines",
+    "application/jsonlines",
+];
+
+/// Reads the whole body before the request goes on (see the module docs), holding the
+/// memory it reserves until the answer is built.
+pub(crate) async fn read_body<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let limits = app.limits();
+    let limit = limits.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    };
+    let declared = axum::body::HttpBody::size_hint(&body).exact();
+    if declared == Some(0) {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large().into_response();
+    }
+    let budget = app.budget();
+    let deadline = tokio::time::Instant::now() + limits.body_timeout;
+    let mut body = body;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut size = 0usize;
+    let arrived = loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                break Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} ms",
+                        limits.body_timeout.as_millis()
+                    ),
+                ))
+            }
+            Ok(None) => break Ok(()),
+            Ok(Some(Err(e))) => {
+                break Err(ApiError::bad_request(format!(
+                    "cannot read the request body: {e}"
+                )))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if size + data.len() > limit {
+            break Err(too_large());
+        }
+        if !budget.arrive(data.len()) {
+            break Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is receiving too many request bodies at once (its memory budget is full); retry",
+            ));
+        }
+        size += data.len();
+        chunks.push(data);
+    };
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => {
+            let mut all = Vec::with_capacity(size);
+            for chunk in &chunks {
+                all.extend_from_slice(chunk);
+            }
+            chunks.clear();
+            Bytes::from(all)
+        }
+    };
+    let reservation = match arrived {
+        Ok(()) => {
+            let reservation = budget.reserve(size).await;
+            budget.leave(size);
+            reservation
+        }
+        Err(refused) => {
+            budget.leave(size);
+            return refused.into_response();
+        }
+    };
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(reservation);
+    response
+}
+
+/// A JSON request body or answer. As an extractor it reads the body (any
+/// `Content-Type`) and parses it, refusing with 400 and the parser's words; as an answer it
+/// is the value serialized with `Content-Type: application/json`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AppJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state).await?;
+        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
+            ApiError::bad_request(if e.is_syntax() || e.is_eof() {
+                json_error(&e)
+            } else {
+                format!("invalid body: {e}")
+            })
+        })
+    }
+}
+
+impl<T: Serialize> IntoResponse for AppJson<T> {
+    fn into_response(self) -> Response {
+        let mut out = Vec::with_capacity(256);
+        match serde_json::to_writer(&mut out, &self.0) {
+            Ok(()) => json_response(StatusCode::OK, out),
+            Err(e) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot encode the answer: {e}"),
+            )
+            .into_response(),
+        }
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than the limit",
+            ),
+            _ => Self::bad_request(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            )),
+        }
+    }
+}
+
+/// The body of `POST /v1/events`.
+pub(crate) enum EventsBody {
+    /// One event or an array of them.
+    Json(serde_json::Value),
+    /// JSON Lines, read line by line as `loopguard replay` reads a file.
+    Lines(Bytes),
+}
+
+impl<S: Send + Sync> FromRequest<S> for EventsBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if is_ndjson(request.headers()) {
+            Ok(Self::Lines(Bytes::from_request(request, state).await?))
+        } else {
+            let AppJson(value) = AppJson::from_request(request, state).await?;
+            Ok(Self::Json(value))
+        }
+    }
+}
+
+fn is_ndjson(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let media = value.split(';').next().unwrap_or("").trim();
+    NDJSON_TYPES.iter().any(|t| media.eq_ignore_ascii_case(t))
+}
+
+/// A JSON parse error, in words.
+pub(crate) fn json_error(e: &serde_json::Error) -> String {
+    if e.to_string().contains("recursion limit") {
+        return format!(
+            "invalid JSON: nested deeper than {} levels (line {}, column {})",
+            loopguard_events::MAX_DEPTH,
+            e.line(),
+            e.column()
+        );
+    }
+    format!("invalid JSON: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn content_types_select_the_mode() {
+        let mut h = HeaderMap::new();
+        assert!(!is_ndjson(&h));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("Application/X-NDJSON; charset=utf-8"),
+        );
+        assert!(is_ndjson(&h));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        assert!(!is_ndjson(&h));
+    }
+}
