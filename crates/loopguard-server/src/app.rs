@@ -29,11 +29,12 @@ pub struct RequestLimits {
     /// Longest time a request body may take to arrive, from the end of its head (default
     /// 10 s); past it the request is answered 408 and the connection closed.
     pub body_timeout: Duration,
-    /// Memory that request bodies may hold at once while they are parsed and answered, in
-    /// bytes (default 512 MiB): each request reserves [`crate::MEMORY_PER_BODY_BYTE`] times
-    /// its body's size once the body has arrived, and waits for room when others hold it.
-    /// Bodies still arriving count against it too: a body that would pass it is refused
-    /// (503) rather than buffered.
+    /// Memory that requests may hold at once while they are parsed and answered, in
+    /// bytes (default 512 MiB): once its body has arrived, each request reserves what
+    /// parsing it costs ([`crate::parse_cost`]), waiting for room when others hold it; a
+    /// body that costs more than the whole budget is refused (413). Bodies still arriving
+    /// are bounded by the same amount: a body that would pass it is refused (503) rather
+    /// than buffered.
     pub memory_budget_bytes: usize,
 }
 
@@ -126,6 +127,11 @@ pub struct Options {
     /// session read or removal); past it the store has failed for that request. `None`:
     /// only the store's own limits apply.
     pub store_deadline: Option<Duration>,
+    /// Called (on a blocking thread, at most once a second) after a request that
+    /// reserved a large share of memory was answered, to give the freed memory back to
+    /// the system: the C allocator keeps what a large parse freed in its arenas otherwise.
+    /// The binary passes glibc's `malloc_trim`.
+    pub release_memory: Option<fn()>,
 }
 
 /// What a reload did.

@@ -1,32 +1,92 @@
 //! The memory budget of request bodies.
 //!
-//! A body of N bytes costs about N while it arrives, and up to
-//! [`MEMORY_PER_BODY_BYTE`]` × N` while it is parsed into events and answered (the parsed
-//! JSON of small values takes many times the bytes of its text: a `0,` in an array is a
-//! 32-byte value, and the array doubles as it grows). So the server keeps two counts,
-//! each bounded by [`RequestLimits::memory_budget_bytes`](crate::RequestLimits):
+//! A body of N bytes costs N while it arrives, and then what its parsed JSON costs while
+//! it is turned into events and answered: far more than N for JSON made of many small
+//! values (each value is a 32-byte slot, each object a 632-byte tree node before its
+//! first entry, each array doubles as it grows). [`parse_cost`] bounds that cost from the
+//! body's text before it is parsed, and the server keeps two counts, each bounded by
+//! [`RequestLimits::memory_budget_bytes`](crate::RequestLimits):
 //!
 //! - bytes of bodies still arriving: a frame that would pass the budget fails its request
 //!   at once (503), so a flood of large bodies cannot grow memory, and no request ever
 //!   waits while holding part of the budget;
-//! - reservations of requests whose body has arrived: each takes `k × N` (at most the whole
-//!   budget) in one go, waiting in turn when others hold it, and gives it back once its
-//!   answer is built.
+//! - reservations of requests whose body has arrived: each takes its [`parse_cost`] in one
+//!   go, waiting in turn when others hold the budget, and gives it back once its answer is
+//!   built. A body whose cost alone passes the budget is refused (413).
 //!
 //! A request never holds one count while waiting for the other, so the two cannot lock
 //! each other up.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// Memory a request may need while it is parsed and answered, per byte of its body: the
-/// bound `k` measured by the reliability suite (`tests/serve_reliability.rs` in the CLI
-/// crate) over the shapes of JSON that cost the most per byte.
-pub const MEMORY_PER_BODY_BYTE: usize = 16;
+/// The most [`parse_cost`] can be per byte of body (JSON such as `[{"a":0},…]`, an object
+/// per 8 bytes); the measured cost of that shape is about 88 bytes per byte.
+pub const MAX_COST_PER_BODY_BYTE: usize = 128;
+
+/// Bodies up to this size are not scanned: they reserve [`MAX_COST_PER_BODY_BYTE`] times
+/// their size, a few megabytes at most, which saves the scan on the common small request.
+const SCAN_ABOVE: usize = 64 << 10;
+
+/// An upper bound, in bytes, of the memory parsing `body` into `serde_json` values takes,
+/// the body included: a slot per value (with room for arrays to have doubled), a share of
+/// a B-tree node per object entry (nodes are at least 5/11 full), a whole node per object,
+/// and each string's allocation. A single pass over the bytes, without parsing; for
+/// bodies that are not JSON it still bounds what the parser could build before failing.
+pub fn parse_cost(body: &[u8]) -> usize {
+    if body.len() <= SCAN_ABOVE {
+        return body.len().saturating_mul(MAX_COST_PER_BODY_BYTE);
+    }
+    let (mut values, mut entries, mut objects, mut strings, mut string_bytes) =
+        (1usize, 0usize, 0usize, 0usize, 0usize);
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => string_bytes += 1,
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                strings += 1;
+            }
+            b'{' => {
+                objects += 1;
+                values += 1;
+            }
+            b'[' => values += 1,
+            b',' => values += 1,
+            b':' => {
+                entries += 1;
+                values += 1;
+            }
+            _ => {}
+        }
+    }
+    let tree = 64 * values + 128 * entries + 640 * objects + 32 * strings + string_bytes;
+    // The body itself, and as much again for the engine's scratch (key orders, stacks).
+    tree.saturating_add(2 * body.len())
+        .min(body.len().saturating_mul(MAX_COST_PER_BODY_BYTE))
+}
 
 /// Reservations are counted in units of this many bytes (a semaphore counts in `u32`).
 const UNIT: usize = 1024;
+
+/// A request that reserved at least this much memory gives it back to the system once
+/// answered (see [`Options::release_memory`](crate::Options)).
+const RELEASE_ABOVE: usize = 16 << 20;
+
+/// Releases are this far apart at least.
+const RELEASE_EVERY: Duration = Duration::from_secs(1);
 
 /// The budget; see the module docs.
 #[derive(Debug)]
@@ -34,6 +94,11 @@ pub(crate) struct Budget {
     limit: usize,
     arriving: AtomicUsize,
     parsing: Semaphore,
+    /// A release is running.
+    releasing: Arc<AtomicBool>,
+    /// When the last release started (ms since `origin`).
+    released_at: AtomicU64,
+    origin: Instant,
 }
 
 impl Budget {
@@ -43,6 +108,9 @@ impl Budget {
             limit,
             arriving: AtomicUsize::new(0),
             parsing: Semaphore::new(limit / UNIT),
+            releasing: Arc::default(),
+            released_at: AtomicU64::new(0),
+            origin: Instant::now(),
         }
     }
 
@@ -61,15 +129,43 @@ impl Budget {
         self.arriving.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// Reserves what parsing and answering a body of `n` bytes may cost; waits for room.
-    pub(crate) async fn reserve(&self, n: usize) -> Option<SemaphorePermit<'_>> {
-        let bytes = n.saturating_mul(MEMORY_PER_BODY_BYTE).min(self.limit);
+    /// The budget, in bytes.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Reserves `cost` bytes (at most the whole budget) for a request being parsed and
+    /// answered; waits for room.
+    pub(crate) async fn reserve(&self, cost: usize) -> Option<SemaphorePermit<'_>> {
+        let bytes = cost.min(self.limit);
         let units = u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX);
         if units == 0 {
             return None;
         }
         // Never closed; should it be, go on without a reservation.
         self.parsing.acquire_many(units).await.ok()
+    }
+
+    /// After a request that reserved `cost` was answered: runs `release` on a blocking
+    /// thread when the cost was large, none is running, and the last was long enough ago.
+    pub(crate) fn after(&self, cost: usize, release: Option<fn()>) {
+        let Some(release) = release.filter(|_| cost >= RELEASE_ABOVE) else {
+            return;
+        };
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.released_at.load(Ordering::Acquire);
+        if now.saturating_sub(last) < RELEASE_EVERY.as_millis() as u64 && last != 0 {
+            return;
+        }
+        if self.releasing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.released_at.store(now.max(1), Ordering::Release);
+        let releasing = Arc::clone(&self.releasing);
+        tokio::task::spawn_blocking(move || {
+            release();
+            releasing.store(false, Ordering::Release);
+        });
     }
 
     /// Bytes reserved now.
@@ -92,9 +188,9 @@ mod tests {
         assert!(budget.arrive(5 * UNIT));
         budget.leave(5 * UNIT);
 
-        let one = budget.reserve(UNIT).await.unwrap();
-        assert_eq!(budget.reserved(), MEMORY_PER_BODY_BYTE * UNIT);
-        // A body whose cost passes the budget takes all of it, and waits for the rest.
+        let one = budget.reserve(16 * UNIT).await.unwrap();
+        assert_eq!(budget.reserved(), 16 * UNIT);
+        // A cost beyond the budget takes all of it, and waits for the rest.
         let mut whole = std::pin::pin!(budget.reserve(100 * UNIT));
         assert!(futures_poll(&mut whole).is_none());
         drop(one);
@@ -103,6 +199,43 @@ mod tests {
         drop(whole);
         assert_eq!(budget.reserved(), 0);
         assert!(budget.reserve(0).await.is_none());
+    }
+
+    /// The bound holds the measured worst shapes (see the reliability suite for the
+    /// measurements): it is at least what each shape costs per byte, and no more than
+    /// [`MAX_COST_PER_BODY_BYTE`].
+    #[test]
+    fn parse_costs_bound_the_shapes_that_cost_most() {
+        let n = 1 << 20;
+        let wrap = |items: &str, count: usize| -> Vec<u8> {
+            let mut body = b"{\"type\":\"call\",\"tool\":\"t\",\"args\":[".to_vec();
+            for i in 0..count {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(items.as_bytes());
+            }
+            body.extend_from_slice(b"]}");
+            body
+        };
+        for (shape, measured_per_byte) in [
+            ("0", 18.4),
+            ("{\"a\":0}", 88.0),
+            ("\"a\"", 16.0),
+            ("[]", 12.7),
+        ] {
+            let body = wrap(shape, n / (shape.len() + 1));
+            let per_byte = parse_cost(&body) as f64 / body.len() as f64;
+            assert!(
+                per_byte >= measured_per_byte && per_byte <= MAX_COST_PER_BODY_BYTE as f64,
+                "{shape}: {per_byte}"
+            );
+        }
+        // Text costs little more than itself.
+        let text = format!("{{\"type\":\"result\",\"result\":\"{}\"}}", "x".repeat(n));
+        assert!(parse_cost(text.as_bytes()) < 4 * text.len());
+        // Small bodies are not scanned.
+        assert_eq!(parse_cost(b"{}"), 2 * MAX_COST_PER_BODY_BYTE);
     }
 
     /// Polls a future once.

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::app::App;
+use crate::budget::parse_cost;
 use crate::error::{json_response, ApiError};
 
 /// Media types that select JSON Lines.
@@ -108,21 +109,30 @@ pub(crate) async fn read_body<S: Store>(
             Bytes::from(all)
         }
     };
-    let reservation = match arrived {
-        Ok(()) => {
-            let reservation = budget.reserve(size).await;
-            budget.leave(size);
-            reservation
-        }
-        Err(refused) => {
-            budget.leave(size);
-            return refused.into_response();
-        }
-    };
+    if let Err(refused) = arrived {
+        budget.leave(size);
+        return refused.into_response();
+    }
+    let cost = parse_cost(&bytes);
+    if cost > budget.limit() {
+        budget.leave(size);
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "parsing this body could take {} MiB of memory, more than the server's budget of {} MiB; send its events in smaller requests",
+                cost >> 20,
+                budget.limit() >> 20
+            ),
+        )
+        .into_response();
+    }
+    let reservation = budget.reserve(cost).await;
+    budget.leave(size);
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     drop(reservation);
+    budget.after(cost, app.options().release_memory);
     response
 }
 

@@ -77,7 +77,7 @@ pub use app::{
 pub use auth::{
     AuthError, Token, TokenError, TokenProblem, TokenSource, MAX_TOKEN_BYTES, MAX_TOKEN_FILE_BYTES,
 };
-pub use budget::MEMORY_PER_BODY_BYTE;
+pub use budget::{parse_cost, MAX_COST_PER_BODY_BYTE};
 pub use error::ApiError;
 pub use extract::AppJson;
 pub use metrics::{Closed, Metrics, ROUTES};
