@@ -476,9 +476,12 @@ async fn run_with<S: Store>(
     served.await.map_err(|e| format!("server failed: {e}"))
 }
 
-/// How memory freed by a large request goes back to the system: glibc keeps it in its
-/// arenas (a server that parsed one 8 MiB body of small values would stay hundreds of
-/// megabytes larger) unless asked with `malloc_trim`.
+/// How memory freed by a large request goes back to the system. glibc keeps what a large
+/// parse freed (a server that parsed one 8 MiB body of small values would stay hundreds of
+/// megabytes larger): its trim and mmap thresholds grow with the largest block freed, so
+/// they are fixed here (blocks from 1 MiB up are mapped apart and unmapped when freed; a
+/// free top of a heap beyond 8 MiB is returned at once), and after a large request the
+/// server asks `malloc_trim` for the free pages inside the heaps.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn release_memory() -> Option<fn()> {
     fn trim() {
@@ -487,6 +490,13 @@ fn release_memory() -> Option<fn()> {
         unsafe {
             libc::malloc_trim(0);
         }
+    }
+    // SAFETY: `mallopt` sets two numbers of glibc's allocator (under its lock) before the
+    // runtime starts; it touches no memory of ours.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
     Some(trim)
 }

@@ -17,6 +17,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use http_body_util::BodyExt;
 use loopguard_store::Store;
 use serde::de::DeserializeOwned;
@@ -61,8 +62,10 @@ pub(crate) async fn read_body<S: Store>(
     let budget = app.budget();
     let deadline = tokio::time::Instant::now() + limits.body_timeout;
     let mut body = body;
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut size = 0usize;
+    // A body that comes in one frame is kept as it came; one in several is gathered into
+    // one buffer of the declared size (a chunked body grows its own).
+    let mut first: Option<Bytes> = None;
+    let mut buffer = BytesMut::new();
     let arrived = loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => {
@@ -85,7 +88,8 @@ pub(crate) async fn read_body<S: Store>(
         let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
-        if size + data.len() > limit {
+        let held = first.as_ref().map_or(buffer.len(), Bytes::len);
+        if held + data.len() > limit {
             break Err(too_large());
         }
         if !budget.arrive(data.len()) {
@@ -94,21 +98,22 @@ pub(crate) async fn read_body<S: Store>(
                 "the server is receiving too many request bodies at once (its memory budget is full); retry",
             ));
         }
-        size += data.len();
-        chunks.push(data);
-    };
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
-        _ => {
-            let mut all = Vec::with_capacity(size);
-            for chunk in &chunks {
-                all.extend_from_slice(chunk);
+        match first.take() {
+            None if buffer.is_empty() => first = Some(data),
+            None => buffer.extend_from_slice(&data),
+            Some(earlier) => {
+                buffer.reserve(
+                    declared
+                        .map_or(0, |n| n as usize)
+                        .max(earlier.len() + data.len()),
+                );
+                buffer.extend_from_slice(&earlier);
+                buffer.extend_from_slice(&data);
             }
-            chunks.clear();
-            Bytes::from(all)
         }
     };
+    let bytes = first.unwrap_or_else(|| buffer.freeze());
+    let size = bytes.len();
     if let Err(refused) = arrived {
         budget.leave(size);
         return refused.into_response();
@@ -142,19 +147,38 @@ pub(crate) async fn read_body<S: Store>(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AppJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
+/// Bodies larger than this are parsed on a blocking thread: parsing megabytes takes long
+/// enough to hold up the other connections of a runtime worker.
+const PARSE_APART_ABOVE: usize = 256 << 10;
+
+impl<T: DeserializeOwned + Send + 'static, S: Send + Sync> FromRequest<S> for AppJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(request, state).await?;
-        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
-            ApiError::bad_request(if e.is_syntax() || e.is_eof() {
-                json_error(&e)
-            } else {
-                format!("invalid body: {e}")
-            })
-        })
+        if bytes.len() <= PARSE_APART_ABOVE {
+            return parse(&bytes).map(Self);
+        }
+        tokio::task::spawn_blocking(move || parse(&bytes))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("parsing the body failed: {e}"),
+                )
+            })?
+            .map(Self)
     }
+}
+
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(if e.is_syntax() || e.is_eof() {
+            json_error(&e)
+        } else {
+            format!("invalid body: {e}")
+        })
+    })
 }
 
 impl<T: Serialize> IntoResponse for AppJson<T> {

@@ -30,7 +30,21 @@ impl Server {
 
     /// Starts the server, or returns what it said on stderr when it exited instead.
     pub fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_loopguard"));
+        Self::spawn(Command::new(env!("CARGO_BIN_EXE_loopguard")), args, env)
+    }
+
+    /// Starts the server with its open-file limit at `n` (soft and hard: it cannot raise
+    /// it), through `sh -c 'ulimit -n N'`.
+    pub fn try_start_with_nofile(n: u32, args: &[&str]) -> Result<Server, String> {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_loopguard"));
+        Self::spawn(command, args, &[])
+    }
+
+    fn spawn(mut command: Command, args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
         command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -284,26 +298,48 @@ impl Client {
         let _ = self.reader.get_mut().write_all(bytes);
     }
 
+    /// `POST path` with a JSON body; `None` when the connection fails (the server died,
+    /// or closed the connection) instead of a panic.
+    pub fn try_post(&mut self, path: &str, body: &str) -> Option<Response> {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        let stream = self.reader.get_mut();
+        stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(body.as_bytes()))
+            .ok()?;
+        self.try_read_response().ok()
+    }
+
     /// Reads one response.
     pub fn read_response(&mut self) -> Response {
+        self.try_read_response().expect("a response")
+    }
+
+    /// Reads one response, or the I/O error that ended the connection.
+    pub fn try_read_response(&mut self) -> std::io::Result<Response> {
+        let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
         let mut status_line = String::new();
-        self.reader
-            .read_line(&mut status_line)
-            .expect("status line");
+        self.reader.read_line(&mut status_line)?;
         let status: u16 = status_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+            .ok_or_else(|| bad(format!("bad status line {status_line:?}")))?;
         let mut headers = Vec::new();
         loop {
             let mut line = String::new();
-            self.reader.read_line(&mut line).expect("header line");
+            self.reader.read_line(&mut line)?;
             let line = line.trim_end();
             if line.is_empty() {
                 break;
             }
-            let (k, v) = line.split_once(':').expect("header");
+            let (k, v) = line
+                .split_once(':')
+                .ok_or_else(|| bad(format!("bad header {line:?}")))?;
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
         let find = |name: &str| {
@@ -314,26 +350,26 @@ impl Client {
         };
         let mut body = Vec::new();
         if let Some(len) = find("content-length") {
-            body.resize(len.parse().unwrap(), 0);
-            self.reader.read_exact(&mut body).expect("body");
+            body.resize(len.parse().map_err(|_| bad(len))?, 0);
+            self.reader.read_exact(&mut body)?;
         } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
             loop {
                 let mut size = String::new();
-                self.reader.read_line(&mut size).unwrap();
-                let size = usize::from_str_radix(size.trim(), 16).unwrap();
+                self.reader.read_line(&mut size)?;
+                let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad(size))?;
                 let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk).unwrap();
+                self.reader.read_exact(&mut chunk)?;
                 if size == 0 {
                     break;
                 }
                 body.extend_from_slice(&chunk[..size]);
             }
         }
-        Response {
+        Ok(Response {
             status,
             headers,
             body,
-        }
+        })
     }
 }
 
