@@ -404,3 +404,107 @@ fn settings_redis_refuses_stop_the_server_at_start() {
         assert!(started.elapsed() < Duration::from_secs(5), "{url}");
     }
 }
+
+/// A small deterministic generator (xorshift), seeded per run and printed.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Self {
+        let seed = std::env::var("LOOPGUARD_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        eprintln!("seed {seed} (LOOPGUARD_TEST_SEED={seed} replays this run)");
+        Self(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Retries after Redis faults count once. Three replicas, each event to a random one; at
+/// random points Redis is paused for writes longer than the deadline (the replica answers
+/// 503 for an event Redis applies a moment later) or killed and started again (events meanwhile
+/// are 503 and not applied). The client sends every refused event again until it is
+/// answered, and repeats answered ones at random as a client whose answer was lost does:
+/// every answer equals one clean replay of the stream.
+#[test]
+fn retried_events_after_redis_faults_count_once() {
+    if !require("retried_events_after_redis_faults_count_once") {
+        return;
+    }
+    let mut rng = Rng::seeded();
+    let mut redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]).unwrap();
+    let dir = tempdir();
+    let config_path = config_file(dir.path());
+    let config = ConfigSet::parse(CONFIG).unwrap();
+    let servers = replicas(
+        3,
+        &redis.url(),
+        &prefix("retries"),
+        Some(&config_path),
+        &["--store-deadline", "150ms"],
+    )
+    .unwrap();
+    let mut clients: Vec<Client> = servers.iter().map(Server::client).collect();
+    let (sessions, stream) = interleaved("retries", 4);
+    let mut answers = vec![Vec::new(); sessions.len()];
+    let (mut pauses, mut kills, mut refused, mut retries) = (0, 0, 0, 0);
+    for (k, line) in &stream {
+        match rng.below(30) {
+            0 => {
+                // Writes wait 400 ms in Redis: longer than the deadline, then applied.
+                redis.command(&["CLIENT", "PAUSE", "400", "WRITE"]).unwrap();
+                pauses += 1;
+            }
+            1 => {
+                redis.kill();
+                let response = clients[0].post("/v1/events", line);
+                assert_eq!(response.status, 503, "{}", response.text());
+                refused += 1;
+                redis.restart().unwrap();
+                kills += 1;
+            }
+            _ => {}
+        }
+        let repeats = rng.below(3);
+        let mut send = |clients: &mut Vec<Client>, retries: &mut usize, refused: &mut usize| loop {
+            let replica = rng.below(3) as usize;
+            let response = clients[replica].post("/v1/events", line);
+            if matches!(response.status, 200 | 422) {
+                return response.json();
+            }
+            assert_eq!(response.status, 503, "{}", response.text());
+            *refused += 1;
+            *retries += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let answer = send(&mut clients, &mut retries, &mut refused);
+        for _ in 0..repeats {
+            retries += 1;
+            let again = send(&mut clients, &mut retries, &mut refused);
+            assert_eq!(again, answer, "a retry gets the same answer: {line}");
+        }
+        answers[*k].push(answer);
+    }
+    let mut double_counted = 0;
+    for (events, got) in sessions.iter().zip(&answers) {
+        let want = serve_common::replay_lines(&config, events);
+        double_counted += got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    }
+    eprintln!(
+        "{} events over three replicas, {pauses} write pauses past the deadline, {kills} Redis kills, {refused} answers 503, {retries} retries: {double_counted} events counted twice",
+        stream.len()
+    );
+    check_sessions(&config, &sessions, &answers);
+}

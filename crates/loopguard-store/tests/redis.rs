@@ -841,3 +841,66 @@ async fn tls_with_a_client_certificate() {
     );
     assert!(!shown.contains("PRIVATE KEY"), "{shown}");
 }
+
+/// A Redis at `maxmemory` with `noeviction` refuses new sessions as it refuses new events
+/// of live ones (a script's pruning write used to come first and let them in): every event
+/// that would add data fails (503 in the server), nothing is half-written, and once Redis
+/// has room again new sessions are taken.
+#[tokio::test]
+async fn a_full_redis_refuses_new_sessions_too() {
+    if !require("a_full_redis_refuses_new_sessions_too") {
+        return;
+    }
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"])
+            .unwrap();
+    let store = connect(
+        &redis.url(),
+        Arc::new(SystemClock),
+        Limits::default(),
+        options("full:"),
+    )
+    .await;
+    let config = ConfigSet::default();
+    let event = |session: &str| {
+        format!(
+            r#"{{"type":"call","session":"{session}","call_id":"c1","tool":"read","args":{{"pad":"{}"}}}}"#,
+            "x".repeat(200)
+        )
+    };
+    let mut accepted = 0;
+    let first_refusal = loop {
+        match apply(&store, &config, 1, &event(&format!("s{accepted}"))).await {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 100_000, "Redis never filled up");
+    };
+    assert!(first_refusal.is_transient(), "{first_refusal:?}");
+    assert!(first_refusal.to_string().contains("OOM"), "{first_refusal}");
+    let mut let_in = 0;
+    for k in 0..2_000 {
+        if apply(&store, &config, 1, &event(&format!("late-{k}")))
+            .await
+            .is_ok()
+        {
+            let_in += 1;
+        }
+    }
+    let live = apply(&store, &config, 1, &event("s0")).await;
+    println!(
+        "{accepted} sessions taken before Redis was full; then {let_in} of 2,000 new sessions let in; a live session's next event: {}",
+        match &live {
+            Ok(_) => "taken".to_owned(),
+            Err(e) => e.to_string(),
+        }
+    );
+    assert_eq!(let_in, 0, "new sessions are refused once Redis is full");
+    assert!(live.is_err(), "and so are events of live sessions");
+    assert!(
+        store.check().is_ok(),
+        "refused writes do not take the link down"
+    );
+    redis.command(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    apply(&store, &config, 1, &event("after")).await.unwrap();
+}

@@ -22,15 +22,21 @@ use ::redis::Script;
 /// An event of a known run costs five commands (`GETRANGE`, `ZSCORE`, `SET`, `ZADD`,
 /// `PEXPIRE`); the index is pruned of idle runs, and the session's run limit enforced, only
 /// when a run starts.
+///
+/// The first write is always the `SET`: Redis refuses a write that needs memory beyond
+/// `maxmemory` only when it is the script's first write (a script is not stopped half
+/// way), so a pruning `ZREMRANGEBYSCORE` before it would let a full Redis take new runs.
+/// Counting live runs with `ZCOUNT` reads instead.
 const CAS: &str = r#"
 local tag = redis.call('GETRANGE', KEYS[1], 1, 8)
 if tag ~= ARGV[1] then
   return {0, redis.call('GET', KEYS[1])}
 end
 local previous = redis.call('ZSCORE', KEYS[2], ARGV[7])
-if not previous then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
-  local n = redis.call('ZCARD', KEYS[2])
+local new_run = not previous
+local n = 0
+if new_run then
+  n = redis.call('ZCOUNT', KEYS[2], ARGV[5], '+inf')
   if n == 0 then
     if ARGV[8] ~= '1' then
       return {2}
@@ -39,6 +45,10 @@ if not previous then
   else
     previous = '0'
   end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if new_run then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
   local max = tonumber(ARGV[6])
   while n >= max and n > 0 do
     local oldest = redis.call('ZPOPMIN', KEYS[2])
@@ -46,7 +56,6 @@ if not previous then
     n = n - 1
   end
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {1, previous}
@@ -59,16 +68,24 @@ return {1, previous}
 /// that exists), registry TTL (ms).
 ///
 /// Replies `{1 if registered else 0, live sessions}`.
+///
+/// As in [`CAS`], the `ZADD` is the first write, so that a Redis at `maxmemory` refuses
+/// new sessions (the error fails the event: 503) instead of letting them in through an
+/// earlier pruning write.
 const REGISTER: &str = r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
-local n = redis.call('ZCARD', KEYS[1])
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+local n = redis.call('ZCOUNT', KEYS[1], ARGV[3], '+inf')
+local known = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if known and tonumber(known) < tonumber(ARGV[3]) then
+  known = false
+end
+if not known then
   if ARGV[5] ~= '1' and n >= tonumber(ARGV[4]) then
     return {0, n}
   end
   n = n + 1
 end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return {1, n}
 "#;
