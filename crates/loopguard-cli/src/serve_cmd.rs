@@ -10,9 +10,11 @@ use loopguard::SystemClock;
 use loopguard_server::{
     connection_cap, App, ConnectionLimits, Options, RequestLimits, StoreFailure, TokenSource,
 };
+#[cfg(feature = "redis")]
+use loopguard_store::{ClientCert, RedisOptions, RedisStore, RedisTarget};
 use loopguard_store::{
-    default_db_path, ClientCert, Limits, MemoryStore, RedisOptions, RedisStore, RedisTarget,
-    SharedClock, SqliteOptions, SqliteStore, Store, Synchronous,
+    default_db_path, Limits, MemoryStore, SharedClock, SqliteOptions, SqliteStore, Store,
+    Synchronous,
 };
 
 use crate::output::fatal;
@@ -24,9 +26,11 @@ const TOKEN_ENV: &str = "LOOPGUARD_TOKEN";
 
 /// Environment variable holding the Redis password (instead of the URL, where process
 /// listings show it).
+#[cfg(feature = "redis")]
 const REDIS_PASSWORD_ENV: &str = "LOOPGUARD_REDIS_PASSWORD";
 
 /// Store deadline when the store is Redis and `--store-deadline` is not given.
+#[cfg(feature = "redis")]
 const REDIS_DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Run the guard as a local HTTP service (the sidecar) with its state on disk.
@@ -96,17 +100,21 @@ pub struct ServeArgs {
         default_value = "loopguard:",
         env = "LOOPGUARD_REDIS_PREFIX"
     )]
+    #[cfg(feature = "redis")]
     redis_prefix: String,
     /// PEM file of the certificate authority to trust for rediss:// (default: the
     /// system's roots).
     #[arg(long, value_name = "FILE")]
+    #[cfg(feature = "redis")]
     redis_ca_file: Option<PathBuf>,
     /// PEM client certificate to present over rediss://, for a Redis that checks client
     /// certificates (tls-auth-clients yes); needs --redis-key-file.
     #[arg(long, value_name = "FILE", requires = "redis_key_file")]
+    #[cfg(feature = "redis")]
     redis_cert_file: Option<PathBuf>,
     /// PEM private key of --redis-cert-file.
     #[arg(long, value_name = "FILE", requires = "redis_cert_file")]
+    #[cfg(feature = "redis")]
     redis_key_file: Option<PathBuf>,
     /// What /v1/events answers when the store cannot be used (Redis down or too slow, disk
     /// full): fail-closed answers 503 with a JSON error; fail-open answers as if the guard
@@ -199,6 +207,7 @@ enum FailureMode {
 enum StoreChoice {
     Memory,
     Sqlite(Option<PathBuf>),
+    #[cfg(feature = "redis")]
     Redis(RedisTarget),
 }
 
@@ -225,9 +234,15 @@ impl StoreChoice {
                 (!path.is_empty()).then(|| PathBuf::from(path)),
             ));
         }
-        RedisTarget::parse(url)
+        #[cfg(feature = "redis")]
+        return RedisTarget::parse(url)
             .map(Self::Redis)
-            .map_err(|e| format!("--store: {e}"))
+            .map_err(|e| format!("--store: {e}"));
+        #[cfg(not(feature = "redis"))]
+        Err(
+            "--store: not memory or sqlite:PATH, and this build has no Redis store (its redis feature is off)"
+                .into(),
+        )
     }
 }
 
@@ -366,44 +381,17 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
                 announce,
             ));
         }
+        #[cfg(feature = "redis")]
         StoreChoice::Redis(target) => {
-            let redis = RedisOptions {
-                prefix: args.redis_prefix.clone(),
-                deadline: args.store_deadline.unwrap_or(REDIS_DEFAULT_DEADLINE),
-                password: std::env::var(REDIS_PASSWORD_ENV).ok(),
-                ca_pem: read_pem("--redis-ca-file", args.redis_ca_file.as_deref())?,
-                client_cert: match (
-                    read_pem("--redis-cert-file", args.redis_cert_file.as_deref())?,
-                    read_pem("--redis-key-file", args.redis_key_file.as_deref())?,
-                ) {
-                    (Some(cert_pem), Some(key_pem)) => Some(ClientCert { cert_pem, key_pem }),
-                    _ => None,
-                },
-                ..RedisOptions::default()
-            };
-            let options = Options {
-                store_deadline: Some(redis.deadline),
-                ..options
-            };
-            let described = format!(
-                "redis {target} (prefix {:?}, {})",
-                redis.prefix,
-                options.on_store_failure.as_str()
-            );
-            return runtime.block_on(async move {
-                let store = RedisStore::connect(target, limits, clock, redis)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                run_with(
-                    store,
-                    options,
-                    &args.listen,
-                    sweep_every,
-                    described,
-                    announce,
-                )
-                .await
-            });
+            return runtime.block_on(serve_redis(
+                &args,
+                target,
+                limits,
+                clock,
+                options,
+                sweep_every,
+                announce,
+            ));
         }
         StoreChoice::Sqlite(Some(path)) => path,
         StoreChoice::Sqlite(None) => default_db_path()?,
@@ -425,6 +413,54 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
         described,
         announce,
     ))
+}
+
+/// `serve` on a Redis store.
+#[cfg(feature = "redis")]
+async fn serve_redis(
+    args: &ServeArgs,
+    target: RedisTarget,
+    limits: Limits,
+    clock: SharedClock,
+    options: Options,
+    sweep_every: Duration,
+    announce: Announce,
+) -> Result<(), String> {
+    let redis = RedisOptions {
+        prefix: args.redis_prefix.clone(),
+        deadline: args.store_deadline.unwrap_or(REDIS_DEFAULT_DEADLINE),
+        password: std::env::var(REDIS_PASSWORD_ENV).ok(),
+        ca_pem: read_pem("--redis-ca-file", args.redis_ca_file.as_deref())?,
+        client_cert: match (
+            read_pem("--redis-cert-file", args.redis_cert_file.as_deref())?,
+            read_pem("--redis-key-file", args.redis_key_file.as_deref())?,
+        ) {
+            (Some(cert_pem), Some(key_pem)) => Some(ClientCert { cert_pem, key_pem }),
+            _ => None,
+        },
+        ..RedisOptions::default()
+    };
+    let options = Options {
+        store_deadline: Some(redis.deadline),
+        ..options
+    };
+    let described = format!(
+        "redis {target} (prefix {:?}, {})",
+        redis.prefix,
+        options.on_store_failure.as_str()
+    );
+    let store = RedisStore::connect(target, limits, clock, redis)
+        .await
+        .map_err(|e| e.to_string())?;
+    run_with(
+        store,
+        options,
+        &args.listen,
+        sweep_every,
+        described,
+        announce,
+    )
+    .await
 }
 
 async fn run_with<S: Store>(
@@ -544,6 +580,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// The contents of a PEM file given with `flag`, if any.
+#[cfg(feature = "redis")]
 fn read_pem(flag: &str, file: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, String> {
     file.map(|file| {
         std::fs::read(file).map_err(|e| format!("{flag}: cannot read {}: {e}", file.display()))
@@ -580,6 +617,7 @@ mod tests {
             StoreChoice::of(&args(&["--store", "memory"])),
             Ok(StoreChoice::Memory)
         );
+        #[cfg(feature = "redis")]
         match StoreChoice::of(&args(&["--store", "redis-cluster://a:1,b:2"])) {
             Ok(StoreChoice::Redis(t)) => assert!(t.is_cluster()),
             other => panic!("{other:?}"),
@@ -587,10 +625,13 @@ mod tests {
         let both = StoreChoice::of(&args(&["--store", "memory", "--db", "x"])).unwrap_err();
         assert!(both.contains("not both"));
         let bad = StoreChoice::of(&args(&["--store", "postgres://x"])).unwrap_err();
+        #[cfg(feature = "redis")]
         assert!(
             bad.starts_with("--store: unknown Redis URL scheme"),
             "{bad}"
         );
+        #[cfg(not(feature = "redis"))]
+        assert!(bad.contains("no Redis store"), "{bad}");
     }
 
     #[test]
