@@ -10,12 +10,12 @@ use loopguard::SystemClock;
 use loopguard_server::{
     connection_cap, App, ConnectionLimits, Options, RequestLimits, StoreFailure, TokenSource,
 };
-#[cfg(feature = "redis")]
-use loopguard_store::{ClientCert, RedisOptions, RedisStore, RedisTarget};
 use loopguard_store::{
     default_db_path, Limits, MemoryStore, SharedClock, SqliteOptions, SqliteStore, Store,
     Synchronous,
 };
+#[cfg(feature = "redis")]
+use loopguard_store::{ClientCert, RedisOptions, RedisStore, RedisTarget};
 
 use crate::output::fatal;
 use crate::startup::{self, config_error};

@@ -11,9 +11,11 @@
 //!   (`RequestLimits::body_timeout`, in [`crate::extract`]), and a request takes one of the
 //!   request slots only once its body is in, so slow bodies hold no slot.
 //!
-//! Each connection's phase (idle, reading a head, handling a request) is kept in atomics
-//! that its socket reads and its service calls update; its task polls the HTTP connection
-//! and one timer, re-armed only when the phase changes.
+//! Each connection's phase (idle, reading a head, handling a request) and when it began
+//! are kept in atomics that its socket reads and its service calls update: a request costs
+//! a few atomic stores, no timer. A reaper task looks at every open connection every
+//! [`REAP_EVERY`] and tells the ones past their deadline to close (so a timeout is kept to
+//! within that much).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -53,9 +55,8 @@ fn now_ms() -> u64 {
     u64::try_from(base().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-fn at_ms(ms: u64) -> Instant {
-    base() + Duration::from_millis(ms)
-}
+/// How often the reaper looks for connections past their deadline.
+const REAP_EVERY: Duration = Duration::from_millis(250);
 
 /// One open connection, as its task, its socket and the accept loop see it.
 #[derive(Debug)]
@@ -63,8 +64,9 @@ struct Conn {
     phase: AtomicU8,
     /// When the current phase began (`now_ms`).
     since: AtomicU64,
-    /// Asks an idle connection to close (the accept loop needs its slot).
-    evict: Notify,
+    /// Why it was asked to close (a [`Closed`] as `u8`, 0 for not asked), and the wake-up.
+    asked: AtomicU8,
+    told: Notify,
 }
 
 impl Conn {
@@ -72,8 +74,33 @@ impl Conn {
         Self {
             phase: AtomicU8::new(IDLE),
             since: AtomicU64::new(now_ms()),
-            evict: Notify::new(),
+            asked: AtomicU8::new(0),
+            told: Notify::new(),
         }
+    }
+
+    /// Asks the connection to close, for `why`.
+    fn ask_to_close(&self, why: Closed) {
+        if self
+            .asked
+            .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.told.notify_one();
+        }
+    }
+
+    /// Takes the request to close, if it still holds: the connection may have become busy
+    /// since it was asked (a request arrived), and then it stays.
+    fn take_request_to_close(&self, limits: &ConnectionLimits) -> Option<Closed> {
+        let why = Closed::from_u8(self.asked.swap(0, Ordering::AcqRel))?;
+        let holds = match why {
+            Closed::Evicted => self.phase.load(Ordering::Acquire) == IDLE,
+            _ => self
+                .deadline(limits)
+                .is_some_and(|(due, now_why)| now_why == why && due <= now_ms()),
+        };
+        holds.then_some(why)
     }
 
     /// Bytes arrived: an idle connection starts reading a request head.
@@ -148,10 +175,22 @@ impl Registry {
             .min_by_key(|c| c.since.load(Ordering::Acquire));
         match idlest {
             Some(conn) => {
-                conn.evict.notify_one();
+                conn.ask_to_close(Closed::Evicted);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Asks every connection past its deadline to close.
+    fn reap(&self, limits: &ConnectionLimits) {
+        let now = now_ms();
+        for conn in self.lock().values() {
+            if let Some((due, why)) = conn.deadline(limits) {
+                if due <= now {
+                    conn.ask_to_close(why);
+                }
+            }
         }
     }
 }
@@ -223,6 +262,17 @@ pub(crate) async fn accept(
     let mut tasks = tokio::task::JoinSet::new();
     let mut shutdown = pin!(shutdown);
     let mut warned: Option<Instant> = None;
+    let reaper = {
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                registry.reap(&limits);
+            }
+        })
+    };
     'accept: loop {
         while tasks.try_join_next().is_some() {}
         let permit = match Arc::clone(&slots).try_acquire_owned() {
@@ -277,6 +327,7 @@ pub(crate) async fn accept(
     drop(listener);
     let _ = closing.send(true);
     while tasks.join_next().await.is_some() {}
+    reaper.abort();
 }
 
 /// Accept errors that concern one connection only (it was reset before it was accepted).
@@ -314,16 +365,14 @@ async fn serve_one(
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
-    // The connection's own timer (below) times heads and idleness.
+    // The reaper times heads and idleness.
     builder.header_read_timeout(None);
     let mut http = pin!(builder.serve_connection(io, service));
-    let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
-    let mut armed: Option<u64> = None;
     let mut stopping = false;
     let mut stop = pin!(async move {
         let _ = closing.wait_for(|&c| c).await;
     });
-    let mut evicted = pin!(conn.evict.notified());
+    let mut told = pin!(conn.told.notified());
     std::future::poll_fn(|cx| {
         if !stopping && stop.as_mut().poll(cx).is_ready() {
             stopping = true;
@@ -335,25 +384,13 @@ async fn serve_one(
                 Err(_) => Closed::Error,
             });
         }
-        if evicted.as_mut().poll(cx).is_ready() {
-            if conn.phase.load(Ordering::Acquire) == IDLE {
-                return Poll::Ready(Closed::Evicted);
+        while told.as_mut().poll(cx).is_ready() {
+            if let Some(why) = conn.take_request_to_close(limits) {
+                return Poll::Ready(why);
             }
-            // A request came in meanwhile: it stays; listen for the next eviction.
-            evicted.set(conn.evict.notified());
-            let _ = evicted.as_mut().poll(cx);
+            told.set(conn.told.notified());
         }
-        let Some((due, why)) = conn.deadline(limits) else {
-            return Poll::Pending;
-        };
-        if armed != Some(due) {
-            timer.as_mut().reset(at_ms(due));
-            armed = Some(due);
-        }
-        match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(why),
-            Poll::Pending => Poll::Pending,
-        }
+        Poll::Pending
     })
     .await
 }

@@ -36,9 +36,10 @@ const STATUSES: &[u16] = &[200, 400, 401, 403, 404, 405, 408, 413, 422, 429, 500
 
 /// Why a connection closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Closed {
     /// The client closed it, or asked to (or the server stopped).
-    Done,
+    Done = 1,
     /// It waited longer than the idle timeout for its next request.
     IdleTimeout,
     /// Its request head did not arrive within the header timeout.
@@ -57,6 +58,10 @@ impl Closed {
         Self::Evicted,
         Self::Error,
     ];
+
+    pub(crate) fn from_u8(n: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| *c as u8 == n)
+    }
 
     fn as_str(self) -> &'static str {
         match self {
