@@ -22,7 +22,7 @@ use loopguard_store::redis::testing::free_port;
 use redis_common::{metric, prefix, replicas, require, RedisServer};
 use serde_json::Value;
 use serve_common::{
-    assert_replays, config_file, detectors, session_events, tempdir, Client, Server, CONFIG,
+    assert_replays, config_file, detectors, session_events, tempdir, Client, Rng, Server, CONFIG,
 };
 
 /// The events of `n` sessions, interleaved: (session index, line).
@@ -402,32 +402,6 @@ fn settings_redis_refuses_stop_the_server_at_start() {
             "{url}: {err}"
         );
         assert!(started.elapsed() < Duration::from_secs(5), "{url}");
-    }
-}
-
-/// A small deterministic generator (xorshift), seeded per run and printed.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Self {
-        let seed = std::env::var("LOOPGUARD_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-                    | 1
-            });
-        eprintln!("seed {seed} (LOOPGUARD_TEST_SEED={seed} replays this run)");
-        Self(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

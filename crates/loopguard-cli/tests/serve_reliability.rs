@@ -23,34 +23,9 @@ use std::time::{Duration, Instant};
 
 use loopguard::ConfigSet;
 use serde_json::Value;
-use serve_common::{assert_replays, config_file, session_events, tempdir, Client, Server, CONFIG};
-
-/// A small deterministic generator (xorshift), seeded per test and printed, so that a
-/// failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Self {
-        let seed = std::env::var("LOOPGUARD_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-                    | 1
-            });
-        println!("seed {seed} (LOOPGUARD_TEST_SEED={seed} replays this run)");
-        Self(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use serve_common::{
+    assert_replays, config_file, session_events, tempdir, Client, Rng, Server, CONFIG,
+};
 
 /// Milliseconds at the given quantile of `samples` (sorted here).
 fn quantile(samples: &mut [f64], q: f64) -> f64 {

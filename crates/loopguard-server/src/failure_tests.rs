@@ -29,8 +29,20 @@ struct Faulty {
 
 impl Faulty {
     fn new() -> Self {
+        Self::with(Limits::default())
+    }
+
+    /// A store that takes one session at most.
+    fn one_session() -> Self {
+        Self::with(Limits {
+            max_sessions: 1,
+            ..Limits::default()
+        })
+    }
+
+    fn with(limits: Limits) -> Self {
         Self {
-            inner: MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(1_000))),
+            inner: MemoryStore::new(limits, Arc::new(ManualClock::new(1_000))),
             mode: AtomicU8::new(OK),
             ok_left: AtomicUsize::new(0),
         }
@@ -130,6 +142,17 @@ async fn post(app: &Arc<App<Faulty>>, body: &str) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&body).unwrap())
 }
 
+/// A JSON Lines body; the answer lines.
+async fn post_lines(app: &Arc<App<Faulty>>, body: &str) -> (StatusCode, Vec<Value>) {
+    let (status, _, out) = send(app, "POST", "/v1/events", "application/x-ndjson", body).await;
+    let lines = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (status, lines)
+}
+
 async fn text(app: &Arc<App<Faulty>>, path: &str) -> (StatusCode, String) {
     let (status, _, body) = send(app, "GET", path, "text/plain", "").await;
     (status, String::from_utf8(body).unwrap())
@@ -197,13 +220,8 @@ async fn fail_open_allows_and_marks_the_answers_degraded() {
     );
     // JSON Lines: invalid lines are still answered in place, valid ones degraded.
     let body = format!("{CALL}\nnot json\n\n{COMPACTION}\n");
-    let (status, _, out) = send(&app, "POST", "/v1/events", "application/x-ndjson", &body).await;
+    let (status, lines) = post_lines(&app, &body).await;
     assert_eq!(status, StatusCode::OK);
-    let lines: Vec<Value> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["degraded"], true);
     assert_eq!(lines[1]["seq"], 2);
@@ -315,17 +333,7 @@ async fn a_hanging_store_is_cut_off_at_the_deadline() {
 #[tokio::test]
 async fn the_session_limit_is_refused_in_both_modes() {
     for mode in [StoreFailure::FailClosed, StoreFailure::FailOpen] {
-        let store = Faulty {
-            inner: MemoryStore::new(
-                Limits {
-                    max_sessions: 1,
-                    ..Limits::default()
-                },
-                Arc::new(ManualClock::new(1_000)),
-            ),
-            mode: AtomicU8::new(OK),
-            ok_left: AtomicUsize::new(0),
-        };
+        let store = Faulty::one_session();
         let options = Options {
             on_store_failure: mode,
             ..Options::default()
@@ -389,17 +397,7 @@ async fn a_failure_mid_array_answers_each_event_with_its_outcome() {
 /// before it: they keep their answers, the refused one says 429.
 #[tokio::test]
 async fn the_session_limit_mid_array_keeps_the_answers_of_applied_events() {
-    let store = Faulty {
-        inner: MemoryStore::new(
-            Limits {
-                max_sessions: 1,
-                ..Limits::default()
-            },
-            Arc::new(ManualClock::new(1_000)),
-        ),
-        mode: AtomicU8::new(OK),
-        ok_left: AtomicUsize::new(0),
-    };
+    let store = Faulty::one_session();
     let app = Arc::new(App::new(store, Options::default()).unwrap());
     let other = r#"{"type":"call","session":"other","call_id":"o1","tool":"read"}"#;
     let (status, answers) = post(&app, &format!("[{CALL},{other},{RESULT}]")).await;
@@ -430,13 +428,8 @@ async fn a_failure_mid_json_lines_answers_each_line() {
     app.store().ok_left.store(1, Ordering::SeqCst);
     app.store().mode.store(FAIL, Ordering::SeqCst);
     let body = format!("{CALL}\nnot json\n{RESULT}\n");
-    let (status, _, out) = send(&app, "POST", "/v1/events", "application/x-ndjson", &body).await;
+    let (status, lines) = post_lines(&app, &body).await;
     assert_eq!(status, StatusCode::OK);
-    let lines: Vec<Value> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["verdict"], "allow");
     assert_eq!(lines[1]["seq"], 2);

@@ -700,3 +700,32 @@ pub fn hammer_sessions(
         }
     });
 }
+
+/// A small deterministic generator (xorshift), seeded per test and printed, so that a
+/// failing run can be replayed.
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from `LOOPGUARD_TEST_SEED`, else the clock; the seed is printed.
+    pub fn seeded() -> Self {
+        let seed = std::env::var("LOOPGUARD_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        eprintln!("seed {seed} (LOOPGUARD_TEST_SEED={seed} replays this run)");
+        Self(seed)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
