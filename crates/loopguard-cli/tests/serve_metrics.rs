@@ -10,7 +10,7 @@ mod serve_common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use common::vectors::{cases, config_of, name};
+use common::vectors::{cases, config_of, name, server_config_of};
 use common::{json_lines, repo_root};
 use serde_json::Value;
 use serve_common::{replay, Server};
@@ -67,12 +67,8 @@ fn check(case: &Path, fired: &mut BTreeSet<String>) -> Result<(), String> {
     }
     let events = case.join("events.jsonl");
     let want = replay_counts(&json_lines(&replay(config_of(case).as_deref(), &events)));
-    let config = config_of(case).map(|c| c.display().to_string());
-    let mut args = vec!["--memory"];
-    if let Some(c) = &config {
-        args.extend(["--config", c.as_str()]);
-    }
-    let server = Server::start(&args);
+    let config = server_config_of(case).display().to_string();
+    let server = Server::start(&["--memory", "--config", &config]);
     let mut client = server.client();
     let response = client.post_ndjson("/v1/events", &std::fs::read(&events).unwrap());
     if response.status != 200 {
