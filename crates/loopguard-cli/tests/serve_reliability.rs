@@ -40,11 +40,11 @@ fn serve_normally(server: &Server, for_: Duration, label: &str) -> Vec<f64> {
     let mut client = server.client();
     let started = Instant::now();
     let mut latencies = Vec::new();
-    let mut i = 0;
+    let mut i = 0u64;
     while started.elapsed() < for_ {
         i += 1;
         let t = Instant::now();
-        let response = if i % 2 == 0 {
+        let response = if i.is_multiple_of(2) {
             client.get("/healthz")
         } else {
             client.post(
@@ -110,7 +110,7 @@ fn slow_bodies_heads_and_idle_connections_do_not_lock_the_server() {
             let mut k = 0u64;
             while trickling.load(std::sync::atomic::Ordering::Relaxed) {
                 for s in &mut slow {
-                    let byte: &[u8] = if k % 2 == 0 { b"X" } else { b"-" };
+                    let byte: &[u8] = if k.is_multiple_of(2) { b"X" } else { b"-" };
                     let _ = s.write_all(byte);
                 }
                 k += 1;

@@ -121,7 +121,6 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
-    use serde_json::json;
 
     async fn bytes(r: Response) -> Vec<u8> {
         r.into_body().collect().await.unwrap().to_bytes().to_vec()
