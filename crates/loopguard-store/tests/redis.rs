@@ -30,10 +30,12 @@ async fn connect(
         .expect("connect")
 }
 
+/// Options of the tests that are not about faults: a deadline long enough for a machine
+/// busy compiling (the fault tests set their own, short one).
 fn options(prefix: &str) -> RedisOptions {
     RedisOptions {
         prefix: prefix.into(),
-        deadline: Duration::from_secs(2),
+        deadline: Duration::from_secs(30),
         health_interval: Duration::from_millis(100),
         ..RedisOptions::default()
     }

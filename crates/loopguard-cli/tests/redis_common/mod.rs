@@ -23,7 +23,13 @@ pub fn prefix(name: &str) -> String {
     )
 }
 
-/// `n` replicas of `loopguard serve --store URL --redis-prefix PREFIX [--config C] EXTRA`.
+/// Store deadline of replicas whose test does not set one: the tests that are not about
+/// faults run on a machine that may be busy compiling, where Redis can take longer than
+/// the default second to answer; a fault test passes its own `--store-deadline`.
+const UNHURRIED_DEADLINE: &str = "30s";
+
+/// `n` replicas of `loopguard serve --store URL --redis-prefix PREFIX [--config C] EXTRA`,
+/// with [`UNHURRIED_DEADLINE`] unless `extra` gives `--store-deadline`.
 pub fn replicas(
     n: usize,
     url: &str,
@@ -35,6 +41,9 @@ pub fn replicas(
     let mut args = vec!["--store", url, "--redis-prefix", prefix];
     if let Some(c) = &config {
         args.extend(["--config", c.as_str()]);
+    }
+    if !extra.contains(&"--store-deadline") {
+        args.extend(["--store-deadline", UNHURRIED_DEADLINE]);
     }
     args.extend_from_slice(extra);
     (0..n).map(|_| Server::try_start(&args, &[])).collect()
