@@ -9,18 +9,20 @@ use serde_json::Value;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::ConfigSet;
-use crate::fingerprint::{CallPrint, Outcome};
+use crate::fingerprint::{CallPrint, OutcomeOf};
+use crate::json::Json;
 use crate::run::{ResultError, RunState};
 use crate::scope::Scope;
 use crate::verdict::{Recorded, Verdict};
 
-/// A tool call as the host sees it.
+/// A tool call as the host sees it: its arguments as a `serde_json::Value`, or in any
+/// other [`Json`] view ([`Call::with_args`]; raw JSON text is [`crate::json::Raw`]).
 #[derive(Clone, Copy, Debug)]
-pub struct Call<'a> {
+pub struct Call<'a, J = &'a Value> {
     /// The tool name (trimmed before use).
     pub tool: &'a str,
     /// The JSON arguments.
-    pub args: &'a Value,
+    pub args: J,
     /// The provider's call id, if any (matches the outcome to its call).
     pub call_id: Option<&'a str>,
     /// The batch of parallel calls (one assistant message) this call belongs to, if known.
@@ -30,6 +32,13 @@ pub struct Call<'a> {
 impl<'a> Call<'a> {
     /// A call of `tool` with `args` and no call id.
     pub fn new(tool: &'a str, args: &'a Value) -> Self {
+        Self::with_args(tool, args)
+    }
+}
+
+impl<'a, J> Call<'a, J> {
+    /// A call of `tool` with arguments in any [`Json`] view, and no call id.
+    pub fn with_args(tool: &'a str, args: J) -> Self {
         Self {
             tool,
             args,
@@ -175,14 +184,22 @@ impl<C: Clock> Guard<C> {
 
     /// The verdict on a call about to run. A blocked call must not run: give the model
     /// [`Verdict::blocked_result`] instead.
-    pub fn before_call(&mut self, scope: &Scope<'_>, call: &Call<'_>) -> Verdict {
+    pub fn before_call<'a, J: Json<'a>>(
+        &mut self,
+        scope: &Scope<'_>,
+        call: &Call<'a, J>,
+    ) -> Verdict {
         let call = self.prepare(scope, call);
         self.before_prepared(scope, &call)
     }
 
     /// Fingerprints a call under the config of the scope's agent, once, for
     /// [`Guard::before_prepared`] and [`Guard::after_prepared`].
-    pub fn prepare<'a>(&self, scope: &Scope<'_>, call: &Call<'a>) -> PreparedCall<'a> {
+    pub fn prepare<'a, J: Json<'a>>(
+        &self,
+        scope: &Scope<'_>,
+        call: &Call<'a, J>,
+    ) -> PreparedCall<'a> {
         PreparedCall {
             print: CallPrint::for_config(
                 call.tool,
@@ -202,22 +219,22 @@ impl<C: Clock> Guard<C> {
 
     /// Records what a call returned (also for warned calls; results of blocked calls are
     /// ignored). Reports an abort when the post-compaction guard stops the run.
-    pub fn after_call(
+    pub fn after_call<'a, 'o, J: Json<'a>, O: Json<'o>>(
         &mut self,
         scope: &Scope<'_>,
-        call: &Call<'_>,
-        outcome: Outcome<'_>,
+        call: &Call<'a, J>,
+        outcome: OutcomeOf<O>,
     ) -> Recorded {
         let call = self.prepare(scope, call);
         self.after_prepared(scope, &call, outcome)
     }
 
     /// [`Guard::after_call`] for a call from [`Guard::prepare`].
-    pub fn after_prepared(
+    pub fn after_prepared<'o, O: Json<'o>>(
         &mut self,
         scope: &Scope<'_>,
         call: &PreparedCall<'_>,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
     ) -> Recorded {
         let (cfg, run, now) = self.enter(scope);
         run.after_call(cfg, scope, &call.print, call.call_id, outcome, now)
@@ -225,11 +242,11 @@ impl<C: Clock> Guard<C> {
 
     /// Records what the call with id `call_id` returned, when the host no longer has the
     /// call's tool and arguments at hand.
-    pub fn after_call_by_id(
+    pub fn after_call_by_id<'o, O: Json<'o>>(
         &mut self,
         scope: &Scope<'_>,
         call_id: &str,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
     ) -> Result<Recorded, ResultError> {
         if self.run_state(scope).is_none() {
             return Err(ResultError::UnknownCall);

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use serde_json::{Map, Value};
+use crate::json::{Json, Object};
 
 use crate::config::extensions::ToolMask;
 
@@ -167,7 +167,7 @@ impl Policy {
     }
 
     /// What the tables say about a call of `tool` with `args`.
-    pub fn classify(&self, tool: &str, args: &Value) -> CallClass {
+    pub fn classify<'a, J: Json<'a>>(&self, tool: &str, args: J) -> CallClass {
         let Some(rules) = self.by_tool().get(tool) else {
             return CallClass::default();
         };
@@ -180,25 +180,30 @@ impl Policy {
             SendMatch::ActionIn(actions) => action(args).is_some_and(|a| actions.contains(&a)),
             SendMatch::NonBlankArg(name) => args
                 .get(name)
-                .and_then(Value::as_str)
-                .is_some_and(|s| !crate::text::is_blank(s)),
+                .and_then(Json::as_string)
+                .is_some_and(|s| s.non_blank().is_some()),
         });
         CallClass { known_poll, send }
     }
 
     /// Whether a call is a known poll.
-    pub fn is_known_poll(&self, tool: &str, args: &Value) -> bool {
+    pub fn is_known_poll<'a, J: Json<'a>>(&self, tool: &str, args: J) -> bool {
         self.classify(tool, args).known_poll
     }
 
     /// Whether a call is an outbound send.
-    pub fn is_send(&self, tool: &str, args: &Value) -> bool {
+    pub fn is_send<'a, J: Json<'a>>(&self, tool: &str, args: J) -> bool {
         self.classify(tool, args).send
     }
 
     /// Whether a result key is a volatile per-delivery id of a send.
     pub fn is_volatile_send_key(&self, key: &str) -> bool {
-        self.volatile_send_keys.contains(&key)
+        self.is_volatile_send_key_bytes(key.as_bytes())
+    }
+
+    /// [`Policy::is_volatile_send_key`] for a key given as bytes.
+    pub fn is_volatile_send_key_bytes(&self, key: &[u8]) -> bool {
+        self.volatile_send_keys.iter().any(|k| k.as_bytes() == key)
     }
 }
 
@@ -379,7 +384,7 @@ impl ToolPolicy {
     }
 
     /// Classifies a call of `tool` with `args`.
-    pub fn classify(&self, tool: &str, args: &Value) -> Classified {
+    pub fn classify<'a, J: Json<'a>>(&self, tool: &str, args: J) -> Classified {
         let rule = self.rules.iter().position(|r| r.matcher.is_match(tool));
         let tool_class = rule.and_then(|i| self.rules[i].source.class);
         let class = match tool_class {
@@ -409,47 +414,49 @@ impl ToolPolicy {
 
     /// What a call works on, for `target_thrash`: the first non-blank string argument
     /// among the matching rule's `target` names, or [`DEFAULT_TARGET_ARGS`]. Trimmed.
-    pub fn target<'v>(&self, rule: Option<u8>, args: &'v Value) -> Option<&'v str> {
+    pub fn target<'v, J: Json<'v>>(&self, rule: Option<u8>, args: J) -> Option<&'v str> {
         let args = args.as_object()?;
         let rule_names = rule
             .and_then(|i| self.rule(i))
             .and_then(|r| r.source.target.as_deref());
         // One pass over the (few) arguments, ranking each by its place among the names:
         // cheaper than a map lookup per name.
-        let rank = |key: &str| match rule_names {
-            Some(names) => names.iter().position(|n| n == key),
-            None => DEFAULT_TARGET_ARGS.iter().position(|n| *n == key),
+        let rank = |key: &[u8]| match rule_names {
+            Some(names) => names.iter().position(|n| n.as_bytes() == key),
+            None => DEFAULT_TARGET_ARGS.iter().position(|n| n.as_bytes() == key),
         };
         let mut best: Option<(usize, &str)> = None;
-        for (key, value) in args {
-            let Some(r) = rank(key) else { continue };
+        args.each_key(|key| {
+            let Some(r) = rank(key) else { return };
             if best.is_some_and(|(b, _)| b <= r) {
-                continue;
+                return;
             }
-            if let Some(text) = value.as_str().and_then(crate::text::non_blank) {
+            // The member that counts is the key's last one (a raw object may repeat keys).
+            let value = std::str::from_utf8(key).ok().and_then(|k| args.get(k));
+            if let Some(text) = value.and_then(Json::as_str).and_then(crate::text::non_blank) {
                 best = Some((r, text));
             }
-        }
+        });
         best.map(|(_, text)| text)
     }
 }
 
 /// The string `args.action`, if any.
-pub(crate) fn action(args: &Value) -> Option<&str> {
-    args.get("action").and_then(Value::as_str)
+pub(crate) fn action<'a, J: Json<'a>>(args: J) -> Option<&'a str> {
+    args.get("action").and_then(Json::as_str)
 }
 
 /// Whether an object looks like a delivered message, whose own `id` is volatile: a string
 /// `id`, a string `text`, and one of string `direction`, `senderId`, `accountId` or an
 /// object `conversation`.
-pub(crate) fn is_delivered_message(map: &Map<String, Value>) -> bool {
-    let is_str = |k: &str| map.get(k).is_some_and(Value::is_string);
+pub(crate) fn is_delivered_message<'a, O: Object<'a>>(map: O) -> bool {
+    let is_str = |k: &str| map.get(k).and_then(Json::as_string).is_some();
     is_str("id")
         && is_str("text")
         && (is_str("direction")
             || is_str("senderId")
             || is_str("accountId")
-            || map.get("conversation").is_some_and(Value::is_object))
+            || map.get("conversation").and_then(Json::as_object).is_some())
 }
 
 #[cfg(test)]
@@ -495,6 +502,10 @@ mod tests {
         ];
         for v in yes {
             assert!(is_delivered_message(v.as_object().unwrap()), "{v}");
+            let text = v.to_string();
+            let mut tape = crate::json::Tape::new();
+            let doc = tape.parse(&text).unwrap();
+            assert!(is_delivered_message(doc.root().as_object().unwrap()), "{v}");
         }
         let no = [
             json!({"id": 1, "text": "t", "direction": "out"}),

@@ -15,8 +15,9 @@ use crate::detectors::period::PeriodTrack;
 use crate::detectors::thrash::{target_key, Targets};
 use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
-use crate::fingerprint::{CallPrint, Outcome, OutcomePrint, OutcomeRule, Signature};
+use crate::fingerprint::{CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
+use crate::json::Json;
 use crate::observe;
 use crate::scope::Scope;
 use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
@@ -503,13 +504,13 @@ impl RunState {
     }
 
     /// Records the outcome of a call given by tool and arguments.
-    pub fn after_call(
+    pub fn after_call<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
         scope: &Scope<'_>,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
         now: u64,
     ) -> Recorded {
         self.last_active = now;
@@ -533,12 +534,12 @@ impl RunState {
     }
 
     /// Records the outcome of the call with id `call_id`, which must be in the history.
-    pub fn after_call_by_id(
+    pub fn after_call_by_id<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
         scope: &Scope<'_>,
         call_id: &str,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
         now: u64,
     ) -> Result<Recorded, ResultError> {
         self.last_active = now;
@@ -592,7 +593,7 @@ impl RunState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn settle(
+    fn settle<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
         tool: &str,
@@ -600,7 +601,7 @@ impl RunState {
         rule: OutcomeRule,
         id: Option<u64>,
         target: Option<u64>,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
         now: u64,
     ) -> Recorded {
         let pending = self.history.pending_match(signature, id);
@@ -693,11 +694,11 @@ impl RunState {
 
     /// The answer to repeat when this result for call `id` is a retry of one already
     /// recorded with the same outcome.
-    fn retried_result(
+    fn retried_result<'o, O: Json<'o>>(
         &self,
         cfg: &EffectiveConfig,
         id: u64,
-        outcome: Outcome<'_>,
+        outcome: OutcomeOf<O>,
     ) -> Option<Recorded> {
         self.added.answers.retried_result(id, |rule| {
             match OutcomePrint::for_config(rule, outcome, cfg) {
@@ -860,6 +861,7 @@ impl RunState {
 mod tests {
     use super::*;
     use crate::config::ConfigSet;
+    use crate::Outcome;
     use serde_json::json;
 
     #[test]
@@ -921,9 +923,10 @@ mod tests {
             {
                 continue;
             }
+            let (failed, same) = (json!("old text not found"), json!("same"));
             let out = match tool.as_str() {
-                "edit" => Outcome::Error(&json!("old text not found")),
-                _ => Outcome::Result(&json!("same")),
+                "edit" => Outcome::Error(&failed),
+                _ => Outcome::Result(&same),
             };
             state.after_call(cfg, &scope, &print, Some(&id), out, 0);
         }

@@ -19,19 +19,34 @@
 //! bits, and member order never matters. Error fingerprints prefix the stream with `E`
 //! (see [`crate::fingerprint`]) so they can never equal a result fingerprint.
 //!
-//! Traversal is iterative with an explicit stack: nesting depth is bounded by memory, never
-//! by the thread's stack.
+//! Two more tags extend `lg1` to JSON that no `serde_json::Value` can hold, which only raw
+//! JSON text ([`crate::json::Raw`]) brings (so no fingerprint of a value `serde_json` parses
+//! changes):
+//!
+//! | value | bytes |
+//! |---|---|
+//! | a number beyond the double range (`1e999`) | `N` + byte length (u64 LE) + the number's text |
+//! | a string with a lone surrogate escape (`"\ud800"`) | `w` + byte length (u64 LE) + WTF-8 bytes |
+//!
+//! A key with a lone surrogate is written as its WTF-8 bytes; those never form UTF-8, so it
+//! cannot equal another key.
+//!
+//! The encoder is written once for every [`Json`] view. Traversal is iterative with an
+//! explicit stack: nesting depth is bounded by memory, never by the thread's stack.
 
-use serde_json::{Map, Number, Value};
+mod json_text;
+mod path_set;
+
 use smallvec::SmallVec;
 
+use crate::json::{Canonical, Json, Kind, Num, Object, Str};
 use crate::masking::MaskSet;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
-/// The traversal stack; typical JSON nests a handful of levels, so it lives on the stack
-/// and only spills to the heap for deep values. The flag says whether the frame added a
-/// step to the walk's path.
-type Stack<'a> = SmallVec<[(Frame<'a>, bool); 16]>;
+pub use json_text::{json_text, number_text};
+pub use path_set::PathSet;
+
+use path_set::{Here, Step};
 
 /// Bytes buffered before they are handed to the streaming hasher. Values whose encoding
 /// fits in one buffer are hashed in one shot, which is the fast path for call arguments.
@@ -42,6 +57,9 @@ pub struct Digest {
     buf: [u8; BUF],
     len: usize,
     stream: Option<Xxh3Default>,
+    /// Where raw objects are sorted by key while they are encoded (kept between values,
+    /// so that sorting allocates nothing once it has grown).
+    order: Vec<u32>,
 }
 
 impl Default for Digest {
@@ -65,6 +83,7 @@ impl Digest {
             buf: [0; BUF],
             len: 0,
             stream: None,
+            order: Vec::new(),
         }
     }
 
@@ -136,25 +155,33 @@ impl Digest {
 
     /// Encodes a double, as an integer when its value is integral and fits.
     pub fn float(&mut self, f: f64) {
-        match integral(f) {
-            Some(i) => self.int(i),
-            None => {
+        self.canonical(Canonical::of_f64(f));
+    }
+
+    /// Encodes a JSON number by value.
+    pub fn number(&mut self, n: &serde_json::Number) {
+        self.canonical(Canonical::of_number(n));
+    }
+
+    /// Encodes a number of either representation by value.
+    #[inline]
+    pub fn num(&mut self, n: Num<'_>) {
+        self.canonical(n.canonical());
+    }
+
+    fn canonical(&mut self, c: Canonical<'_>) {
+        match c {
+            Canonical::Int(i) => self.int(i),
+            Canonical::Double(f) => {
                 let mut out = [0u8; 9];
                 out[0] = b'd';
                 out[1..].copy_from_slice(&f.to_bits().to_le_bytes());
                 self.write(&out);
             }
-        }
-    }
-
-    /// Encodes a JSON number by value.
-    pub fn number(&mut self, n: &Number) {
-        if let Some(u) = n.as_u64() {
-            self.int(i128::from(u));
-        } else if let Some(i) = n.as_i64() {
-            self.int(i128::from(i));
-        } else {
-            self.float(n.as_f64().unwrap_or(f64::NAN));
+            Canonical::Big(text) => {
+                self.write_tag_len(b'N', text.len());
+                self.write(text.as_bytes());
+            }
         }
     }
 
@@ -162,6 +189,17 @@ impl Digest {
     pub fn str(&mut self, s: &str) {
         self.write_tag_len(b's', s.len());
         self.write(s.as_bytes());
+    }
+
+    /// Encodes a string of either kind (a WTF-8 one under its own tag).
+    pub fn string(&mut self, s: Str<'_>) {
+        match s {
+            Str::Text(t) => self.str(t),
+            Str::Wtf8(b) => {
+                self.write_tag_len(b'w', b.len());
+                self.write(b);
+            }
+        }
     }
 
     /// Encodes a string given as consecutive pieces, without joining them first.
@@ -187,7 +225,13 @@ impl Digest {
     /// Encodes an object member's key.
     #[inline]
     pub fn key(&mut self, key: &str) {
-        let bytes = key.as_bytes();
+        self.key_bytes(key.as_bytes());
+    }
+
+    /// Encodes an object member's key given as bytes (UTF-8, or WTF-8 for a raw key with a
+    /// lone surrogate).
+    #[inline]
+    pub fn key_bytes(&mut self, bytes: &[u8]) {
         if bytes.len() + 8 <= BUF - self.len {
             let at = self.len;
             self.buf[at..at + 8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -200,37 +244,44 @@ impl Digest {
     }
 
     /// Encodes any JSON value.
-    pub fn value(&mut self, value: &Value) {
+    pub fn value<'a, J: Json<'a>>(&mut self, value: J) {
         self.value_filtered(value, Filter::KEEP);
     }
 
-    /// Encodes a string value, masked when the filter asks for it.
-    pub(crate) fn str_value(&mut self, s: &str, mask: MaskSet) {
-        if mask.is_empty() {
-            self.str(s);
-        } else {
-            crate::masking::with_masked(s, mask, |m| self.str(m));
+    /// Encodes a string value, masked when the filter asks for it. WTF-8 strings are never
+    /// masked (the masking rules read Unicode text).
+    pub(crate) fn str_value(&mut self, s: Str<'_>, mask: MaskSet) {
+        match s {
+            Str::Text(t) if !mask.is_empty() => {
+                crate::masking::with_masked(t, mask, |m| self.str(m));
+            }
+            s => self.string(s),
         }
     }
 
     /// Encodes a JSON value, leaving out or rewriting what `filter` says.
-    pub(crate) fn value_filtered(&mut self, value: &Value, filter: Filter<'_>) {
-        let mut walk = Walk::new(filter, &[]);
+    pub(crate) fn value_filtered<'a, J: Json<'a>>(&mut self, value: J, filter: Filter<'_>) {
+        let mut order = std::mem::take(&mut self.order);
+        let mut walk = Walk::new(filter, &[], &mut order);
         walk.push_value(self, value, None);
         walk.drain(self);
+        order.clear();
+        self.order = order;
     }
 
-    /// Encodes an object held as a map, at `prefix` (its path from the root the filter's
-    /// paths are anchored at).
-    pub(crate) fn value_map(
-        &mut self,
-        map: &Map<String, Value>,
-        filter: Filter<'_>,
-        prefix: &[&str],
-    ) {
-        let mut walk = Walk::new(filter, prefix);
-        walk.push_map(self, map, None);
+    /// Encodes an object, at `prefix` (its path from the root the filter's paths are
+    /// anchored at).
+    pub(crate) fn object_filtered<'a, O>(&mut self, object: O, filter: Filter<'_>, prefix: &[&str])
+    where
+        O: Object<'a>,
+        O::Value: Json<'a, Object = O>,
+    {
+        let mut order = std::mem::take(&mut self.order);
+        let mut walk = Walk::<O::Value>::new(filter, prefix, &mut order);
+        walk.push_object(self, object, None);
         walk.drain(self);
+        order.clear();
+        self.order = order;
     }
 
     /// The XXH3-128 of everything written.
@@ -274,33 +325,39 @@ pub(crate) fn hash_with(f: impl FnOnce(&mut Digest)) -> u128 {
     })
 }
 
-/// One step of the path from the root to the value being encoded.
-#[derive(Clone, Copy, Debug)]
-enum Step<'a> {
-    Key(&'a str),
-    Index,
+/// One level of the explicit traversal stack.
+enum Frame<'a, J: Json<'a>> {
+    Array(J::Items),
+    Object {
+        object: J::Object,
+        members: <J::Object as Object<'a>>::Sorted,
+        /// Whether members are checked against the filter, and whether the object looks
+        /// like a delivered message (whose `id` a send filter drops).
+        filtered: Option<bool>,
+        /// The length of the sort scratch before this object was sorted.
+        mark: usize,
+    },
 }
 
-/// One level of the explicit traversal stack.
-enum Frame<'a> {
-    Array(std::slice::Iter<'a, Value>),
-    Sorted(serde_json::map::Iter<'a>),
-    Members(Members<'a>),
-}
+/// The traversal stack; typical JSON nests a handful of levels, so it lives on the stack
+/// and only spills to the heap for deep values. The flag says whether the frame added a
+/// step to the walk's path.
+type Stack<'a, J> = SmallVec<[(Frame<'a, J>, bool); 16]>;
 
 /// An iterative traversal: the frame stack, and the path when anchored paths need it.
-struct Walk<'a, 'f> {
+struct Walk<'a, 'f, 's, J: Json<'a>> {
     filter: Filter<'f>,
-    stack: Stack<'a>,
+    stack: Stack<'a, J>,
     /// Path steps of the open frames (kept only when the filter has anchored paths).
     path: SmallVec<[Step<'a>; 16]>,
     /// The path of the value the walk starts at.
     prefix: &'f [&'f str],
     track: bool,
+    order: &'s mut Vec<u32>,
 }
 
-impl<'a, 'f> Walk<'a, 'f> {
-    fn new(filter: Filter<'f>, prefix: &'f [&'f str]) -> Self {
+impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
+    fn new(filter: Filter<'f>, prefix: &'f [&'f str], order: &'s mut Vec<u32>) -> Self {
         let track = filter.ignore.is_some_and(PathSet::has_anchored);
         Self {
             filter,
@@ -308,6 +365,7 @@ impl<'a, 'f> Walk<'a, 'f> {
             path: SmallVec::new(),
             prefix,
             track,
+            order,
         }
     }
 
@@ -315,40 +373,59 @@ impl<'a, 'f> Walk<'a, 'f> {
         while let Some((top, _)) = self.stack.last_mut() {
             let next = match top {
                 Frame::Array(items) => items.next().map(|v| (v, Step::Index)),
-                Frame::Sorted(members) => members.next().map(|(k, v)| {
-                    d.key(k);
-                    (v, Step::Key(k))
-                }),
-                Frame::Members(members) => members.next().map(|(k, v)| {
-                    d.key(k);
-                    (v, Step::Key(k))
-                }),
+                Frame::Object {
+                    object,
+                    members,
+                    filtered,
+                    ..
+                } => {
+                    let object = *object;
+                    let filtered = *filtered;
+                    loop {
+                        let Some((k, v)) = object.next_sorted(members, self.order) else {
+                            break None;
+                        };
+                        if filtered
+                            .is_some_and(|id| drops(&self.filter, self.prefix, &self.path, k, id))
+                        {
+                            continue;
+                        }
+                        d.key_bytes(k);
+                        break Some((v, Step::Key(k)));
+                    }
+                }
             };
             match next {
                 Some((v, step)) => self.push_value(d, v, Some(step)),
                 None => {
-                    if let Some((_, true)) = self.stack.pop() {
-                        self.path.pop();
+                    if let Some((frame, stepped)) = self.stack.pop() {
+                        if let Frame::Object { mark, .. } = frame {
+                            self.order.truncate(mark);
+                        }
+                        if stepped {
+                            self.path.pop();
+                        }
                     }
                 }
             }
         }
     }
 
-    fn push_value(&mut self, d: &mut Digest, value: &'a Value, step: Option<Step<'a>>) {
-        match value {
-            Value::Null => d.null(),
-            Value::Bool(b) => d.bool(*b),
-            Value::Number(n) => d.number(n),
-            Value::String(s) => d.str_value(s, self.filter.mask),
-            Value::Array(items) => {
+    #[inline]
+    fn push_value(&mut self, d: &mut Digest, value: J, step: Option<Step<'a>>) {
+        match value.kind() {
+            Kind::Null => d.null(),
+            Kind::Bool(b) => d.bool(b),
+            Kind::Number(n) => d.num(n),
+            Kind::String(s) => d.str_value(s, self.filter.mask),
+            Kind::Array(items) => {
                 d.array(items.len());
-                if !items.is_empty() {
+                if items.len() > 0 {
                     let stepped = self.enter(step);
-                    self.stack.push((Frame::Array(items.iter()), stepped));
+                    self.stack.push((Frame::Array(items), stepped));
                 }
             }
-            Value::Object(map) => self.push_map(d, map, step),
+            Kind::Object(object) => self.push_object(d, object, step),
         }
     }
 
@@ -363,109 +440,69 @@ impl<'a, 'f> Walk<'a, 'f> {
         }
     }
 
-    fn push_map(&mut self, d: &mut Digest, map: &'a Map<String, Value>, step: Option<Step<'a>>) {
-        if self.filter.is_plain() && *MAPS_ARE_SORTED {
-            // The common case: every member, already in key order.
-            d.object(map.len());
-            if !map.is_empty() {
+    fn push_object(&mut self, d: &mut Digest, object: J::Object, step: Option<Step<'a>>) {
+        let mark = self.order.len();
+        let (len, members) = object.sorted(self.order);
+        if self.filter.is_plain() {
+            // The common case: every member.
+            d.object(len);
+            if len > 0 {
                 let stepped = self.enter(step);
-                self.stack.push((Frame::Sorted(map.iter()), stepped));
+                let frame = Frame::Object {
+                    object,
+                    members,
+                    filtered: None,
+                    mark,
+                };
+                self.stack.push((frame, stepped));
+            } else {
+                self.order.truncate(mark);
             }
             return;
         }
-        // Members are filtered relative to this object's own path.
+        // Members are filtered relative to this object's own path: count the kept ones.
         let stepped = self.enter(step);
-        let here = Here {
-            prefix: self.prefix,
-            path: &self.path,
-        };
-        let members = Members::new(map, self.filter, &here);
-        d.object(members.len());
-        if members.len() > 0 {
-            self.stack.push((Frame::Members(members), stepped));
-        } else if stepped {
-            self.path.pop();
+        let drop_id = self.filter.send_ids && crate::policy::is_delivered_message(object);
+        let mut count = members.clone();
+        let mut kept = 0;
+        while let Some((k, _)) = object.next_sorted(&mut count, self.order) {
+            kept += usize::from(!drops(&self.filter, self.prefix, &self.path, k, drop_id));
         }
-    }
-}
-
-/// The path of an object being filtered: the walk's prefix, then its steps.
-struct Here<'h, 'a> {
-    prefix: &'h [&'h str],
-    path: &'h [Step<'a>],
-}
-
-/// Paths to leave out of a fingerprint: bare names at any depth, dotted paths anchored at
-/// the root (`details.meta.requestId`, `details.items.*.ts`; `*` is any key or index, a
-/// leading `$.` is allowed).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PathSet {
-    anywhere: Vec<Box<str>>,
-    anchored: Vec<Vec<Option<Box<str>>>>,
-}
-
-impl PathSet {
-    /// Compiles paths; an empty one is an error.
-    pub fn parse<'s>(paths: impl IntoIterator<Item = &'s str>) -> Result<Self, String> {
-        let mut set = Self::default();
-        for raw in paths {
-            let path = raw.strip_prefix("$.").unwrap_or(raw).replace("[*]", ".*");
-            if path.is_empty() || path.split('.').any(str::is_empty) {
-                return Err(format!("`{raw}` is not a key or a dotted path"));
-            }
-            if !path.contains('.') {
-                set.anywhere.push(path.into());
-            } else {
-                set.anchored.push(
-                    path.split('.')
-                        .map(|seg| (seg != "*").then(|| seg.into()))
-                        .collect(),
-                );
+        d.object(kept);
+        if kept > 0 {
+            let frame = Frame::Object {
+                object,
+                members,
+                filtered: Some(drop_id),
+                mark,
+            };
+            self.stack.push((frame, stepped));
+        } else {
+            self.order.truncate(mark);
+            if stepped {
+                self.path.pop();
             }
         }
-        Ok(set)
     }
+}
 
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.anywhere.is_empty() && self.anchored.is_empty()
+/// Whether `filter` leaves out the member `key` of an object at `prefix` + `path`
+/// (`drop_id`: the object looks like a delivered message, whose `id` a send drops).
+fn drops(
+    filter: &Filter<'_>,
+    prefix: &[&str],
+    path: &[Step<'_>],
+    key: &[u8],
+    drop_id: bool,
+) -> bool {
+    if filter.send_ids
+        && (crate::policy::BUILTIN.is_volatile_send_key_bytes(key) || (drop_id && key == b"id"))
+    {
+        return true;
     }
-
-    fn has_anchored(&self) -> bool {
-        !self.anchored.is_empty()
-    }
-
-    /// Whether a root-level member named `key` is left out (used for `text`).
-    pub(crate) fn drops_root(&self, key: &str) -> bool {
-        self.anywhere.iter().any(|k| &**k == key)
-            || self
-                .anchored
-                .iter()
-                .any(|p| p.len() == 1 && p[0].as_deref().is_none_or(|s| s == key))
-    }
-
-    fn drops(&self, here: &Here<'_, '_>, key: &str) -> bool {
-        if self.anywhere.iter().any(|k| &**k == key) {
-            return true;
-        }
-        let depth = here.prefix.len() + here.path.len() + 1;
-        self.anchored.iter().any(|pattern| {
-            pattern.len() == depth
-                && pattern
-                    .last()
-                    .is_some_and(|s| s.as_deref().is_none_or(|s| s == key))
-                && pattern[..depth - 1].iter().enumerate().all(|(i, seg)| {
-                    let Some(want) = seg.as_deref() else {
-                        return true;
-                    };
-                    if i < here.prefix.len() {
-                        here.prefix[i] == want
-                    } else {
-                        matches!(here.path[i - here.prefix.len()], Step::Key(k) if k == want)
-                    }
-                })
-        })
-    }
+    filter
+        .ignore
+        .is_some_and(|p| p.drops(&Here { prefix, path }, key))
 }
 
 /// What a traversal leaves out or rewrites.
@@ -493,208 +530,15 @@ impl Filter<'_> {
     }
 }
 
-/// An object's members in ascending key byte order, with filtered keys left out.
-///
-/// `serde_json`'s default map is a `BTreeMap`, already in that order; if a build enables
-/// `preserve_order`, the members are sorted here instead, so fingerprints never depend on
-/// a dependency's feature flags.
-struct Members<'a> {
-    inner: MembersInner<'a>,
-    /// Keys to leave out, decided up front (the filter needs the object's path).
-    dropped: SmallVec<[&'a str; 4]>,
-    len: usize,
-}
-
-enum MembersInner<'a> {
-    Sorted(serde_json::map::Iter<'a>),
-    Owned(std::vec::IntoIter<(&'a String, &'a Value)>),
-}
-
-impl<'a> Members<'a> {
-    fn new(map: &'a Map<String, Value>, filter: Filter<'_>, here: &Here<'_, '_>) -> Self {
-        let drop_id = filter.send_ids && crate::policy::is_delivered_message(map);
-        let mut dropped = SmallVec::new();
-        for k in map.keys() {
-            let send_id = filter.send_ids
-                && (crate::policy::BUILTIN.is_volatile_send_key(k) || (drop_id && k == "id"));
-            if send_id || filter.ignore.is_some_and(|p| p.drops(here, k)) {
-                dropped.push(k.as_str());
-            }
-        }
-        let inner = if *MAPS_ARE_SORTED {
-            MembersInner::Sorted(map.iter())
-        } else {
-            let mut v: Vec<_> = map.iter().collect();
-            v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            MembersInner::Owned(v.into_iter())
-        };
-        Self {
-            inner,
-            len: map.len() - dropped.len(),
-            dropped,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-}
-
-impl<'a> Iterator for Members<'a> {
-    type Item = (&'a String, &'a Value);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let item = match &mut self.inner {
-                MembersInner::Sorted(it) => it.next(),
-                MembersInner::Owned(it) => it.next(),
-            }?;
-            if !self.dropped.contains(&item.0.as_str()) {
-                return Some(item);
-            }
-        }
-    }
-}
-
-/// Whether `serde_json` maps iterate in key order (its default `BTreeMap`). A build that
-/// enables `preserve_order` anywhere in the dependency graph iterates in insertion order;
-/// members are then sorted here, so fingerprints never depend on a feature flag.
-static MAPS_ARE_SORTED: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-    let mut probe = Map::new();
-    probe.insert("b".into(), Value::Null);
-    probe.insert("a".into(), Value::Null);
-    probe.keys().next().map(String::as_str) == Some("a")
-});
-
-/// The integer value of a double, when it is integral and inside the `lg1` integer range.
-fn integral(f: f64) -> Option<i128> {
-    const MIN: f64 = -9_223_372_036_854_775_808.0; // -2^63
-    const MAX: f64 = 18_446_744_073_709_551_616.0; // 2^64
-    if f.is_finite() && f.fract() == 0.0 && (MIN..MAX).contains(&f) {
-        Some(f as i128)
-    } else {
-        None
-    }
-}
-
 /// One-shot digest of a value.
-pub fn digest(value: &Value) -> u128 {
+pub fn digest<'a, J: Json<'a>>(value: J) -> u128 {
     hash_with(|d| d.value(value))
-}
-
-/// Canonical JSON text of a value: members sorted by key bytes, no whitespace, integral
-/// numbers written as integers. Used where the SPEC hashes an error value's *text*, which
-/// must also be searched for an unknown tool name. Iterative, like [`Digest`].
-pub fn json_text(value: &Value) -> String {
-    enum TextFrame<'a> {
-        Array(std::slice::Iter<'a, Value>, bool),
-        Object(Members<'a>, bool),
-    }
-    fn scalar(out: &mut String, v: &Value) {
-        match v {
-            Value::Null => out.push_str("null"),
-            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Value::Number(n) => out.push_str(&number_text(n)),
-            Value::String(s) => push_json_string(out, s),
-            Value::Array(_) | Value::Object(_) => {}
-        }
-    }
-    let mut out = String::new();
-    let mut stack: Vec<TextFrame<'_>> = Vec::new();
-    let mut pending = Some(value);
-    loop {
-        if let Some(v) = pending.take() {
-            match v {
-                Value::Array(items) => {
-                    out.push('[');
-                    stack.push(TextFrame::Array(items.iter(), true));
-                }
-                Value::Object(map) => {
-                    out.push('{');
-                    let here = Here {
-                        prefix: &[],
-                        path: &[],
-                    };
-                    stack.push(TextFrame::Object(
-                        Members::new(map, Filter::KEEP, &here),
-                        true,
-                    ));
-                }
-                other => scalar(&mut out, other),
-            }
-        }
-        let Some(top) = stack.last_mut() else { break };
-        match top {
-            TextFrame::Array(items, first) => match items.next() {
-                Some(v) => {
-                    if !*first {
-                        out.push(',');
-                    }
-                    *first = false;
-                    pending = Some(v);
-                }
-                None => {
-                    out.push(']');
-                    stack.pop();
-                }
-            },
-            TextFrame::Object(members, first) => match members.next() {
-                Some((k, v)) => {
-                    if !*first {
-                        out.push(',');
-                    }
-                    *first = false;
-                    push_json_string(&mut out, k);
-                    out.push(':');
-                    pending = Some(v);
-                }
-                None => {
-                    out.push('}');
-                    stack.pop();
-                }
-            },
-        }
-    }
-    out
-}
-
-/// A JSON number as text, integral values without a fraction (`1.0` → `1`).
-pub fn number_text(n: &Number) -> String {
-    if n.is_u64() || n.is_i64() {
-        return n.to_string();
-    }
-    let f = n.as_f64().unwrap_or(f64::NAN);
-    match integral(f) {
-        Some(i) => i.to_string(),
-        None => n.to_string(),
-    }
-}
-
-fn push_json_string(out: &mut String, s: &str) {
-    use std::fmt::Write;
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn d(v: &Value) -> u128 {
         digest(v)
@@ -820,16 +664,52 @@ mod tests {
         assert_eq!(text.len(), 2 * 100_001);
         let w = deep_array(100_000);
         assert_eq!(h1, d(&w));
+        // The same value as raw text, deeper than any parser's limit.
+        let mut tape = crate::json::Tape::new();
+        let doc = tape.parse(&text).unwrap();
+        assert_eq!(digest(doc.root()), h1);
         drop_deep(v);
         drop_deep(w);
     }
 
     #[test]
-    fn json_text_is_canonical() {
-        let v: Value = serde_json::from_str(r#"{"b":1.0,"a":["x\"y",true,null,1.5]}"#).unwrap();
-        assert_eq!(json_text(&v), r#"{"a":["x\"y",true,null,1.5],"b":1}"#);
-        assert_eq!(json_text(&json!({})), "{}");
-        assert_eq!(json_text(&json!([])), "[]");
-        assert_eq!(json_text(&json!("\u{1}")), "\"\\u0001\"");
+    fn raw_text_encodes_like_the_value() {
+        let text = r#"{"b":{"y":null,"x":[1,2.50,-0,1e2]},"a":"\u00e9\n","b":{"z":"last"},"c":{}}"#;
+        let v: Value = serde_json::from_str(text).unwrap();
+        let mut tape = crate::json::Tape::new();
+        let doc = tape.parse(text).unwrap();
+        assert_eq!(digest(doc.root()), d(&v));
+    }
+
+    #[test]
+    fn extension_tags_are_their_own() {
+        let mut tape = crate::json::Tape::new();
+        let mut raw = |text: &str| {
+            let doc = tape.parse(text).unwrap();
+            digest(doc.root())
+        };
+        let big = raw("1e999");
+        let mut bytes = b"N".to_vec();
+        bytes.extend_from_slice(&5u64.to_le_bytes());
+        bytes.extend_from_slice(b"1e999");
+        assert_eq!(big, xxh3_128(&bytes));
+        assert_ne!(big, raw("\"1e999\""));
+        assert_ne!(
+            raw("1e999"),
+            raw("1E999"),
+            "big numbers are known by their text"
+        );
+        let lone = raw(r#""\ud800""#);
+        let mut bytes = b"w".to_vec();
+        bytes.extend_from_slice(&3u64.to_le_bytes());
+        bytes.extend_from_slice(b"\xed\xa0\x80");
+        assert_eq!(lone, xxh3_128(&bytes));
+        assert_eq!(
+            lone,
+            raw(r#""\uD800""#),
+            "escapes are read, not compared as text"
+        );
+        assert_ne!(lone, raw(r#""\udc00""#));
+        assert_eq!(raw(r#"{"\ud800":1}"#), raw(r#"{"\uD800":1}"#));
     }
 }

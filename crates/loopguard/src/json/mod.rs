@@ -1,0 +1,341 @@
+//! JSON as the fingerprint rules read it: one read-only view, two representations.
+//!
+//! Hosts that already hold a `serde_json::Value` pass `&Value`; front ends that read event
+//! bytes (replay, the sidecar, hooks, the MCP proxy, transcript scans) pass a [`Raw`] node
+//! of a [`Tape`]: the JSON text tokenized once into a flat, reusable array, with no value
+//! tree, no allocation per node and no recursion. Both implement [`Json`], and the
+//! canonical encoder ([`crate::canonical`]) and every outcome rule
+//! ([`crate::fingerprint`]) are written once against that trait, so the two paths cannot
+//! drift apart: for any text `serde_json` parses, both give the same fingerprint (a property
+//! test and a differential fuzz target check it).
+//!
+//! The raw form also holds what a `Value` cannot: numbers beyond the double range (`1e999`),
+//! strings with lone surrogate escapes (`"\ud800"`), nesting of any depth. They are valid
+//! JSON that tools accept, so the guard fingerprints them too ([`Num::Big`],
+//! [`Str::Wtf8`]; the encoding is in `docs/fingerprints.md`) instead of letting such calls
+//! pass unchecked.
+
+mod number;
+mod tape;
+
+use serde_json::{Map, Number, Value};
+
+pub use number::Canonical;
+pub use tape::{Doc, Items as RawItems, JsonError, JsonErrorKind, Object as RawObject, Raw, Tape};
+
+/// A JSON string's content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Str<'a> {
+    /// Unicode text (every string a `Value` can hold).
+    Text(&'a str),
+    /// Text with at least one lone surrogate (`"\ud800"`), as WTF-8: surrogates take the
+    /// three bytes UTF-8 would give them, which no Unicode text contains.
+    Wtf8(&'a [u8]),
+}
+
+impl<'a> Str<'a> {
+    /// The text, when it is Unicode.
+    pub fn as_str(self) -> Option<&'a str> {
+        match self {
+            Self::Text(s) => Some(s),
+            Self::Wtf8(_) => None,
+        }
+    }
+
+    /// The content's bytes (UTF-8, or WTF-8).
+    pub fn as_bytes(self) -> &'a [u8] {
+        match self {
+            Self::Text(s) => s.as_bytes(),
+            Self::Wtf8(b) => b,
+        }
+    }
+
+    /// Without leading and trailing whitespace ([`crate::text::trim`]).
+    pub fn trim(self) -> Self {
+        match self {
+            Self::Text(s) => Self::Text(crate::text::trim(s)),
+            Self::Wtf8(b) => Self::Wtf8(trim_wtf8(b)),
+        }
+    }
+
+    /// Trimmed, or `None` when blank ([`crate::text::non_blank`]).
+    pub fn non_blank(self) -> Option<Self> {
+        let t = self.trim();
+        (!t.as_bytes().is_empty()).then_some(t)
+    }
+}
+
+/// `b` without leading and trailing ECMAScript whitespace. Whitespace characters are
+/// valid UTF-8 and surrogates are not whitespace, so trimming stops at the first
+/// character that does not decode to whitespace.
+fn trim_wtf8(b: &[u8]) -> &[u8] {
+    let space_at = |at: &[u8]| -> Option<usize> {
+        let len = match at.first()? {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            _ => return None,
+        };
+        let c = std::str::from_utf8(at.get(..len)?).ok()?.chars().next()?;
+        crate::text::is_js_space(c).then_some(len)
+    };
+    let mut start = 0;
+    while let Some(n) = space_at(&b[start..]) {
+        start += n;
+    }
+    let mut end = b.len();
+    'outer: while end > start {
+        // A character ends at `end`: it starts at one of the four bytes before it.
+        for len in 1..=3.min(end - start) {
+            if let Some(n) = space_at(&b[end - len..end]) {
+                if n == len {
+                    end -= len;
+                    continue 'outer;
+                }
+            }
+        }
+        break;
+    }
+    &b[start..end]
+}
+
+/// A JSON number, before it is canonicalised.
+#[derive(Clone, Copy, Debug)]
+pub enum Num<'a> {
+    /// A number parsed by `serde_json`.
+    Value(&'a Number),
+    /// A number as it is written in JSON text.
+    Text(&'a str),
+}
+
+impl<'a> Num<'a> {
+    /// The number's value as the `lg1` encoding sees it.
+    pub fn canonical(self) -> Canonical<'a> {
+        match self {
+            Self::Value(n) => Canonical::of_number(n),
+            Self::Text(t) => Canonical::of_text(t),
+        }
+    }
+
+    /// The number as a double (`None` beyond the double range).
+    pub fn as_f64(self) -> Option<f64> {
+        match self.canonical() {
+            Canonical::Int(i) => Some(i as f64),
+            Canonical::Double(f) => Some(f),
+            Canonical::Big(_) => None,
+        }
+    }
+}
+
+/// What a JSON value is, with its content.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind<'a, J: Json<'a>> {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A number.
+    Number(Num<'a>),
+    /// A string.
+    String(Str<'a>),
+    /// An array: its elements.
+    Array(J::Items),
+    /// An object.
+    Object(J::Object),
+}
+
+/// A read-only view of a JSON value: `&serde_json::Value`, or a [`Raw`] node of a [`Tape`].
+pub trait Json<'a>: Copy + 'a {
+    /// An array's elements, in order.
+    type Items: Iterator<Item = Self> + ExactSizeIterator + Clone;
+    /// An object.
+    type Object: Object<'a, Value = Self>;
+
+    /// What the value is.
+    fn kind(self) -> Kind<'a, Self>;
+
+    /// The value as an object.
+    fn as_object(self) -> Option<Self::Object> {
+        match self.kind() {
+            Kind::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The value as an array.
+    fn as_array(self) -> Option<Self::Items> {
+        match self.kind() {
+            Kind::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// The value as a string (Unicode or not).
+    fn as_string(self) -> Option<Str<'a>> {
+        match self.kind() {
+            Kind::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as Unicode text.
+    fn as_str(self) -> Option<&'a str> {
+        self.as_string().and_then(Str::as_str)
+    }
+
+    /// The value as a boolean.
+    fn as_bool(self) -> Option<bool> {
+        match self.kind() {
+            Kind::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The value as a number.
+    fn as_number(self) -> Option<Num<'a>> {
+        match self.kind() {
+            Kind::Number(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Whether the value is `null`.
+    fn is_null(self) -> bool {
+        matches!(self.kind(), Kind::Null)
+    }
+
+    /// The member `key` of an object (the last one when the key is repeated).
+    fn get(self, key: &str) -> Option<Self> {
+        self.as_object()?.get(key)
+    }
+}
+
+/// An object of a [`Json`] view.
+pub trait Object<'a>: Copy + 'a {
+    /// The members' values.
+    type Value: Json<'a>;
+    /// An iteration over the members in ascending key byte order (see [`Object::sorted`]).
+    type Sorted: Clone;
+
+    /// The member `key` (the last one when the key is repeated, as in JavaScript and in
+    /// `serde_json`).
+    fn get(self, key: &str) -> Option<Self::Value>;
+
+    /// Calls `f` with each key in the representation's own order (a raw object may
+    /// repeat a key): one pass, for callers that look for a few names among the members.
+    fn each_key(self, f: impl FnMut(&'a [u8]));
+
+    /// Starts an iteration over the members in ascending key byte order, each key once
+    /// (with its last value); returns their number. Representations that must sort keep
+    /// the order in `scratch`, above its current length; the caller truncates `scratch`
+    /// back when the iteration is over.
+    fn sorted(self, scratch: &mut Vec<u32>) -> (usize, Self::Sorted);
+
+    /// The next member of an iteration [`Object::sorted`] started.
+    fn next_sorted(self, it: &mut Self::Sorted, scratch: &[u32])
+        -> Option<(&'a [u8], Self::Value)>;
+}
+
+impl<'a> Json<'a> for &'a Value {
+    type Items = std::slice::Iter<'a, Value>;
+    type Object = &'a Map<String, Value>;
+
+    #[inline]
+    fn kind(self) -> Kind<'a, Self> {
+        match self {
+            Value::Null => Kind::Null,
+            Value::Bool(b) => Kind::Bool(*b),
+            Value::Number(n) => Kind::Number(Num::Value(n)),
+            Value::String(s) => Kind::String(Str::Text(s)),
+            Value::Array(items) => Kind::Array(items.iter()),
+            Value::Object(map) => Kind::Object(map),
+        }
+    }
+
+    fn get(self, key: &str) -> Option<Self> {
+        self.as_object()?.get(key)
+    }
+}
+
+/// Members of a `serde_json` map in key order.
+#[derive(Clone)]
+pub enum ValueMembers<'a> {
+    /// The map's own order: `serde_json`'s default `BTreeMap` is sorted.
+    Sorted(serde_json::map::Iter<'a>),
+    /// Sorted here: a build with `preserve_order` keeps insertion order.
+    Owned(std::vec::IntoIter<(&'a String, &'a Value)>),
+}
+
+impl<'a> Object<'a> for &'a Map<String, Value> {
+    type Value = &'a Value;
+    type Sorted = ValueMembers<'a>;
+
+    #[inline]
+    fn get(self, key: &str) -> Option<&'a Value> {
+        Map::get(self, key)
+    }
+
+    fn each_key(self, mut f: impl FnMut(&'a [u8])) {
+        self.keys().for_each(|k| f(k.as_bytes()));
+    }
+
+    fn sorted(self, _: &mut Vec<u32>) -> (usize, ValueMembers<'a>) {
+        let members = if *MAPS_ARE_SORTED {
+            ValueMembers::Sorted(self.iter())
+        } else {
+            let mut v: Vec<_> = self.iter().collect();
+            v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            ValueMembers::Owned(v.into_iter())
+        };
+        (self.len(), members)
+    }
+
+    #[inline]
+    fn next_sorted(self, it: &mut ValueMembers<'a>, _: &[u32]) -> Option<(&'a [u8], &'a Value)> {
+        let (k, v) = match it {
+            ValueMembers::Sorted(it) => it.next(),
+            ValueMembers::Owned(it) => it.next(),
+        }?;
+        Some((k.as_bytes(), v))
+    }
+}
+
+/// Whether `serde_json` maps iterate in key order (its default `BTreeMap`). A build that
+/// enables `preserve_order` anywhere in the dependency graph iterates in insertion order;
+/// members are then sorted here, so fingerprints never depend on a feature flag.
+static MAPS_ARE_SORTED: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    let mut probe = Map::new();
+    probe.insert("b".into(), Value::Null);
+    probe.insert("a".into(), Value::Null);
+    probe.keys().next().map(String::as_str) == Some("a")
+});
+
+/// What a JSON value is, for error messages: `a string`, `an array`, `null` …
+pub fn kind_name<'a, J: Json<'a>>(v: J) -> &'static str {
+    match v.kind() {
+        Kind::Null => "null",
+        Kind::Bool(_) => "a boolean",
+        Kind::Number(_) => "a number",
+        Kind::String(_) => "a string",
+        Kind::Array(_) => "an array",
+        Kind::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wtf8_trims_like_text() {
+        assert_eq!(trim_wtf8(b" \xed\xa0\x80 \n"), b"\xed\xa0\x80");
+        assert_eq!(trim_wtf8("\u{3000}\u{FEFF}x\u{A0}".as_bytes()), b"x");
+        assert_eq!(trim_wtf8(b"  "), b"");
+        assert_eq!(trim_wtf8(b"\xed\xb0\x80"), b"\xed\xb0\x80");
+        assert_eq!(
+            Str::Wtf8(b" \t").non_blank(),
+            None,
+            "blank WTF-8 cannot happen, but trims to nothing"
+        );
+    }
+}

@@ -1,0 +1,1153 @@
+//! JSON text tokenized into a flat tape: the raw form behind [`Raw`].
+//!
+//! # Why a tape
+//!
+//! A front end fingerprints the `args` and `result` of every event it reads. Building a
+//! `serde_json::Value` for that costs an allocation per string, array and object, a
+//! cache-cold tree walk to hash it, and the tree's destruction: most of the time spent on a
+//! small event. The canonical encoding only needs to visit each value once, in key order,
+//! and to look up a few members (`details.status`, `content[].text`, `args.action`). So the
+//! text is tokenized once, in one pass and without recursion, into a flat array of 12-byte
+//! [`Node`]s in document order: scalars point back into the text, containers record their
+//! element count and where they end (so a subtree is skipped in one step). A [`Tape`] is
+//! reused from one event to the next, so a steady stream of events allocates nothing.
+//!
+//! A streaming reader over `&RawValue` was the alternative; it would have to read an
+//! object twice (members must be hashed in key order, not text order) and re-scan strings
+//! for every lookup, and `serde_json` keeps a nesting limit of 128 that valid input
+//! exceeds. The tape has no depth limit: its stack of open containers lives on the heap.
+//!
+//! # What is kept
+//!
+//! - Strings without escapes are spans of the text. Strings with escapes are unescaped
+//!   once, while tokenizing, into an arena; one with a lone surrogate escape (valid JSON
+//!   that no Rust string can hold) goes, as WTF-8, into a second arena.
+//! - Numbers are spans of the text, canonicalised only when hashed ([`super::Canonical`]),
+//!   so `1e999` is kept, by its text.
+//! - Objects keep their members in text order, duplicates included; lookups take the last
+//!   one, and iteration in key order ([`super::Object::sorted`]) sorts an object when it
+//!   is hashed, into a scratch array, unless its keys are already in order.
+//!
+//! The input must be UTF-8 (`&str`): callers check it once, and report it as they need.
+
+use std::fmt;
+
+use super::{Json, Kind, Num, Str};
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+/// A number written without fraction or exponent.
+const INT: u8 = 3;
+/// Any other number.
+const FLOAT: u8 = 4;
+/// A string without escapes: a span of the text.
+const STR: u8 = 5;
+/// A string with escapes, unescaped into the Unicode arena.
+const STR_ESCAPED: u8 = 6;
+/// A string with a lone surrogate, as WTF-8 in the second arena.
+const STR_WTF8: u8 = 7;
+const ARRAY: u8 = 8;
+const OBJECT: u8 = 9;
+
+/// One value of the tape. Scalars: `a`, `b` are the start and length of their text (or
+/// arena) span. Containers: `a` is the element (or member) count, `b` the index of the
+/// first node after the container. An object's members are a key node followed by the
+/// value's nodes.
+#[derive(Clone, Copy, Debug)]
+pub struct Node {
+    tag: u8,
+    a: u32,
+    b: u32,
+}
+
+/// Arenas larger than this are given back when the next text starts, so that one huge
+/// event does not keep its memory for the rest of a stream.
+const KEEP_BYTES: usize = 32 << 20;
+
+/// Reusable buffers for tokenizing JSON texts one after the other.
+#[derive(Debug, Default)]
+pub struct Tape {
+    nodes: Vec<Node>,
+    /// Open containers: node index, element count so far, whether it is an object.
+    stack: Vec<(u32, u32, bool)>,
+    unescaped: String,
+    wtf8: Vec<u8>,
+}
+
+/// A tokenized JSON text: the tape and the text it points into.
+#[derive(Clone, Copy, Debug)]
+pub struct Doc<'a> {
+    nodes: &'a [Node],
+    text: &'a str,
+    unescaped: &'a str,
+    wtf8: &'a [u8],
+}
+
+/// A value of a tokenized text.
+#[derive(Clone, Copy)]
+pub struct Raw<'a> {
+    doc: &'a Doc<'a>,
+    at: u32,
+}
+
+/// Why a text is not JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JsonErrorKind {
+    /// The text ends inside a value.
+    EndOfInput,
+    /// Something other than a value where a value must be.
+    ExpectedValue,
+    /// An object key that is not a string.
+    ExpectedKey,
+    /// No `:` after an object key.
+    ExpectedColon,
+    /// No `,` or closing bracket after an element.
+    ExpectedCommaOrEnd,
+    /// A malformed number (`01`, `1.`, `-`).
+    InvalidNumber,
+    /// A malformed escape in a string (`\x`, `\u12`).
+    InvalidEscape,
+    /// A control character (U+0000 to U+001F) inside a string.
+    ControlCharacter,
+    /// More than whitespace after the value.
+    TrailingCharacters,
+    /// A text of 4 GiB or more.
+    TooLong,
+}
+
+/// Why a text is not JSON, and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JsonError {
+    /// What is wrong.
+    pub kind: JsonErrorKind,
+    /// The byte offset where it was found.
+    pub offset: usize,
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            JsonErrorKind::EndOfInput => "the text ends inside a value",
+            JsonErrorKind::ExpectedValue => "expected a value",
+            JsonErrorKind::ExpectedKey => "expected a string key",
+            JsonErrorKind::ExpectedColon => "expected `:`",
+            JsonErrorKind::ExpectedCommaOrEnd => "expected `,` or a closing bracket",
+            JsonErrorKind::InvalidNumber => "invalid number",
+            JsonErrorKind::InvalidEscape => "invalid escape",
+            JsonErrorKind::ControlCharacter => "control character in a string",
+            JsonErrorKind::TrailingCharacters => "trailing characters after the value",
+            JsonErrorKind::TooLong => "the text is 4 GiB or longer",
+        };
+        write!(f, "{what} at byte {}", self.offset)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl Tape {
+    /// An empty tape.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tokenizes `text`, which must hold exactly one JSON value (whitespace around it is
+    /// allowed). Any valid JSON is accepted, at any depth.
+    pub fn parse<'a>(&'a mut self, text: &'a str) -> Result<Doc<'a>, JsonError> {
+        if u32::try_from(text.len()).is_err() {
+            return Err(JsonError {
+                kind: JsonErrorKind::TooLong,
+                offset: 0,
+            });
+        }
+        self.reset();
+        Parser {
+            b: text.as_bytes(),
+            text,
+            i: 0,
+            tape: self,
+        }
+        .run()?;
+        Ok(Doc {
+            nodes: &self.nodes,
+            text,
+            unescaped: &self.unescaped,
+            wtf8: &self.wtf8,
+        })
+    }
+
+    fn reset(&mut self) {
+        self.nodes.clear();
+        self.stack.clear();
+        self.unescaped.clear();
+        self.wtf8.clear();
+        if self.nodes.capacity() * std::mem::size_of::<Node>() > KEEP_BYTES {
+            self.nodes
+                .shrink_to(KEEP_BYTES / 4 / std::mem::size_of::<Node>());
+        }
+        if self.stack.capacity() * 12 > KEEP_BYTES {
+            self.stack.shrink_to(KEEP_BYTES / 4 / 12);
+        }
+        if self.unescaped.capacity() > KEEP_BYTES {
+            self.unescaped.shrink_to(KEEP_BYTES / 4);
+        }
+        if self.wtf8.capacity() > KEEP_BYTES {
+            self.wtf8.shrink_to(KEEP_BYTES / 4);
+        }
+    }
+}
+
+impl<'a> Doc<'a> {
+    /// The top-level value.
+    pub fn root(&'a self) -> Raw<'a> {
+        Raw { doc: self, at: 0 }
+    }
+
+    /// The text the tape was made from.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    fn end(&self, at: u32) -> u32 {
+        let n = self.nodes[at as usize];
+        if n.tag >= ARRAY {
+            n.b
+        } else {
+            at + 1
+        }
+    }
+
+    fn str_at(&self, at: u32) -> Str<'a> {
+        let n = self.nodes[at as usize];
+        let span = n.a as usize..(n.a + n.b) as usize;
+        match n.tag {
+            STR => Str::Text(&self.text[span]),
+            STR_ESCAPED => Str::Text(&self.unescaped[span]),
+            _ => Str::Wtf8(&self.wtf8[span]),
+        }
+    }
+
+    fn key_at(&self, at: u32) -> &'a [u8] {
+        self.str_at(at).as_bytes()
+    }
+}
+
+impl fmt::Debug for Raw<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.doc.nodes[self.at as usize];
+        write!(f, "Raw(#{}: {:?})", self.at, n)
+    }
+}
+
+impl<'a> Raw<'a> {
+    /// Whether the value, and everything in it, can be a `serde_json::Value`: no number
+    /// beyond the double range, no lone surrogate, nesting at most `max_depth` deep.
+    pub fn fits_value(self, max_depth: usize) -> bool {
+        let doc = self.doc;
+        let end = doc.end(self.at);
+        // Depth: the containers still open at each node, found from their ends.
+        let mut open: Vec<u32> = Vec::new();
+        for at in self.at..end {
+            while open.last().is_some_and(|&e| e <= at) {
+                open.pop();
+            }
+            let n = doc.nodes[at as usize];
+            match n.tag {
+                STR_WTF8 => return false,
+                FLOAT | INT => {
+                    let text = &doc.text[n.a as usize..(n.a + n.b) as usize];
+                    if matches!(super::Canonical::of_text(text), super::Canonical::Big(_)) {
+                        return false;
+                    }
+                }
+                ARRAY | OBJECT => {
+                    open.push(n.b);
+                    if open.len() > max_depth {
+                        return false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// The value as a `serde_json::Value`, when it [fits](Raw::fits_value) one of at most
+    /// 128 levels (deeper trees would overflow the stack when dropped).
+    pub fn to_value(self) -> Option<serde_json::Value> {
+        use serde_json::{Map, Value};
+        if !self.fits_value(128) {
+            return None;
+        }
+        enum Open {
+            Array(Vec<Value>),
+            Object(Map<String, Value>, Option<String>),
+        }
+        let doc = self.doc;
+        let mut stack: Vec<(Open, u32)> = Vec::new();
+        let mut at = self.at;
+        loop {
+            // Finish containers that end here.
+            let mut done = None;
+            while let Some((_, end)) = stack.last() {
+                if *end > at {
+                    break;
+                }
+                let (open, _) = stack.pop().expect("checked");
+                let v = match open {
+                    Open::Array(items) => Value::Array(items),
+                    Open::Object(map, _) => Value::Object(map),
+                };
+                match stack.last_mut() {
+                    Some((Open::Array(items), _)) => items.push(v),
+                    Some((Open::Object(map, key), _)) => {
+                        map.insert(key.take().unwrap_or_default(), v);
+                    }
+                    None => done = Some(v),
+                }
+            }
+            if let Some(v) = done {
+                return Some(v);
+            }
+            // A key of the innermost object?
+            if let Some((Open::Object(_, key @ None), _)) = stack.last_mut() {
+                *key = Some(doc.str_at(at).as_str()?.to_owned());
+                at += 1;
+                continue;
+            }
+            let raw = Raw { doc, at };
+            let leaf = match raw.kind() {
+                Kind::Null => Value::Null,
+                Kind::Bool(b) => Value::Bool(b),
+                Kind::Number(Num::Text(t)) => Value::Number(serde_json::from_str(t).ok()?),
+                Kind::Number(Num::Value(n)) => Value::Number(n.clone()),
+                Kind::String(s) => Value::String(s.as_str()?.to_owned()),
+                Kind::Array(_) => {
+                    stack.push((Open::Array(Vec::new()), doc.end(at)));
+                    at += 1;
+                    continue;
+                }
+                Kind::Object(_) => {
+                    stack.push((Open::Object(Map::new(), None), doc.end(at)));
+                    at += 1;
+                    continue;
+                }
+            };
+            at += 1;
+            match stack.last_mut() {
+                Some((Open::Array(items), _)) => items.push(leaf),
+                Some((Open::Object(map, key), _)) => {
+                    map.insert(key.take().unwrap_or_default(), leaf);
+                }
+                None => return Some(leaf),
+            }
+        }
+    }
+}
+
+impl<'a> Json<'a> for Raw<'a> {
+    type Items = Items<'a>;
+    type Object = Object<'a>;
+
+    #[inline]
+    fn kind(self) -> Kind<'a, Self> {
+        let doc = self.doc;
+        let n = doc.nodes[self.at as usize];
+        match n.tag {
+            NULL => Kind::Null,
+            FALSE => Kind::Bool(false),
+            TRUE => Kind::Bool(true),
+            INT | FLOAT => Kind::Number(Num::Text(&doc.text[n.a as usize..(n.a + n.b) as usize])),
+            STR | STR_ESCAPED | STR_WTF8 => Kind::String(doc.str_at(self.at)),
+            ARRAY => Kind::Array(Items {
+                doc,
+                next: self.at + 1,
+                left: n.a,
+            }),
+            _ => Kind::Object(Object { doc, at: self.at }),
+        }
+    }
+}
+
+/// The elements of a raw array.
+#[derive(Clone, Copy, Debug)]
+pub struct Items<'a> {
+    doc: &'a Doc<'a>,
+    next: u32,
+    left: u32,
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = Raw<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Raw<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        let item = Raw {
+            doc: self.doc,
+            at: self.next,
+        };
+        self.next = self.doc.end(self.next);
+        self.left -= 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Items<'_> {}
+
+/// A raw object.
+#[derive(Clone, Copy, Debug)]
+pub struct Object<'a> {
+    doc: &'a Doc<'a>,
+    at: u32,
+}
+
+/// An iteration over a raw object's members in key order.
+#[derive(Clone, Copy, Debug)]
+pub enum Sorted {
+    /// The keys are already in strictly ascending order: the tape's own order.
+    InPlace {
+        /// The next key node.
+        next: u32,
+        /// Members left.
+        left: u32,
+    },
+    /// Key nodes sorted into the scratch array, `scratch[pos..end]`.
+    Scratch {
+        /// The next position.
+        pos: u32,
+        /// The end.
+        end: u32,
+    },
+}
+
+impl<'a> Object<'a> {
+    /// The members in text order (duplicates included): key and value.
+    pub fn members(self) -> impl Iterator<Item = (Str<'a>, Raw<'a>)> + 'a {
+        let doc = self.doc;
+        let n = doc.nodes[self.at as usize];
+        let mut key = self.at + 1;
+        (0..n.a).map(move |_| {
+            let k = key;
+            key = doc.end(k + 1);
+            (doc.str_at(k), Raw { doc, at: k + 1 })
+        })
+    }
+
+    /// The object as a value.
+    pub fn as_raw(self) -> Raw<'a> {
+        Raw {
+            doc: self.doc,
+            at: self.at,
+        }
+    }
+}
+
+impl<'a> super::Object<'a> for Object<'a> {
+    type Value = Raw<'a>;
+    type Sorted = Sorted;
+
+    fn get(self, key: &str) -> Option<Raw<'a>> {
+        let doc = self.doc;
+        let n = doc.nodes[self.at as usize];
+        let mut k = self.at + 1;
+        let mut found = None;
+        for _ in 0..n.a {
+            if doc.key_at(k) == key.as_bytes() {
+                found = Some(k + 1);
+            }
+            k = doc.end(k + 1);
+        }
+        found.map(|at| Raw { doc, at })
+    }
+
+    fn each_key(self, mut f: impl FnMut(&'a [u8])) {
+        let doc = self.doc;
+        let n = doc.nodes[self.at as usize];
+        let mut k = self.at + 1;
+        for _ in 0..n.a {
+            f(doc.key_at(k));
+            k = doc.end(k + 1);
+        }
+    }
+
+    fn sorted(self, scratch: &mut Vec<u32>) -> (usize, Sorted) {
+        let doc = self.doc;
+        let n = doc.nodes[self.at as usize];
+        let first = self.at + 1;
+        // Already in strictly ascending order (no duplicates)? The common case for small
+        // objects, and the tape is then iterated as it is.
+        let mut k = first;
+        let mut prev: Option<&[u8]> = None;
+        let mut in_order = true;
+        for _ in 0..n.a {
+            let key = doc.key_at(k);
+            if prev.is_some_and(|p| p >= key) {
+                in_order = false;
+                break;
+            }
+            prev = Some(key);
+            k = doc.end(k + 1);
+        }
+        if in_order {
+            return (
+                n.a as usize,
+                Sorted::InPlace {
+                    next: first,
+                    left: n.a,
+                },
+            );
+        }
+        let start = scratch.len();
+        let mut k = first;
+        for _ in 0..n.a {
+            scratch.push(k);
+            k = doc.end(k + 1);
+        }
+        let keys = &mut scratch[start..];
+        // Equal keys stay in text order (the tie-break on position), so the last of each
+        // run is the member that counts.
+        keys.sort_unstable_by(|&x, &y| doc.key_at(x).cmp(doc.key_at(y)).then(x.cmp(&y)));
+        let mut kept = 0;
+        for i in 0..keys.len() {
+            let last_of_run = keys
+                .get(i + 1)
+                .is_none_or(|&next| doc.key_at(next) != doc.key_at(keys[i]));
+            if last_of_run {
+                keys[kept] = keys[i];
+                kept += 1;
+            }
+        }
+        scratch.truncate(start + kept);
+        (
+            kept,
+            Sorted::Scratch {
+                pos: start as u32,
+                end: (start + kept) as u32,
+            },
+        )
+    }
+
+    #[inline]
+    fn next_sorted(self, it: &mut Sorted, scratch: &[u32]) -> Option<(&'a [u8], Raw<'a>)> {
+        let doc = self.doc;
+        let k = match it {
+            Sorted::InPlace { next, left } => {
+                if *left == 0 {
+                    return None;
+                }
+                let k = *next;
+                *next = doc.end(k + 1);
+                *left -= 1;
+                k
+            }
+            Sorted::Scratch { pos, end } => {
+                if pos >= end {
+                    return None;
+                }
+                let k = scratch[*pos as usize];
+                *pos += 1;
+                k
+            }
+        };
+        Some((doc.key_at(k), Raw { doc, at: k + 1 }))
+    }
+}
+
+/// The tokenizer: one pass, a heap stack of open containers, no recursion.
+struct Parser<'t, 'a> {
+    b: &'a [u8],
+    text: &'a str,
+    i: usize,
+    tape: &'t mut Tape,
+}
+
+/// Whether a byte ends a run of plain string content: `"`, `\` or a control character.
+#[inline(always)]
+fn is_special(c: u8) -> bool {
+    c == b'"' || c == b'\\' || c < 0x20
+}
+
+/// The position of the first [special](is_special) byte at or after `i` (or the end):
+/// eight bytes at a time.
+#[inline(always)]
+fn skip_plain(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let slash = w ^ (ONES * u64::from(b'\\'));
+        // High bit of each byte that is zero (quote, slash) or below 0x20 (control). The
+        // lowest flagged byte is exact, which is all that is used.
+        let found = (quote.wrapping_sub(ONES) & !quote)
+            | (slash.wrapping_sub(ONES) & !slash)
+            | (w.wrapping_sub(ONES * 0x20) & !w);
+        let found = found & HIGH;
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < b.len() && !is_special(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+impl Parser<'_, '_> {
+    fn error<T>(&self, kind: JsonErrorKind, offset: usize) -> Result<T, JsonError> {
+        Err(JsonError { kind, offset })
+    }
+
+    #[inline(always)]
+    fn skip_ws(&mut self) -> Option<u8> {
+        while let Some(&c) = self.b.get(self.i) {
+            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(c);
+            }
+            self.i += 1;
+        }
+        None
+    }
+
+    #[inline(always)]
+    fn push(&mut self, tag: u8, a: usize, b: usize) {
+        self.tape.nodes.push(Node {
+            tag,
+            a: a as u32,
+            b: b as u32,
+        });
+    }
+
+    fn run(&mut self) -> Result<(), JsonError> {
+        'value: loop {
+            // A value starts here.
+            let Some(c) = self.skip_ws() else {
+                return self.error(JsonErrorKind::EndOfInput, self.i);
+            };
+            match c {
+                b'"' => self.string()?,
+                b'{' => {
+                    self.i += 1;
+                    let at = self.tape.nodes.len() as u32;
+                    self.push(OBJECT, 0, 0);
+                    match self.skip_ws() {
+                        Some(b'}') => {
+                            self.i += 1;
+                            self.tape.nodes[at as usize].b = at + 1;
+                        }
+                        Some(_) => {
+                            self.tape.stack.push((at, 1, true));
+                            self.key()?;
+                            continue 'value;
+                        }
+                        None => return self.error(JsonErrorKind::EndOfInput, self.i),
+                    }
+                }
+                b'[' => {
+                    self.i += 1;
+                    let at = self.tape.nodes.len() as u32;
+                    self.push(ARRAY, 0, 0);
+                    match self.skip_ws() {
+                        Some(b']') => {
+                            self.i += 1;
+                            self.tape.nodes[at as usize].b = at + 1;
+                        }
+                        Some(_) => {
+                            self.tape.stack.push((at, 1, false));
+                            continue 'value;
+                        }
+                        None => return self.error(JsonErrorKind::EndOfInput, self.i),
+                    }
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                b't' => self.literal(b"true", TRUE)?,
+                b'f' => self.literal(b"false", FALSE)?,
+                b'n' => self.literal(b"null", NULL)?,
+                _ => return self.error(JsonErrorKind::ExpectedValue, self.i),
+            }
+            // After a value: the next element, or the end of containers.
+            loop {
+                let Some(&(at, count, object)) = self.tape.stack.last() else {
+                    return match self.skip_ws() {
+                        None => Ok(()),
+                        Some(_) => self.error(JsonErrorKind::TrailingCharacters, self.i),
+                    };
+                };
+                match self.skip_ws() {
+                    Some(b',') => {
+                        self.i += 1;
+                        if let Some(top) = self.tape.stack.last_mut() {
+                            top.1 += 1;
+                        }
+                        if object {
+                            self.key()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if object => {}
+                    Some(b']') if !object => {}
+                    Some(_) => return self.error(JsonErrorKind::ExpectedCommaOrEnd, self.i),
+                    None => return self.error(JsonErrorKind::EndOfInput, self.i),
+                }
+                self.i += 1;
+                self.tape.stack.pop();
+                let end = self.tape.nodes.len() as u32;
+                let node = &mut self.tape.nodes[at as usize];
+                node.a = count;
+                node.b = end;
+            }
+        }
+    }
+
+    /// An object key and its colon.
+    fn key(&mut self) -> Result<(), JsonError> {
+        match self.skip_ws() {
+            Some(b'"') => self.string()?,
+            Some(_) => return self.error(JsonErrorKind::ExpectedKey, self.i),
+            None => return self.error(JsonErrorKind::EndOfInput, self.i),
+        }
+        match self.skip_ws() {
+            Some(b':') => {
+                self.i += 1;
+                Ok(())
+            }
+            Some(_) => self.error(JsonErrorKind::ExpectedColon, self.i),
+            None => self.error(JsonErrorKind::EndOfInput, self.i),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], tag: u8) -> Result<(), JsonError> {
+        match self.b.get(self.i..self.i + word.len()) {
+            Some(w) if w == word => {
+                self.i += word.len();
+                self.push(tag, 0, 0);
+                Ok(())
+            }
+            _ => {
+                // Where it stops matching (or ends).
+                let matched = self.b[self.i..]
+                    .iter()
+                    .zip(word)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let at = self.i + matched;
+                let kind = if at >= self.b.len() {
+                    JsonErrorKind::EndOfInput
+                } else {
+                    JsonErrorKind::ExpectedValue
+                };
+                self.error(kind, at)
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<(), JsonError> {
+        let b = self.b;
+        let start = self.i;
+        let mut i = start;
+        let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+        let need_digit = |i: usize| -> Result<(), JsonError> {
+            match b.get(i) {
+                Some(c) if c.is_ascii_digit() => Ok(()),
+                Some(_) => Err(JsonError {
+                    kind: JsonErrorKind::InvalidNumber,
+                    offset: i,
+                }),
+                None => Err(JsonError {
+                    kind: JsonErrorKind::EndOfInput,
+                    offset: i,
+                }),
+            }
+        };
+        if b[i] == b'-' {
+            i += 1;
+        }
+        need_digit(i)?;
+        if b[i] == b'0' {
+            i += 1;
+        } else {
+            while digit(i) {
+                i += 1;
+            }
+        }
+        let mut tag = INT;
+        if b.get(i) == Some(&b'.') {
+            tag = FLOAT;
+            i += 1;
+            need_digit(i)?;
+            while digit(i) {
+                i += 1;
+            }
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            tag = FLOAT;
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            need_digit(i)?;
+            while digit(i) {
+                i += 1;
+            }
+        }
+        self.i = i;
+        self.push(tag, start, i - start);
+        Ok(())
+    }
+
+    /// A string; `self.i` is at its opening quote.
+    fn string(&mut self) -> Result<(), JsonError> {
+        let start = self.i + 1;
+        let end = skip_plain(self.b, start);
+        match self.b.get(end) {
+            Some(b'"') => {
+                self.i = end + 1;
+                self.push(STR, start, end - start);
+                Ok(())
+            }
+            Some(b'\\') => self.escaped(start, end),
+            Some(_) => self.error(JsonErrorKind::ControlCharacter, end),
+            None => self.error(JsonErrorKind::EndOfInput, end),
+        }
+    }
+
+    /// The rest of a string with escapes, unescaped into an arena; `at` is its first `\`.
+    fn escaped(&mut self, start: usize, mut at: usize) -> Result<(), JsonError> {
+        let b = self.b;
+        let text = self.text;
+        let tape = &mut *self.tape;
+        let arena_start = tape.unescaped.len();
+        // Where the string's WTF-8 starts, once a lone surrogate has been seen.
+        let mut wtf8_start: Option<usize> = None;
+        let mut run = start;
+        loop {
+            // Plain text up to the escape at `at`, then the escape.
+            let plain = &text[run..at];
+            match wtf8_start {
+                None => tape.unescaped.push_str(plain),
+                Some(_) => tape.wtf8.extend_from_slice(plain.as_bytes()),
+            }
+            let (unit, next) = escape(b, at)?;
+            match unit {
+                Unit::Char(c) => match wtf8_start {
+                    None => tape.unescaped.push(c),
+                    Some(_) => {
+                        let mut buf = [0u8; 4];
+                        tape.wtf8
+                            .extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                },
+                Unit::Surrogate(s) => {
+                    if wtf8_start.is_none() {
+                        // Move what was unescaped so far into the WTF-8 arena.
+                        wtf8_start = Some(tape.wtf8.len());
+                        tape.wtf8
+                            .extend_from_slice(&tape.unescaped.as_bytes()[arena_start..]);
+                        tape.unescaped.truncate(arena_start);
+                    }
+                    tape.wtf8.extend_from_slice(&[
+                        0xE0 | (s >> 12) as u8,
+                        0x80 | ((s >> 6) & 0x3F) as u8,
+                        0x80 | (s & 0x3F) as u8,
+                    ]);
+                }
+            }
+            run = next;
+            at = skip_plain(b, next);
+            match b.get(at) {
+                Some(b'\\') => {}
+                Some(b'"') => {
+                    let plain = &text[run..at];
+                    self.i = at + 1;
+                    let node = match wtf8_start {
+                        None => {
+                            tape.unescaped.push_str(plain);
+                            Node {
+                                tag: STR_ESCAPED,
+                                a: arena_start as u32,
+                                b: (tape.unescaped.len() - arena_start) as u32,
+                            }
+                        }
+                        Some(w) => {
+                            tape.wtf8.extend_from_slice(plain.as_bytes());
+                            Node {
+                                tag: STR_WTF8,
+                                a: w as u32,
+                                b: (tape.wtf8.len() - w) as u32,
+                            }
+                        }
+                    };
+                    tape.nodes.push(node);
+                    return Ok(());
+                }
+                Some(_) => {
+                    return Err(JsonError {
+                        kind: JsonErrorKind::ControlCharacter,
+                        offset: at,
+                    })
+                }
+                None => {
+                    return Err(JsonError {
+                        kind: JsonErrorKind::EndOfInput,
+                        offset: at,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// What one escape stands for.
+enum Unit {
+    Char(char),
+    /// A UTF-16 surrogate without its pair.
+    Surrogate(u16),
+}
+
+/// Decodes the escape at `b[at]` (a `\`); returns it and the position after it. A high
+/// surrogate escape directly followed by a low one is one character.
+fn escape(b: &[u8], at: usize) -> Result<(Unit, usize), JsonError> {
+    let invalid = |offset| JsonError {
+        kind: JsonErrorKind::InvalidEscape,
+        offset,
+    };
+    let Some(&c) = b.get(at + 1) else {
+        return Err(JsonError {
+            kind: JsonErrorKind::EndOfInput,
+            offset: at + 1,
+        });
+    };
+    let simple = match c {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let n = hex4(b, at + 2)?;
+            let next = at + 6;
+            return Ok(match n {
+                0xD800..=0xDBFF => {
+                    let low = (b.get(next) == Some(&b'\\') && b.get(next + 1) == Some(&b'u'))
+                        .then(|| hex4(b, next + 2).ok())
+                        .flatten()
+                        .filter(|m| (0xDC00..=0xDFFF).contains(m));
+                    match low {
+                        Some(m) => {
+                            let c =
+                                0x10000 + ((u32::from(n) - 0xD800) << 10) + (u32::from(m) - 0xDC00);
+                            (Unit::Char(char::from_u32(c).ok_or(invalid(at))?), next + 6)
+                        }
+                        None => (Unit::Surrogate(n), next),
+                    }
+                }
+                0xDC00..=0xDFFF => (Unit::Surrogate(n), next),
+                _ => (
+                    Unit::Char(char::from_u32(u32::from(n)).ok_or(invalid(at))?),
+                    next,
+                ),
+            });
+        }
+        _ => return Err(invalid(at + 1)),
+    };
+    Ok((Unit::Char(simple), at + 2))
+}
+
+/// Four hex digits at `b[at..]`.
+fn hex4(b: &[u8], at: usize) -> Result<u16, JsonError> {
+    let mut n = 0u16;
+    for i in at..at + 4 {
+        let Some(&c) = b.get(i) else {
+            return Err(JsonError {
+                kind: JsonErrorKind::EndOfInput,
+                offset: i,
+            });
+        };
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => {
+                return Err(JsonError {
+                    kind: JsonErrorKind::InvalidEscape,
+                    offset: i,
+                })
+            }
+        };
+        n = n << 4 | u16::from(d);
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::Object as _;
+    use serde_json::Value;
+
+    fn parse_ok(text: &str) -> Value {
+        let mut tape = Tape::new();
+        let doc = tape.parse(text).unwrap();
+        doc.root().to_value().unwrap()
+    }
+
+    #[test]
+    fn round_trips_through_value() {
+        for text in [
+            "null",
+            " true ",
+            "false",
+            "0",
+            "-1.5e3",
+            r#""""#,
+            r#""a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00""#,
+            "[]",
+            "{}",
+            "[1,[2,[3,{}]],{\"a\":[]}]",
+            r#"{"b":1,"a":{"y":[true,null],"x":"s"},"a":2}"#,
+            "\t[ 1 , 2 ]\r\n",
+        ] {
+            let want: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(parse_ok(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_serde_json_rejects() {
+        for text in [
+            "",
+            " ",
+            "[",
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{1:2}",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "1e+",
+            "tru",
+            "nul",
+            "truex",
+            "\"abc",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"\\u12g4\"",
+            "\"a\u{1}b\"",
+            "[1] 2",
+            "[1 2]",
+            "{\"a\" 1}",
+            "\u{feff}1",
+        ] {
+            let mut tape = Tape::new();
+            assert!(tape.parse(text).is_err(), "{text:?}");
+            assert!(
+                serde_json::from_str::<serde::de::IgnoredAny>(text).is_err(),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keeps_what_a_value_cannot_hold() {
+        let mut tape = Tape::new();
+        let doc = tape
+            .parse(r#"[1e999,"a\ud800b","\udc00\ud83d\ude00",-2e400]"#)
+            .unwrap();
+        let items: Vec<_> = doc.root().as_array().unwrap().collect();
+        assert!(matches!(items[0].as_number(), Some(Num::Text("1e999"))));
+        assert_eq!(items[1].as_string(), Some(Str::Wtf8(b"a\xed\xa0\x80b")));
+        assert_eq!(
+            items[2].as_string(),
+            Some(Str::Wtf8(b"\xed\xb0\x80\xf0\x9f\x98\x80"))
+        );
+        assert!(!doc.root().fits_value(128));
+        assert!(doc.root().to_value().is_none());
+        // A high surrogate followed by another escape, or by a non-low one.
+        let doc = tape.parse(r#""\ud800\n\ud800\u0041""#).unwrap();
+        assert_eq!(
+            doc.root().as_string(),
+            Some(Str::Wtf8(b"\xed\xa0\x80\n\xed\xa0\x80A"))
+        );
+    }
+
+    #[test]
+    fn nests_without_limit() {
+        let depth = 200_000;
+        let text = "[".repeat(depth) + &"]".repeat(depth);
+        let mut tape = Tape::new();
+        let doc = tape.parse(&text).unwrap();
+        assert!(!doc.root().fits_value(128));
+        let mut v = doc.root();
+        for _ in 1..depth {
+            v = v.as_array().unwrap().next().unwrap();
+        }
+        assert_eq!(v.as_array().unwrap().len(), 0);
+        let text = "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth);
+        assert!(tape.parse(&text).is_ok());
+    }
+
+    #[test]
+    fn lookups_take_the_last_duplicate_and_sorting_drops_the_others() {
+        let mut tape = Tape::new();
+        let doc = tape.parse(r#"{"b":1,"a":2,"b":3,"\u0061":4}"#).unwrap();
+        let obj = doc.root().as_object().unwrap();
+        assert!(matches!(
+            obj.get("b").unwrap().as_number(),
+            Some(Num::Text("3"))
+        ));
+        assert!(matches!(
+            obj.get("a").unwrap().as_number(),
+            Some(Num::Text("4"))
+        ));
+        let mut scratch = vec![7];
+        let (n, mut it) = obj.sorted(&mut scratch);
+        assert_eq!(n, 2);
+        let mut seen = Vec::new();
+        while let Some((k, v)) = obj.next_sorted(&mut it, &scratch) {
+            seen.push((k.to_vec(), v.as_number().map(|n| n.as_f64())));
+        }
+        assert_eq!(
+            seen,
+            [
+                (b"a".to_vec(), Some(Some(4.0))),
+                (b"b".to_vec(), Some(Some(3.0)))
+            ]
+        );
+        assert_eq!(scratch[0], 7, "the caller's part of the scratch is kept");
+    }
+
+    #[test]
+    fn plain_scan_finds_each_special_byte() {
+        let text = b"abcdefgh\"ijklmnop\\qrstuvw\x1fxyz";
+        let mut found = Vec::new();
+        let mut i = 0;
+        loop {
+            i = skip_plain(text, i);
+            if i >= text.len() {
+                break;
+            }
+            found.push(i);
+            i += 1;
+        }
+        assert_eq!(found, [8, 17, 25]);
+        // Bytes above 0x7F are plain.
+        assert_eq!(skip_plain("ééééé\"".as_bytes(), 0), 10);
+    }
+}
