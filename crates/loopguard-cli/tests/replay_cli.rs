@@ -102,14 +102,9 @@ fn bad_lines_are_answered_and_the_stream_goes_on() {
     let a = json_lines(&out.stdout);
     assert_eq!(a.len(), 5);
     assert_eq!(a[0]["armed"], 3);
-    assert!(
-        a[1]["error"]
-            .as_str()
-            .unwrap()
-            .contains("nested deeper than 128"),
-        "{}",
-        a[1]
-    );
+    // Arguments nested 100,000 deep are valid JSON: read without a depth limit and
+    // fingerprinted like any other call.
+    assert_eq!(a[1]["verdict"], "allow", "{}", a[1]);
     assert!(
         a[2]["error"].as_str().unwrap().contains("UTF-8"),
         "{}",

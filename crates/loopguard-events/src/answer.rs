@@ -1,7 +1,7 @@
 //! Output objects (SPEC §7): one per input line. Other tools parse these; field names,
 //! order and types are a contract.
 
-use loopguard::{Abort, Detection, Recorded, Verdict};
+use loopguard::{Abort, Detection, Recorded, Scope, Verdict};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// The answer to one input line.
@@ -66,19 +66,146 @@ impl Answer {
 
 impl Serialize for Answer {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut m = serializer.serialize_map(None)?;
-        match self {
-            Self::Invalid { seq, error } => {
-                m.serialize_entry("seq", seq)?;
-                m.serialize_entry("error", error)?;
-            }
+        let view = match self {
+            Self::Invalid { seq, error } => View {
+                seq: *seq,
+                ids: None,
+                reply: ReplyRef::Invalid(error),
+            },
             Self::Call {
                 seq,
                 session,
                 run,
                 verdict,
-            } => {
-                head(&mut m, *seq, "call", session, run)?;
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Call(verdict),
+            },
+            Self::Result {
+                seq,
+                session,
+                run,
+                recorded,
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Result(recorded),
+            },
+            Self::Compaction {
+                seq,
+                session,
+                run,
+                armed,
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Compaction(*armed),
+            },
+        };
+        view.serialize(serializer)
+    }
+}
+
+/// What the engine said to one event, before the event's ids are attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Call(Verdict),
+    Result(Recorded),
+    Compaction(u32),
+    Invalid(String),
+}
+
+impl Reply {
+    /// The answer to the event `seq` of `scope`.
+    pub(crate) fn into_answer(self, seq: u64, scope: &Scope<'_>) -> Answer {
+        let session = scope.session().to_owned();
+        let run = scope.run().map(str::to_owned);
+        match self {
+            Self::Call(verdict) => Answer::Call {
+                seq,
+                session,
+                run,
+                verdict,
+            },
+            Self::Result(recorded) => Answer::Result {
+                seq,
+                session,
+                run,
+                recorded,
+            },
+            Self::Compaction(armed) => Answer::Compaction {
+                seq,
+                session,
+                run,
+                armed,
+            },
+            Self::Invalid(error) => Answer::Invalid { seq, error },
+        }
+    }
+
+    /// The answer as it is written, with the ids borrowed from the event.
+    pub(crate) fn view<'a>(&'a self, seq: u64, scope: &Scope<'a>) -> View<'a> {
+        let ids = Some((scope.session(), scope.run()));
+        let reply = match self {
+            Self::Call(verdict) => ReplyRef::Call(verdict),
+            Self::Result(recorded) => ReplyRef::Result(recorded),
+            Self::Compaction(armed) => ReplyRef::Compaction(*armed),
+            Self::Invalid(error) => {
+                return View {
+                    seq,
+                    ids: None,
+                    reply: ReplyRef::Invalid(error),
+                }
+            }
+        };
+        View { seq, ids, reply }
+    }
+}
+
+enum ReplyRef<'a> {
+    Call(&'a Verdict),
+    Result(&'a Recorded),
+    Compaction(u32),
+    Invalid(&'a str),
+}
+
+/// An answer with everything borrowed: what is serialized, for [`Answer`] and for the
+/// answers `replay` writes without building one.
+pub(crate) struct View<'a> {
+    seq: u64,
+    /// Session and run (none for an invalid line).
+    ids: Option<(&'a str, Option<&'a str>)>,
+    reply: ReplyRef<'a>,
+}
+
+impl<'a> View<'a> {
+    /// The answer to an invalid line.
+    pub(crate) fn invalid(seq: u64, error: &'a str) -> Self {
+        Self {
+            seq,
+            ids: None,
+            reply: ReplyRef::Invalid(error),
+        }
+    }
+
+    /// Whether this answers an invalid line.
+    pub(crate) fn is_error(&self) -> bool {
+        matches!(self.reply, ReplyRef::Invalid(_))
+    }
+}
+
+impl Serialize for View<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(None)?;
+        let (session, run) = self.ids.unwrap_or_default();
+        match &self.reply {
+            ReplyRef::Invalid(error) => {
+                m.serialize_entry("seq", &self.seq)?;
+                m.serialize_entry("error", error)?;
+            }
+            ReplyRef::Call(verdict) => {
+                head(&mut m, self.seq, "call", session, run)?;
                 match verdict {
                     Verdict::Allow => m.serialize_entry("verdict", "allow")?,
                     Verdict::Warn { detection, notify } => {
@@ -105,26 +232,16 @@ impl Serialize for Answer {
                     }
                 }
             }
-            Self::Result {
-                seq,
-                session,
-                run,
-                recorded,
-            } => {
-                head(&mut m, *seq, "result", session, run)?;
+            ReplyRef::Result(recorded) => {
+                head(&mut m, self.seq, "result", session, run)?;
                 m.serialize_entry("recorded", &recorded.recorded)?;
                 m.serialize_entry("abort", &recorded.abort.as_ref().map(AbortOut))?;
                 if let Some(abort) = &recorded.would_abort {
                     m.serialize_entry("shadow_abort", &AbortOut(abort))?;
                 }
             }
-            Self::Compaction {
-                seq,
-                session,
-                run,
-                armed,
-            } => {
-                head(&mut m, *seq, "compaction", session, run)?;
+            ReplyRef::Compaction(armed) => {
+                head(&mut m, self.seq, "compaction", session, run)?;
                 m.serialize_entry("armed", armed)?;
             }
         }
@@ -137,12 +254,12 @@ fn head<M: SerializeMap>(
     seq: u64,
     kind: &str,
     session: &str,
-    run: &Option<String>,
+    run: Option<&str>,
 ) -> Result<(), M::Error> {
     m.serialize_entry("seq", &seq)?;
     m.serialize_entry("type", kind)?;
     m.serialize_entry("session", session)?;
-    m.serialize_entry("run", run)
+    m.serialize_entry("run", &run)
 }
 
 fn detection_fields<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::Error> {

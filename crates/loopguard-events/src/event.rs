@@ -104,14 +104,32 @@ impl Event {
 
 /// Parses one line (without its line terminator).
 pub fn parse_line(line: &[u8]) -> Result<Event, String> {
-    let text = std::str::from_utf8(line).map_err(|e| {
-        format!(
-            "line is not valid UTF-8 (invalid byte at offset {})",
-            e.valid_up_to()
-        )
-    })?;
+    let text = std::str::from_utf8(line).map_err(|e| utf8_error(&e))?;
     let value: Value = serde_json::from_str(text).map_err(json_error)?;
     from_value(value)
+}
+
+/// The error of a line that is not UTF-8.
+pub(crate) fn utf8_error(e: &std::str::Utf8Error) -> String {
+    format!(
+        "line is not valid UTF-8 (invalid byte at offset {})",
+        e.valid_up_to()
+    )
+}
+
+/// The error of a text that is not JSON, in the words `serde_json` uses (the tape found
+/// the same fault; its own message is the fallback). Nesting has no limit, so a parse that
+/// stopped at `serde_json`'s depth limit is replaced by one without it, which finds the
+/// real fault.
+pub(crate) fn json_text_error(text: &str, found: &loopguard::json::JsonError) -> String {
+    let error = match serde_json::from_str::<Value>(text) {
+        Err(e) if !e.to_string().contains("recursion limit") => e,
+        _ => match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Err(e) => e,
+            Ok(_) => return format!("invalid JSON: {found}"),
+        },
+    };
+    json_error(error)
 }
 
 fn json_error(e: serde_json::Error) -> String {

@@ -28,16 +28,20 @@
 mod answer;
 mod event;
 pub mod lines;
+mod view;
 
 use std::io::{self, BufRead, Write};
 
+use loopguard::json::{Json, Tape};
 use loopguard::{
     CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, RunState, Scope,
 };
 
 pub use answer::Answer;
+use answer::{Reply, View};
 pub use event::{from_value, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
 pub use lines::{Line, LineReader};
+pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
 
 /// Default longest line `replay` reads (256 MiB); longer lines are reported and skipped.
 pub const DEFAULT_MAX_LINE: usize = 256 << 20;
@@ -52,6 +56,8 @@ pub const MAX_ID_BYTES: usize = 256;
 pub struct Replayer<C: Clock = ManualClock> {
     guard: Guard<C>,
     default_agent: Option<String>,
+    /// Where lines are tokenized, reused from one line to the next.
+    tape: Tape,
 }
 
 impl Replayer<ManualClock> {
@@ -70,6 +76,7 @@ impl<C: Clock> Replayer<C> {
         Self {
             guard,
             default_agent: default_agent.filter(|a| !loopguard::text::is_blank(a)),
+            tape: Tape::new(),
         }
     }
 
@@ -83,19 +90,38 @@ impl<C: Clock> Replayer<C> {
         &mut self.guard
     }
 
-    /// Parses and applies one line.
+    /// Parses and applies one line: read in place ([`parse_raw`]), no value tree.
     pub fn apply_line(&mut self, seq: u64, line: &[u8]) -> Answer {
-        match parse_line(line) {
-            Ok(event) => self.apply(seq, &event),
+        match parse_raw(line, &mut self.tape) {
+            Ok(event) => {
+                let scope = event.scope(self.default_agent.as_deref());
+                let (cfg, run, now) = self.guard.enter(&scope);
+                reply(run, cfg, &scope, &event, now).into_answer(seq, &scope)
+            }
             Err(error) => Answer::Invalid { seq, error },
+        }
+    }
+
+    /// [`Replayer::apply_line`], handing the answer to `write` with its ids borrowed
+    /// from the line: nothing is copied or allocated for a valid event.
+    fn apply_line_to<T>(&mut self, seq: u64, line: &[u8], write: impl FnOnce(&View<'_>) -> T) -> T {
+        match parse_raw(line, &mut self.tape) {
+            Ok(event) => {
+                let scope = event.scope(self.default_agent.as_deref());
+                let (cfg, run, now) = self.guard.enter(&scope);
+                let reply = reply(run, cfg, &scope, &event, now);
+                write(&reply.view(seq, &scope))
+            }
+            Err(error) => write(&View::invalid(seq, &error)),
         }
     }
 
     /// Applies one event.
     pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
-        let scope = scope_of(event, self.default_agent.as_deref());
+        let event = event.as_ref();
+        let scope = event.scope(self.default_agent.as_deref());
         let (cfg, run, now) = self.guard.enter(&scope);
-        apply_to_run(run, cfg, &scope, seq, event, now)
+        apply_event(run, cfg, &scope, seq, &event, now)
     }
 }
 
@@ -107,9 +133,7 @@ pub fn scope_of<'a>(event: &'a Event, default_agent: Option<&'a str>) -> Scope<'
         .with_agent(ids.agent.as_deref().or(default_agent))
 }
 
-/// Applies one event to the state of its run and answers it: what every front end (replay,
-/// the sidecar, durable stores) does with a valid event. `run` must be the state of
-/// `scope`'s run and `cfg` the config of its agent.
+/// [`apply_event`] for an owned event.
 pub fn apply_to_run(
     run: &mut RunState,
     cfg: &EffectiveConfig,
@@ -118,35 +142,53 @@ pub fn apply_to_run(
     event: &Event,
     now: u64,
 ) -> Answer {
-    let session = scope.session().to_owned();
-    let run_id = scope.run().map(str::to_owned);
-    match event {
-        Event::Call {
+    apply_event(run, cfg, scope, seq, &event.as_ref(), now)
+}
+
+/// Applies one event to the state of its run and answers it: what every front end (replay,
+/// the sidecar, durable stores) does with a valid event. `run` must be the state of
+/// `scope`'s run and `cfg` the config of its agent.
+pub fn apply_event<'a, J: Json<'a>>(
+    run: &mut RunState,
+    cfg: &EffectiveConfig,
+    scope: &Scope<'_>,
+    seq: u64,
+    event: &EventRef<'a, J>,
+    now: u64,
+) -> Answer {
+    reply(run, cfg, scope, event, now).into_answer(seq, scope)
+}
+
+fn reply<'a, J: Json<'a>>(
+    run: &mut RunState,
+    cfg: &EffectiveConfig,
+    scope: &Scope<'_>,
+    event: &EventRef<'a, J>,
+    now: u64,
+) -> Reply {
+    match *event {
+        EventRef::Call {
             call_id,
             tool,
             args,
             batch,
             ..
         } => {
-            let print = CallPrint::for_config(tool, args, cfg);
-            let call_id = call_id.as_deref().and_then(loopguard::text::non_blank);
-            let verdict = run.before_call(cfg, scope, &print, call_id, batch.as_deref(), now);
-            Answer::Call {
-                seq,
-                session,
-                run: run_id,
-                verdict,
-            }
+            let print = match args {
+                Some(args) => CallPrint::for_config(tool, args, cfg),
+                None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
+            };
+            let call_id = call_id.and_then(loopguard::text::non_blank);
+            Reply::Call(run.before_call(cfg, scope, &print, call_id, batch, now))
         }
-        Event::Result {
+        EventRef::Result {
             call_id,
             tool,
             args,
             outcome,
             ..
         } => {
-            let outcome = outcome.as_outcome();
-            let call_id = call_id.as_deref().and_then(loopguard::text::non_blank);
+            let call_id = call_id.and_then(loopguard::text::non_blank);
             let by_id = match (tool, args, call_id) {
                 (None, _, Some(id)) => Some(id),
                 // Arguments omitted: the pending call with this id (and tool) has them.
@@ -159,40 +201,30 @@ pub fn apply_to_run(
             let recorded = match (by_id, tool) {
                 (Some(id), _) => match run.after_call_by_id(cfg, scope, id, outcome, now) {
                     Ok(recorded) => recorded,
-                    Err(e) => {
-                        return Answer::Invalid {
-                            seq,
-                            error: e.to_string(),
-                        }
-                    }
+                    Err(e) => return Reply::Invalid(e.to_string()),
                 },
                 (None, Some(tool)) => {
-                    let empty = serde_json::Value::Object(Default::default());
-                    let print = CallPrint::for_config(tool, args.as_ref().unwrap_or(&empty), cfg);
+                    let print = match args {
+                        Some(args) => CallPrint::for_config(tool, args, cfg),
+                        None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
+                    };
                     run.after_call(cfg, scope, &print, call_id, outcome, now)
                 }
                 (None, None) => {
-                    return Answer::Invalid {
-                        seq,
-                        error: "result without tool needs the call_id of a pending call".into(),
-                    }
+                    return Reply::Invalid(
+                        "result without tool needs the call_id of a pending call".into(),
+                    )
                 }
             };
-            Answer::Result {
-                seq,
-                session,
-                run: run_id,
-                recorded,
-            }
+            Reply::Result(recorded)
         }
-        Event::Compaction { .. } => Answer::Compaction {
-            seq,
-            session,
-            run: run_id,
-            armed: run.compaction(cfg, scope, now),
-        },
+        EventRef::Compaction { .. } => Reply::Compaction(run.compaction(cfg, scope, now)),
     }
 }
+
+/// The args of a call that gives none: `{}`.
+static EMPTY_ARGS: std::sync::LazyLock<serde_json::Value> =
+    std::sync::LazyLock::new(|| serde_json::Value::Object(serde_json::Map::new()));
 
 /// Totals of a replay.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -229,25 +261,29 @@ pub fn replay_lines<C: Clock, R: BufRead>(
     let max_line = lines.max();
     while let Some(line) = lines.next_line()? {
         summary.lines += 1;
-        let answer = match line {
-            Line::TooLong { len, .. } => Answer::Invalid {
-                seq: summary.lines,
-                error: format!("line is {len} bytes long, more than the limit of {max_line}"),
-            },
+        let seq = summary.lines;
+        let mut write = |answer: &View<'_>| -> io::Result<bool> {
+            serde_json::to_writer(&mut output, answer)?;
+            output.write_all(b"\n")?;
+            Ok(answer.is_error())
+        };
+        let error = match line {
+            Line::TooLong { len, .. } => {
+                let error = format!("line is {len} bytes long, more than the limit of {max_line}");
+                write(&View::invalid(seq, &error))?
+            }
             Line::Text { bytes, .. } => {
                 if bytes.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                replayer.apply_line(summary.lines, bytes)
+                replayer.apply_line_to(seq, bytes, write)?
             }
         };
-        if answer.is_error() {
+        if error {
             summary.invalid += 1;
         } else {
             summary.events += 1;
         }
-        serde_json::to_writer(&mut output, &answer)?;
-        output.write_all(b"\n")?;
     }
     output.flush()?;
     Ok(summary)

@@ -265,7 +265,7 @@ fn args() -> impl Strategy<Value = Gen> {
         })
 }
 
-fn raw<'a>(tape: &'a mut Tape, text: &'a str) -> loopguard::json::Doc<'a> {
+fn raw<'a>(tape: &'a mut Tape, text: &'a str) -> Raw<'a> {
     tape.parse(text)
         .expect("the tape accepts what serde_json accepts")
 }
@@ -279,7 +279,7 @@ proptest! {
         let text = text_of(&g);
         let mut tape = Tape::new();
         let doc = raw(&mut tape, &text);
-        let root: Raw<'_> = doc.root();
+        let root: Raw<'_> = doc;
         let Ok(value) = serde_json::from_str::<Value>(&text) else {
             // Beyond what a Value holds (a number out of range): still hashed, the same
             // way every time.
@@ -310,16 +310,16 @@ proptest! {
         for config in configs() {
             let cfg = config.global();
             let by_value = CallPrint::for_config(tool, &args_value, cfg);
-            let by_raw = CallPrint::for_config(tool, args_doc.root(), cfg);
+            let by_raw = CallPrint::for_config(tool, args_doc, cfg);
             prop_assert_eq!(by_value.args, by_raw.args);
             prop_assert_eq!(by_value.signature, by_raw.signature);
             prop_assert_eq!(by_value.rule, by_raw.rule);
             prop_assert_eq!(by_value.known_poll, by_raw.known_poll);
             prop_assert_eq!(by_value.target, by_raw.target);
             let (v, r) = if error {
-                (OutcomeOf::Error(&result_value), OutcomeOf::Error(result_doc.root()))
+                (OutcomeOf::Error(&result_value), OutcomeOf::Error(result_doc))
             } else {
-                (OutcomeOf::Result(&result_value), OutcomeOf::Result(result_doc.root()))
+                (OutcomeOf::Result(&result_value), OutcomeOf::Result(result_doc))
             };
             prop_assert_eq!(
                 OutcomePrint::for_config(by_value.rule, v, cfg),

@@ -12,7 +12,7 @@ fn fp(tool: &str, args: Value, outcome: Outcome<'_>) -> OutcomePrint {
     let (mut t1, mut t2) = (Tape::new(), Tape::new());
     let args_text = args.to_string();
     let args_doc = t1.parse(&args_text).unwrap();
-    let rule = OutcomeRule::for_call(tool, args_doc.root());
+    let rule = OutcomeRule::for_call(tool, args_doc);
     assert_eq!(rule, OutcomeRule::for_call(tool, &args));
     let text = match outcome {
         OutcomeOf::Result(v) | OutcomeOf::Error(v) => v.to_string(),
@@ -20,8 +20,8 @@ fn fp(tool: &str, args: Value, outcome: Outcome<'_>) -> OutcomePrint {
     };
     let doc = t2.parse(&text).unwrap();
     let raw: RawOutcome<'_> = match outcome {
-        OutcomeOf::Result(_) => OutcomeOf::Result(doc.root()),
-        OutcomeOf::Error(_) => OutcomeOf::Error(doc.root()),
+        OutcomeOf::Result(_) => OutcomeOf::Result(doc),
+        OutcomeOf::Error(_) => OutcomeOf::Error(doc),
         OutcomeOf::Nothing => OutcomeOf::Nothing,
     };
     assert_eq!(
@@ -30,7 +30,7 @@ fn fp(tool: &str, args: Value, outcome: Outcome<'_>) -> OutcomePrint {
         "raw and value paths differ"
     );
     assert_eq!(
-        args_fingerprint(tool, args_doc.root()),
+        args_fingerprint(tool, args_doc),
         args_fingerprint(tool, &args)
     );
     by_value
@@ -40,7 +40,7 @@ fn fp(tool: &str, args: Value, outcome: Outcome<'_>) -> OutcomePrint {
 fn raw_fp(text: &str) -> Fingerprint {
     let mut tape = Tape::new();
     let doc = tape.parse(text).unwrap();
-    let root: Raw<'_> = doc.root();
+    let root: Raw<'_> = doc;
     Fingerprint::of(root)
 }
 
@@ -418,10 +418,10 @@ fn what_a_value_cannot_hold_still_repeats() {
         assert_eq!(raw_fp(text), raw_fp(text));
         let mut tape = Tape::new();
         let doc = tape.parse(text).unwrap();
-        let a = CallPrint::new("read", doc.root());
+        let a = CallPrint::new("read", doc);
         let mut tape2 = Tape::new();
         let doc2 = tape2.parse(text).unwrap();
-        let b = CallPrint::new("read", doc2.root());
+        let b = CallPrint::new("read", doc2);
         assert_eq!(a.signature, b.signature);
     }
     assert_ne!(raw_fp(r#"{"n":1e999}"#), raw_fp(r#"{"n":1e998}"#));
@@ -431,13 +431,13 @@ fn what_a_value_cannot_hold_still_repeats() {
     let doc = tape.parse(r#""Unknown tool: x\ud800""#).unwrap();
     let print = OutcomePrint::new(
         OutcomeRule::for_call("t", &json!({})),
-        OutcomeOf::Error(doc.root()),
+        OutcomeOf::Error(doc),
     );
     assert!(matches!(print, OutcomePrint::Hashed { unknown_tool: Some(ref t), .. } if t == "x"));
     let doc = tape.parse("1e999").unwrap();
     let big = OutcomePrint::new(
         OutcomeRule::for_call("t", &json!({})),
-        OutcomeOf::Error(doc.root()),
+        OutcomeOf::Error(doc),
     );
     let same = OutcomePrint::new(
         OutcomeRule::for_call("t", &json!({})),

@@ -77,17 +77,15 @@ pub struct Tape {
 
 /// A tokenized JSON text: the tape and the text it points into.
 #[derive(Clone, Copy, Debug)]
-pub struct Doc<'a> {
-    nodes: &'a [Node],
+struct Doc<'a> {
+    tape: &'a Tape,
     text: &'a str,
-    unescaped: &'a str,
-    wtf8: &'a [u8],
 }
 
-/// A value of a tokenized text.
+/// A value of a tokenized text ([`Tape::parse`]).
 #[derive(Clone, Copy)]
 pub struct Raw<'a> {
-    doc: &'a Doc<'a>,
+    doc: Doc<'a>,
     at: u32,
 }
 
@@ -153,8 +151,8 @@ impl Tape {
     }
 
     /// Tokenizes `text`, which must hold exactly one JSON value (whitespace around it is
-    /// allowed). Any valid JSON is accepted, at any depth.
-    pub fn parse<'a>(&'a mut self, text: &'a str) -> Result<Doc<'a>, JsonError> {
+    /// allowed), and returns that value. Any valid JSON is accepted, at any depth.
+    pub fn parse<'a>(&'a mut self, text: &'a str) -> Result<Raw<'a>, JsonError> {
         if u32::try_from(text.len()).is_err() {
             return Err(JsonError {
                 kind: JsonErrorKind::TooLong,
@@ -169,11 +167,9 @@ impl Tape {
             tape: self,
         }
         .run()?;
-        Ok(Doc {
-            nodes: &self.nodes,
-            text,
-            unescaped: &self.unescaped,
-            wtf8: &self.wtf8,
+        Ok(Raw {
+            doc: Doc { tape: self, text },
+            at: 0,
         })
     }
 
@@ -199,18 +195,14 @@ impl Tape {
 }
 
 impl<'a> Doc<'a> {
-    /// The top-level value.
-    pub fn root(&'a self) -> Raw<'a> {
-        Raw { doc: self, at: 0 }
+    #[inline]
+    fn node(self, at: u32) -> Node {
+        self.tape.nodes[at as usize]
     }
 
-    /// The text the tape was made from.
-    pub fn text(&self) -> &'a str {
-        self.text
-    }
-
-    fn end(&self, at: u32) -> u32 {
-        let n = self.nodes[at as usize];
+    #[inline]
+    fn end(self, at: u32) -> u32 {
+        let n = self.node(at);
         if n.tag >= ARRAY {
             n.b
         } else {
@@ -218,25 +210,26 @@ impl<'a> Doc<'a> {
         }
     }
 
-    fn str_at(&self, at: u32) -> Str<'a> {
-        let n = self.nodes[at as usize];
+    #[inline]
+    fn str_at(self, at: u32) -> Str<'a> {
+        let n = self.node(at);
         let span = n.a as usize..(n.a + n.b) as usize;
         match n.tag {
             STR => Str::Text(&self.text[span]),
-            STR_ESCAPED => Str::Text(&self.unescaped[span]),
-            _ => Str::Wtf8(&self.wtf8[span]),
+            STR_ESCAPED => Str::Text(&self.tape.unescaped[span]),
+            _ => Str::Wtf8(&self.tape.wtf8[span]),
         }
     }
 
-    fn key_at(&self, at: u32) -> &'a [u8] {
+    #[inline]
+    fn key_at(self, at: u32) -> &'a [u8] {
         self.str_at(at).as_bytes()
     }
 }
 
 impl fmt::Debug for Raw<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.doc.nodes[self.at as usize];
-        write!(f, "Raw(#{}: {:?})", self.at, n)
+        write!(f, "Raw(#{}: {:?})", self.at, self.doc.node(self.at))
     }
 }
 
@@ -252,7 +245,7 @@ impl<'a> Raw<'a> {
             while open.last().is_some_and(|&e| e <= at) {
                 open.pop();
             }
-            let n = doc.nodes[at as usize];
+            let n = doc.node(at);
             match n.tag {
                 STR_WTF8 => return false,
                 FLOAT | INT => {
@@ -353,7 +346,7 @@ impl<'a> Json<'a> for Raw<'a> {
     #[inline]
     fn kind(self) -> Kind<'a, Self> {
         let doc = self.doc;
-        let n = doc.nodes[self.at as usize];
+        let n = doc.node(self.at);
         match n.tag {
             NULL => Kind::Null,
             FALSE => Kind::Bool(false),
@@ -373,7 +366,7 @@ impl<'a> Json<'a> for Raw<'a> {
 /// The elements of a raw array.
 #[derive(Clone, Copy, Debug)]
 pub struct Items<'a> {
-    doc: &'a Doc<'a>,
+    doc: Doc<'a>,
     next: u32,
     left: u32,
 }
@@ -405,7 +398,7 @@ impl ExactSizeIterator for Items<'_> {}
 /// A raw object.
 #[derive(Clone, Copy, Debug)]
 pub struct Object<'a> {
-    doc: &'a Doc<'a>,
+    doc: Doc<'a>,
     at: u32,
 }
 
@@ -432,7 +425,7 @@ impl<'a> Object<'a> {
     /// The members in text order (duplicates included): key and value.
     pub fn members(self) -> impl Iterator<Item = (Str<'a>, Raw<'a>)> + 'a {
         let doc = self.doc;
-        let n = doc.nodes[self.at as usize];
+        let n = doc.node(self.at);
         let mut key = self.at + 1;
         (0..n.a).map(move |_| {
             let k = key;
@@ -456,7 +449,7 @@ impl<'a> super::Object<'a> for Object<'a> {
 
     fn get(self, key: &str) -> Option<Raw<'a>> {
         let doc = self.doc;
-        let n = doc.nodes[self.at as usize];
+        let n = doc.node(self.at);
         let mut k = self.at + 1;
         let mut found = None;
         for _ in 0..n.a {
@@ -470,7 +463,7 @@ impl<'a> super::Object<'a> for Object<'a> {
 
     fn each_key(self, mut f: impl FnMut(&'a [u8])) {
         let doc = self.doc;
-        let n = doc.nodes[self.at as usize];
+        let n = doc.node(self.at);
         let mut k = self.at + 1;
         for _ in 0..n.a {
             f(doc.key_at(k));
@@ -480,7 +473,7 @@ impl<'a> super::Object<'a> for Object<'a> {
 
     fn sorted(self, scratch: &mut Vec<u32>) -> (usize, Sorted) {
         let doc = self.doc;
-        let n = doc.nodes[self.at as usize];
+        let n = doc.node(self.at);
         let first = self.at + 1;
         // Already in strictly ascending order (no duplicates)? The common case for small
         // objects, and the tape is then iterated as it is.
@@ -1000,7 +993,7 @@ mod tests {
     fn parse_ok(text: &str) -> Value {
         let mut tape = Tape::new();
         let doc = tape.parse(text).unwrap();
-        doc.root().to_value().unwrap()
+        doc.to_value().unwrap()
     }
 
     #[test]
@@ -1070,19 +1063,19 @@ mod tests {
         let doc = tape
             .parse(r#"[1e999,"a\ud800b","\udc00\ud83d\ude00",-2e400]"#)
             .unwrap();
-        let items: Vec<_> = doc.root().as_array().unwrap().collect();
+        let items: Vec<_> = doc.as_array().unwrap().collect();
         assert!(matches!(items[0].as_number(), Some(Num::Text("1e999"))));
         assert_eq!(items[1].as_string(), Some(Str::Wtf8(b"a\xed\xa0\x80b")));
         assert_eq!(
             items[2].as_string(),
             Some(Str::Wtf8(b"\xed\xb0\x80\xf0\x9f\x98\x80"))
         );
-        assert!(!doc.root().fits_value(128));
-        assert!(doc.root().to_value().is_none());
+        assert!(!doc.fits_value(128));
+        assert!(doc.to_value().is_none());
         // A high surrogate followed by another escape, or by a non-low one.
         let doc = tape.parse(r#""\ud800\n\ud800\u0041""#).unwrap();
         assert_eq!(
-            doc.root().as_string(),
+            doc.as_string(),
             Some(Str::Wtf8(b"\xed\xa0\x80\n\xed\xa0\x80A"))
         );
     }
@@ -1093,8 +1086,8 @@ mod tests {
         let text = "[".repeat(depth) + &"]".repeat(depth);
         let mut tape = Tape::new();
         let doc = tape.parse(&text).unwrap();
-        assert!(!doc.root().fits_value(128));
-        let mut v = doc.root();
+        assert!(!doc.fits_value(128));
+        let mut v = doc;
         for _ in 1..depth {
             v = v.as_array().unwrap().next().unwrap();
         }
@@ -1107,7 +1100,7 @@ mod tests {
     fn lookups_take_the_last_duplicate_and_sorting_drops_the_others() {
         let mut tape = Tape::new();
         let doc = tape.parse(r#"{"b":1,"a":2,"b":3,"\u0061":4}"#).unwrap();
-        let obj = doc.root().as_object().unwrap();
+        let obj = doc.as_object().unwrap();
         assert!(matches!(
             obj.get("b").unwrap().as_number(),
             Some(Num::Text("3"))

@@ -1,0 +1,339 @@
+//! Events as the engine reads them: borrowed ids and JSON, from either representation.
+//!
+//! A line of a replay, a sidecar request or a hook payload is tokenized once into a
+//! [`Tape`]; [`parse_raw`] then reads the envelope from it in one pass over its members,
+//! keeping `args`, `result` and `error` as [`Raw`] nodes and the ids as slices of the line
+//! (or of the tape, when escaped). No value tree is built and, once the tape has grown to
+//! the stream's events, nothing is allocated. An owned [`Event`] (what transcript readers
+//! and hosts with `serde_json` values build) lends the same view with [`Event::as_ref`], so
+//! [`crate::apply_event`] is written once for both.
+//!
+//! Raw JSON is also valid JSON that a `Value` cannot hold: numbers beyond the double range,
+//! lone surrogate escapes, nesting deeper than `serde_json`'s 128 levels. In `args`,
+//! `result` and `error` those are fingerprinted like any other value (see
+//! `docs/fingerprints.md`); in the ids, which are kept as text, a lone surrogate makes the
+//! event invalid.
+
+use loopguard::json::{kind_name, Json, Raw, Str, Tape};
+use loopguard::{OutcomeOf, Scope};
+use serde_json::Value;
+
+use crate::event::{Event, OwnedOutcome};
+
+/// The (session, run, agent) ids of an event, normalized, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdsRef<'a> {
+    /// Session id (`"default"` when absent).
+    pub session: &'a str,
+    /// Run id.
+    pub run: Option<&'a str>,
+    /// Agent id.
+    pub agent: Option<&'a str>,
+}
+
+/// An event whose strings and JSON are borrowed; `J` is the JSON view (`&Value` for an
+/// owned [`Event`], [`Raw`] for an event read from text).
+#[derive(Clone, Copy, Debug)]
+pub enum EventRef<'a, J> {
+    /// A tool call about to run.
+    Call {
+        /// Scope.
+        ids: IdsRef<'a>,
+        /// Provider call id.
+        call_id: Option<&'a str>,
+        /// Tool name.
+        tool: &'a str,
+        /// Arguments (`None`: absent, which means `{}`).
+        args: Option<J>,
+        /// The batch of parallel calls (one assistant message) the call belongs to.
+        batch: Option<&'a str>,
+    },
+    /// What a call returned.
+    Result {
+        /// Scope.
+        ids: IdsRef<'a>,
+        /// Provider call id.
+        call_id: Option<&'a str>,
+        /// Tool name; when absent, `call_id` must name a pending call.
+        tool: Option<&'a str>,
+        /// Arguments; when absent, those of the pending call `call_id` names.
+        args: Option<J>,
+        /// Result or error.
+        outcome: OutcomeOf<J>,
+    },
+    /// A compaction retry.
+    Compaction {
+        /// Scope.
+        ids: IdsRef<'a>,
+    },
+}
+
+/// An event read from JSON text.
+pub type RawEvent<'a> = EventRef<'a, Raw<'a>>;
+
+impl<'a, J> EventRef<'a, J> {
+    /// The event's ids.
+    pub fn ids(&self) -> IdsRef<'a> {
+        match self {
+            Self::Call { ids, .. } | Self::Result { ids, .. } | Self::Compaction { ids } => *ids,
+        }
+    }
+
+    /// The scope of the event: its ids, with `default_agent` when it names no agent.
+    pub fn scope(&self, default_agent: Option<&'a str>) -> Scope<'a> {
+        let ids = self.ids();
+        Scope::new(ids.session)
+            .with_run(ids.run)
+            .with_agent(ids.agent.or(default_agent))
+    }
+
+    /// The name of the event's type (`call`, `result`, `compaction`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Call { .. } => "call",
+            Self::Result { .. } => "result",
+            Self::Compaction { .. } => "compaction",
+        }
+    }
+
+    /// The call id and tool the event names.
+    pub fn call_id_and_tool(&self) -> (Option<&'a str>, Option<&'a str>) {
+        match self {
+            Self::Call { call_id, tool, .. } => (*call_id, Some(*tool)),
+            Self::Result { call_id, tool, .. } => (*call_id, *tool),
+            Self::Compaction { .. } => (None, None),
+        }
+    }
+}
+
+impl Event {
+    /// The event as a borrowed view.
+    pub fn as_ref(&self) -> EventRef<'_, &Value> {
+        let ids = self.ids();
+        let ids = IdsRef {
+            session: &ids.session,
+            run: ids.run.as_deref(),
+            agent: ids.agent.as_deref(),
+        };
+        match self {
+            Event::Call {
+                call_id,
+                tool,
+                args,
+                batch,
+                ..
+            } => EventRef::Call {
+                ids,
+                call_id: call_id.as_deref(),
+                tool,
+                args: Some(args),
+                batch: batch.as_deref(),
+            },
+            Event::Result {
+                call_id,
+                tool,
+                args,
+                outcome,
+                ..
+            } => EventRef::Result {
+                ids,
+                call_id: call_id.as_deref(),
+                tool: tool.as_deref(),
+                args: args.as_ref(),
+                outcome: match outcome {
+                    OwnedOutcome::Result(v) => OutcomeOf::Result(v),
+                    OwnedOutcome::Error(v) => OutcomeOf::Error(v),
+                    OwnedOutcome::Nothing => OutcomeOf::Nothing,
+                },
+            },
+            Event::Compaction { .. } => EventRef::Compaction { ids },
+        }
+    }
+}
+
+/// Parses one line (without its line terminator) into an event that borrows from the line
+/// and from `tape`. The errors are those of [`crate::parse_line`], word for word, except
+/// that JSON a `Value` cannot hold is read (see the module docs).
+pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>, String> {
+    let text = std::str::from_utf8(line).map_err(|e| crate::event::utf8_error(&e))?;
+    let root = tape
+        .parse(text)
+        .map_err(|e| crate::event::json_text_error(text, &e))?;
+    from_raw(root)
+}
+
+/// Reads an event from a tokenized JSON value.
+pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
+    let Some(object) = root.as_object() else {
+        return Err("event must be a JSON object".into());
+    };
+    // One pass over the members; the last of a repeated key wins.
+    let mut f = Fields::default();
+    for (key, value) in object.members() {
+        let slot = match key.as_bytes() {
+            b"type" => &mut f.kind,
+            b"session" => &mut f.session,
+            b"run" => &mut f.run,
+            b"agent" => &mut f.agent,
+            b"call_id" => &mut f.call_id,
+            b"tool" => &mut f.tool,
+            b"args" => &mut f.args,
+            b"result" => &mut f.result,
+            b"error" => &mut f.error,
+            b"batch" => &mut f.batch,
+            _ => continue,
+        };
+        *slot = Some(value);
+    }
+    let kind = match f.kind {
+        None => return Err("event without type".into()),
+        Some(v) => v
+            .as_string()
+            .ok_or_else(|| "event type must be a string".to_owned())?,
+    };
+    let ids = IdsRef {
+        session: string_field(f.session, "session")?.unwrap_or("default"),
+        run: string_field(f.run, "run")?,
+        agent: string_field(f.agent, "agent")?,
+    };
+    let call_id = string_field(f.call_id, "call_id")?;
+    match kind.as_bytes() {
+        b"call" => {
+            let tool = string_field(f.tool, "tool")?.ok_or("call without tool")?;
+            let batch = string_field(f.batch, "batch")?;
+            Ok(EventRef::Call {
+                ids,
+                call_id,
+                tool,
+                args: f.args,
+                batch,
+            })
+        }
+        b"result" => {
+            let tool = string_field(f.tool, "tool")?;
+            if tool.is_none() && call_id.is_none() {
+                return Err("result without tool needs the call_id of a pending call".into());
+            }
+            let outcome = match (f.error, f.result) {
+                (Some(error), _) => OutcomeOf::Error(error),
+                (None, Some(result)) => OutcomeOf::Result(result),
+                (None, None) => OutcomeOf::Nothing,
+            };
+            Ok(EventRef::Result {
+                ids,
+                call_id,
+                tool,
+                args: f.args,
+                outcome,
+            })
+        }
+        b"compaction" => Ok(EventRef::Compaction { ids }),
+        other => {
+            let other = String::from_utf8_lossy(other);
+            let shown: String = other.chars().take(64).collect();
+            Err(format!("unknown event type {shown:?}"))
+        }
+    }
+}
+
+/// The envelope's members, as found.
+#[derive(Default)]
+struct Fields<'a> {
+    kind: Option<Raw<'a>>,
+    session: Option<Raw<'a>>,
+    run: Option<Raw<'a>>,
+    agent: Option<Raw<'a>>,
+    call_id: Option<Raw<'a>>,
+    tool: Option<Raw<'a>>,
+    args: Option<Raw<'a>>,
+    result: Option<Raw<'a>>,
+    error: Option<Raw<'a>>,
+    batch: Option<Raw<'a>>,
+}
+
+/// A string field: trimmed, blank = absent, anything but a string is an error.
+fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.as_string() {
+        Some(Str::Text(s)) => Ok(loopguard::text::non_blank(s)),
+        Some(Str::Wtf8(_)) => Err(format!(
+            "{key} must be Unicode text, not a string with a lone surrogate escape"
+        )),
+        None => Err(format!("{key} must be a string, not {}", kind_name(value))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::parse_line;
+
+    /// The raw parser answers every line exactly like the value parser, where the value
+    /// parser can read it.
+    #[test]
+    fn errors_and_events_match_the_value_parser() {
+        let lines = [
+            r#"{"type":"call","tool":" read ","args":{"p":1},"run":" ","x":1}"#,
+            r#"{"type":"call","tool":"read","session":"s","agent":"a"}"#,
+            r#"{"type":"result","call_id":"c1","error":null,"result":{}}"#,
+            r#"{"type":"result","tool":"t"}"#,
+            r#"{"type":"compaction","session":"s","run":"r"}"#,
+            "this is not json",
+            "[1,2,3]",
+            r#"{"type":"bogus"}"#,
+            r#"{"session":"s"}"#,
+            r#"{"type":"call","args":{}}"#,
+            r#"{"type":"call","tool":"  "}"#,
+            r#"{"type":"call","tool":"t","run":null}"#,
+            r#"{"type":"call","tool":5}"#,
+            r#"{"type":"call","tool":"t""#,
+            r#"{"type":"result","result":{}}"#,
+            r#"{"type":7}"#,
+            r#"{"type":"call","tool":"a","tool":"b","session":"\u0073"}"#,
+            r#"{"type":"call","tool":"t","session":1,"run":2}"#,
+            r#"{"type":"result","call_id":" ","tool":" "}"#,
+            r#"{"type":"call","tool":"t","batch":[]}"#,
+            "{\"type\":\"call\",\"tool\":\"t\u{1}\"}",
+            r#"{"type":"call","tool":"t"} x"#,
+            "",
+        ];
+        let mut tape = Tape::new();
+        for line in lines {
+            let want = parse_line(line.as_bytes());
+            let got = parse_raw(line.as_bytes(), &mut tape);
+            match (&want, &got) {
+                (Err(a), Err(b)) => assert_eq!(a, b, "{line}"),
+                (Ok(a), Ok(b)) => {
+                    let a = a.as_ref();
+                    assert_eq!(a.ids(), b.ids(), "{line}");
+                    assert_eq!(a.kind(), b.kind(), "{line}");
+                    assert_eq!(a.call_id_and_tool(), b.call_id_and_tool(), "{line}");
+                }
+                _ => panic!("{line}: {want:?} vs {got:?}"),
+            }
+        }
+        assert!(
+            parse_raw(b"{\"type\":\"call\",\"tool\":\"\xff\"}", &mut tape)
+                .unwrap_err()
+                .contains("UTF-8")
+        );
+    }
+
+    #[test]
+    fn reads_what_a_value_cannot_hold() {
+        let mut tape = Tape::new();
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        for args in [r#"{"n":1e999}"#, r#"{"s":"\ud800"}"#, deep.as_str()] {
+            let line = format!(r#"{{"type":"call","tool":"t","args":{args}}}"#);
+            let event = parse_raw(line.as_bytes(), &mut tape).unwrap();
+            assert!(matches!(event, EventRef::Call { args: Some(_), .. }));
+        }
+        let line = r#"{"type":"call","tool":"t\ud800"}"#;
+        assert_eq!(
+            parse_raw(line.as_bytes(), &mut tape).unwrap_err(),
+            "tool must be Unicode text, not a string with a lone surrogate escape"
+        );
+    }
+}
