@@ -122,14 +122,20 @@ pub(crate) fn utf8_error(e: &std::str::Utf8Error) -> String {
 /// stopped at `serde_json`'s depth limit is replaced by one without it, which finds the
 /// real fault.
 pub(crate) fn json_text_error(text: &str, found: &loopguard::json::JsonError) -> String {
-    let error = match serde_json::from_str::<Value>(text) {
-        Err(e) if !e.to_string().contains("recursion limit") => e,
-        _ => match serde_json::from_str::<serde::de::IgnoredAny>(text) {
-            Err(e) => e,
-            Ok(_) => return format!("invalid JSON: {found}"),
-        },
-    };
-    json_error(error)
+    match json_fault(text.as_bytes()) {
+        Some(e) => json_error(e),
+        None => format!("invalid JSON: {found}"),
+    }
+}
+
+/// Why `bytes` are not JSON, in `serde_json`'s words: what a parse into a `Value` reports,
+/// unless that is its nesting limit (raw JSON has none), then what a parse without a limit
+/// reports. `None` when both read the bytes.
+pub fn json_fault(bytes: &[u8]) -> Option<serde_json::Error> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Err(e) if !e.to_string().contains("recursion limit") => Some(e),
+        _ => serde_json::from_slice::<serde::de::IgnoredAny>(bytes).err(),
+    }
 }
 
 fn json_error(e: serde_json::Error) -> String {

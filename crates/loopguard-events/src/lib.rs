@@ -39,7 +39,7 @@ use loopguard::{
 
 pub use answer::Answer;
 use answer::{Reply, View};
-pub use event::{from_value, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+pub use event::{from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
 

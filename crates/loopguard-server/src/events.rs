@@ -29,11 +29,11 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use loopguard::json::{kind_name, Document, Json, Kind, Raw, Tape};
 use loopguard::{ConfigSet, RunState};
-use loopguard_events::{apply_to_run, from_value, parse_line, scope_of, Answer, Event};
+use loopguard_events::{apply_event, from_raw, parse_raw, Answer, RawEvent};
 use loopguard_store::{Deadline, RunKey, Store, StoreError};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::app::{App, StoreFailure};
 use crate::error::{json_response, status_of, ApiError};
@@ -44,23 +44,19 @@ pub(crate) async fn post_events<S: Store>(
     body: EventsBody,
 ) -> Result<Response, ApiError> {
     match body {
-        EventsBody::Json(value) => json(&app, value).await,
+        EventsBody::Json(document) => json(&app, &document).await,
         EventsBody::Lines(bytes) => ndjson(&app, &bytes).await,
     }
 }
 
 /// Refuses ids longer than `max` bytes.
-fn check_ids(event: &Event, max: usize) -> Result<(), String> {
+fn check_ids(event: &RawEvent<'_>, max: usize) -> Result<(), String> {
     let ids = event.ids();
-    let (call_id, tool) = match event {
-        Event::Call { call_id, tool, .. } => (call_id.as_deref(), Some(tool.as_str())),
-        Event::Result { call_id, tool, .. } => (call_id.as_deref(), tool.as_deref()),
-        Event::Compaction { .. } => (None, None),
-    };
+    let (call_id, tool) = event.call_id_and_tool();
     let fields = [
-        ("session", Some(ids.session.as_str())),
-        ("run", ids.run.as_deref()),
-        ("agent", ids.agent.as_deref()),
+        ("session", Some(ids.session)),
+        ("run", ids.run),
+        ("agent", ids.agent),
         ("call_id", call_id),
         ("tool", tool),
     ];
@@ -84,14 +80,15 @@ fn check_count(n: usize, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn json<S: Store>(app: &App<S>, value: Value) -> Result<Response, ApiError> {
-    let (single, values) = match value {
-        Value::Object(_) => (true, vec![value]),
-        Value::Array(items) => (false, items),
-        other => {
+async fn json<S: Store>(app: &App<S>, document: &Document) -> Result<Response, ApiError> {
+    let root = document.root();
+    let (single, values): (bool, Vec<Raw<'_>>) = match root.kind() {
+        Kind::Object(_) => (true, vec![root]),
+        Kind::Array(items) => (false, items.collect()),
+        _ => {
             return Err(ApiError::bad_request(format!(
                 "the body must be an event object or an array of event objects, not {}",
-                loopguard_events::kind_of(&other)
+                kind_name(root)
             )))
         }
     };
@@ -100,7 +97,7 @@ async fn json<S: Store>(app: &App<S>, value: Value) -> Result<Response, ApiError
     let mut events = Vec::with_capacity(values.len());
     for (i, value) in values.into_iter().enumerate() {
         let seq = i as u64 + 1;
-        let event = from_value(value)
+        let event = from_raw(value)
             .and_then(|e| check_ids(&e, max_id).map(|()| e))
             .map_err(|message| {
                 app.metrics().invalid();
@@ -126,17 +123,20 @@ async fn json<S: Store>(app: &App<S>, value: Value) -> Result<Response, ApiError
 async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiError> {
     let max_id = app.limits().max_id_bytes;
     let max_events = app.limits().max_events_per_request;
-    let mut events = Vec::new();
-    let mut invalid = Vec::new();
-    let mut count = 0;
+    let mut lines = Vec::new();
     for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        count += 1;
-        check_count(count, max_events)?;
-        let seq = i as u64 + 1;
-        match parse_line(line).and_then(|e| check_ids(&e, max_id).map(|()| e)) {
+        check_count(lines.len() + 1, max_events)?;
+        lines.push((i as u64 + 1, line));
+    }
+    // A tape per line: the events of the request are all alive until they are applied.
+    let mut tapes: Vec<Tape> = lines.iter().map(|_| Tape::new()).collect();
+    let mut events = Vec::with_capacity(lines.len());
+    let mut invalid = Vec::new();
+    for (&(seq, line), tape) in lines.iter().zip(tapes.iter_mut()) {
+        match parse_raw(line, tape).and_then(|e| check_ids(&e, max_id).map(|()| e)) {
             Ok(event) => events.push((seq, event)),
             Err(error) => invalid.push(Answer::Invalid { seq, error }),
         }
@@ -230,18 +230,16 @@ enum Allowed {
 }
 
 impl Degraded {
-    fn of(seq: u64, event: &Event, default_agent: Option<&str>) -> Self {
-        let scope = scope_of(event, default_agent);
-        let (kind, allowed) = match event {
-            Event::Call { .. } => ("call", Allowed::Call { verdict: "allow" }),
-            Event::Result { .. } => (
-                "result",
-                Allowed::Result {
-                    recorded: false,
-                    abort: None,
-                },
-            ),
-            Event::Compaction { .. } => ("compaction", Allowed::Compaction { armed: 0 }),
+    fn of(seq: u64, event: &RawEvent<'_>, default_agent: Option<&str>) -> Self {
+        let scope = event.scope(default_agent);
+        let kind = event.kind();
+        let allowed = match event {
+            RawEvent::Call { .. } => Allowed::Call { verdict: "allow" },
+            RawEvent::Result { .. } => Allowed::Result {
+                recorded: false,
+                abort: None,
+            },
+            RawEvent::Compaction { .. } => Allowed::Compaction { armed: 0 },
         };
         Self {
             seq,
@@ -267,21 +265,24 @@ fn operation<'a>(
     config: &'a ConfigSet,
     default_agent: Option<&'a str>,
     seq: u64,
-    event: &'a Event,
+    event: &'a RawEvent<'a>,
 ) -> (
     RunKey<'a>,
     impl FnMut(&mut RunState, u64) -> Answer + Send + 'a,
 ) {
-    let scope = scope_of(event, default_agent);
+    let scope = event.scope(default_agent);
     let cfg = config.for_agent(scope.agent());
-    let f = move |run: &mut RunState, now: u64| apply_to_run(run, cfg, &scope, seq, event, now);
+    let f = move |run: &mut RunState, now: u64| apply_event(run, cfg, &scope, seq, event, now);
     (RunKey::of(&scope), f)
 }
 
 /// Applies valid events in order through the store; each answer is exactly
-/// `apply_to_run`'s. An event the store does not take is answered as the module docs say;
+/// `apply_event`'s. An event the store does not take is answered as the module docs say;
 /// when no event was applied at all, the request fails with the first refusal.
-async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Out>, ApiError> {
+async fn apply<S: Store>(
+    app: &App<S>,
+    events: &[(u64, RawEvent<'_>)],
+) -> Result<Vec<Out>, ApiError> {
     let config = app.config();
     let default_agent = app.options().default_agent.as_deref();
     let deadline = app.options().store_deadline.map(Deadline::after);
@@ -341,27 +342,31 @@ async fn apply<S: Store>(app: &App<S>, events: &[(u64, Event)]) -> Result<Vec<Ou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard_events::parse_line;
 
     #[test]
     fn ids_are_capped() {
         let long = "x".repeat(300);
+        let mut tape = Tape::new();
         let line = format!(r#"{{"type":"call","tool":"t","run":"{long}"}}"#);
-        let e = parse_line(line.as_bytes()).unwrap();
+        let e = parse_raw(line.as_bytes(), &mut tape).unwrap();
         assert_eq!(
             check_ids(&e, 256).unwrap_err(),
             "run is 300 bytes long, more than the limit of 256"
         );
         assert!(check_ids(&e, 300).is_ok());
         let line = format!(r#"{{"type":"result","call_id":"{long}"}}"#);
-        assert!(check_ids(&parse_line(line.as_bytes()).unwrap(), 10)
-            .unwrap_err()
-            .starts_with("call_id"));
+        assert!(
+            check_ids(&parse_raw(line.as_bytes(), &mut tape).unwrap(), 10)
+                .unwrap_err()
+                .starts_with("call_id")
+        );
     }
 
     #[test]
     fn degraded_answers_say_allow() {
-        let event = parse_line(br#"{"type":"result","session":"s","call_id":"c"}"#).unwrap();
+        let mut tape = Tape::new();
+        let line = br#"{"type":"result","session":"s","call_id":"c"}"#;
+        let event = parse_raw(line, &mut tape).unwrap();
         let text = serde_json::to_string(&Degraded::of(4, &event, None)).unwrap();
         assert_eq!(
             text,

@@ -19,6 +19,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use http_body_util::BodyExt;
+use loopguard::json::Document;
+use loopguard_events::json_fault;
 use loopguard_store::Store;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -212,8 +214,10 @@ impl From<BytesRejection> for ApiError {
 
 /// The body of `POST /v1/events`.
 pub(crate) enum EventsBody {
-    /// One event or an array of them.
-    Json(serde_json::Value),
+    /// One event or an array of them, tokenized without a value tree: valid JSON that a
+    /// `serde_json::Value` cannot hold (nesting past its limit, `1e999`, a lone surrogate
+    /// escape) is read and guarded, not refused or waved through.
+    Json(Document),
     /// JSON Lines, read line by line as `loopguard replay` reads a file.
     Lines(Bytes),
 }
@@ -223,12 +227,42 @@ impl<S: Send + Sync> FromRequest<S> for EventsBody {
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         if is_ndjson(request.headers()) {
-            Ok(Self::Lines(Bytes::from_request(request, state).await?))
-        } else {
-            let AppJson(value) = AppJson::from_request(request, state).await?;
-            Ok(Self::Json(value))
+            return Ok(Self::Lines(Bytes::from_request(request, state).await?));
         }
+        let bytes = Bytes::from_request(request, state).await?;
+        if bytes.len() <= PARSE_APART_ABOVE {
+            return parse_document(bytes).map(Self::Json);
+        }
+        tokio::task::spawn_blocking(move || parse_document(bytes))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("parsing the body failed: {e}"),
+                )
+            })?
+            .map(Self::Json)
     }
+}
+
+/// A body tokenized into a [`Document`]; invalid JSON is refused in `serde_json`'s words
+/// where it has them (as the other endpoints say it).
+fn parse_document(bytes: Bytes) -> Result<Document, ApiError> {
+    let refuse = |bytes: &[u8], found: String| {
+        ApiError::bad_request(match json_fault(bytes) {
+            Some(e) => json_error(&e),
+            None => format!("invalid JSON: {found}"),
+        })
+    };
+    // `Vec::from` takes the buffer over when the body owns it alone (no copy).
+    let text = String::from_utf8(Vec::from(bytes)).map_err(|e| {
+        let found = format!(
+            "the body is not valid UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        );
+        refuse(e.as_bytes(), found)
+    })?;
+    Document::parse(text).map_err(|(e, text)| refuse(text.as_bytes(), e.to_string()))
 }
 
 fn is_ndjson(headers: &HeaderMap) -> bool {

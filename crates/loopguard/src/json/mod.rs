@@ -21,7 +21,9 @@ mod tape;
 use serde_json::{Map, Number, Value};
 
 pub use number::Canonical;
-pub use tape::{Items as RawItems, JsonError, JsonErrorKind, Object as RawObject, Raw, Tape};
+pub use tape::{
+    Document, Items as RawItems, JsonError, JsonErrorKind, Object as RawObject, Raw, Tape,
+};
 
 /// A JSON string's content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -194,6 +194,43 @@ impl Tape {
     }
 }
 
+/// A JSON text and its tape, owned together: a parsed document that can be handed to
+/// another thread (a server parses a large body on a blocking thread and reads it on the
+/// runtime) and read as often as needed without tokenizing it again.
+#[derive(Debug)]
+pub struct Document {
+    text: String,
+    tape: Tape,
+}
+
+impl Document {
+    /// Tokenizes `text` into a new tape ([`Tape::parse`]); when it is not JSON, gives the
+    /// text back with the error (to report it in other words).
+    pub fn parse(text: String) -> Result<Self, (JsonError, String)> {
+        let mut tape = Tape::new();
+        match tape.parse(&text) {
+            Ok(_) => Ok(Self { text, tape }),
+            Err(e) => Err((e, text)),
+        }
+    }
+
+    /// The document's value.
+    pub fn root(&self) -> Raw<'_> {
+        Raw {
+            doc: Doc {
+                tape: &self.tape,
+                text: &self.text,
+            },
+            at: 0,
+        }
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
 impl<'a> Doc<'a> {
     #[inline]
     fn node(self, at: u32) -> Node {
