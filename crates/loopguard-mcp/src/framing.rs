@@ -3,6 +3,7 @@
 
 use std::io::{self, BufRead};
 
+use loopguard::json::{Json, Kind as JsonKind, Num, Object as _};
 use serde_json::Value;
 
 /// How much of a line longer than the limit is kept: enough to find a request's `id` and
@@ -127,13 +128,13 @@ pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// What a JSON-RPC message is.
+/// What a JSON-RPC message is (`J`: the JSON view the message is read with).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind<'a> {
+pub enum Kind<'a, J = &'a Value> {
     /// A request: it has a method and an id, and wants a response.
     Request {
         /// The id.
-        id: &'a Value,
+        id: J,
         /// The method.
         method: &'a str,
     },
@@ -145,22 +146,22 @@ pub enum Kind<'a> {
     /// A response: an id with a result or an error.
     Response {
         /// The id of the request it answers.
-        id: &'a Value,
+        id: J,
     },
     /// Anything else (not a JSON-RPC message).
     Other,
 }
 
 /// Classifies a message.
-pub fn kind(message: &Value) -> Kind<'_> {
+pub fn kind<'a, J: Json<'a>>(message: J) -> Kind<'a, J> {
     let Some(map) = message.as_object() else {
         return Kind::Other;
     };
     let id = map.get("id").filter(|id| !id.is_null());
-    match (map.get("method").and_then(Value::as_str), id) {
+    match (map.get("method").and_then(Json::as_str), id) {
         (Some(method), Some(id)) => Kind::Request { id, method },
         (Some(method), None) => Kind::Notification { method },
-        (None, Some(id)) if map.contains_key("result") || map.contains_key("error") => {
+        (None, Some(id)) if map.get("result").is_some() || map.get("error").is_some() => {
             Kind::Response { id }
         }
         _ => Kind::Other,
@@ -169,8 +170,26 @@ pub fn kind(message: &Value) -> Kind<'_> {
 
 /// The key of a request id: its JSON text, so that the number `1` and the string `"1"` are
 /// two ids.
-pub fn id_key(id: &Value) -> String {
-    id.to_string()
+pub fn id_key<'a, J: Json<'a>>(id: J) -> String {
+    match id_value(id) {
+        Some(v) => v.to_string(),
+        None => loopguard::canonical::json_text(id),
+    }
+}
+
+/// A request id as a `Value` (raw ids are read again: they are small); `None` for an id
+/// no `Value` holds (a number beyond the double range, a lone surrogate).
+pub fn id_value<'a, J: Json<'a>>(id: J) -> Option<Value> {
+    match id.kind() {
+        JsonKind::Null => Some(Value::Null),
+        JsonKind::Bool(b) => Some(Value::Bool(b)),
+        JsonKind::String(s) => s.as_str().map(|s| Value::String(s.to_owned())),
+        JsonKind::Number(Num::Value(n)) => Some(Value::Number(n.clone())),
+        JsonKind::Number(Num::Text(t)) => serde_json::from_str(t).ok(),
+        JsonKind::Array(_) | JsonKind::Object(_) => {
+            serde_json::from_str(&loopguard::canonical::json_text(id)).ok()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -289,6 +308,14 @@ mod tests {
         let err = json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "x"}});
         assert_eq!(kind(&err), Kind::Response { id: &json!(2) });
         assert_eq!(kind(&json!({"id": 3})), Kind::Other);
+        let mut tape = loopguard::json::Tape::new();
+        let raw = tape
+            .parse(r#"{"id":1.5,"method":"tools/call","params":{"n":1e999}}"#)
+            .unwrap();
+        let Kind::Request { id, method } = kind(raw) else {
+            panic!("a request");
+        };
+        assert_eq!((id_key(id), method), ("1.5".to_owned(), "tools/call"));
         assert_eq!(kind(&json!([1])), Kind::Other);
         assert_eq!(id_key(&json!(1)), "1");
         assert_eq!(id_key(&json!("1")), "\"1\"");

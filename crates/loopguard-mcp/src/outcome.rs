@@ -14,6 +14,7 @@
 //!
 //! `_meta` is left out: it describes the message, not what the tool found.
 
+use loopguard::json::{Json, Object, Raw, RawObject};
 use serde_json::{json, Map, Value};
 
 /// An outcome owned by the proxy until it is handed to the engine.
@@ -40,46 +41,136 @@ impl Mapped {
 
 /// The engine outcome of a response to `tools/call` (the module docs give the mapping).
 pub fn map_response(response: &Map<String, Value>) -> Mapped {
-    if let Some(error) = response.get("error") {
-        return Mapped::Error(error.clone());
+    match parts(response) {
+        Parts::Error(error) => Mapped::Error(error.clone()),
+        Parts::ErrorText(text) => Mapped::Error(Value::String(text)),
+        Parts::ErrorContent(content) => Mapped::Error(content.cloned().unwrap_or(Value::Null)),
+        Parts::Result(result) => Mapped::Result(result.clone()),
+        Parts::Content {
+            text,
+            structured,
+            other,
+        } => {
+            let mut details = Map::new();
+            if let Some(structured) = structured {
+                details.insert("structuredContent".into(), structured.clone());
+            }
+            if !other.is_empty() {
+                details.insert(
+                    "blocks".into(),
+                    Value::Array(other.into_iter().cloned().collect()),
+                );
+            }
+            Mapped::Result(json!({
+                "content": text.into_iter().cloned().collect::<Vec<_>>(),
+                "details": details,
+            }))
+        }
+        Parts::Nothing => Mapped::Nothing,
     }
-    let Some(result) = response.get("result") else {
-        return Mapped::Nothing;
-    };
-    let Some(result) = result.as_object() else {
-        return Mapped::Result(result.clone());
-    };
-    let content = result.get("content").and_then(Value::as_array);
-    let (text, other): (Vec<&Value>, Vec<&Value>) = content
-        .map(|c| c.iter().partition(|b| is_text_block(b)))
-        .unwrap_or_default();
-    if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        let joined: Vec<&str> = text.iter().filter_map(|b| b["text"].as_str()).collect();
-        return Mapped::Error(if joined.is_empty() {
-            result.get("content").cloned().unwrap_or(Value::Null)
-        } else {
-            Value::String(joined.join("\n"))
-        });
-    }
-    let mut details = Map::new();
-    if let Some(structured) = result.get("structuredContent") {
-        details.insert("structuredContent".into(), structured.clone());
-    }
-    if !other.is_empty() {
-        details.insert(
-            "blocks".into(),
-            Value::Array(other.into_iter().cloned().collect()),
-        );
-    }
-    Mapped::Result(json!({
-        "content": text.into_iter().cloned().collect::<Vec<_>>(),
-        "details": details,
-    }))
 }
 
-fn is_text_block(block: &Value) -> bool {
-    block.get("type").and_then(Value::as_str) == Some("text")
-        && block.get("text").is_some_and(Value::is_string)
+/// An outcome as JSON text, for a response read as raw JSON (one a `Value` cannot hold:
+/// a number beyond the double range, a lone surrogate, deep nesting). The text is built
+/// from canonical JSON ([`loopguard::canonical::json_text`]), which keeps every value's
+/// fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MappedText {
+    /// The tool's result, as JSON text.
+    Result(String),
+    /// The call failed: the error, as JSON text.
+    Error(String),
+    /// Neither.
+    Nothing,
+}
+
+/// [`map_response`] for a response read as raw JSON.
+pub fn map_raw_response(response: RawObject<'_>) -> MappedText {
+    use loopguard::canonical::json_text;
+    let string = |s: &str| Value::String(s.to_owned()).to_string();
+    let list = |items: &[Raw<'_>]| {
+        let texts: Vec<String> = items.iter().map(|&b| json_text(b)).collect();
+        format!("[{}]", texts.join(","))
+    };
+    match parts(response) {
+        Parts::Error(error) => MappedText::Error(json_text(error)),
+        Parts::ErrorText(text) => MappedText::Error(string(&text)),
+        Parts::ErrorContent(content) => {
+            MappedText::Error(content.map_or_else(|| "null".to_owned(), json_text))
+        }
+        Parts::Result(result) => MappedText::Result(json_text(result)),
+        Parts::Content {
+            text,
+            structured,
+            other,
+        } => {
+            let mut details = Vec::new();
+            if !other.is_empty() {
+                details.push(format!("\"blocks\":{}", list(&other)));
+            }
+            if let Some(structured) = structured {
+                details.push(format!("\"structuredContent\":{}", json_text(structured)));
+            }
+            MappedText::Result(format!(
+                "{{\"content\":{},\"details\":{{{}}}}}",
+                list(&text),
+                details.join(",")
+            ))
+        }
+        Parts::Nothing => MappedText::Nothing,
+    }
+}
+
+/// What a response is made of, as the mapping reads it (written once for both views).
+enum Parts<J> {
+    Error(J),
+    ErrorText(String),
+    /// An error result without text: its `content` (`None`: null).
+    ErrorContent(Option<J>),
+    Result(J),
+    Content {
+        text: Vec<J>,
+        structured: Option<J>,
+        other: Vec<J>,
+    },
+    Nothing,
+}
+
+fn parts<'a, O: Object<'a>>(response: O) -> Parts<O::Value> {
+    if let Some(error) = response.get("error") {
+        return Parts::Error(error);
+    }
+    let Some(result) = response.get("result") else {
+        return Parts::Nothing;
+    };
+    let Some(result) = result.as_object() else {
+        return Parts::Result(result);
+    };
+    let content = result.get("content").and_then(Json::as_array);
+    let (text, other): (Vec<O::Value>, Vec<O::Value>) = content
+        .map(|c| c.partition(|&b| is_text_block(b)))
+        .unwrap_or_default();
+    if result.get("isError").and_then(Json::as_bool) == Some(true) {
+        let joined: Vec<&str> = text
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Json::as_str))
+            .collect();
+        return if joined.is_empty() {
+            Parts::ErrorContent(result.get("content"))
+        } else {
+            Parts::ErrorText(joined.join("\n"))
+        };
+    }
+    Parts::Content {
+        text,
+        structured: result.get("structuredContent"),
+        other,
+    }
+}
+
+fn is_text_block<'a, J: Json<'a>>(block: J) -> bool {
+    block.get("type").and_then(Json::as_str) == Some("text")
+        && block.get("text").and_then(Json::as_string).is_some()
 }
 
 /// Appends a text block to the `content` of a response's `result`; returns whether it
@@ -172,6 +263,42 @@ mod tests {
         ));
         assert_ne!(a, b);
         assert_eq!(a, c);
+    }
+
+    /// The raw mapping gives the fingerprints of the value mapping.
+    #[test]
+    fn raw_responses_map_alike() {
+        for response in [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {
+                "content": [{"type": "text", "text": "a"}, {"type": "image", "data": "AA"}],
+                "structuredContent": {"n": 1.5}, "_meta": {"x": 1}
+            }}),
+            json!({"id": 1, "result": {"content": [{"type": "text", "text": "a"}]}}),
+            json!({"id": 1, "error": {"code": -32602, "message": "Unknown tool: nope"}}),
+            json!({"id": 1, "result": {"content": [{"type": "text", "text": "boom"}], "isError": true}}),
+            json!({"id": 1, "result": {"content": [{"type": "image"}], "isError": true}}),
+            json!({"id": 1, "result": {"isError": true}}),
+            json!({"id": 1, "result": 5}),
+            json!({"id": 1}),
+        ] {
+            let by_value = print(&map(response.clone()));
+            let text = response.to_string();
+            let mut tape = loopguard::json::Tape::new();
+            let raw = tape.parse(&text).unwrap();
+            let mapped = map_raw_response(raw.as_object().unwrap());
+            let mut t2 = loopguard::json::Tape::new();
+            let rule = OutcomeRule::for_call("read", &json!({}));
+            let by_raw = match &mapped {
+                MappedText::Result(t) => {
+                    OutcomePrint::new(rule, loopguard::OutcomeOf::Result(t2.parse(t).unwrap()))
+                }
+                MappedText::Error(t) => {
+                    OutcomePrint::new(rule, loopguard::OutcomeOf::Error(t2.parse(t).unwrap()))
+                }
+                MappedText::Nothing => OutcomePrint::Nothing,
+            };
+            assert_eq!(by_raw, by_value, "{response}");
+        }
     }
 
     #[test]

@@ -13,12 +13,14 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use loopguard::{Call, ConfigSet, Guard, Scope, Signature, Verdict};
+use loopguard::json::{to_value, Json, Raw, Tape};
+use loopguard::{Call, ConfigSet, Guard, OutcomeOf, Recorded, Scope, Signature, Verdict};
 use serde_json::{Map, Value};
 
-use crate::framing::{id_key, is_blank, kind, Kind};
+use crate::framing::{id_key, id_value, is_blank, kind, Kind};
 use crate::outcome::{
-    append_text, blocked_response, connection_closed, line_too_long, map_response,
+    append_text, blocked_response, connection_closed, line_too_long, map_raw_response,
+    map_response, MappedText,
 };
 
 /// A client request forwarded to the server and not answered yet.
@@ -32,7 +34,7 @@ struct Open {
 #[derive(Clone, Debug)]
 struct PendingCall {
     tool: String,
-    args: Value,
+    args: Args,
     signature: Signature,
     /// The warning to append to its result.
     note: Option<String>,
@@ -43,10 +45,54 @@ struct PendingCall {
 struct Held {
     id: Value,
     tool: String,
-    args: Value,
+    args: Args,
     signature: Signature,
     /// The client's line, forwarded as it came when the call is allowed.
     line: Vec<u8>,
+}
+
+/// A call's arguments, kept to fingerprint the call again (when held, and with its
+/// outcome).
+#[derive(Clone, Debug)]
+enum Args {
+    Value(Value),
+    /// Arguments a `Value` cannot hold (a number beyond the double range, a lone surrogate
+    /// escape, nesting past 128 levels), as canonical JSON text, which keeps their
+    /// fingerprint.
+    Text(String),
+}
+
+impl Args {
+    fn of<'j, J: Json<'j>>(args: J) -> Self {
+        match to_value(args) {
+            Some(value) => Self::Value(value),
+            None => Self::Text(loopguard::canonical::json_text(args)),
+        }
+    }
+}
+
+/// Evaluates `$body` with `$a` bound to `$args` (an [`Args`]) as a [`Json`] view.
+macro_rules! with_args {
+    ($args:expr, |$a:ident| $body:expr) => {
+        match $args {
+            Args::Value(value) => {
+                let $a = value;
+                $body
+            }
+            Args::Text(text) => {
+                let mut tape = Tape::new();
+                let empty = Value::Object(Map::new());
+                match tape.parse(text) {
+                    Ok($a) => $body,
+                    // Canonical text always parses.
+                    Err(_) => {
+                        let $a = &empty;
+                        $body
+                    }
+                }
+            }
+        }
+    };
 }
 
 /// A batch some of whose calls the proxy answered itself: those answers join the server's
@@ -128,9 +174,7 @@ impl Relay {
             return out;
         }
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
-            // Not JSON: the server answers it (with a parse error), as it would without us.
-            out.to_server.push(line.to_vec());
-            return out;
+            return self.client_line_raw(line);
         };
         match message {
             Value::Array(items) => self.client_batch(line, items, &mut out),
@@ -141,6 +185,50 @@ impl Relay {
                 Route::Hold => {}
             },
         }
+        out
+    }
+
+    /// A client line that is not a `Value`: JSON a `Value` cannot hold (a number beyond the
+    /// double range, a lone surrogate escape, nesting past 128 levels), screened from the
+    /// raw text like any other, or not JSON at all, which the server answers (with a parse
+    /// error) as it would without us.
+    fn client_line_raw(&mut self, line: &[u8]) -> Routed {
+        let mut out = Routed::default();
+        let mut tape = Tape::new();
+        let Some(message) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| tape.parse(text).ok())
+        else {
+            out.to_server.push(line.to_vec());
+            return out;
+        };
+        let Some(items) = message.as_array() else {
+            match self.client_message(message, Some(line), &mut out) {
+                Route::Answer(answer) => out.to_client.push(answer.to_string().into_bytes()),
+                Route::Forward => out.to_server.insert(0, line.to_vec()),
+                Route::Hold => {}
+            }
+            return out;
+        };
+        let mut kept = Vec::new();
+        let mut answers = Vec::new();
+        for item in items {
+            match self.client_message(item, None, &mut out) {
+                Route::Answer(answer) => answers.push(answer),
+                Route::Forward | Route::Hold => kept.push(item),
+            }
+        }
+        let released = std::mem::take(&mut out.to_server);
+        if answers.is_empty() {
+            out.to_server.push(line.to_vec());
+        } else {
+            let requests = requests_of(kept.iter().copied());
+            // The rest of the batch, as written (whitespace aside).
+            let texts: Vec<String> = kept.iter().map(|&m| m.to_json_text()).collect();
+            let kept = (!kept.is_empty()).then(|| format!("[{}]", texts.join(",")).into_bytes());
+            self.batch_answers(kept, requests, answers, &mut out);
+        }
+        out.to_server.extend(released);
         out
     }
 
@@ -196,7 +284,12 @@ impl Relay {
 
     /// Handles one message from the client. `line` is its own line when it came alone (a
     /// call in a batch is never held).
-    fn client_message(&mut self, message: &Value, line: Option<&[u8]>, out: &mut Routed) -> Route {
+    fn client_message<'j, J: Json<'j>>(
+        &mut self,
+        message: J,
+        line: Option<&[u8]>,
+        out: &mut Routed,
+    ) -> Route {
         match kind(message) {
             Kind::Request { id, method } => {
                 let call = if method == "tools/call" {
@@ -205,19 +298,20 @@ impl Relay {
                         self.open.insert(
                             id_key(id),
                             Open {
-                                id: id.clone(),
+                                id: id_value(id).unwrap_or(Value::Null),
                                 call: None,
                             },
                         );
                         return Route::Forward;
                     };
                     let signature = self.signature(&tool, &args);
+                    let id = id_value(id).unwrap_or(Value::Null);
                     if let Some(line) = line.filter(|_| self.in_flight(signature)) {
                         out.log.push(format!(
                             "held tools/call {tool} (id {id}) until the identical call in flight is answered"
                         ));
                         self.held.push_back(Held {
-                            id: id.clone(),
+                            id,
                             tool,
                             args,
                             signature,
@@ -225,7 +319,7 @@ impl Relay {
                         });
                         return Route::Hold;
                     }
-                    match self.screen(id, tool, args, signature, &mut out.log) {
+                    match self.screen(&id, tool, args, signature, &mut out.log) {
                         Screened::Blocked(answer) => return Route::Answer(answer),
                         Screened::Allowed(call) => Some(call),
                     }
@@ -235,7 +329,7 @@ impl Relay {
                 self.open.insert(
                     id_key(id),
                     Open {
-                        id: id.clone(),
+                        id: id_value(id).unwrap_or(Value::Null),
                         call,
                     },
                 );
@@ -244,7 +338,7 @@ impl Relay {
                 method: "notifications/cancelled",
             } => {
                 // The server need not answer a cancelled request; nothing of it is recorded.
-                if let Some(id) = message.pointer("/params/requestId") {
+                if let Some(id) = message.get("params").and_then(|p| p.get("requestId")) {
                     let key = id_key(id);
                     self.held.retain(|h| id_key(&h.id) != key);
                     if let Some(Open {
@@ -274,38 +368,44 @@ impl Relay {
         if answers.is_empty() {
             out.to_server.push(line.to_vec());
         } else {
-            let requests: HashSet<String> = kept
-                .iter()
-                .filter_map(|m| match kind(m) {
-                    Kind::Request { id, .. } => Some(id_key(id)),
-                    _ => None,
-                })
-                .collect();
-            if !kept.is_empty() {
-                out.to_server
-                    .push(Value::Array(kept).to_string().into_bytes());
-            }
-            if requests.is_empty() {
-                // No response from the server will carry these: answer now, as a batch.
-                out.to_client
-                    .push(Value::Array(answers).to_string().into_bytes());
-            } else {
-                self.batches.push(BatchFix {
-                    ids: requests,
-                    answers,
-                });
-            }
+            let requests = requests_of(kept.iter());
+            let kept = (!kept.is_empty()).then(|| Value::Array(kept).to_string().into_bytes());
+            self.batch_answers(kept, requests, answers, out);
         }
         out.to_server.extend(released);
     }
 
+    /// A batch some of whose calls the proxy answered: the rest (`kept`, a line) goes to
+    /// the server, and the answers go back at once when no response from the server will
+    /// carry them, else with that response.
+    fn batch_answers(
+        &mut self,
+        kept: Option<Vec<u8>>,
+        requests: HashSet<String>,
+        answers: Vec<Value>,
+        out: &mut Routed,
+    ) {
+        out.to_server.extend(kept);
+        if requests.is_empty() {
+            out.to_client
+                .push(Value::Array(answers).to_string().into_bytes());
+        } else {
+            self.batches.push(BatchFix {
+                ids: requests,
+                answers,
+            });
+        }
+    }
+
     /// The call's signature under the config in force.
-    fn signature(&self, tool: &str, args: &Value) -> Signature {
+    fn signature(&self, tool: &str, args: &Args) -> Signature {
         let scope = self.scope();
-        self.guard
-            .prepare(&scope, &Call::new(tool, args))
-            .print()
-            .signature
+        with_args!(args, |a| {
+            self.guard
+                .prepare(&scope, &Call::with_args(tool, a))
+                .print()
+                .signature
+        })
     }
 
     /// Whether a call with `signature` was forwarded and is not answered yet.
@@ -346,15 +446,16 @@ impl Relay {
         &mut self,
         id: &Value,
         tool: String,
-        args: Value,
+        args: Args,
         signature: Signature,
         log: &mut Vec<String>,
     ) -> Screened {
         let key = id_key(id);
         let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
-        let verdict = self
-            .guard
-            .before_call(&scope, &Call::new(&tool, &args).with_id(Some(&key)));
+        let verdict = with_args!(&args, |a| {
+            self.guard
+                .before_call(&scope, &Call::with_args(&tool, a).with_id(Some(&key)))
+        });
         match &verdict {
             Verdict::Block {
                 detection,
@@ -390,13 +491,7 @@ impl Relay {
             return out;
         }
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
-            // A server must write only MCP messages on stdout; passing anything else on
-            // would break the client's reader.
-            out.log.push(format!(
-                "dropped a line from the server that is not JSON: {}",
-                preview(line)
-            ));
-            return out;
+            return self.server_line_raw(line);
         };
         // The calls this line answers release the calls held behind them, after it.
         let mut answered = Vec::new();
@@ -405,7 +500,7 @@ impl Relay {
                 let mut changed = false;
                 let mut ids = HashSet::new();
                 for item in &mut items {
-                    if let Kind::Response { id } = kind(item) {
+                    if let Kind::Response { id } = kind(&*item) {
                         ids.insert(id_key(id));
                     }
                     changed |= self.server_message(item, &mut answered, &mut out.log);
@@ -435,6 +530,90 @@ impl Relay {
         out
     }
 
+    /// A server line that is not a `Value`: JSON a `Value` cannot hold is passed on
+    /// unchanged, and the outcomes it carries are recorded (without notes: they would
+    /// need the line rewritten); anything else is dropped, as the client's reader would
+    /// break on it.
+    fn server_line_raw(&mut self, line: &[u8]) -> Routed {
+        let mut out = Routed::default();
+        let mut tape = Tape::new();
+        let Some(message) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| tape.parse(text).ok())
+        else {
+            // A server must write only MCP messages on stdout; passing anything else on
+            // would break the client's reader.
+            out.log.push(format!(
+                "dropped a line from the server that is not JSON: {}",
+                preview(line)
+            ));
+            return out;
+        };
+        let messages: Vec<Raw<'_>> = match message.as_array() {
+            Some(items) => items.collect(),
+            None => vec![message],
+        };
+        let mut answered = Vec::new();
+        for message in messages {
+            let Kind::Response { id } = kind(message) else {
+                continue;
+            };
+            let key = id_key(id);
+            let Some(Open {
+                call: Some(call), ..
+            }) = self.open.remove(&key)
+            else {
+                continue;
+            };
+            answered.push(call.signature);
+            let Some(response) = message.as_object() else {
+                continue;
+            };
+            let mapped = map_raw_response(response);
+            let mut outcome_tape = Tape::new();
+            let outcome = match &mapped {
+                MappedText::Result(text) => outcome_tape.parse(text).ok().map(OutcomeOf::Result),
+                MappedText::Error(text) => outcome_tape.parse(text).ok().map(OutcomeOf::Error),
+                MappedText::Nothing => Some(OutcomeOf::Nothing),
+            };
+            let recorded = self.record(&call, &key, outcome.unwrap_or(OutcomeOf::Nothing));
+            if call.note.is_some() || recorded.abort.is_some() {
+                out.log.push(format!(
+                    "tools/call {}: a note for the model was not added to a response that is not a plain JSON value",
+                    call.tool
+                ));
+            }
+            if let Some(abort) = &recorded.abort {
+                out.log.push(format!(
+                    "run stopped after tools/call {}: {}",
+                    call.tool, abort.message
+                ));
+            }
+        }
+        out.to_client.push(line.to_vec());
+        for signature in answered {
+            self.release(signature, &mut out);
+        }
+        out
+    }
+
+    /// Records what a forwarded call returned.
+    fn record<'o, O: Json<'o>>(
+        &mut self,
+        call: &PendingCall,
+        key: &str,
+        outcome: OutcomeOf<O>,
+    ) -> Recorded {
+        let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
+        with_args!(&call.args, |a| {
+            self.guard.after_call(
+                &scope,
+                &Call::with_args(&call.tool, a).with_id(Some(key)),
+                outcome,
+            )
+        })
+    }
+
     /// Handles one message from the server; returns whether it was changed. The signature
     /// of a call it answers is added to `answered`.
     fn server_message(
@@ -443,7 +622,7 @@ impl Relay {
         answered: &mut Vec<Signature>,
         log: &mut Vec<String>,
     ) -> bool {
-        let Kind::Response { id } = kind(message) else {
+        let Kind::Response { id } = kind(&*message) else {
             return false;
         };
         let key = id_key(id);
@@ -458,12 +637,7 @@ impl Relay {
             return false;
         };
         let outcome = map_response(response);
-        let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
-        let recorded = self.guard.after_call(
-            &scope,
-            &Call::new(&call.tool, &call.args).with_id(Some(&key)),
-            outcome.as_outcome(),
-        );
+        let recorded = self.record(&call, &key, outcome.as_outcome());
         let mut changed = false;
         for text in call
             .note
@@ -495,13 +669,23 @@ impl Relay {
 }
 
 /// The tool and arguments of a `tools/call`'s params; `None` when they name no tool.
-fn call_of(params: Option<&Value>) -> Option<(String, Value)> {
+fn call_of<'j, J: Json<'j>>(params: Option<J>) -> Option<(String, Args)> {
     let tool = params?.get("name")?.as_str()?.to_owned();
     let args = match params.and_then(|p| p.get("arguments")) {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(args) => args.clone(),
+        Some(args) if !args.is_null() => Args::of(args),
+        _ => Args::Value(Value::Object(Map::new())),
     };
     Some((tool, args))
+}
+
+/// The ids of the requests among `messages`.
+fn requests_of<'j, J: Json<'j>>(messages: impl Iterator<Item = J>) -> HashSet<String> {
+    messages
+        .filter_map(|m| match kind(m) {
+            Kind::Request { id, .. } => Some(id_key(id)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn preview(line: &[u8]) -> String {
@@ -573,6 +757,66 @@ mod tests {
             .unwrap()
             .starts_with("CRITICAL"));
         assert_eq!(r.open_requests(), 0);
+    }
+
+    /// Arguments a `Value` cannot hold are screened like any others: identical calls are
+    /// warned, then blocked; their results (also beyond a `Value`) reach the client as sent.
+    #[test]
+    fn calls_beyond_a_value_are_screened() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        for args in [r#"{"n":1e999}"#, r#"{"s":"\ud800"}"#, deep.as_str()] {
+            let mut r = relay();
+            let mut outcomes = Vec::new();
+            for id in 1..=4 {
+                let call = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read","arguments":{args}}}}}"#
+                );
+                let c = r.from_client(call.as_bytes());
+                if let [answer] = &c.to_client[..] {
+                    outcomes.push(("blocked", parse(answer)));
+                    continue;
+                }
+                assert_eq!(c.to_server, vec![call.into_bytes()]);
+                let result = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"same \udc00"}}]}}}}"#
+                );
+                let s = r.from_server(result.as_bytes());
+                assert_eq!(s.to_client, vec![result.into_bytes()], "passed on");
+                outcomes.push(("answered", Value::Null));
+            }
+            assert_eq!(outcomes[3].0, "blocked", "{args}");
+            assert_eq!(outcomes[3].1["id"], 4);
+            assert_eq!(r.open_requests(), 0);
+        }
+    }
+
+    #[test]
+    fn raw_batches_forward_what_is_not_blocked() {
+        let mut r = relay();
+        let call = |id: u64| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read","arguments":{{"n":1e999}}}}}}"#
+            )
+        };
+        for id in 1..=3 {
+            r.from_client(call(id).as_bytes());
+            r.from_server(
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#).as_bytes(),
+            );
+        }
+        let batch = format!(
+            r#"[{},{{"jsonrpc":"2.0","id":11,"method":"ping","params":{{"x":1.50}}}}]"#,
+            call(10)
+        );
+        let c = r.from_client(batch.as_bytes());
+        assert_eq!(
+            c.to_server,
+            vec![br#"[{"jsonrpc":"2.0","id":11,"method":"ping","params":{"x":1.50}}]"#.to_vec()]
+        );
+        let s = r.from_server(br#"[{"jsonrpc":"2.0","id":11,"result":{}}]"#);
+        let answer = parse(&s.to_client[0]);
+        assert_eq!(answer[1]["id"], 10);
+        assert_eq!(answer[1]["result"]["isError"], true);
     }
 
     #[test]

@@ -44,6 +44,8 @@ use crate::masking::MaskSet;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
 pub use json_text::{json_text, number_text};
+
+pub(crate) use json_text::push_json_string;
 pub use path_set::PathSet;
 
 use path_set::{Here, Step};

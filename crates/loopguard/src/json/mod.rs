@@ -312,6 +312,96 @@ static MAPS_ARE_SORTED: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| 
     probe.keys().next().map(String::as_str) == Some("a")
 });
 
+/// Deepest nesting [`to_value`] builds: `serde_json`'s own limit (its recursion budget of
+/// 128 admits 127 nested containers), so that the value can be dropped (recursively)
+/// without overflowing the stack.
+pub const VALUE_DEPTH: usize = 127;
+
+/// The value as a `serde_json::Value`; `None` when a `Value` cannot hold it: a number
+/// beyond the double range, a lone surrogate, nesting deeper than [`VALUE_DEPTH`].
+/// Iterative. A repeated key keeps its last value.
+pub fn to_value<'a, J: Json<'a>>(value: J) -> Option<Value> {
+    enum Open<'a, J: Json<'a>> {
+        Array(Vec<Value>, J::Items),
+        Object(
+            Map<String, Value>,
+            J::Object,
+            <J::Object as Object<'a>>::Sorted,
+            Option<String>,
+        ),
+    }
+    let mut scratch = Vec::new();
+    let mut stack: Vec<Open<'a, J>> = Vec::new();
+    let mut next = Some(value);
+    loop {
+        let mut done = None;
+        if let Some(v) = next.take() {
+            let leaf = match v.kind() {
+                Kind::Null => Value::Null,
+                Kind::Bool(b) => Value::Bool(b),
+                Kind::Number(Num::Value(n)) => Value::Number(n.clone()),
+                Kind::Number(Num::Text(t)) => Value::Number(serde_json::from_str(t).ok()?),
+                Kind::String(s) => Value::String(s.as_str()?.to_owned()),
+                Kind::Array(items) => {
+                    stack.push(Open::Array(Vec::with_capacity(items.len()), items));
+                    if stack.len() > VALUE_DEPTH {
+                        return None;
+                    }
+                    Value::Null
+                }
+                Kind::Object(object) => {
+                    let (_, members) = object.sorted(&mut scratch);
+                    stack.push(Open::Object(Map::new(), object, members, None));
+                    if stack.len() > VALUE_DEPTH {
+                        return None;
+                    }
+                    Value::Null
+                }
+            };
+            if !matches!(v.kind(), Kind::Array(_) | Kind::Object(_)) {
+                done = Some(leaf);
+            }
+        }
+        // Place a finished value, then find the next one to build.
+        loop {
+            if let Some(v) = done.take() {
+                match stack.last_mut() {
+                    None => return Some(v),
+                    Some(Open::Array(items, _)) => items.push(v),
+                    Some(Open::Object(map, _, _, key)) => {
+                        map.insert(key.take().unwrap_or_default(), v);
+                    }
+                }
+            }
+            match stack.last_mut() {
+                None => return None,
+                Some(Open::Array(_, items)) => match items.next() {
+                    Some(item) => {
+                        next = Some(item);
+                        break;
+                    }
+                    None => {}
+                },
+                Some(Open::Object(_, object, members, key)) => {
+                    match object.next_sorted(members, &scratch) {
+                        Some((k, v)) => {
+                            *key = Some(std::str::from_utf8(k).ok()?.to_owned());
+                            next = Some(v);
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+            }
+            done = Some(match stack.pop() {
+                Some(Open::Array(items, _)) => Value::Array(items),
+                Some(Open::Object(map, ..)) => Value::Object(map),
+                None => return None,
+            });
+        }
+    }
+}
+
 /// What a JSON value is, for error messages: `a string`, `an array`, `null` …
 pub fn kind_name<'a, J: Json<'a>>(v: J) -> &'static str {
     match v.kind() {

@@ -271,108 +271,63 @@ impl fmt::Debug for Raw<'_> {
 }
 
 impl<'a> Raw<'a> {
-    /// Whether the value, and everything in it, can be a `serde_json::Value`: no number
-    /// beyond the double range, no lone surrogate, nesting at most `max_depth` deep.
-    pub fn fits_value(self, max_depth: usize) -> bool {
+    /// The value as JSON text, as it was written but for whitespace and escapes: members
+    /// in their order (duplicates included), numbers with their own digits. What a proxy
+    /// forwards when it must rewrite a message around a value. Iterative.
+    pub fn to_json_text(self) -> String {
+        use crate::canonical::push_json_string;
         let doc = self.doc;
-        let end = doc.end(self.at);
-        // Depth: the containers still open at each node, found from their ends.
-        let mut open: Vec<u32> = Vec::new();
-        for at in self.at..end {
-            while open.last().is_some_and(|&e| e <= at) {
-                open.pop();
-            }
-            let n = doc.node(at);
-            match n.tag {
-                STR_WTF8 => return false,
-                FLOAT | INT => {
-                    let text = &doc.text[n.a as usize..(n.a + n.b) as usize];
-                    if matches!(super::Canonical::of_text(text), super::Canonical::Big(_)) {
-                        return false;
-                    }
-                }
-                ARRAY | OBJECT => {
-                    open.push(n.b);
-                    if open.len() > max_depth {
-                        return false;
-                    }
-                }
-                _ => {}
-            }
-        }
-        true
-    }
-
-    /// The value as a `serde_json::Value`, when it [fits](Raw::fits_value) one of at most
-    /// 128 levels (deeper trees would overflow the stack when dropped).
-    pub fn to_value(self) -> Option<serde_json::Value> {
-        use serde_json::{Map, Value};
-        if !self.fits_value(128) {
-            return None;
-        }
-        enum Open {
-            Array(Vec<Value>),
-            Object(Map<String, Value>, Option<String>),
-        }
-        let doc = self.doc;
-        let mut stack: Vec<(Open, u32)> = Vec::new();
+        let mut out = String::new();
+        // Containers still open: where they end, and whether they are objects.
+        let mut open: Vec<(u32, bool)> = Vec::new();
         let mut at = self.at;
-        loop {
-            // Finish containers that end here.
-            let mut done = None;
-            while let Some((_, end)) = stack.last() {
-                if *end > at {
+        let end = doc.end(self.at);
+        // Whether the next node is the first inside its container.
+        let mut first = true;
+        while at < end {
+            while let Some(&(close, object)) = open.last() {
+                if close > at {
                     break;
                 }
-                let (open, _) = stack.pop().expect("checked");
-                let v = match open {
-                    Open::Array(items) => Value::Array(items),
-                    Open::Object(map, _) => Value::Object(map),
-                };
-                match stack.last_mut() {
-                    Some((Open::Array(items), _)) => items.push(v),
-                    Some((Open::Object(map, key), _)) => {
-                        map.insert(key.take().unwrap_or_default(), v);
-                    }
-                    None => done = Some(v),
-                }
+                out.push(if object { '}' } else { ']' });
+                open.pop();
+                first = false;
             }
-            if let Some(v) = done {
-                return Some(v);
+            let in_object = open.last().is_some_and(|&(_, object)| object);
+            if !first {
+                out.push(',');
             }
-            // A key of the innermost object?
-            if let Some((Open::Object(_, key @ None), _)) = stack.last_mut() {
-                *key = Some(doc.str_at(at).as_str()?.to_owned());
+            if in_object {
+                push_json_string(&mut out, doc.str_at(at));
+                out.push(':');
                 at += 1;
-                continue;
             }
-            let raw = Raw { doc, at };
-            let leaf = match raw.kind() {
-                Kind::Null => Value::Null,
-                Kind::Bool(b) => Value::Bool(b),
-                Kind::Number(Num::Text(t)) => Value::Number(serde_json::from_str(t).ok()?),
-                Kind::Number(Num::Value(n)) => Value::Number(n.clone()),
-                Kind::String(s) => Value::String(s.as_str()?.to_owned()),
-                Kind::Array(_) => {
-                    stack.push((Open::Array(Vec::new()), doc.end(at)));
-                    at += 1;
-                    continue;
+            let n = doc.node(at);
+            first = false;
+            match n.tag {
+                NULL => out.push_str("null"),
+                FALSE => out.push_str("false"),
+                TRUE => out.push_str("true"),
+                INT | FLOAT => out.push_str(&doc.text[n.a as usize..(n.a + n.b) as usize]),
+                STR | STR_ESCAPED | STR_WTF8 => push_json_string(&mut out, doc.str_at(at)),
+                tag => {
+                    let object = tag == OBJECT;
+                    out.push(if object { '{' } else { '[' });
+                    open.push((n.b, object));
+                    first = true;
                 }
-                Kind::Object(_) => {
-                    stack.push((Open::Object(Map::new(), None), doc.end(at)));
-                    at += 1;
-                    continue;
-                }
-            };
+            }
             at += 1;
-            match stack.last_mut() {
-                Some((Open::Array(items), _)) => items.push(leaf),
-                Some((Open::Object(map, key), _)) => {
-                    map.insert(key.take().unwrap_or_default(), leaf);
-                }
-                None => return Some(leaf),
-            }
         }
+        while let Some((_, object)) = open.pop() {
+            out.push(if object { '}' } else { ']' });
+        }
+        out
+    }
+
+    /// The value as a `serde_json::Value` ([`super::to_value`]).
+    pub fn to_value(self) -> Option<serde_json::Value> {
+        super::to_value(self)
     }
 }
 
@@ -1107,7 +1062,6 @@ mod tests {
             items[2].as_string(),
             Some(Str::Wtf8(b"\xed\xb0\x80\xf0\x9f\x98\x80"))
         );
-        assert!(!doc.fits_value(128));
         assert!(doc.to_value().is_none());
         // A high surrogate followed by another escape, or by a non-low one.
         let doc = tape.parse(r#""\ud800\n\ud800\u0041""#).unwrap();
@@ -1118,12 +1072,46 @@ mod tests {
     }
 
     #[test]
+    fn json_text_keeps_order_duplicates_and_spelling() {
+        let mut tape = Tape::new();
+        for text in [
+            r#"{"b":1.50,"a":[1e2,{},[],{"x":null,"x":true}],"b":"\u00e9\n"}"#,
+            "[]",
+            "[[],[[]],{}]",
+            r#""\ud800""#,
+            "-0",
+        ] {
+            let raw = tape.parse(text).unwrap();
+            let out = raw.to_json_text();
+            let want = match text {
+                r#"{"b":1.50,"a":[1e2,{},[],{"x":null,"x":true}],"b":"\u00e9\n"}"# => {
+                    r#"{"b":1.50,"a":[1e2,{},[],{"x":null,"x":true}],"b":"é\n"}"#
+                }
+                other => other,
+            };
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn values_are_built_exactly_where_serde_json_builds_them() {
+        let mut tape = Tape::new();
+        for depth in 125..=130 {
+            for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+                let text = open.repeat(depth) + "1" + &close.repeat(depth);
+                let want = serde_json::from_str::<Value>(&text).ok();
+                assert_eq!(tape.parse(&text).unwrap().to_value(), want, "{depth}");
+            }
+        }
+    }
+
+    #[test]
     fn nests_without_limit() {
         let depth = 200_000;
         let text = "[".repeat(depth) + &"]".repeat(depth);
         let mut tape = Tape::new();
         let doc = tape.parse(&text).unwrap();
-        assert!(!doc.fits_value(128));
+        assert!(doc.to_value().is_none());
         let mut v = doc;
         for _ in 1..depth {
             v = v.as_array().unwrap().next().unwrap();
