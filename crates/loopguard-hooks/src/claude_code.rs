@@ -61,7 +61,8 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
             call: p.tool_use()?,
             outcome: OwnedOutcome::Result(normalize(
                 p.get("tool_response").unwrap_or(&Value::Null),
-            )),
+            ))
+            .into(),
         },
         "PostToolUseFailure" => {
             let call = p.tool_use()?;
@@ -76,7 +77,10 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
                         .unwrap_or(Value::Null),
                 )
             };
-            HookEvent::ToolResult { call, outcome }
+            HookEvent::ToolResult {
+                call,
+                outcome: outcome.into(),
+            }
         }
         "PreCompact" => HookEvent::Compaction,
         "UserPromptSubmit" => HookEvent::PromptSubmitted,
@@ -156,6 +160,7 @@ pub fn settings(command: &str) -> String {
 mod tests {
     use super::*;
     use crate::mapping::ToolUse;
+    use crate::mapping::{Json, Outcome};
 
     fn parsed(v: Value) -> HookEvent {
         parse(&v).unwrap().1
@@ -180,7 +185,7 @@ mod tests {
             event,
             HookEvent::ToolCall(ToolUse {
                 tool: "Bash".into(),
-                args: json!({"command": "npm test", "description": "Run test suite"}),
+                args: json!({"command": "npm test", "description": "Run test suite"}).into(),
                 call_id: Some("toolu_01ABC123".into())
             })
         );
@@ -190,7 +195,7 @@ mod tests {
             "tool_response": {"filePath": "/p/index.js", "success": true}, "tool_use_id": "t"
         }));
         assert!(
-            matches!(post, HookEvent::ToolResult { outcome: OwnedOutcome::Result(ref v), .. }
+            matches!(post, HookEvent::ToolResult { outcome: Outcome::Result(Json::Value(ref v)), .. }
             if v == &json!({"details": {"filePath": "/p/index.js", "success": true}}))
         );
         let fail = parsed(json!({
@@ -199,7 +204,7 @@ mod tests {
             "error": "Command exited with non-zero status code 1", "is_interrupt": false
         }));
         assert!(
-            matches!(fail, HookEvent::ToolResult { outcome: OwnedOutcome::Error(ref e), .. }
+            matches!(fail, HookEvent::ToolResult { outcome: Outcome::Error(Json::Value(ref e)), .. }
             if e == &json!("Command exited with non-zero status code 1"))
         );
         let interrupted = parsed(json!({
@@ -208,7 +213,7 @@ mod tests {
         assert!(matches!(
             interrupted,
             HookEvent::ToolResult {
-                outcome: OwnedOutcome::Nothing,
+                outcome: Outcome::Nothing,
                 ..
             }
         ));
@@ -247,7 +252,7 @@ mod tests {
     fn outputs_follow_the_protocol() {
         let call = HookEvent::ToolCall(ToolUse {
             tool: "Read".into(),
-            args: json!({}),
+            args: json!({}).into(),
             call_id: None,
         });
         assert_eq!(render("PreToolUse", &call, &Reaction::Proceed), "");
@@ -288,10 +293,10 @@ mod tests {
         let result = HookEvent::ToolResult {
             call: ToolUse {
                 tool: "Read".into(),
-                args: json!({}),
+                args: json!({}).into(),
                 call_id: None,
             },
-            outcome: OwnedOutcome::Nothing,
+            outcome: Outcome::Nothing,
         };
         assert_eq!(
             render(

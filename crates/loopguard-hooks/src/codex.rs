@@ -61,7 +61,8 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
             call: p.tool_use()?,
             outcome: OwnedOutcome::Result(normalize(
                 p.get("tool_response").unwrap_or(&Value::Null),
-            )),
+            ))
+            .into(),
         },
         "PreCompact" => HookEvent::Compaction,
         "UserPromptSubmit" => HookEvent::PromptSubmitted,
@@ -123,6 +124,7 @@ pub fn settings(command: &str) -> String {
 mod tests {
     use super::*;
     use crate::mapping::ToolUse;
+    use crate::mapping::{Json, Outcome};
 
     #[test]
     fn documented_payloads_parse() {
@@ -139,7 +141,7 @@ mod tests {
             event,
             HookEvent::ToolCall(ToolUse {
                 tool: "Bash".into(),
-                args: json!({"command": "cargo test"}),
+                args: json!({"command": "cargo test"}).into(),
                 call_id: Some("call_abc".into())
             })
         );
@@ -150,7 +152,7 @@ mod tests {
             "tool_response": "error: could not compile", "tool_use_id": "call_abc"
         });
         assert!(
-            matches!(parse(&post).unwrap().1, HookEvent::ToolResult { outcome: OwnedOutcome::Result(ref v), .. }
+            matches!(parse(&post).unwrap().1, HookEvent::ToolResult { outcome: Outcome::Result(Json::Value(ref v)), .. }
             if v == &json!({"content": [{"type": "text", "text": "error: could not compile"}]}))
         );
         assert_eq!(
@@ -181,7 +183,7 @@ mod tests {
     fn outputs_use_only_fields_codex_accepts() {
         let call = HookEvent::ToolCall(ToolUse {
             tool: "Bash".into(),
-            args: json!({}),
+            args: json!({}).into(),
             call_id: None,
         });
         let stop = Reaction::Block {
@@ -204,10 +206,10 @@ mod tests {
         let result = HookEvent::ToolResult {
             call: ToolUse {
                 tool: "Bash".into(),
-                args: json!({}),
+                args: json!({}).into(),
                 call_id: None,
             },
-            outcome: OwnedOutcome::Nothing,
+            outcome: Outcome::Nothing,
         };
         let out: Value = serde_json::from_str(&render(
             &result,

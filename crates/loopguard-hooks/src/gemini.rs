@@ -60,7 +60,7 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
         "BeforeTool" => HookEvent::ToolCall(p.tool_use()?),
         "AfterTool" => HookEvent::ToolResult {
             call: p.tool_use()?,
-            outcome: outcome(p.get("tool_response").unwrap_or(&Value::Null)),
+            outcome: outcome(p.get("tool_response").unwrap_or(&Value::Null)).into(),
         },
         "PreCompress" => HookEvent::Compaction,
         "BeforeAgent" => HookEvent::PromptSubmitted,
@@ -152,6 +152,7 @@ pub fn settings(command: &str) -> String {
 mod tests {
     use super::*;
     use crate::mapping::ToolUse;
+    use crate::mapping::{Json, Outcome};
 
     #[test]
     fn documented_payloads_parse() {
@@ -166,7 +167,7 @@ mod tests {
             event,
             HookEvent::ToolCall(ToolUse {
                 tool: "read_file".into(),
-                args: json!({"absolute_path": "/w/a.txt"}),
+                args: json!({"absolute_path": "/w/a.txt"}).into(),
                 call_id: None
             })
         );
@@ -176,7 +177,7 @@ mod tests {
             "tool_response": {"llmContent": "hello", "returnDisplay": "Read 1 line"}
         });
         assert!(
-            matches!(parse(&after).unwrap().1, HookEvent::ToolResult { outcome: OwnedOutcome::Result(ref v), .. }
+            matches!(parse(&after).unwrap().1, HookEvent::ToolResult { outcome: Outcome::Result(Json::Value(ref v)), .. }
             if v == &json!({"content": [{"type": "text", "text": "hello"}], "details": {}}))
         );
         let failed = json!({
@@ -184,7 +185,7 @@ mod tests {
             "tool_response": {"llmContent": "", "returnDisplay": "", "error": {"message": "File not found", "type": "file_not_found"}}
         });
         assert!(
-            matches!(parse(&failed).unwrap().1, HookEvent::ToolResult { outcome: OwnedOutcome::Error(ref e), .. }
+            matches!(parse(&failed).unwrap().1, HookEvent::ToolResult { outcome: Outcome::Error(Json::Value(ref e)), .. }
             if e["message"] == "File not found")
         );
         assert_eq!(
@@ -215,7 +216,7 @@ mod tests {
     fn outputs_are_always_json_objects() {
         let call = HookEvent::ToolCall(ToolUse {
             tool: "read_file".into(),
-            args: json!({}),
+            args: json!({}).into(),
             call_id: None,
         });
         assert_eq!(render(&call, &Reaction::Proceed), "{}");
@@ -233,10 +234,10 @@ mod tests {
         let result = HookEvent::ToolResult {
             call: ToolUse {
                 tool: "read_file".into(),
-                args: json!({}),
+                args: json!({}).into(),
                 call_id: None,
             },
-            outcome: OwnedOutcome::Nothing,
+            outcome: Outcome::Nothing,
         };
         let out: Value = serde_json::from_str(&render(
             &result,

@@ -270,17 +270,21 @@ impl Response {
 /// Handles one hook invocation: `input` is what the agent wrote on stdin, `now` the clock
 /// time in Unix milliseconds.
 pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Response {
-    let payload: Value = match serde_json::from_slice(input) {
-        Ok(v) => v,
-        Err(e) => {
-            return Response::failed(agent, &format!("stdin is not a JSON hook payload: {e}"))
-        }
+    let (payload, raw_parts) = match serde_json::from_slice::<Value>(input) {
+        Ok(v) => (v, RawParts::default()),
+        Err(e) => match RawParts::read(input) {
+            Some(read) => read,
+            None => {
+                return Response::failed(agent, &format!("stdin is not a JSON hook payload: {e}"))
+            }
+        },
     };
-    let (origin, event) = match agent.parse(&payload) {
+    let (origin, mut event) = match agent.parse(&payload) {
         Ok(parsed) => parsed,
         Err(PayloadError::Unsupported(name)) => return Response::ignored(agent, &name),
         Err(PayloadError::Invalid(message)) => return Response::failed(agent, &message),
     };
+    raw_parts.patch(&mut event);
     // The config is read only for events that reach the engine.
     let config = if event.needs_config() {
         match loopguard_config::load(options.config.as_deref(), Defaults::Live) {
@@ -349,6 +353,87 @@ impl HandlerField {
     }
 }
 
+/// The call's JSON in a payload that a `Value` cannot hold in full (a number beyond the
+/// double range, a lone surrogate escape, nesting past 128 levels: valid JSON an agent
+/// may send): `tool_input`, `tool_response` and `error` as canonical text, so that such
+/// calls are fingerprinted like any other instead of failing the hook (which would let
+/// them run unchecked). A response read this way is hashed as it is, without the agent's
+/// reshaping ([`outcome`]).
+#[derive(Debug, Default)]
+struct RawParts {
+    tool_input: Option<String>,
+    tool_response: Option<String>,
+    error: Option<String>,
+    has_error: bool,
+}
+
+impl RawParts {
+    /// The payload as a `Value` with placeholders where the call's JSON does not fit one,
+    /// and that JSON; `None` when the input is not JSON or other fields do not fit.
+    fn read(input: &[u8]) -> Option<(Value, Self)> {
+        use loopguard::json::{Json, Tape};
+        let mut tape = Tape::new();
+        let root = tape.parse(std::str::from_utf8(input).ok()?).ok()?;
+        let mut map = serde_json::Map::new();
+        let mut parts = Self::default();
+        for (key, value) in root.as_object()?.members() {
+            let key = key.as_str()?;
+            parts.has_error |= key == "error";
+            let slot = match key {
+                "tool_input" => &mut parts.tool_input,
+                "tool_response" => &mut parts.tool_response,
+                "error" => &mut parts.error,
+                _ => {
+                    map.insert(key.to_owned(), value.to_value()?);
+                    continue;
+                }
+            };
+            match value.to_value() {
+                Some(v) => {
+                    *slot = None;
+                    map.insert(key.to_owned(), v);
+                }
+                None => {
+                    *slot = Some(loopguard::canonical::json_text(value));
+                    let placeholder = match key {
+                        "tool_input" => Value::Object(serde_json::Map::new()),
+                        _ => Value::Null,
+                    };
+                    map.insert(key.to_owned(), placeholder);
+                }
+            }
+        }
+        Some((Value::Object(map), parts))
+    }
+
+    /// Puts the JSON back into the event the agent module read.
+    fn patch(self, event: &mut HookEvent) {
+        use crate::mapping::{Json, Outcome};
+        let (call, outcome) = match event {
+            HookEvent::ToolCall(call) => (call, None),
+            HookEvent::ToolResult { call, outcome } => (call, Some(outcome)),
+            _ => return,
+        };
+        if let Some(text) = self.tool_input {
+            call.args = Json::Text(text);
+        }
+        match outcome {
+            Some(Outcome::Error(json)) => {
+                let from_response = self.tool_response.filter(|_| !self.has_error);
+                if let Some(text) = self.error.or(from_response) {
+                    *json = Json::Text(text);
+                }
+            }
+            Some(Outcome::Result(json)) => {
+                if let Some(text) = self.tool_response {
+                    *json = Json::Text(text);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A settings snippet: `{"hooks": {EVENT: [{"hooks": [{"type": "command", "command":
 /// COMMAND, FIELDS}]}], …}}`, events in the order given.
 fn snippet(events: &[&str], command: &str, fields: &[(&str, HandlerField)]) -> String {
@@ -400,6 +485,49 @@ mod tests {
             }
         }
         assert!(!dir.path().join("lg.db").exists());
+    }
+
+    /// Calls whose JSON a `Value` cannot hold are fingerprinted, not failed open: eight
+    /// identical ones are warned, then denied.
+    #[test]
+    fn calls_beyond_a_value_are_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("lg.json5");
+        std::fs::write(
+            &config,
+            "{ tools: { loopDetection: { enabled: true, warningThreshold: 3, criticalThreshold: 5 } } }",
+        )
+        .unwrap();
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        for (n, input) in [r#"{"n":1e999}"#, r#"{"s":"\ud800"}"#, deep.as_str()]
+            .into_iter()
+            .enumerate()
+        {
+            let mut options = options(&dir);
+            options.config = Some(config.clone());
+            let mut decisions = Vec::new();
+            for i in 0..8 {
+                let pre = format!(
+                    r#"{{"session_id":"s{n}","hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{input},"tool_use_id":"t{i}"}}"#
+                );
+                let r = handle(Agent::ClaudeCode, pre.as_bytes(), &options, 1_000 + i);
+                assert_eq!(r.exit_code, EXIT_OK, "{}", r.stderr);
+                decisions.push(if r.stdout.contains("\"deny\"") {
+                    "deny"
+                } else if r.stdout.contains("additionalContext") {
+                    "warn"
+                } else {
+                    "allow"
+                });
+                let post = format!(
+                    r#"{{"session_id":"s{n}","hook_event_name":"PostToolUse","tool_name":"Read","tool_input":{input},"tool_use_id":"t{i}","tool_response":{{"n":-1e999}}}}"#
+                );
+                let r = handle(Agent::ClaudeCode, post.as_bytes(), &options, 1_000 + i);
+                assert_eq!(r.exit_code, EXIT_OK, "{}", r.stderr);
+            }
+            assert!(decisions.contains(&"warn"), "{input}: {decisions:?}");
+            assert_eq!(decisions.last(), Some(&"deny"), "{input}: {decisions:?}");
+        }
     }
 
     #[test]

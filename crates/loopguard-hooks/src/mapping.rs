@@ -18,8 +18,9 @@
 //! their own, `prompt-N/AGENT_ID`: a subagent works in a context of its own, and its calls
 //! should not count as repeats of the main conversation's (or of a parallel subagent's).
 
-use loopguard::{ConfigSet, Fingerprint, Verdict};
-use loopguard_events::{apply_to_run, Answer, Event, Ids, OwnedOutcome};
+use loopguard::json::Tape;
+use loopguard::{ConfigSet, Fingerprint, OutcomeOf, Verdict};
+use loopguard_events::{apply_event, Answer, EventRef, IdsRef, OwnedOutcome};
 use serde_json::Value;
 
 use crate::store::{HookTx, StoreError};
@@ -51,13 +52,65 @@ impl Origin {
     }
 }
 
+/// JSON from a payload: a `Value`, or, for JSON a `Value` cannot hold (a number beyond the
+/// double range, a lone surrogate escape, nesting past 128 levels), its canonical text
+/// ([`loopguard::canonical::json_text`], which keeps its fingerprint).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json {
+    /// A value.
+    Value(Value),
+    /// Canonical JSON text.
+    Text(String),
+}
+
+impl From<Value> for Json {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
+
+impl Json {
+    /// The fingerprint of the JSON.
+    pub fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Self::Value(v) => Fingerprint::of(v),
+            Self::Text(t) => {
+                let mut tape = Tape::new();
+                tape.parse(t)
+                    .map_or(Fingerprint::from_u128(0), Fingerprint::of)
+            }
+        }
+    }
+}
+
+/// What a tool call returned, as the engine will read it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The tool's result.
+    Result(Json),
+    /// The error the call failed with.
+    Error(Json),
+    /// Nothing to record.
+    Nothing,
+}
+
+impl From<OwnedOutcome> for Outcome {
+    fn from(outcome: OwnedOutcome) -> Self {
+        match outcome {
+            OwnedOutcome::Result(v) => Self::Result(v.into()),
+            OwnedOutcome::Error(v) => Self::Error(v.into()),
+            OwnedOutcome::Nothing => Self::Nothing,
+        }
+    }
+}
+
 /// A tool call as the agent reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolUse {
     /// Tool name.
     pub tool: String,
     /// Arguments (`{}` when the agent sends none).
-    pub args: Value,
+    pub args: Json,
     /// The agent's id for this call, when it has one.
     pub call_id: Option<String>,
 }
@@ -68,7 +121,7 @@ impl ToolUse {
     pub fn note_key(&self) -> String {
         match &self.call_id {
             Some(id) => format!("id:{id}"),
-            None => format!("call:{}:{}", self.tool, Fingerprint::of(&self.args)),
+            None => format!("call:{}:{}", self.tool, self.args.fingerprint()),
         }
     }
 }
@@ -84,7 +137,7 @@ pub enum HookEvent {
         /// The call.
         call: ToolUse,
         /// Its result, its error, or nothing to record.
-        outcome: OwnedOutcome,
+        outcome: Outcome,
     },
     /// The context is about to be compacted.
     Compaction,
@@ -203,33 +256,42 @@ pub fn apply(
                 _ => origin.subagent.as_deref(),
             };
             let run = run_id(tx.run_number(session)?, subagent);
-            let ids = Ids {
-                session: session.to_owned(),
-                run: Some(run.clone()),
-                agent: agent.map(str::to_owned),
-            };
-            let replay_event = match event {
-                HookEvent::ToolCall(call) => Event::Call {
-                    ids,
-                    call_id: call.call_id.clone(),
-                    tool: call.tool.clone(),
-                    args: call.args.clone(),
-                    batch: None,
-                },
-                HookEvent::ToolResult { call, outcome } => Event::Result {
-                    ids,
-                    call_id: call.call_id.clone(),
-                    tool: Some(call.tool.clone()),
-                    args: Some(call.args.clone()),
-                    outcome: outcome.clone(),
-                },
-                _ => Event::Compaction { ids },
+            let ids = IdsRef {
+                session,
+                run: Some(&run),
+                agent,
             };
             let cfg = config.for_agent(agent);
-            let answer = tx.update_run(session, Some(&run), |state, now| {
-                let scope = loopguard_events::scope_of(&replay_event, None);
-                apply_to_run(state, cfg, &scope, 1, &replay_event, now)
-            })?;
+            let (args, outcome) = match event {
+                HookEvent::ToolCall(call) => (Some(&call.args), None),
+                HookEvent::ToolResult { call, outcome } => (Some(&call.args), Some(outcome)),
+                _ => (None, None),
+            };
+            let texts = [args, outcome.and_then(Outcome::json)]
+                .iter()
+                .any(|j| matches!(j, Some(Json::Text(_))));
+            let answer = if texts {
+                // JSON a `Value` cannot hold: everything is read as raw text.
+                let args_text = args.map(Json::text);
+                let outcome_text = outcome.and_then(Outcome::json).map(Json::text);
+                let (mut t1, mut t2) = (Tape::new(), Tape::new());
+                let args = args_text.as_deref().and_then(|t| t1.parse(t).ok());
+                let outcome_json = outcome_text.as_deref().and_then(|t| t2.parse(t).ok());
+                let outcome = outcome.map(|o| o.with(outcome_json));
+                let replay_event = hook_event(event, ids, args, outcome);
+                tx.update_run(session, Some(&run), |state, now| {
+                    let scope = replay_event.scope(None);
+                    apply_event(state, cfg, &scope, 1, &replay_event, now)
+                })?
+            } else {
+                let args = args.and_then(Json::value);
+                let outcome = outcome.map(|o| o.with(o.json().and_then(Json::value)));
+                let replay_event = hook_event(event, ids, args, outcome);
+                tx.update_run(session, Some(&run), |state, now| {
+                    let scope = replay_event.scope(None);
+                    apply_event(state, cfg, &scope, 1, &replay_event, now)
+                })?
+            };
             match (answer, event) {
                 (Answer::Call { verdict, .. }, HookEvent::ToolCall(call)) => {
                     let reaction = reaction_to(&verdict);
@@ -254,6 +316,67 @@ pub fn apply(
                 }
                 _ => Ok(Reaction::Proceed),
             }
+        }
+    }
+}
+
+/// The replay event of a hook event, with its JSON in view `J`.
+fn hook_event<'a, J>(
+    event: &'a HookEvent,
+    ids: IdsRef<'a>,
+    args: Option<J>,
+    outcome: Option<OutcomeOf<J>>,
+) -> EventRef<'a, J> {
+    match event {
+        HookEvent::ToolCall(call) => EventRef::Call {
+            ids,
+            call_id: call.call_id.as_deref(),
+            tool: &call.tool,
+            args,
+            batch: None,
+        },
+        HookEvent::ToolResult { call, .. } => EventRef::Result {
+            ids,
+            call_id: call.call_id.as_deref(),
+            tool: Some(&call.tool),
+            args,
+            outcome: outcome.unwrap_or(OutcomeOf::Nothing),
+        },
+        _ => EventRef::Compaction { ids },
+    }
+}
+
+impl Json {
+    fn value(&self) -> Option<&Value> {
+        match self {
+            Self::Value(v) => Some(v),
+            Self::Text(_) => None,
+        }
+    }
+
+    /// The JSON as text (a `Value` written out).
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::Value(v) => v.to_string().into(),
+            Self::Text(t) => t.as_str().into(),
+        }
+    }
+}
+
+impl Outcome {
+    fn json(&self) -> Option<&Json> {
+        match self {
+            Self::Result(j) | Self::Error(j) => Some(j),
+            Self::Nothing => None,
+        }
+    }
+
+    /// The same kind of outcome, holding `json` (nothing when there is none).
+    fn with<J>(&self, json: Option<J>) -> OutcomeOf<J> {
+        match (self, json) {
+            (Self::Result(_), Some(j)) => OutcomeOf::Result(j),
+            (Self::Error(_), Some(j)) => OutcomeOf::Error(j),
+            _ => OutcomeOf::Nothing,
         }
     }
 }
@@ -297,7 +420,7 @@ mod tests {
     fn call(id: Option<&str>) -> ToolUse {
         ToolUse {
             tool: "read".into(),
-            args: json!({"path": "/x"}),
+            args: json!({"path": "/x"}).into(),
             call_id: id.map(str::to_owned),
         }
     }
@@ -305,7 +428,7 @@ mod tests {
     fn result(id: Option<&str>) -> HookEvent {
         HookEvent::ToolResult {
             call: call(id),
-            outcome: OwnedOutcome::Result(json!({"content": [{"type": "text", "text": "same"}]})),
+            outcome: Outcome::Result(json!({"content": [{"type": "text", "text": "same"}]}).into()),
         }
     }
 
@@ -565,7 +688,7 @@ mod tests {
         let a = call(None).note_key();
         assert!(a.starts_with("call:read:"));
         let mut other = call(None);
-        other.args = json!({"path": "/y"});
+        other.args = json!({"path": "/y"}).into();
         assert_ne!(a, other.note_key());
         assert_eq!(run_id(3, None), "prompt-3");
         assert_eq!(run_id(3, Some("a")), "prompt-3/a");

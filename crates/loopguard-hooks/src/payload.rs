@@ -95,7 +95,7 @@ impl<'a> Payload<'a> {
         let call_id = self.id("tool_use_id")?;
         Ok(ToolUse {
             tool,
-            args,
+            args: args.into(),
             call_id,
         })
     }
@@ -130,7 +130,7 @@ mod tests {
         let t = p.tool_use().unwrap();
         assert_eq!(
             (t.tool.as_str(), t.args.clone(), t.call_id),
-            ("Bash", json!({}), None)
+            ("Bash", json!({}).into(), None)
         );
         assert!(Payload::new(&json!([1])).is_err());
         let blank = json!({"hook_event_name": "  "});
