@@ -375,21 +375,17 @@ pub fn to_value<'a, J: Json<'a>>(value: J) -> Option<Value> {
             }
             match stack.last_mut() {
                 None => return None,
-                Some(Open::Array(_, items)) => match items.next() {
-                    Some(item) => {
+                Some(Open::Array(_, items)) => {
+                    if let Some(item) = items.next() {
                         next = Some(item);
                         break;
                     }
-                    None => {}
-                },
+                }
                 Some(Open::Object(_, object, members, key)) => {
-                    match object.next_sorted(members, &scratch) {
-                        Some((k, v)) => {
-                            *key = Some(std::str::from_utf8(k).ok()?.to_owned());
-                            next = Some(v);
-                            break;
-                        }
-                        None => {}
+                    if let Some((k, v)) = object.next_sorted(members, &scratch) {
+                        *key = Some(std::str::from_utf8(k).ok()?.to_owned());
+                        next = Some(v);
+                        break;
                     }
                 }
             }
