@@ -4,7 +4,9 @@
 //! - `replay_e2e/{small,medium,large}`: the whole process (`loopguard replay --config …
 //!   FILE > /dev/null`, detection enabled);
 //! - `parse_floor/{small,medium,large}`: a plain `serde_json` parse of every line of the same
-//!   file into values, streamed the same way (the parsing floor);
+//!   file into values, streamed the same way;
+//! - `validate_floor/{small,medium,large}`: the same lines checked by `serde_json` without
+//!   building anything (`IgnoredAny`): the floor for any reader of the file;
 //! - after the timings, the peak RSS of `replay` on each workload (from `getrusage`).
 
 use std::fs::File;
@@ -70,6 +72,22 @@ fn parse_floor(file: &PathBuf) -> usize {
     }
 }
 
+/// The floor: read every line and check it is JSON, building nothing.
+fn validate_floor(file: &PathBuf) -> usize {
+    let mut reader = BufReader::with_capacity(1 << 16, File::open(file).unwrap());
+    let mut line = Vec::new();
+    let mut n = 0;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).unwrap() == 0 {
+            return n;
+        }
+        let v: serde::de::IgnoredAny = serde_json::from_slice(&line).unwrap();
+        black_box(v);
+        n += 1;
+    }
+}
+
 fn end_to_end(c: &mut Criterion) {
     ensure_workloads();
     let config = config_file();
@@ -81,6 +99,7 @@ fn end_to_end(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(bytes));
         group.bench_function("replay_e2e", |b| b.iter(|| replay_once(&file, &config)));
         group.bench_function("parse_floor", |b| b.iter(|| parse_floor(&file)));
+        group.bench_function("validate_floor", |b| b.iter(|| validate_floor(&file)));
         group.finish();
     }
     for name in WORKLOADS {

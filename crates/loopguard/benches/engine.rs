@@ -2,13 +2,17 @@
 //! `target/bench-data`; `LOOPGUARD_BENCH_DATA` points elsewhere).
 //!
 //! - `per_call/{small,medium,large}`: the full host cycle `before_call` + `after_call`, JSON
-//!   already parsed (the comparison with OpenClaw's detector); `…_prepared`: the same with
-//!   the call fingerprinted once (`PreparedCall`), as a host that keeps it does;
+//!   already parsed into `serde_json` values; `…_prepared`: the same with the call
+//!   fingerprinted once (`PreparedCall`), as a host that keeps it does; `…_raw`: the cycle
+//!   from the JSON text of the arguments and the result, tokenized into reused tapes and
+//!   fingerprinted without a value tree (what replay, serve, the hooks and the MCP proxy
+//!   do; the comparison with OpenClaw's detector);
 //! - `history/{30,300,5000}` and `history_one_run/{30,300,5000}`: the same on `small` with a
 //!   larger window, with the workload's runs of 1,000 calls and with every call in one run
 //!   (so that the window really fills);
-//! - `fingerprint_large`: outcome fingerprints of the ~1 MB results next to XXH3-128 over
-//!   the same number of raw bytes (the hashing limit);
+//! - `fingerprint_large`: outcome fingerprints of the ~1 MB results (from values, and from
+//!   their JSON text) next to XXH3-128 over the same number of raw bytes (the hashing
+//!   limit);
 //! - `extensions_{small,medium}`: SPEC's engine next to the engine with every extension of
 //!   the `loopguard` block on, and with the `recommended` preset;
 //! - `period/{spec,cycle}_{30,1000}`: period detection (`cycle`, periods up to 16) at
@@ -27,7 +31,8 @@ use std::path::PathBuf;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use loopguard::config::{ConfigSet, LoopDetectionBlock};
 use loopguard::fingerprint::{OutcomePrint, OutcomeRule};
-use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
+use loopguard::json::Tape;
+use loopguard::{Call, Guard, Limits, ManualClock, Outcome, OutcomeOf, Scope};
 use serde_json::Value;
 
 /// One call of a workload and the result that follows it.
@@ -37,6 +42,9 @@ struct Pair {
     tool: String,
     args: Value,
     result: Value,
+    /// The JSON text of `args` and `result`, as the event line has them.
+    args_text: String,
+    result_text: String,
 }
 
 fn data_dir() -> PathBuf {
@@ -65,6 +73,17 @@ fn load(name: &str, limit: usize) -> Vec<Pair> {
         let (Some(Ok(call)), Some(Ok(result))) = (lines.next(), lines.next()) else {
             break;
         };
+        #[derive(serde::Deserialize)]
+        struct Texts<'a> {
+            #[serde(borrow)]
+            args: &'a serde_json::value::RawValue,
+            #[serde(borrow)]
+            result: Option<&'a serde_json::value::RawValue>,
+        }
+        let call_texts: Texts<'_> = serde_json::from_str(&call).unwrap();
+        let result_texts: Texts<'_> = serde_json::from_str(&result).unwrap();
+        let args_text = call_texts.args.get().to_owned();
+        let result_text = result_texts.result.unwrap().get().to_owned();
         let mut call: Value = serde_json::from_str(&call).unwrap();
         let mut result: Value = serde_json::from_str(&result).unwrap();
         let s = |v: &Value, k: &str| v[k].as_str().unwrap().to_owned();
@@ -74,6 +93,8 @@ fn load(name: &str, limit: usize) -> Vec<Pair> {
             tool: s(&call, "tool"),
             args: call["args"].take(),
             result: result["result"].take(),
+            args_text,
+            result_text,
         });
     }
     pairs
@@ -105,6 +126,24 @@ fn host_cycle_prepared(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
         let verdict = guard.before_prepared(&scope, &call);
         if !verdict.is_blocked() {
             black_box(guard.after_prepared(&scope, &call, Outcome::Result(&p.result)));
+        }
+        let _ = black_box(verdict);
+    }
+}
+
+/// The host cycle from JSON text, as front ends that read events run it: the arguments
+/// and the result are tokenized (into reused tapes, no value tree) and fingerprinted from
+/// the text.
+fn host_cycle_raw(guard: &mut Guard<ManualClock>, pairs: &[Pair], tapes: &mut (Tape, Tape)) {
+    for p in pairs {
+        let scope = Scope::new("perf").with_run(Some(&p.run));
+        let args = tapes.0.parse(&p.args_text).unwrap();
+        let call = Call::with_args(&p.tool, args).with_id(Some(&p.call_id));
+        let call = guard.prepare(&scope, &call);
+        let verdict = guard.before_prepared(&scope, &call);
+        if !verdict.is_blocked() {
+            let result = tapes.1.parse(&p.result_text).unwrap();
+            black_box(guard.after_prepared(&scope, &call, OutcomeOf::Result(result)));
         }
         let _ = black_box(verdict);
     }
@@ -145,6 +184,14 @@ fn per_call(c: &mut Criterion) {
             b.iter_batched_ref(
                 || new_guard(30),
                 |guard| host_cycle_prepared(guard, &pairs),
+                BatchSize::PerIteration,
+            )
+        });
+        let mut tapes = (Tape::new(), Tape::new());
+        group.bench_function(format!("{name}_raw"), |b| {
+            b.iter_batched_ref(
+                || new_guard(30),
+                |guard| host_cycle_raw(guard, &pairs, &mut tapes),
                 BatchSize::PerIteration,
             )
         });
@@ -191,6 +238,15 @@ fn fingerprint_large(c: &mut Criterion) {
         b.iter(|| {
             for (p, rule) in pairs.iter().zip(&rules) {
                 black_box(OutcomePrint::new(*rule, Outcome::Result(&p.result)));
+            }
+        })
+    });
+    let mut tape = Tape::new();
+    group.bench_function("outcome_fingerprint_from_text", |b| {
+        b.iter(|| {
+            for (p, rule) in pairs.iter().zip(&rules) {
+                let result = tape.parse(&p.result_text).unwrap();
+                black_box(OutcomePrint::new(*rule, OutcomeOf::Result(result)));
             }
         })
     });
@@ -268,6 +324,8 @@ fn cycle_pairs(calls: usize) -> Vec<Pair> {
                 tool: "str_replace_editor".into(),
                 args: serde_json::json!({"command": "view", "path": "/repo/cm.py", "view_range": [step * 30, step * 30 + 30]}),
                 result: serde_json::json!({"content": [{"type": "text", "text": format!("lines of view {step}")}]}),
+                args_text: String::new(),
+                result_text: String::new(),
             }
         })
         .collect()

@@ -1,0 +1,31 @@
+//! Any bytes as JSON text for the tape: it accepts exactly what `serde_json` accepts (as
+//! syntax, without a depth limit), never panics, and what it reads survives being written
+//! out: its text (`to_json_text`) and its canonical text (`json_text`) read back to the same
+//! fingerprint.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loopguard::canonical::json_text;
+use loopguard::fingerprint::Fingerprint;
+use loopguard::json::Tape;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut tape = Tape::new();
+    let parsed = tape.parse(text).map(|root| {
+        let fingerprint = Fingerprint::of(root);
+        (fingerprint, root.to_json_text(), json_text(root))
+    });
+    let syntax = serde_json::from_str::<serde::de::IgnoredAny>(text);
+    assert_eq!(parsed.is_ok(), syntax.is_ok(), "tape and serde_json disagree on {text:?}");
+    let Ok((fingerprint, written, canonical)) = parsed else {
+        return;
+    };
+    for again in [written, canonical] {
+        let mut tape = Tape::new();
+        let root = tape.parse(&again).expect("written JSON reads back");
+        assert_eq!(Fingerprint::of(root), fingerprint, "{text:?} -> {again:?}");
+    }
+});
