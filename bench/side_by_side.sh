@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# loopguard's engine next to OpenClaw's own tool-loop detector on the same workloads, in one
+# run: for each round and each workload, criterion's `per_call/<workload>_raw` (the host
+# cycle from the event's JSON text, what replay, serve, the hooks and the MCP proxy run)
+# and then bench/openclaw_detector.mjs (OpenClaw 2026.9.6 driven as its wrapper drives it).
+# Prints one line per workload: the medians over the rounds of both, per call, and their
+# ratio; the load average before and after.
+#
+#   bench/side_by_side.sh [ROUNDS]     (default 3)
+#
+# Installs Node 24 and OpenClaw when missing (scripts/setup/node24.sh, openclaw.sh) and
+# writes the workloads (bench/workloads.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+# shellcheck source=/dev/null
+. scripts/setup/node24.sh
+# shellcheck source=/dev/null
+. scripts/setup/openclaw.sh
+: "${LOOPGUARD_OPENCLAW:?OpenClaw is not installed}"
+bench/workloads.sh
+data=${LOOPGUARD_BENCH_DATA:-target/bench-data}
+# Calls per iteration, as in crates/loopguard/benches/engine.rs.
+declare -A calls=([small]=20000 [medium]=4000 [large]=200)
+declare -A node_rounds=([small]=10 [medium]=10 [large]=5)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cargo bench -q -p loopguard --bench engine --no-run >/dev/null 2>&1
+echo "load before: $(uptime)"
+for r in $(seq "$rounds"); do
+  for w in small medium large; do
+    cargo bench -q -p loopguard --bench engine -- --noplot "^per_call/${w}_raw\$" >/dev/null 2>&1
+    # criterion's median time per iteration (ns), over the calls of one iteration.
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"] / 1000 / int(sys.argv[2]))' \
+      "target/criterion/per_call/${w}_raw/new/estimates.json" "${calls[$w]}" >>"$out/loopguard-$w"
+    node bench/openclaw_detector.mjs "$data/$w.jsonl" "${calls[$w]}" "${node_rounds[$w]}" 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["us_per_call_median"])' >>"$out/openclaw-$w"
+  done
+done
+echo "load after: $(uptime)"
+for w in small medium large; do
+  python3 - "$w" "$out/loopguard-$w" "$out/openclaw-$w" <<'EOF'
+import statistics, sys
+w, lg, oc = sys.argv[1], *[[float(x) for x in open(p)] for p in sys.argv[2:]]
+a, b = statistics.median(lg), statistics.median(oc)
+print(f"{w}: loopguard {a:.3f} us/call (rounds {', '.join(f'{x:.3f}' for x in lg)}), "
+      f"openclaw {b:.2f} us/call (rounds {', '.join(f'{x:.2f}' for x in oc)}), {b / a:.1f}x")
+EOF
+done
