@@ -56,8 +56,8 @@ fn replay_once(file: &PathBuf, config: &PathBuf) {
     assert!(status.success());
 }
 
-/// The floor: read every line and parse it into a `serde_json::Value`.
-fn parse_floor(file: &PathBuf) -> usize {
+/// A floor: read every line and deserialize it as `T`, streamed as replay streams it.
+fn floor<T: serde::de::DeserializeOwned>(file: &PathBuf) -> usize {
     let mut reader = BufReader::with_capacity(1 << 16, File::open(file).unwrap());
     let mut line = Vec::new();
     let mut n = 0;
@@ -66,26 +66,19 @@ fn parse_floor(file: &PathBuf) -> usize {
         if reader.read_until(b'\n', &mut line).unwrap() == 0 {
             return n;
         }
-        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        black_box(v);
+        black_box(serde_json::from_slice::<T>(&line).unwrap());
         n += 1;
     }
 }
 
-/// The floor: read every line and check it is JSON, building nothing.
+/// The floor of any reader that builds values: every line parsed into a `Value`.
+fn parse_floor(file: &PathBuf) -> usize {
+    floor::<serde_json::Value>(file)
+}
+
+/// The floor of any reader: every line checked to be JSON, building nothing.
 fn validate_floor(file: &PathBuf) -> usize {
-    let mut reader = BufReader::with_capacity(1 << 16, File::open(file).unwrap());
-    let mut line = Vec::new();
-    let mut n = 0;
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).unwrap() == 0 {
-            return n;
-        }
-        let v: serde::de::IgnoredAny = serde_json::from_slice(&line).unwrap();
-        black_box(v);
-        n += 1;
-    }
+    floor::<serde::de::IgnoredAny>(file)
 }
 
 fn end_to_end(c: &mut Criterion) {
