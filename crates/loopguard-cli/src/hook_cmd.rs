@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use loopguard::{Clock, SystemClock};
 use loopguard_config::Source;
 use loopguard_hooks::store::{DbOptions, Synchronous};
@@ -121,7 +121,37 @@ pub fn run(args: HookArgs) -> u8 {
     if args.print_config {
         return print_config(agent, &args.settings, args.allow_detection_off);
     }
-    let settings = args.settings;
+    run_hook(agent, args.settings)
+}
+
+/// `loopguard-hook`: the hook alone (`loopguard hook AGENT`, without install, uninstall and
+/// --print-config), with the same flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "loopguard-hook",
+    version,
+    about = "Speak a coding agent's hook protocol: stop its tool-call loops",
+    long_about = "The same as `loopguard hook AGENT`, in a binary that links only what the hook \
+uses, so that it starts faster: agents run it at every tool call and wait for it. \
+`loopguard hook install AGENT` points the agent's settings at it when it is installed next \
+to `loopguard`."
+)]
+struct HookOnly {
+    /// The agent whose hook protocol to speak.
+    #[arg(value_enum)]
+    agent: AgentName,
+    #[command(flatten)]
+    settings: HookSettings,
+}
+
+/// `loopguard-hook`'s `main`.
+pub fn hook_main() -> std::process::ExitCode {
+    let args = HookOnly::parse();
+    std::process::ExitCode::from(run_hook(args.agent.agent(), args.settings))
+}
+
+/// Runs one hook invocation: the payload on stdin, the decision on stdout.
+fn run_hook(agent: Agent, settings: HookSettings) -> u8 {
     let db = match settings.db.clone().map_or_else(default_db_path, Ok) {
         Ok(db) => db,
         Err(_) => {
@@ -224,11 +254,14 @@ pub(crate) fn hook_command(
     settings: &HookSettingsView<'_>,
 ) -> String {
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
-    let mut words: Vec<String> = vec![
-        exe.to_string_lossy().into_owned(),
-        "hook".into(),
-        agent.name().into(),
-    ];
+    let mut words: Vec<String> = match hook_binary(exe) {
+        Some(hook) => vec![hook.to_string_lossy().into_owned(), agent.name().into()],
+        None => vec![
+            exe.to_string_lossy().into_owned(),
+            "hook".into(),
+            agent.name().into(),
+        ],
+    };
     if let Some(config) = loaded.source.path() {
         words.push("--config".into());
         words.push(absolute(config).to_string_lossy().into_owned());
@@ -246,6 +279,14 @@ pub(crate) fn hook_command(
         words.push("full".into());
     }
     shell_words::join(words)
+}
+
+/// `loopguard-hook` installed next to the `loopguard` binary `exe` (as `cargo install`
+/// does), when it is there: the command agents should run, since it starts faster.
+pub(crate) fn hook_binary(exe: &Path) -> Option<PathBuf> {
+    let name = format!("loopguard-hook{}", std::env::consts::EXE_SUFFIX);
+    let hook = exe.parent()?.join(name);
+    hook.is_file().then_some(hook)
 }
 
 /// The parts of [`HookSettings`] a command line carries.

@@ -324,7 +324,7 @@ fn print_config_refuses_a_config_the_hook_could_not_use() {
         .as_str()
         .unwrap();
     assert!(
-        command.ends_with(&format!(" hook gemini --config {o}")),
+        command.ends_with(&format!("/loopguard-hook gemini --config {o}")),
         "{command}"
     );
 }

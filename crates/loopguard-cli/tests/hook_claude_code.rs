@@ -426,7 +426,11 @@ fn print_config_gives_the_settings_snippet() {
         let command = v["hooks"][event][0]["hooks"][0]["command"]
             .as_str()
             .unwrap();
-        assert!(command.contains(" hook claude-code --db "), "{command}");
+        // The hook's own binary, installed beside `loopguard` (as cargo builds it).
+        assert!(
+            command.contains("/loopguard-hook claude-code --db "),
+            "{command}"
+        );
         let exe = command.split(' ').next().unwrap();
         assert!(std::path::Path::new(exe).is_absolute(), "{exe}");
     }

@@ -214,17 +214,7 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
 
     // The installed command works as Claude Code would run it: four identical reads, the
     // fourth denied (warn at 2, block at 3).
-    let mut last = String::new();
-    for i in 1..=4 {
-        let pre = serde_json::json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read",
-            "tool_input": {"file_path": "/etc/hosts"}, "tool_use_id": format!("t{i}")});
-        last = sh(&want, &pre.to_string(), &h);
-        let post = serde_json::json!({"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Read",
-            "tool_input": {"file_path": "/etc/hosts"}, "tool_response": {"type": "text", "file": {"content": "x"}},
-            "tool_use_id": format!("t{i}")});
-        sh(&want, &post.to_string(), &h);
-    }
-    assert!(last.contains("\"permissionDecision\":\"deny\""), "{last}");
+    assert_fourth_read_denied(&want, &h);
 
     // Idempotent: the same install again changes nothing, not even the backup.
     std::fs::remove_file(settings.with_file_name("settings.json.loopguard-backup")).unwrap();
@@ -250,6 +240,22 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
 }
 
 /// Runs a hook command line through the shell, as the agents do.
+/// Runs four identical reads (call and result) through `command` as Claude Code would and
+/// checks that the fourth call is denied (the tests' config warns at 2 and blocks at 3).
+fn assert_fourth_read_denied(command: &str, h: &Home) {
+    let mut last = String::new();
+    for i in 1..=4 {
+        let pre = serde_json::json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read",
+            "tool_input": {"file_path": "/etc/hosts"}, "tool_use_id": format!("t{i}")});
+        last = sh(command, &pre.to_string(), h);
+        let post = serde_json::json!({"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Read",
+            "tool_input": {"file_path": "/etc/hosts"}, "tool_response": {"type": "text", "file": {"content": "x"}},
+            "tool_use_id": format!("t{i}")});
+        sh(command, &post.to_string(), h);
+    }
+    assert!(last.contains("\"permissionDecision\":\"deny\""), "{last}");
+}
+
 fn sh(command: &str, stdin: &str, h: &Home) -> String {
     use std::io::Write;
     let mut child = Command::new("sh")
@@ -569,4 +575,40 @@ fn a_missing_settings_file_is_created() {
         .exists());
     ok(&h.run(&["hook", "uninstall", "claude-code"]));
     assert_eq!(std::fs::read_to_string(&settings).unwrap().trim(), "{}");
+}
+
+/// With `loopguard-hook` installed beside `loopguard` (as `cargo install` puts them), the
+/// agent is pointed at it: it starts faster, and it works the same.
+#[test]
+fn the_hooks_own_binary_is_used_when_installed_beside() {
+    let h = Home::new();
+    let hook_bin = h.bin.with_file_name("loopguard-hook");
+    std::fs::copy(env!("CARGO_BIN_EXE_loopguard-hook"), &hook_bin).unwrap();
+    let settings = h.write("home/.claude/settings.json", CLAUDE_SETTINGS);
+    let config = h.write(
+        "loopguard.json5",
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }",
+    );
+    ok(&h.run(&[
+        "hook",
+        "install",
+        "claude-code",
+        "--config",
+        config.to_str().unwrap(),
+    ]));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+    let want = format!(
+        "{} claude-code --config {}",
+        hook_bin.canonicalize().unwrap().display(),
+        config.display()
+    );
+    assert!(
+        commands(&doc, "PreToolUse").contains(&want),
+        "{:?}",
+        commands(&doc, "PreToolUse")
+    );
+    assert_fourth_read_denied(&want, &h);
+    // Uninstall recognises the entries and gives the file back, byte for byte.
+    ok(&h.run(&["hook", "uninstall", "claude-code"]));
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), CLAUDE_SETTINGS);
 }

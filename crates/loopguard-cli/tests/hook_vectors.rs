@@ -1,5 +1,6 @@
 //! This project's own vectors (spec/vectors: late results of blocked calls, retried
-//! events) through the real `loopguard hook claude-code`, one process per event as Claude
+//! events) through the real `loopguard hook claude-code` and `loopguard-hook claude-code`
+//! (the hook's own binary), one process per event as Claude
 //! Code runs it: each call is denied exactly when `replay` blocks it and warned exactly
 //! when `replay` surfaces a warning, and each result ends the run exactly when `replay`
 //! reports an abort.
@@ -33,7 +34,7 @@ fn payload(session: &str, event: &str, fields: Value) -> Value {
     v
 }
 
-fn check_case(case: &Path) -> Result<(), String> {
+fn check_case(case: &Path, slim: bool) -> Result<(), String> {
     let config = config_of(case).map(|p| fs::read_to_string(p).unwrap());
     let env = match &config {
         Some(text) => Env::with_config(text),
@@ -42,10 +43,15 @@ fn check_case(case: &Path) -> Result<(), String> {
     let events = common::json_lines(&fs::read(case.join("events.jsonl")).unwrap());
     let expected = common::json_lines(&fs::read(case.join("expected.jsonl")).unwrap());
     let session = format!("vector-{}", name(case));
-    let start = env.hook(
-        "claude-code",
-        &payload(&session, "UserPromptSubmit", json!({"prompt": "go"})),
-    );
+    let hook = |payload: &Value| match slim {
+        true => env.hook_only("claude-code", payload),
+        false => env.hook("claude-code", payload),
+    };
+    let start = hook(&payload(
+        &session,
+        "UserPromptSubmit",
+        json!({"prompt": "go"}),
+    ));
     if start.code != 0 {
         return Err(format!("prompt: {start:?}"));
     }
@@ -57,14 +63,11 @@ fn check_case(case: &Path) -> Result<(), String> {
             Some("call") => {
                 let (tool, args) = (event["tool"].clone(), event["args"].clone());
                 calls.insert(id.clone(), (tool.clone(), args.clone()));
-                let h = env.hook(
-                    "claude-code",
-                    &payload(
-                        &session,
-                        "PreToolUse",
-                        json!({"tool_name": tool, "tool_input": args, "tool_use_id": id}),
-                    ),
-                );
+                let h = hook(&payload(
+                    &session,
+                    "PreToolUse",
+                    json!({"tool_name": tool, "tool_input": args, "tool_use_id": id}),
+                ));
                 let denied = !h.stdout.is_empty()
                     && h.json()["hookSpecificOutput"]["permissionDecision"] == "deny";
                 if denied != (want["verdict"] == "block") {
@@ -82,14 +85,11 @@ fn check_case(case: &Path) -> Result<(), String> {
                     (Some(t), Some(a)) => (t.clone(), a.clone()),
                     _ => calls[&id].clone(),
                 };
-                let h = env.hook(
-                    "claude-code",
-                    &payload(
-                        &session,
-                        "PostToolUse",
-                        json!({"tool_name": tool, "tool_input": args, "tool_use_id": id, "tool_response": event["result"]}),
-                    ),
-                );
+                let h = hook(&payload(
+                    &session,
+                    "PostToolUse",
+                    json!({"tool_name": tool, "tool_input": args, "tool_use_id": id, "tool_response": event["result"]}),
+                ));
                 if h.code != 0 {
                     return Err(format!("seq {seq}: {h:?}"));
                 }
@@ -102,10 +102,7 @@ fn check_case(case: &Path) -> Result<(), String> {
                 }
             }
             Some("compaction") => {
-                let h = env.hook(
-                    "claude-code",
-                    &payload(&session, "PreCompact", json!({"trigger": "auto"})),
-                );
+                let h = hook(&payload(&session, "PreCompact", json!({"trigger": "auto"})));
                 if h.code != 0 {
                     return Err(format!("seq {seq}: {h:?}"));
                 }
@@ -116,15 +113,24 @@ fn check_case(case: &Path) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn own_vectors_through_the_claude_code_hook() {
+fn check_all(slim: bool) {
     let failures: Vec<String> = own_cases()
         .iter()
         .filter_map(|case| {
-            check_case(case)
+            check_case(case, slim)
                 .err()
                 .map(|e| format!("{}: {e}", name(case)))
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn own_vectors_through_the_claude_code_hook() {
+    check_all(false);
+}
+
+#[test]
+fn own_vectors_through_the_hooks_own_binary() {
+    check_all(true);
 }

@@ -154,7 +154,14 @@ fn cargo_install_puts_a_working_loopguard_on_the_path() {
             env!("CARGO_PKG_VERSION")
         )
     );
-    // And it counts as installed: `hook install` writes its path.
+    // The hook's own binary is installed beside it.
+    let hook_bin = root.path().join("bin/loopguard-hook");
+    let out = Command::new(&hook_bin).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("loopguard-hook {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    // And it counts as installed: `hook install` writes its path (the hook's own binary).
     let settings = root.path().join("settings.json");
     let out = Command::new(&bin)
         .args(["hook", "install", "claude-code", "--settings"])
@@ -170,8 +177,8 @@ fn cargo_install_puts_a_working_loopguard_on_the_path() {
     let text = std::fs::read_to_string(&settings).unwrap();
     assert!(
         text.contains(&format!(
-            "{} hook claude-code",
-            bin.canonicalize().unwrap().display()
+            "{} claude-code",
+            hook_bin.canonicalize().unwrap().display()
         )),
         "{text}"
     );

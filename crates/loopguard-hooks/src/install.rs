@@ -109,8 +109,9 @@ pub enum InstallError {
     Check(String),
 }
 
-/// Whether `command` (a shell command line) runs `loopguard hook AGENT`: its program is
-/// named `loopguard` (any directory), then `hook` and the agent's name.
+/// Whether `command` (a shell command line) runs `loopguard hook AGENT` or
+/// `loopguard-hook AGENT` (the hook's own binary): the program so named (any directory),
+/// then the agent's name.
 pub fn is_loopguard_command(agent: Agent, command: &str) -> bool {
     let Ok(words) = shell_words::split(command) else {
         return false;
@@ -119,9 +120,12 @@ pub fn is_loopguard_command(agent: Agent, command: &str) -> bool {
         .first()
         .and_then(|w| Path::new(w).file_stem())
         .and_then(|s| s.to_str());
-    program == Some("loopguard")
-        && words.get(1).map(String::as_str) == Some("hook")
-        && words.get(2).map(String::as_str) == Some(agent.name())
+    let agent_at = match program {
+        Some("loopguard") if words.get(1).map(String::as_str) == Some("hook") => 2,
+        Some("loopguard-hook") => 1,
+        _ => return false,
+    };
+    words.get(agent_at).map(String::as_str) == Some(agent.name())
 }
 
 /// The directory of an agent's settings. `env` reads the environment: Claude Code moves
@@ -828,6 +832,15 @@ mod tests {
         ));
         assert!(!is_loopguard_command(a, "/usr/local/bin/loopguard serve"));
         assert!(!is_loopguard_command(a, "echo loopguard hook claude-code"));
+        assert!(is_loopguard_command(
+            a,
+            "/usr/local/bin/loopguard-hook claude-code --db /x.db"
+        ));
+        assert!(!is_loopguard_command(
+            a,
+            "/usr/local/bin/loopguard-hook codex"
+        ));
+        assert!(!is_loopguard_command(a, "loopguard-hook"));
         assert!(!is_loopguard_command(a, "unbalanced 'quote"));
     }
 

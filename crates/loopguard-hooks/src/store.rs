@@ -58,6 +58,9 @@ fn limits() -> loopguard::Limits {
 /// Idle rows removed per table by one sweep, so that a sweep never makes a hook slow.
 const SWEEP_BATCH: u32 = 256;
 
+/// The hooks' own tables, as marked in `loopguard_meta` (`hook_schema_version`) once made.
+const HOOK_SCHEMA_VERSION: &str = "1";
+
 /// How long to wait for another process that holds the write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -238,6 +241,21 @@ impl HookTx<'_> {
     }
 
     fn ensure_schema(&self) -> Result<(), StoreError> {
+        // A current file needs no schema statements: one read of the two version marks
+        // (a hook process opens the file once per tool call).
+        // The statement has the shape of the store's own version check, so that it runs
+        // code the process has already faulted in.
+        let mark = |key: &str| -> Option<String> {
+            self.tx
+                .prepare_cached("SELECT value FROM loopguard_meta WHERE key = ?1")
+                .and_then(|mut s| s.query_row([key], |r| r.get(0)))
+                .ok()
+        };
+        if mark("hook_schema_version").as_deref() == Some(HOOK_SCHEMA_VERSION)
+            && mark("schema_version") == Some(SCHEMA_VERSION.to_string())
+        {
+            return Ok(());
+        }
         // The store's tables first, then the hooks' own.
         sqlite_file::ensure_schema(&self.tx).map_err(|e| match e {
             SchemaError::Version { found } => StoreError::Schema {
@@ -266,6 +284,14 @@ impl HookTx<'_> {
                      PRIMARY KEY (session, run, call)
                  );",
             )
+            .map_err(|e| self.sql(e))?;
+        self.tx
+            .execute(
+                "INSERT OR REPLACE INTO loopguard_meta (key, value)
+                 VALUES ('hook_schema_version', ?1)",
+                [HOOK_SCHEMA_VERSION],
+            )
+            .map(drop)
             .map_err(|e| self.sql(e))
     }
 
@@ -683,6 +709,30 @@ mod tests {
             .unwrap();
         assert_eq!(len, 0);
         assert_eq!(tx.warnings().len(), 1);
+    }
+
+    #[test]
+    fn a_store_file_gets_the_hook_tables_once_and_is_then_taken_as_current() {
+        let (_dir, mut db) = db();
+        // A file as `serve` makes it: the store's tables, none of the hooks'.
+        sqlite_file::ensure_schema(&db.conn).unwrap();
+        let mark = |db: &HookDb| -> Option<String> {
+            db.conn
+                .query_row(
+                    "SELECT value FROM loopguard_meta WHERE key = 'hook_schema_version'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .unwrap()
+        };
+        assert_eq!(mark(&db), None);
+        let tx = db.begin(1).unwrap();
+        assert_eq!(tx.start_run("s").unwrap(), 1);
+        tx.commit().unwrap();
+        assert_eq!(mark(&db).as_deref(), Some(HOOK_SCHEMA_VERSION));
+        let tx = db.begin(2).unwrap();
+        assert_eq!(tx.run_number("s").unwrap(), 1);
     }
 
     #[test]

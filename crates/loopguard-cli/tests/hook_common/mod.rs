@@ -57,7 +57,18 @@ impl Env {
     /// LOOPGUARD_* variables.
     pub fn command(&self, agent: &str) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_loopguard"));
-        cmd.args(["hook", agent, "--db"]).arg(&self.db);
+        cmd.arg("hook");
+        self.hook_args(cmd, agent)
+    }
+
+    /// The command `loopguard-hook AGENT --db DB [--config FILE]` (the hook's own binary),
+    /// with no ambient LOOPGUARD_* variables.
+    pub fn hook_only_command(&self, agent: &str) -> Command {
+        self.hook_args(Command::new(env!("CARGO_BIN_EXE_loopguard-hook")), agent)
+    }
+
+    fn hook_args(&self, mut cmd: Command, agent: &str) -> Command {
+        cmd.args([agent, "--db"]).arg(&self.db);
         if let Some(config) = &self.config {
             cmd.arg("--config").arg(config);
         }
@@ -70,6 +81,14 @@ impl Env {
     /// Runs one hook invocation with `payload` on stdin.
     pub fn hook(&self, agent: &str, payload: &Value) -> Hook {
         run(self.command(agent), payload.to_string().as_bytes())
+    }
+
+    /// [`Env::hook`] through `loopguard-hook`.
+    pub fn hook_only(&self, agent: &str, payload: &Value) -> Hook {
+        run(
+            self.hook_only_command(agent),
+            payload.to_string().as_bytes(),
+        )
     }
 
     /// The live runs of `session`, read by `loopguard_store::SqliteStore` (the store of
