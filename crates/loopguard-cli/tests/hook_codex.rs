@@ -204,7 +204,7 @@ fn print_config_gives_the_hooks_json_snippet() {
         assert!(v["hooks"][event][0]["hooks"][0]["command"]
             .as_str()
             .unwrap()
-            .contains(" hook codex "));
+            .contains("/loopguard-hook codex "));
     }
     assert!(out.stderr.contains("hooks.json"));
 }

@@ -182,7 +182,10 @@ fn session_events_and_print_config() {
         "SessionEnd",
     ] {
         let hook = &v["hooks"][event][0]["hooks"][0];
-        assert!(hook["command"].as_str().unwrap().contains(" hook gemini "));
+        assert!(hook["command"]
+            .as_str()
+            .unwrap()
+            .contains("/loopguard-hook gemini "));
         assert_eq!(hook["timeout"], 10000, "Gemini timeouts are milliseconds");
     }
 }

@@ -3,11 +3,28 @@
 //! Gemini CLI that already hold other hooks, permissions and comments.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::RwLock;
 
 use serde_json::Value;
 
 /// A home directory, a project, and loopguard "installed" in a bin directory of its own.
+/// Copies and spawns exclude each other: a child forked while another test thread still
+/// holds a fresh copy open for writing keeps that descriptor until it execs, and running
+/// the copy then fails with "Text file busy".
+static COPY_OR_SPAWN: RwLock<()> = RwLock::new(());
+
+/// Copies a built binary into a test's directory, as an install would.
+fn install_copy(from: &str, to: &Path) {
+    let _alone = COPY_OR_SPAWN.write().unwrap_or_else(|e| e.into_inner());
+    std::fs::copy(from, to).unwrap();
+}
+
+fn spawn(cmd: &mut Command) -> Child {
+    let _shared = COPY_OR_SPAWN.read().unwrap_or_else(|e| e.into_inner());
+    cmd.spawn().unwrap()
+}
+
 struct Home {
     dir: tempfile::TempDir,
     bin: PathBuf,
@@ -18,7 +35,7 @@ impl Home {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin/loopguard");
         std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
-        std::fs::copy(env!("CARGO_BIN_EXE_loopguard"), &bin).unwrap();
+        install_copy(env!("CARGO_BIN_EXE_loopguard"), &bin);
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
         std::fs::create_dir_all(dir.path().join("project")).unwrap();
         Self { dir, bin }
@@ -45,8 +62,8 @@ impl Home {
     }
 
     fn run_binary(&self, binary: &Path, args: &[&str]) -> Output {
-        Command::new(binary)
-            .args(args)
+        let mut cmd = Command::new(binary);
+        cmd.args(args)
             .current_dir(self.project())
             .env("HOME", self.home())
             .env_remove("LOOPGUARD_CONFIG")
@@ -54,8 +71,10 @@ impl Home {
             .env_remove("CLAUDE_CONFIG_DIR")
             .env_remove("CODEX_HOME")
             .env("XDG_DATA_HOME", self.dir.path().join("data"))
-            .output()
-            .unwrap()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        spawn(&mut cmd).wait_with_output().unwrap()
     }
 }
 
@@ -258,15 +277,14 @@ fn assert_fourth_read_denied(command: &str, h: &Home) {
 
 fn sh(command: &str, stdin: &str, h: &Home) -> String {
     use std::io::Write;
-    let mut child = Command::new("sh")
-        .args(["-c", command])
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", command])
         .env("HOME", h.home())
         .env("XDG_DATA_HOME", h.dir.path().join("data"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    let mut child = spawn(&mut cmd);
     child
         .stdin
         .take()
@@ -496,13 +514,15 @@ fn codex_hooks_json_and_config_toml() {
 
     // CODEX_HOME moves the user's directory.
     let moved = h.dir.path().join("codex-home");
-    let out = Command::new(&h.bin)
-        .args(["hook", "install", "codex"])
+    let mut cmd = Command::new(&h.bin);
+    cmd.args(["hook", "install", "codex"])
         .env("HOME", h.home())
         .env("CODEX_HOME", &moved)
         .env_remove("LOOPGUARD_CONFIG")
-        .output()
-        .unwrap();
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = spawn(&mut cmd).wait_with_output().unwrap();
     ok(&out);
     assert!(moved.join("hooks.json").exists());
 }
@@ -583,7 +603,7 @@ fn a_missing_settings_file_is_created() {
 fn the_hooks_own_binary_is_used_when_installed_beside() {
     let h = Home::new();
     let hook_bin = h.bin.with_file_name("loopguard-hook");
-    std::fs::copy(env!("CARGO_BIN_EXE_loopguard-hook"), &hook_bin).unwrap();
+    install_copy(env!("CARGO_BIN_EXE_loopguard-hook"), &hook_bin);
     let settings = h.write("home/.claude/settings.json", CLAUDE_SETTINGS);
     let config = h.write(
         "loopguard.json5",
