@@ -230,6 +230,14 @@ impl Serialize for View<'_> {
                         m.serialize_entry("verdict", "allow")?;
                         m.serialize_entry("shadow", &ShadowOut(detection, *terminal))?;
                     }
+                    // A verdict this protocol has no word for yet: blocked stays blocked.
+                    other => {
+                        let word = if other.is_blocked() { "block" } else { "allow" };
+                        m.serialize_entry("verdict", word)?;
+                        if let Some(detection) = other.detection() {
+                            detection_fields(&mut m, detection)?;
+                        }
+                    }
                 }
             }
             ReplyRef::Result(recorded) => {

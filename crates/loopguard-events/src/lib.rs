@@ -95,8 +95,9 @@ impl<C: Clock> Replayer<C> {
         match parse_raw(line, &mut self.tape) {
             Ok(event) => {
                 let scope = event.scope(self.default_agent.as_deref());
-                let (cfg, run, now) = self.guard.enter(&scope);
-                reply(run, cfg, &scope, &event, now).into_answer(seq, &scope)
+                self.guard.with_run(&scope, |cfg, run, now| {
+                    reply(run, cfg, &scope, &event, now).into_answer(seq, &scope)
+                })
             }
             Err(error) => Answer::Invalid { seq, error },
         }
@@ -108,9 +109,9 @@ impl<C: Clock> Replayer<C> {
         match parse_raw(line, &mut self.tape) {
             Ok(event) => {
                 let scope = event.scope(self.default_agent.as_deref());
-                let (cfg, run, now) = self.guard.enter(&scope);
-                let reply = reply(run, cfg, &scope, &event, now);
-                write(&reply.view(seq, &scope))
+                self.guard.with_run(&scope, |cfg, run, now| {
+                    write(&reply(run, cfg, &scope, &event, now).view(seq, &scope))
+                })
             }
             Err(error) => write(&View::invalid(seq, &error)),
         }
@@ -120,8 +121,9 @@ impl<C: Clock> Replayer<C> {
     pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
         let event = event.as_ref();
         let scope = event.scope(self.default_agent.as_deref());
-        let (cfg, run, now) = self.guard.enter(&scope);
-        apply_event(run, cfg, &scope, seq, &event, now)
+        self.guard.with_run(&scope, |cfg, run, now| {
+            apply_event(run, cfg, &scope, seq, &event, now)
+        })
     }
 }
 

@@ -263,6 +263,9 @@ fn native_verdict(verdict: &Verdict) -> Option<NativeVerdict> {
             false,
             Some(native_shadow(detection, *terminal)),
         ),
+        // A verdict this binding has no word for yet: blocked stays blocked.
+        other if other.is_blocked() => ("block", false, false, None),
+        _ => ("allow", false, false, None),
     };
     if let Some(shadow) = shadow {
         return Some(NativeVerdict {

@@ -188,10 +188,7 @@ pub fn recorded(py: Python<'_>, inner: Recorded) -> PyResult<Py<PyRecorded>> {
                 Py::new(
                     py,
                     PyRecorded {
-                        inner: Recorded {
-                            recorded,
-                            ..Recorded::default()
-                        },
+                        inner: Recorded::new(recorded, None, None),
                     },
                 )
             };
@@ -366,11 +363,11 @@ pub fn recorded_from_answer(py: Python<'_>, answer: &[u8]) -> PyResult<Py<PyReco
     };
     recorded(
         py,
-        Recorded {
-            recorded: flag,
-            abort: abort(answer.get("abort"))?,
-            would_abort: abort(answer.get("shadow_abort"))?,
-        },
+        Recorded::new(
+            flag,
+            abort(answer.get("abort"))?,
+            abort(answer.get("shadow_abort"))?,
+        ),
     )
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Threads: the guard is shared freely. An engine call on small values runs with the GIL
 //! held (releasing and taking it back would cost more than the call). A value heavier than
-//! [`HEAVY`] bytes is fingerprinted with the GIL released, so other Python threads run
+//! `HEAVY` bytes is fingerprinted with the GIL released, so other Python threads run
 //! meanwhile, and so is any call that finds the engine busy in another thread. The mutex is
 //! never held while waiting for the GIL, so the two locks cannot deadlock.
 

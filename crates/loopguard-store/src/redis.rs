@@ -23,7 +23,7 @@
 //!
 //! 1. `GET` the run's value; decode it (missing, unreadable or idle past the TTL: a fresh
 //!    state);
-//! 2. apply the event to it in Rust (the closure given to [`Store::update`], which is
+//! 2. apply the event to it in Rust (the closure given to [`Store::update`](crate::Store::update), which is
 //!    `loopguard_events::apply_to_run` in the server);
 //! 3. `EVALSHA` the compare-and-swap script with the tag read in 1: if the run still holds
 //!    that tag, the script stores the new value (with the idle TTL), updates the session's
@@ -61,12 +61,12 @@
 //! ## Failures
 //!
 //! Every operation is bounded by [`RedisOptions::deadline`] (retries included) and fails
-//! with [`StoreError::Unavailable`] when Redis cannot be reached, refuses the command, or
+//! with [`StoreError::Unavailable`](crate::StoreError::Unavailable) when Redis cannot be reached, refuses the command, or
 //! does not answer in time. The connection reconnects by itself with exponential backoff
 //! (50 ms doubling up to 1 s, with jitter). Once the link has failed (connection refused
 //! or lost, no answer within the deadline), operations fail at once instead of each
 //! waiting for the deadline, until a background `PING` (every 100 ms while down, every
-//! [`RedisOptions::health_interval`] otherwise) gets through; [`Store::check`]
+//! [`RedisOptions::health_interval`] otherwise) gets through; [`Store::check`](crate::Store::check)
 //! (readiness) follows the same flag. An error Redis answers with (out of memory, say)
 //! fails only its operation. Nothing here panics or blocks the runtime.
 

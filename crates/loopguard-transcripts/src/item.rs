@@ -98,7 +98,7 @@ impl Sink for Vec<(Pos, Item)> {
 pub fn ids(session: &str, run: Option<&str>) -> Ids {
     Ids {
         session: loopguard::text::non_blank(session)
-            .unwrap_or(loopguard::scope::DEFAULT_SESSION)
+            .unwrap_or(loopguard::DEFAULT_SESSION)
             .to_owned(),
         run: run.and_then(loopguard::text::non_blank).map(str::to_owned),
         agent: None,

@@ -95,11 +95,6 @@ impl NotifyBuckets {
         self.keys.len()
     }
 
-    /// Whether no key is kept.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.keys.capacity() * std::mem::size_of::<(u128, u32)>()

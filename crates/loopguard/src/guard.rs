@@ -335,9 +335,35 @@ impl<C: Clock> Guard<C> {
         before - self.sessions.len()
     }
 
-    /// The config for the scope's agent, the run's state (created if needed) and the
-    /// time: what a caller needs to apply an event to the run with [`RunState`]'s methods.
-    pub fn enter(
+    /// Runs `f` with the config for the scope's agent, the run's state (created if needed)
+    /// and the clock's time: what a host needs to apply an event to the run with
+    /// [`RunState`]'s methods, as a durable store does, while the guard keeps the run.
+    ///
+    /// ```
+    /// use loopguard::{CallPrint, ConfigSet, Guard, Scope};
+    /// use serde_json::json;
+    ///
+    /// let mut guard = Guard::new(ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }")?);
+    /// let scope = Scope::new("s").with_run(Some("r"));
+    /// let args = json!({ "path": "a" });
+    /// let verdict = guard.with_run(&scope, |cfg, run, now| {
+    ///     let print = CallPrint::for_config("read", &args, cfg);
+    ///     run.before_call(cfg, &scope, &print, Some("c1"), None, now)
+    /// });
+    /// assert!(!verdict.is_blocked());
+    /// # Ok::<(), loopguard::ConfigError>(())
+    /// ```
+    pub fn with_run<R>(
+        &mut self,
+        scope: &Scope<'_>,
+        f: impl FnOnce(&crate::config::EffectiveConfig, &mut RunState, u64) -> R,
+    ) -> R {
+        let (cfg, run, now) = self.enter(scope);
+        f(cfg, run, now)
+    }
+
+    /// The config for the scope's agent, the run's state (created if needed) and the time.
+    fn enter(
         &mut self,
         scope: &Scope<'_>,
     ) -> (&crate::config::EffectiveConfig, &mut RunState, u64) {

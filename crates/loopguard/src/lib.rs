@@ -46,37 +46,44 @@
 //! # Ok::<(), loopguard::ConfigError>(())
 //! ```
 //!
+//! ## Where to start
+//!
+//! The [`_guide`] walks a host through the loop, configs and clamps, durable state, shadow
+//! mode and loopguard's own detectors, and the fingerprint encoding; every example in it
+//! runs as a test.
+//!
 //! ## The chain
 //!
-//! Data flows one way, one module per step:
-//! [`scope`] → [`fingerprint`] (over [`canonical`] and the [`policy`] tables) →
-//! [`history`] → [`metrics`] → [`detectors`](crate::run) → [`verdict`] →
-//! [`enforcement`] → record, with the [`compaction`] guard watching outcomes. [`run`] holds
-//! the state of one (session, run) and applies the chain; [`Guard`] keeps runs in memory
-//! with an injectable [`clock`]; durable stores keep [`RunState`] values instead.
+//! Data flows one way, one module per step (the modules are private; their design notes
+//! are in the source): `scope` → [`fingerprint`] (over [`canonical`] JSON and the
+//! [`policy`] tables) → `history` → `metrics` → `detectors` → `verdict` → `enforcement` →
+//! record, with the `compaction` guard watching outcomes. `run` holds the state of one
+//! (session, run) and applies the chain; [`Guard`] keeps runs in memory with an injectable
+//! [`Clock`]; durable stores keep [`RunState`] values instead.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod _guide;
 mod answers;
 pub mod canonical;
-pub mod clock;
-pub mod compaction;
+mod clock;
+mod compaction;
 pub mod config;
 mod detectors;
-pub mod enforcement;
+mod enforcement;
 pub mod fingerprint;
-pub mod guard;
-pub mod history;
+mod guard;
+mod history;
 pub mod json;
 pub mod masking;
-pub mod metrics;
+mod metrics;
 mod observe;
 pub mod policy;
-pub mod run;
-pub mod scope;
+mod run;
+mod scope;
 pub mod text;
-pub mod verdict;
+mod verdict;
 
 pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -84,5 +91,5 @@ pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};
 pub use guard::{Call, Guard, Limits, PreparedCall};
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
-pub use scope::Scope;
+pub use scope::{Scope, DEFAULT_SESSION};
 pub use verdict::{Abort, Detection, Detector, Level, Recorded, Verdict};

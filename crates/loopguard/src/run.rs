@@ -38,6 +38,7 @@ fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -
 
 /// Why a run stopped: every later call of the run is blocked with this.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Stop {
     /// `global_circuit_breaker` or `compaction_loop_persisted`.
     pub detector: Detector,
@@ -74,7 +75,7 @@ pub enum StateDecodeError {
 
 /// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
 /// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
-/// fields of [`Added3`] to version 2's encoding; version 2 states still read.
+/// fields of `Added3` to version 2's encoding; version 2 states still read.
 pub const STATE_FORMAT_VERSION: u8 = 3;
 
 /// The format version whose states [`RunState::from_bytes`] still reads.

@@ -124,6 +124,7 @@ impl fmt::Display for Level {
 
 /// A detector that fired on a call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Detection {
     /// Warning or critical.
     pub level: Level,
@@ -146,6 +147,7 @@ pub struct Detection {
 /// The engine's answer to a call, before it executes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "a blocked call must not be executed"]
+#[non_exhaustive]
 pub enum Verdict {
     /// Run the call.
     Allow,
@@ -221,6 +223,7 @@ impl Verdict {
 
 /// A run aborted by the post-compaction guard (`compaction_loop_persisted`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Abort {
     /// The tool whose identical calls persisted.
     pub tool: String,
@@ -241,6 +244,7 @@ impl Abort {
 
 /// What became of an outcome.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Recorded {
     /// Whether the history changed (false for outcomes without a fingerprint and for the
     /// results of blocked calls).
@@ -249,6 +253,17 @@ pub struct Recorded {
     pub abort: Option<Abort>,
     /// Shadow mode: the abort that would have happened (the run goes on).
     pub would_abort: Option<Abort>,
+}
+
+impl Recorded {
+    /// An answer built outside the engine (a host relaying a sidecar's answer).
+    pub fn new(recorded: bool, abort: Option<Abort>, would_abort: Option<Abort>) -> Self {
+        Self {
+            recorded,
+            abort,
+            would_abort,
+        }
+    }
 }
 
 /// The words of every message, in one place.

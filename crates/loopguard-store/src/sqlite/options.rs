@@ -1,4 +1,4 @@
-//! How an [`SqliteStore`](super::SqliteStore) uses its file.
+//! How an [`SqliteStore`](crate::SqliteStore)(super::SqliteStore) uses its file.
 
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ impl Synchronous {
     }
 }
 
-/// How an [`SqliteStore`] uses its file.
+/// How an [`SqliteStore`](crate::SqliteStore) uses its file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqliteOptions {
     /// How long to wait for another process that holds the write lock (default 5 s).

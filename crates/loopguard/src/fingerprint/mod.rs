@@ -1,12 +1,12 @@
 //! Fingerprints of calls and outcomes (SPEC §2).
 //!
 //! A [`Fingerprint`] is XXH3-128 over the [`canonical`](crate::canonical) `lg1` encoding of
-//! a JSON value. Calls get a [`Signature`] (tool name + args fingerprint, [`call`]);
+//! a JSON value. Calls get a [`Signature`] (tool name + args fingerprint, `call`);
 //! outcomes are reduced by the first matching rule of SPEC §2 before they are hashed
-//! ([`outcome`], with the text of errors in [`error_text`]), so that volatile fields
+//! (`outcome`, with the text of errors in `error_text`), so that volatile fields
 //! (durations, pids, message ids) never look like progress.
 //!
-//! Every rule is written once against the [`Json`](crate::json::Json) view, so it reads a
+//! Every rule is written once against the [`crate::json::Json`] view, so it reads a
 //! `serde_json::Value` and raw JSON text ([`crate::json::Raw`]) alike.
 
 mod call;

@@ -11,7 +11,7 @@
 //!
 //! The raw form also holds what a `Value` cannot: numbers beyond the double range (`1e999`),
 //! strings with lone surrogate escapes (`"\ud800"`), nesting of any depth. They are valid
-//! JSON that tools accept, so the guard fingerprints them too ([`Num::Big`],
+//! JSON that tools accept, so the guard fingerprints them too ([`Canonical::Big`],
 //! [`Str::Wtf8`]; the encoding is in `docs/fingerprints.md`) instead of letting such calls
 //! pass unchecked.
 

@@ -3,10 +3,11 @@
 //!
 //! Each metric follows only what it needs: the records of one signature (linked newest to
 //! oldest), the counts kept by the history, or the newest records. Their cost grows with
-//! the pattern being measured, not with the window; [`reference`] computes the same values
+//! the pattern being measured, not with the window; `reference` (built for tests) computes the same values
 //! by scanning the window, and the property tests hold the two equal.
 
-pub mod reference;
+#[cfg(test)]
+mod reference;
 
 use crate::fingerprint::{Fingerprint, Signature};
 use crate::history::{History, NameId, RecordState};
@@ -25,6 +26,7 @@ pub struct Streak {
 /// starts the streak, each further identical one adds to it, a different one ends it.
 /// Vetoes count once an outcome at least as old continues the streak; with no outcome at
 /// all, the streak is the number of vetoes.
+#[cfg(test)]
 pub fn no_progress_streak(history: &History, signature: Signature) -> Streak {
     streak_from(history, history.newest_of(signature))
 }
@@ -59,6 +61,7 @@ pub(crate) fn streak_from(history: &History, newest: Option<usize>) -> Streak {
 }
 
 /// Records of the signature in the window: pending, completed or vetoed.
+#[cfg(test)]
 pub fn repeat_count(history: &History, signature: Signature) -> u32 {
     history.count_of(signature)
 }
@@ -74,9 +77,21 @@ pub struct UnknownToolStreak {
 }
 
 /// See [`UnknownToolStreak`]. Walks back from the newest record and stops at the first
-/// record that does not continue the streak.
+/// record that does not continue the streak (so it needs no incremental version).
 pub fn unknown_tool_streak(history: &History, tool: Option<NameId>) -> UnknownToolStreak {
-    reference::unknown_tool_streak(history, tool)
+    let mut streak = UnknownToolStreak::default();
+    let Some(tool) = tool else { return streak };
+    for r in history.records().iter().rev().filter(|r| !r.is_veto()) {
+        match (r.tool() == tool, r.unknown_tool(), streak.missing) {
+            (true, Some(u), None) => {
+                streak.missing = Some(u);
+                streak.count = 1;
+            }
+            (true, Some(u), Some(m)) if u == m => streak.count += 1,
+            _ => break,
+        }
+    }
+    streak
 }
 
 /// An alternation between two call patterns that the current call would continue.
@@ -216,8 +231,6 @@ mod tests {
                         prop_assert_eq!(no_progress_streak(h, sig), reference::no_progress_streak(h, sig));
                         prop_assert_eq!(repeat_count(h, sig), reference::repeat_count(h, sig));
                         prop_assert_eq!(ping_pong(h, sig), reference::ping_pong(h, sig));
-                        let tool_id = h.names().find(print.tool);
-                        prop_assert_eq!(unknown_tool_streak(h, tool_id), reference::unknown_tool_streak(h, tool_id));
                         let id = format!("c{id}");
                         let _ = run.before_call(cfg, &scope, &print, Some(&id), None, now);
                     }

@@ -2,9 +2,9 @@
 //! SPEC words them. The engine uses the incremental versions in the parent module; these
 //! stay as the reference the property tests compare them with.
 
-use super::{PingPong, Streak, UnknownToolStreak};
+use super::{PingPong, Streak};
 use crate::fingerprint::{Fingerprint, Signature};
-use crate::history::{History, NameId, RecordState};
+use crate::history::{History, RecordState};
 
 /// Newest to oldest over the signature's records, pending ones skipped: the first outcome
 /// starts the streak, each further identical one adds to it, a different one ends it.
@@ -50,23 +50,6 @@ pub fn repeat_count(history: &History, signature: Signature) -> u32 {
         .iter()
         .filter(|r| r.signature() == signature)
         .count() as u32
-}
-
-/// See [`UnknownToolStreak`].
-pub fn unknown_tool_streak(history: &History, tool: Option<NameId>) -> UnknownToolStreak {
-    let mut streak = UnknownToolStreak::default();
-    let Some(tool) = tool else { return streak };
-    for r in history.records().iter().rev().filter(|r| !r.is_veto()) {
-        match (r.tool() == tool, r.unknown_tool(), streak.missing) {
-            (true, Some(u), None) => {
-                streak.missing = Some(u);
-                streak.count = 1;
-            }
-            (true, Some(u), Some(m)) if u == m => streak.count += 1,
-            _ => break,
-        }
-    }
-    streak
 }
 
 /// `last` = newest record; `other` = newest earlier record of a different signature. The
