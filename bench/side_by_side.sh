@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # loopguard's engine next to OpenClaw's own tool-loop detector on the same workloads, in one
-# run: for each round and each workload, criterion's `per_call/<workload>_raw` (the host
-# cycle from the event's JSON text, what replay, serve, the hooks and the MCP proxy run)
-# and then bench/openclaw_detector.mjs (OpenClaw 2026.9.6 driven as its wrapper drives it).
-# Prints one line per workload: the medians over the rounds of both, per call, and their
-# ratio; the load average before and after.
+# run: for each round and each workload, criterion's `per_call/<workload>` (the host cycle,
+# JSON parsed before the clock, as OpenClaw's harness has it) and `per_call/<workload>_raw`
+# (the cycle from the event's JSON text, tokenizing included: what replay, serve, the hooks
+# and the MCP proxy run), then bench/openclaw_detector.mjs (OpenClaw 2026.9.6 driven as its
+# wrapper drives it). Prints one line per workload: the medians over the rounds, per call,
+# and the ratios; the load average before and after.
 #
 #   bench/side_by_side.sh [ROUNDS]     (default 3)
 #
@@ -29,21 +30,25 @@ cargo bench -q -p loopguard --bench engine --no-run >/dev/null 2>&1
 echo "load before: $(uptime)"
 for r in $(seq "$rounds"); do
   for w in small medium large; do
-    cargo bench -q -p loopguard --bench engine -- --noplot "^per_call/${w}_raw\$" >/dev/null 2>&1
+    cargo bench -q -p loopguard --bench engine -- --noplot "^per_call/${w}(_raw)?\$" >/dev/null 2>&1
     # criterion's median time per iteration (ns), over the calls of one iteration.
-    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"] / 1000 / int(sys.argv[2]))' \
-      "target/criterion/per_call/${w}_raw/new/estimates.json" "${calls[$w]}" >>"$out/loopguard-$w"
+    for v in "$w" "${w}_raw"; do
+      python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"] / 1000 / int(sys.argv[2]))' \
+        "target/criterion/per_call/$v/new/estimates.json" "${calls[$w]}" >>"$out/loopguard-$v"
+    done
     node bench/openclaw_detector.mjs "$data/$w.jsonl" "${calls[$w]}" "${node_rounds[$w]}" 2>/dev/null |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["us_per_call_median"])' >>"$out/openclaw-$w"
   done
 done
 echo "load after: $(uptime)"
 for w in small medium large; do
-  python3 - "$w" "$out/loopguard-$w" "$out/openclaw-$w" <<'EOF'
+  python3 - "$w" "$out/loopguard-$w" "$out/loopguard-${w}_raw" "$out/openclaw-$w" <<'EOF'
 import statistics, sys
-w, lg, oc = sys.argv[1], *[[float(x) for x in open(p)] for p in sys.argv[2:]]
-a, b = statistics.median(lg), statistics.median(oc)
-print(f"{w}: loopguard {a:.3f} us/call (rounds {', '.join(f'{x:.3f}' for x in lg)}), "
-      f"openclaw {b:.2f} us/call (rounds {', '.join(f'{x:.2f}' for x in oc)}), {b / a:.1f}x")
+w = sys.argv[1]
+values, raw, oc = [[float(x) for x in open(p)] for p in sys.argv[2:]]
+rounds = lambda xs: ", ".join(f"{x:.3f}" for x in xs)
+a, r, b = statistics.median(values), statistics.median(raw), statistics.median(oc)
+print(f"{w}: loopguard parsed {a:.3f} us/call ({rounds(values)}), from text {r:.3f} ({rounds(raw)}); "
+      f"openclaw {b:.2f} us/call ({rounds(oc)}); {b / a:.1f}x parsed, {b / r:.1f}x from text")
 EOF
 done
