@@ -3,10 +3,11 @@
 //
 // Every method turns its argument into one event of loopguard's replay protocol (SPEC §7)
 // and hands it to the native engine, which answers it exactly as `loopguard replay` would.
-// Events cross into Rust as JSON text: measured faster than converting objects value by
-// value (see bench/bench.mjs), and JSON.stringify fails with clear errors on cycles and
-// BigInt. Values are taken as JSON.stringify sees them (toJSON applies; functions, symbols
-// and undefined inside objects are left out).
+// Events cross into Rust as JSON text, which the engine fingerprints in place (no value
+// tree): measured faster than converting objects value by value (see bench/bench.mjs), and
+// JSON.stringify fails with clear errors on cycles and BigInt. Values are taken as
+// JSON.stringify sees them (toJSON applies; functions, symbols and undefined inside objects
+// are left out).
 
 const { readFileSync } = require('node:fs');
 const native = require('./native.js');
@@ -71,34 +72,85 @@ function toJson(value, what) {
   try {
     text = JSON.stringify(value);
   } catch (error) {
-    if (error instanceof RangeError) {
-      throw new TypeError(`${what} is nested too deeply to be turned into JSON`, { cause: error });
-    }
-    throw new TypeError(`${what} cannot be turned into JSON: ${error.message}`, { cause: error });
+    throw stringifyError(error, what);
   }
   if (text === undefined) throw new TypeError(`${what} is not a JSON value (${describe(value)})`);
   return text;
 }
 
-const ID_FIELDS = ['session', 'run', 'agent', 'callId', 'tool', 'batch'];
+/** What `afterCall` answers when there is nothing to say but whether the outcome counted
+ * (shared, frozen, like ALLOW). */
+const RECORDED = Object.freeze({ recorded: true, abort: null });
+const NOT_RECORDED = Object.freeze({ recorded: false, abort: null });
 
-/** Ids must be strings when given (null included: it is not a string), as in the protocol. */
+// Events are written member by member rather than by JSON.stringify over an envelope
+// object: the same text (same members, same order), without building the envelope.
+
+/** `,"name":"value"` for a string field that is given (checked by checkFields), else ''. */
+function member(name, value) {
+  return value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`;
+}
+
+/** The ids of a scope, as members of an event. */
+function idMembers(input) {
+  return (
+    member('session', input.session) +
+    member('run', input.run) +
+    member('agent', input.agent) +
+    member('call_id', input.callId)
+  );
+}
+
+/** `,"name":JSON` for a JSON value, or '' when JSON.stringify leaves it out (undefined). */
+function jsonMember(name, value, what) {
+  if (value === undefined) return '';
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (error) {
+    throw stringifyError(error, what);
+  }
+  return text === undefined ? '' : `,"${name}":${text}`;
+}
+
+/** What JSON.stringify's failure on `what` means. */
+function stringifyError(error, what) {
+  if (error instanceof RangeError) {
+    return new TypeError(`${what} is nested too deeply to be turned into JSON`, { cause: error });
+  }
+  return new TypeError(`${what} cannot be turned into JSON: ${error.message}`, { cause: error });
+}
+
+/**
+ * Ids must be strings when given (null included: it is not a string), as in the protocol;
+ * `args`, `result` and `error` must be JSON values. Fields are read by name (this runs on
+ * every call: named reads are what V8 caches best).
+ */
 function checkFields(input, method) {
   if (input === null || typeof input !== 'object') {
     throw new TypeError(`${method} expects an object, not ${describe(input)}`);
   }
-  for (const key of ID_FIELDS) {
-    const value = input[key];
-    if (value !== undefined && typeof value !== 'string') {
-      throw new TypeError(`${method}: ${key} must be a string, not ${describe(value)}`);
-    }
+  checkId(input.session, 'session', method);
+  checkId(input.run, 'run', method);
+  checkId(input.agent, 'agent', method);
+  checkId(input.callId, 'callId', method);
+  checkId(input.tool, 'tool', method);
+  checkId(input.batch, 'batch', method);
+  checkJson(input.args, 'args', method);
+  checkJson(input.result, 'result', method);
+  checkJson(input.error, 'error', method);
+}
+
+function checkId(value, key, method) {
+  if (value !== undefined && typeof value !== 'string') {
+    throw new TypeError(`${method}: ${key} must be a string, not ${describe(value)}`);
   }
-  for (const key of ['args', 'result', 'error']) {
-    const value = input[key];
-    const type = typeof value;
-    if (type === 'function' || type === 'symbol' || type === 'bigint') {
-      throw new TypeError(`${method}: ${key} is not a JSON value (${describe(value)})`);
-    }
+}
+
+function checkJson(value, key, method) {
+  const type = typeof value;
+  if (type === 'function' || type === 'symbol' || type === 'bigint') {
+    throw new TypeError(`${method}: ${key} is not a JSON value (${describe(value)})`);
   }
 }
 
@@ -168,19 +220,13 @@ class Guard {
   /** The verdict on a call about to run. A blocked call must not run. */
   beforeCall(call) {
     checkFields(call, 'beforeCall');
-    const event = toJson(
-      {
-        type: 'call',
-        session: call.session,
-        run: call.run,
-        agent: call.agent,
-        call_id: call.callId,
-        tool: call.tool,
-        args: call.args,
-        batch: call.batch,
-      },
-      'the call',
-    );
+    const event =
+      '{"type":"call"' +
+      idMembers(call) +
+      member('tool', call.tool) +
+      jsonMember('args', call.args, 'the call') +
+      member('batch', call.batch) +
+      '}';
     const verdict = this.#native.callText(event);
     return verdict === null ? ALLOW : verdictObject(verdict);
   }
@@ -191,18 +237,19 @@ class Guard {
    */
   afterCall(outcome) {
     checkFields(outcome, 'afterCall');
-    const event = {
-      type: 'result',
-      session: outcome.session,
-      run: outcome.run,
-      agent: outcome.agent,
-      call_id: outcome.callId,
-      tool: outcome.tool,
-      args: outcome.args,
-    };
-    if (outcome.error !== undefined) event.error = outcome.error;
-    else if (outcome.result !== undefined) event.result = outcome.result;
-    return recordedObject(this.#native.resultText(toJson(event, 'the outcome')));
+    const event =
+      '{"type":"result"' +
+      idMembers(outcome) +
+      member('tool', outcome.tool) +
+      jsonMember('args', outcome.args, 'the outcome') +
+      (outcome.error !== undefined
+        ? jsonMember('error', outcome.error, 'the outcome')
+        : jsonMember('result', outcome.result, 'the outcome')) +
+      '}';
+    const recorded = this.#native.resultText(event);
+    if (recorded === true) return RECORDED;
+    if (recorded === false) return NOT_RECORDED;
+    return recordedObject(recorded);
   }
 
   /** A compaction retry happened in this run: arms the post-compaction guard. Returns the

@@ -8,18 +8,21 @@
 //! idiomatic API (`Guard`, `beforeCall`, errors with config positions) is the
 //! package's `index.js` on top of it.
 //!
-//! Events arrive in one of two forms, both measured (`bench/node.mjs` in the package):
-//! JSON text (`JSON.stringify` in JavaScript, parsed here with the protocol's own line
-//! parser) or a JavaScript object converted value by value through N-API. The text form
-//! is the default: it is faster on every workload measured, and it fails with
-//! JavaScript's own clear errors on cycles and BigInt before anything reaches the engine.
-//! Both forms refuse values nested deeper than the protocol's limit, without recursing
-//! deeper than that limit.
+//! Events arrive in one of two forms, both measured (`bench/bench.mjs` in the package):
+//! JSON text (written in JavaScript with `JSON.stringify`, V8's native serializer) or a
+//! JavaScript object converted value by value through N-API into a `serde_json::Value`.
+//! The text form is the default and the hot path: the replayer tokenizes it into its
+//! reusable tape and fingerprints `args` and `result` from the text itself (no value tree,
+//! no allocation per value, no depth limit, no recursion), exactly as `loopguard replay`
+//! reads a line. It is faster on every workload measured, and it fails with JavaScript's
+//! own clear errors on cycles and BigInt before anything reaches the engine. The answers
+//! are cheap too: an allowed call is `null` and a recorded outcome with nothing more to
+//! say is a boolean, which the package maps to shared frozen objects.
 
 #![deny(unsafe_code)]
 
 use loopguard::{Abort, ConfigSet, Detection, Guard, Recorded, Verdict};
-use loopguard_events::{from_value, parse_line, Answer, Replayer};
+use loopguard_events::{from_value, Answer, Replayer};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::Value;
@@ -107,37 +110,47 @@ impl NativeGuard {
     /// A call event as JSON text: the verdict, or `null` for allow.
     #[napi]
     pub fn call_text(&mut self, event: String) -> Result<Option<NativeVerdict>> {
-        let event = parse_line(event.as_bytes()).map_err(invalid)?;
-        self.call(&event)
+        match self.replayer.apply_line(0, event.as_bytes()) {
+            Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// A call event as a JavaScript object.
     #[napi]
     pub fn call_object(&mut self, event: Value) -> Result<Option<NativeVerdict>> {
         let event = from_value(event).map_err(invalid)?;
-        self.call(&event)
+        match self.replayer.apply(0, &event) {
+            Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+            other => Err(unexpected(&other)),
+        }
     }
 
-    /// A result event as JSON text.
+    /// A result event as JSON text: whether it was recorded, or an object when there is
+    /// more to say (an abort, or one shadow mode would have made).
     #[napi]
-    pub fn result_text(&mut self, event: String) -> Result<NativeRecorded> {
-        let event = parse_line(event.as_bytes()).map_err(invalid)?;
-        self.result(&event)
+    pub fn result_text(&mut self, event: String) -> Result<Either<bool, NativeRecorded>> {
+        match self.replayer.apply_line(0, event.as_bytes()) {
+            Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// A result event as a JavaScript object.
     #[napi]
-    pub fn result_object(&mut self, event: Value) -> Result<NativeRecorded> {
+    pub fn result_object(&mut self, event: Value) -> Result<Either<bool, NativeRecorded>> {
         let event = from_value(event).map_err(invalid)?;
-        self.result(&event)
+        match self.replayer.apply(0, &event) {
+            Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// A compaction event as JSON text: the number of attempts the post-compaction guard
     /// watches (0 when it is disabled).
     #[napi]
     pub fn compaction_text(&mut self, event: String) -> Result<u32> {
-        let event = parse_line(event.as_bytes()).map_err(invalid)?;
-        match self.replayer.apply(0, &event) {
+        match self.replayer.apply_line(0, event.as_bytes()) {
             Answer::Compaction { armed, .. } => Ok(armed),
             other => Err(unexpected(&other)),
         }
@@ -184,22 +197,6 @@ impl NativeGuard {
             "ownBlock": own_block,
             "effective": effective,
         }))
-    }
-}
-
-impl NativeGuard {
-    fn call(&mut self, event: &loopguard_events::Event) -> Result<Option<NativeVerdict>> {
-        match self.replayer.apply(0, event) {
-            Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    fn result(&mut self, event: &loopguard_events::Event) -> Result<NativeRecorded> {
-        match self.replayer.apply(0, event) {
-            Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
-            other => Err(unexpected(&other)),
-        }
     }
 }
 
@@ -319,10 +316,15 @@ fn native_abort(abort: Abort) -> NativeAbort {
     }
 }
 
-fn native_recorded(recorded: Recorded) -> NativeRecorded {
-    NativeRecorded {
+/// The common answer (nothing to say but whether the outcome counted) crosses as a bare
+/// boolean: the package maps it to one of two frozen objects, so it builds nothing.
+fn native_recorded(recorded: Recorded) -> Either<bool, NativeRecorded> {
+    if recorded.abort.is_none() && recorded.would_abort.is_none() {
+        return Either::A(recorded.recorded);
+    }
+    Either::B(NativeRecorded {
         recorded: recorded.recorded,
         abort: recorded.abort.map(native_abort),
         shadow_abort: recorded.would_abort.map(native_abort),
-    }
+    })
 }

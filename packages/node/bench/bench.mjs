@@ -5,10 +5,12 @@
 //                 process of its own, JSON already parsed)
 //   engine text   the Rust side of the binding alone: each event line parsed and applied
 //                 through the replay protocol (engine_cycle ... text)
-//   node text     @loopguard/node as shipped: events cross as JSON text
+//   node text     @loopguard/node as shipped: events cross as JSON text (JSON.stringify),
+//                 which the engine fingerprints in place (a tape, no value tree)
 //   node by id    the same, afterCall naming the pending call by callId only (no tool,
 //                 no args: nothing to send twice, nothing to hash twice)
-//   node object   the same engine, events converted value by value through N-API
+//   node object   the same engine, events converted value by value through N-API into
+//                 serde_json values
 //   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
 //                 recordToolCallOutcome from the installed openclaw package)
 //

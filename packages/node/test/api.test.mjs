@@ -162,11 +162,13 @@ test('bad input gets a clear error, never a crash', () => {
   assert.throws(() => guard.afterCall({ session: 's', result: 1 }), /call_id of a pending call/);
   assert.throws(() => guard.afterCall({ session: 's', callId: 'nope', result: 1 }), /no pending call/);
 
-  // Nesting: past the protocol's 128 levels the engine refuses; far deeper, JSON.stringify
-  // itself runs out of stack, and that too is an error, not a crash.
+  // Nesting: the engine reads JSON text of any depth without recursing (as `loopguard
+  // replay` does), so 200 levels are guarded like any value; far deeper, JSON.stringify
+  // itself runs out of stack, and that is an error, not a crash.
   let deep = {};
   for (let i = 0; i < 200; i++) deep = { d: deep };
-  assert.throws(() => guard.beforeCall({ ...call, args: deep }), /nested deeper than 128/);
+  const deepLoop = loop(guard, 11, { session: 'deep', run: 'r' }, 'read', deep);
+  assert.deepEqual(deepLoop.map((v) => v.verdict), [...Array(10).fill('allow'), 'warn']);
   let deeper = [];
   for (let i = 0; i < 100_000; i++) deeper = [deeper];
   assert.throws(() => guard.beforeCall({ ...call, args: deeper }), /nested too deeply|nested deeper/);
