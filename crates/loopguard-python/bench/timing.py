@@ -125,7 +125,7 @@ def main() -> None:
     print(f"| Python binding, in process | {med['python']:.2f} (+{med['python'] - med['rust']:.2f} over Rust) |")
     print(f"| Python, `Guard.remote` to `loopguard serve --memory` | {med['sidecar']:.1f} ({med['sidecar'] / med['python']:.0f}× the in-process binding) |")
     print(f"| value across, walking the objects (per args or result) | {med['objects']:.2f} |")
-    print(f"| value across, `json.dumps` + parse in Rust | {med['text']:.2f} |")
+    print(f"| value across, `json.dumps` + the tape in Rust | {med['text']:.2f} |")
 
 
 if __name__ == "__main__":

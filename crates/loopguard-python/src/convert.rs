@@ -2,9 +2,11 @@
 //!
 //! Arguments and results are converted value by value (`dict`, `list`, `tuple`, `str`,
 //! `int`, `float`, `bool`, `None`, pydantic models through `model_dump(mode="json")`,
-//! dataclasses field by field) rather than through `json.dumps` text: `bench/timing.py`
-//! measures both, and the direct walk is the faster one on every workload. The walk refuses
-//! what JSON cannot say, with the place it was found (`args['files'][2]`):
+//! dataclasses field by field) into a [`Flat`] array that the engine reads through its
+//! `Json` view, with no `serde_json` value tree in between (no allocation per node, no
+//! tree to free). `bench/timing.py` measures this against `json.dumps` text read into the
+//! engine's tape, and the walk is the faster. The walk refuses what JSON cannot say, with the
+//! place it was found (`args['files'][2]`):
 //!
 //! - a type JSON has no word for (bytes, sets, arbitrary objects): `TypeError`;
 //! - a key that is not a `str`: `TypeError` (`json.dumps` would quietly turn `1` into `"1"`
@@ -25,7 +27,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
+
+use crate::flat::Flat;
 
 /// Deepest nesting of a value: serde_json counts every container of a line against the
 /// protocol's limit, the event object included, so a value inside an event (its `args`,
@@ -34,29 +38,18 @@ use serde_json::{Map, Number, Value};
 /// checks the edge against the real binary).
 pub const MAX_NESTING: usize = loopguard_events::MAX_DEPTH - 2;
 
-/// A converted value and its rough size in bytes (string bytes plus a few per node), to
-/// decide whether the engine should run without holding the GIL.
-pub struct Converted {
-    pub value: Value,
-    pub weight: usize,
-}
-
-/// Converts `obj`; `what` names it in errors (`args`, `result`, `error`).
-pub fn to_value(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Converted> {
+/// Converts `obj` into `flat` (cleared first); `what` names it in errors (`args`,
+/// `result`, `error`).
+pub fn to_flat(obj: &Bound<'_, PyAny>, what: &str, flat: &mut Flat) -> PyResult<()> {
+    flat.clear();
     let mut walk = Walk {
-        weight: 0,
+        flat,
         ancestors: Vec::new(),
     };
-    match walk.value(obj, 0) {
-        Ok(value) => Ok(Converted {
-            value,
-            weight: walk.weight,
-        }),
-        Err(mut failure) => {
-            failure.path.reverse();
-            Err(failure.into_err(what))
-        }
-    }
+    walk.value(obj, 0).map_err(|mut failure| {
+        failure.path.reverse();
+        failure.into_err(what)
+    })
 }
 
 /// Where a conversion failed (built while unwinding, innermost step first) and why.
@@ -75,6 +68,7 @@ enum Problem {
     Key(String),
     NotFinite(f64),
     TooLarge,
+    TooMany,
     TooDeep { cycle: bool },
     Python(PyErr),
 }
@@ -121,6 +115,9 @@ impl Failure {
             Problem::TooLarge => PyOverflowError::new_err(format!(
                 "{place}: the integer is too large for a JSON number"
             )),
+            Problem::TooMany => PyValueError::new_err(format!(
+                "{place}: more values than the guard can address (4 billion)"
+            )),
             Problem::TooDeep { cycle: true } => PyValueError::new_err(format!(
                 "{place}: the value contains itself (a reference cycle)"
             )),
@@ -132,86 +129,89 @@ impl Failure {
     }
 }
 
-struct Walk {
-    weight: usize,
+struct Walk<'o> {
+    flat: &'o mut Flat,
     /// The containers being converted, outermost first (their addresses): when the depth
     /// limit is hit, whether the value at hand is one of them says "cycle".
     ancestors: Vec<usize>,
 }
 
-impl Walk {
-    fn value(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<Value, Failure> {
-        self.weight += 8;
+impl Walk<'_> {
+    fn value(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
+        if !self.flat.has_room() {
+            return Err(Problem::TooMany.into());
+        }
         if let Ok(s) = ob.cast::<PyString>() {
-            let s = s.to_cow()?;
-            self.weight += s.len();
-            return Ok(Value::String(s.into_owned()));
+            self.flat.string(&s.to_cow()?);
+            return Ok(());
         }
         if ob.is_none() {
-            return Ok(Value::Null);
+            self.flat.null();
+            return Ok(());
         }
         if let Ok(b) = ob.cast::<PyBool>() {
-            return Ok(Value::Bool(b.is_true()));
+            self.flat.bool(b.is_true());
+            return Ok(());
         }
         if let Ok(i) = ob.cast::<PyInt>() {
-            return Ok(Value::Number(int(i)?));
+            self.flat.number(int(i)?);
+            return Ok(());
         }
         if let Ok(f) = ob.cast::<PyFloat>() {
             let x = f.value();
-            return Number::from_f64(x)
-                .map(Value::Number)
-                .ok_or_else(|| Problem::NotFinite(x).into());
+            let n = Number::from_f64(x).ok_or(Problem::NotFinite(x))?;
+            self.flat.number(n);
+            return Ok(());
         }
         if let Ok(d) = ob.cast::<PyDict>() {
             self.enter(ob, depth)?;
-            let mut map = Map::new();
+            let node = self.flat.open(true);
+            let mut count = 0;
             for (k, v) in d.iter() {
                 let key = match k.cast::<PyString>() {
-                    Ok(k) => k.to_cow()?.into_owned(),
+                    Ok(k) => k.to_cow()?,
                     Err(_) => return Err(Problem::Key(type_name(&k)).into()),
                 };
-                self.weight += key.len();
-                match self.value(&v, depth + 1) {
-                    Ok(v) => map.insert(key, v),
-                    Err(e) => return Err(e.at(Step::Key(key))),
-                };
+                self.flat.string(&key);
+                self.value(&v, depth + 1)
+                    .map_err(|e| e.at(Step::Key(key.into_owned())))?;
+                count += 1;
             }
+            self.flat.close(node, count);
             self.ancestors.pop();
-            return Ok(Value::Object(map));
+            return Ok(());
         }
         if let Ok(l) = ob.cast::<PyList>() {
             self.enter(ob, depth)?;
+            let node = self.flat.open(false);
             // A list can change while its items are converted (a model_dump with side
             // effects); indexing by the live length never reads past the end.
-            let mut items = Vec::with_capacity(l.len());
             let mut i = 0;
             while let Ok(item) = l.get_item(i) {
-                items.push(
-                    self.value(&item, depth + 1)
-                        .map_err(|e| e.at(Step::Index(i)))?,
-                );
+                self.value(&item, depth + 1)
+                    .map_err(|e| e.at(Step::Index(i)))?;
                 i += 1;
             }
+            self.flat.close(node, i);
             self.ancestors.pop();
-            return Ok(Value::Array(items));
+            return Ok(());
         }
         if let Ok(t) = ob.cast::<PyTuple>() {
             self.enter(ob, depth)?;
-            let mut items = Vec::with_capacity(t.len());
+            let node = self.flat.open(false);
             for (i, item) in t.iter().enumerate() {
-                items.push(
-                    self.value(&item, depth + 1)
-                        .map_err(|e| e.at(Step::Index(i)))?,
-                );
+                self.value(&item, depth + 1)
+                    .map_err(|e| e.at(Step::Index(i)))?;
             }
+            self.flat.close(node, t.len());
             self.ancestors.pop();
-            return Ok(Value::Array(items));
+            return Ok(());
         }
         self.object(ob, depth)
     }
 
     /// Pydantic models and dataclasses; anything else is a `TypeError`.
-    fn object(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<Value, Failure> {
+    fn object(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
         let py = ob.py();
         if !ob.is_instance_of::<pyo3::types::PyType>() {
             if let Ok(dump) = ob.getattr(intern!(py, "model_dump")) {
@@ -230,19 +230,21 @@ impl Walk {
             }
             if ob.hasattr(intern!(py, "__dataclass_fields__"))? {
                 self.enter(ob, depth)?;
-                let mut map = Map::new();
+                let node = self.flat.open(true);
+                let mut count = 0;
                 for field in dataclass_fields(py)?.call1((ob,))?.try_iter()? {
                     let name = field?.getattr(intern!(py, "name"))?;
                     let name = name.cast_into::<PyString>().map_err(PyErr::from)?;
                     let key = name.to_cow()?.into_owned();
                     let v = ob.getattr(&name)?;
-                    match self.value(&v, depth + 1) {
-                        Ok(v) => map.insert(key, v),
-                        Err(e) => return Err(e.at(Step::Key(key))),
-                    };
+                    self.flat.string(&key);
+                    self.value(&v, depth + 1)
+                        .map_err(|e| e.at(Step::Key(key)))?;
+                    count += 1;
                 }
+                self.flat.close(node, count);
                 self.ancestors.pop();
-                return Ok(Value::Object(map));
+                return Ok(());
             }
         }
         Err(Problem::Type(type_name(ob)).into())

@@ -2,10 +2,11 @@
 //! a Python process.
 //!
 //! The binding is thin. [`PyGuard`] is the engine's [`Guard`] behind a mutex; each method
-//! turns its Python arguments into the engine's [`Scope`], [`Call`] and [`Outcome`]
-//! (`convert` walks Python values into JSON values), asks the engine, and wraps the engine's
-//! answer in a frozen object (`answers`). Everything a verdict says (words, blocked result,
-//! warning note) is read from the engine's own values.
+//! turns its Python arguments into the engine's [`Scope`], [`Call`] and [`OutcomeOf`]
+//! (`convert` walks Python values into a `flat` JSON view, in buffers reused from call to
+//! call), asks the engine, and wraps the engine's answer in a frozen object (`answers`).
+//! Everything a verdict says (words, blocked result, warning note) is read from the
+//! engine's own values.
 //!
 //! Threads: the guard is shared freely. An engine call on small values runs with the GIL
 //! held (releasing and taking it back would cost more than the call). A value heavier than
@@ -17,22 +18,65 @@
 
 mod answers;
 mod convert;
+mod flat;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError, TryLockError};
 
-use loopguard::{Call, ConfigSet, Guard, Outcome, Scope};
+use std::cell::RefCell;
+
+use loopguard::{Call, ConfigSet, Guard, OutcomeOf, Scope};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString};
-use serde_json::Value;
 
 use answers::{PyAbort, PyRecorded, PyVerdict};
-use convert::{to_python, to_value};
+use convert::{to_flat, to_python};
+use flat::Flat;
 
 /// Converted values heavier than this (bytes of text, roughly) are hashed without the GIL.
 const HEAVY: usize = 64 << 10;
+
+/// Converted values are kept in buffers reused from call to call (a pool per thread, not
+/// one set: a conversion can run Python code, `model_dump`, that calls the guard again).
+/// Buffers that grew beyond this (a huge result) are dropped instead of kept.
+const KEEP_BYTES: usize = 1 << 20;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Flat>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A converted value's buffers, from the pool and back to it.
+struct Converted(Flat);
+
+impl Converted {
+    /// `obj` converted (`what` names it in errors).
+    fn new(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Self> {
+        let mut value = Self::empty();
+        to_flat(obj, what, &mut value.0)?;
+        Ok(value)
+    }
+
+    fn empty() -> Self {
+        Self(
+            SPARE
+                .try_with(|spare| spare.borrow_mut().pop())
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        )
+    }
+}
+
+impl Drop for Converted {
+    fn drop(&mut self) {
+        if self.0.capacity() <= KEEP_BYTES {
+            let flat = std::mem::take(&mut self.0);
+            let _ = SPARE.try_with(|spare| spare.borrow_mut().push(flat));
+        }
+    }
+}
 
 /// The loop guard with its state in memory.
 #[pyclass(module = "loopguard", name = "Guard", frozen)]
@@ -105,13 +149,13 @@ impl PyGuard {
         batch: Option<String>,
     ) -> PyResult<Py<PyVerdict>> {
         check_tool(&tool)?;
-        let args = to_value(args, "args")?;
-        let heavy = args.weight > HEAVY;
-        let verdict = self.with_engine(py, heavy, move |engine| {
+        let args = Converted::new(args, "args")?;
+        let heavy = args.0.weight() > HEAVY;
+        let verdict = self.with_engine(py, heavy, |engine| {
             let scope = Scope::new(&session)
                 .with_run(run.as_deref())
                 .with_agent(agent.as_deref());
-            let call = Call::new(&tool, &args.value)
+            let call = Call::with_args(&tool, args.0.root())
                 .with_id(call_id.as_deref())
                 .with_batch(batch.as_deref());
             engine.before_call(&scope, &call)
@@ -137,37 +181,33 @@ impl PyGuard {
         error: Given<'_>,
     ) -> PyResult<Py<PyRecorded>> {
         check_tool(&tool)?;
-        let args = to_value(args, "args")?;
+        let args = Converted::new(args, "args")?;
         let outcome = match (result.0, error.0) {
             (Some(_), Some(_)) => {
                 return Err(PyTypeError::new_err(
                     "after_call takes result= or error=, not both",
                 ))
             }
-            (Some(result), None) => Some((false, to_value(&result, "result")?)),
+            (Some(result), None) => Some((false, Converted::new(&result, "result")?)),
             (None, Some(error)) if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
-                let text = error.str()?.to_cow()?.into_owned();
-                Some((
-                    true,
-                    convert::Converted {
-                        weight: text.len(),
-                        value: Value::String(text),
-                    },
-                ))
+                let mut text = Converted::empty();
+                text.0.clear();
+                text.0.string(&error.str()?.to_cow()?);
+                Some((true, text))
             }
-            (None, Some(error)) => Some((true, to_value(&error, "error")?)),
+            (None, Some(error)) => Some((true, Converted::new(&error, "error")?)),
             (None, None) => None,
         };
-        let heavy = args.weight + outcome.as_ref().map_or(0, |(_, o)| o.weight) > HEAVY;
-        let recorded = self.with_engine(py, heavy, move |engine| {
+        let heavy = args.0.weight() + outcome.as_ref().map_or(0, |(_, o)| o.0.weight()) > HEAVY;
+        let recorded = self.with_engine(py, heavy, |engine| {
             let scope = Scope::new(&session)
                 .with_run(run.as_deref())
                 .with_agent(agent.as_deref());
-            let call = Call::new(&tool, &args.value).with_id(call_id.as_deref());
+            let call = Call::with_args(&tool, args.0.root()).with_id(call_id.as_deref());
             let outcome = match &outcome {
-                Some((false, value)) => Outcome::Result(&value.value),
-                Some((true, value)) => Outcome::Error(&value.value),
-                None => Outcome::Nothing,
+                Some((false, value)) => OutcomeOf::Result(value.0.root()),
+                Some((true, value)) => OutcomeOf::Error(value.0.root()),
+                None => OutcomeOf::Nothing,
             };
             engine.after_call(&scope, &call, outcome)
         });
@@ -269,7 +309,10 @@ fn load_config(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<ConfigSet>
             read_config(PathBuf::from(text))?
         }
     } else if config.is_instance_of::<PyDict>() {
-        let value = to_value(config, "config")?.value;
+        // Through a value tree, whose members are in key order: a dict with several
+        // problems reports them in the same order whatever order its keys were added in.
+        let value = loopguard::json::to_value(Converted::new(config, "config")?.0.root())
+            .ok_or_else(|| PyValueError::new_err("config: nested too deep"))?;
         (value.to_string(), None)
     } else if let Ok(path) = config.extract::<PathBuf>() {
         read_config(path)?
@@ -347,16 +390,24 @@ fn config_error_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 /// returns its weight. Not part of the API.
 #[pyfunction]
 fn _convert_object(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    Ok(to_value(obj, "value")?.weight)
+    Ok(Converted::new(obj, "value")?.0.weight())
 }
 
-/// For `bench/timing.py`: the other way to get a value across, `json.dumps` text parsed
-/// here. Not part of the API.
+/// For `bench/timing.py`: the other way to get a value across, `json.dumps` text read
+/// here into the engine's tape. Not part of the API.
 #[pyfunction]
 fn _convert_text(text: &str) -> PyResult<usize> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(std::mem::size_of_val(&value))
+    let mut tape = TAPE.with_borrow_mut(std::mem::take);
+    let parsed = tape
+        .parse(text)
+        .map(|_| text.len())
+        .map_err(|e| PyValueError::new_err(e.to_string()));
+    TAPE.set(tape);
+    parsed
+}
+
+thread_local! {
+    static TAPE: RefCell<loopguard::json::Tape> = RefCell::default();
 }
 
 #[pymodule]
