@@ -44,7 +44,9 @@ def spellings(draw: Callable[[Any], Any], value: Any) -> str:
     if isinstance(value, int):
         forms = [str(value)]
         if abs(value) <= 2**53:
-            forms += [f"{value}.0", f"{value}e0", f"{value}0e-1", f"{value}.000E+0"]
+            forms += [f"{value}.0", f"{value}e0", f"{value}.000E+0"]
+            if value != 0:  # `00e-1` is not JSON: no leading zeros
+                forms.append(f"{value}0e-1")
         return draw(st.sampled_from(forms))
     if isinstance(value, float):
         forms = [repr(value), f"{value:.17g}"]
