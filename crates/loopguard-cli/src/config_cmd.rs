@@ -270,36 +270,7 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
         ),
     ];
     for (i, rule) in ext.policy.rules.iter().enumerate() {
-        let r = rule.source();
-        let mut parts = vec![format!("match {}", r.pattern)];
-        if let Some(class) = r.class {
-            parts.push(format!(
-                "class {}",
-                serde_json::to_value(class)
-                    .unwrap_or_default()
-                    .as_str()
-                    .unwrap_or("?")
-            ));
-        }
-        if !r.ignore_args.is_empty() {
-            parts.push(format!("ignoreArgs {}", r.ignore_args.join(", ")));
-        }
-        if !r.ignore_result.is_empty() {
-            parts.push(format!("ignoreResult {}", r.ignore_result.join(", ")));
-        }
-        if let Some(mask) = &r.mask {
-            parts.push(format!("mask {mask}"));
-        }
-        if let Some(target) = &r.target {
-            parts.push(format!("target {}", target.join(", ")));
-        }
-        if let Some(w) = r.warning_threshold {
-            parts.push(format!("warningThreshold {w}"));
-        }
-        if let Some(c) = r.critical_threshold {
-            parts.push(format!("criticalThreshold {c}"));
-        }
-        lines.push((format!("policy.tools[{i}]"), parts.join("; ")));
+        lines.push((format!("policy.tools[{i}]"), rule.to_string()));
     }
     lines
 }

@@ -4,13 +4,19 @@
 //! The engine asks these tables questions ("is this call a known poll?") instead of
 //! spreading tool names through `if`s, so a table can be read, printed by
 //! `loopguard config explain`, and extended in one place.
+//!
+//! Dependencies run one way: the config compiles its `policy.tools` blocks into
+//! [`ToolRule`]s (this module never reads a config block), and the canonical encoder gets
+//! the send tables through its filter (it never reads this module).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use crate::json::{Json, Object};
+use std::fmt;
 
-use crate::config::extensions::ToolMask;
+use crate::canonical::{MessageShape, PathSet, SendNoise};
+use crate::json::{Json, Object as _};
+use crate::masking::{MaskSet, MASK_RULES};
 
 /// A known polling call: the tool, and the `action` argument values that make it a poll
 /// (`None`: every call of the tool polls).
@@ -51,6 +57,10 @@ pub struct Policy {
     pub sends: &'static [SendRule],
     /// Result keys removed at any depth before a send's outcome is hashed.
     pub volatile_send_keys: &'static [&'static str],
+    /// An object of this shape in a send's outcome is a delivered message, whose own `id`
+    /// is removed too: a string `id`, a string `text`, and one of string `direction`,
+    /// `senderId`, `accountId` or an object `conversation`.
+    delivered_message: MessageShape,
     /// The rules above grouped by tool name, built on first use: one lookup per call.
     by_tool: OnceLock<HashMap<&'static str, ToolRules, foldhash::fast::FixedState>>,
 }
@@ -149,6 +159,12 @@ pub static BUILTIN: Policy = Policy {
         "deliveredAt",
         "createdAt",
     ],
+    delivered_message: MessageShape {
+        id: "id",
+        strings: &["id", "text"],
+        any_string: &["direction", "senderId", "accountId"],
+        any_object: &["conversation"],
+    },
     by_tool: OnceLock::new(),
 };
 
@@ -198,12 +214,15 @@ impl Policy {
 
     /// Whether a result key is a volatile per-delivery id of a send.
     pub fn is_volatile_send_key(&self, key: &str) -> bool {
-        self.is_volatile_send_key_bytes(key.as_bytes())
+        self.volatile_send_keys.contains(&key)
     }
 
-    /// [`Policy::is_volatile_send_key`] for a key given as bytes.
-    pub fn is_volatile_send_key_bytes(&self, key: &[u8]) -> bool {
-        self.volatile_send_keys.iter().any(|k| k.as_bytes() == key)
+    /// What a send's outcome leaves out, for the canonical encoder's filter.
+    pub(crate) fn send_noise(&self) -> SendNoise<'_> {
+        SendNoise {
+            keys: self.volatile_send_keys,
+            message: &self.delivered_message,
+        }
     }
 }
 
@@ -222,7 +241,21 @@ pub enum ToolClass {
     Mutate,
 }
 
-enum NameMatch {
+impl ToolClass {
+    /// The class as configs spell it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Send => "send",
+            Self::Read => "read",
+            Self::Mutate => "mutate",
+        }
+    }
+}
+
+/// A tool name or glob, compiled.
+#[derive(Clone)]
+pub(crate) enum NameMatch {
     Exact(String),
     Glob(globset::GlobMatcher),
 }
@@ -246,10 +279,32 @@ impl NameMatch {
             Self::Glob(glob) => glob.is_match(tool),
         }
     }
+
+    /// The name or glob as written.
+    fn pattern(&self) -> &str {
+        match self {
+            Self::Exact(name) => name,
+            Self::Glob(glob) => glob.glob().glob(),
+        }
+    }
 }
 
-impl std::fmt::Debug for NameMatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl PartialEq for NameMatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern() == other.pattern()
+    }
+}
+
+impl Eq for NameMatch {}
+
+impl serde::Serialize for NameMatch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.pattern())
+    }
+}
+
+impl fmt::Debug for NameMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Exact(name) => write!(f, "Exact({name:?})"),
             Self::Glob(glob) => write!(f, "Glob({:?})", glob.glob().glob()),
@@ -277,78 +332,135 @@ pub const DEFAULT_TARGET_ARGS: &[&str] = &[
     "uri",
 ];
 
-/// One tool rule of a [`ToolPolicy`], compiled.
-#[derive(Debug)]
+/// One tool rule of a [`ToolPolicy`], compiled: what the `policy.tools` entry of a config
+/// becomes (the config compiles it; the policy never reads the config's blocks).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolRule {
-    source: crate::config::extensions::ToolRuleBlock,
-    matcher: NameMatch,
+    /// The tool name or glob.
+    #[serde(rename = "match")]
+    pub(crate) matcher: NameMatch,
+    /// The tool's class.
+    pub(crate) class: Option<ToolClass>,
     /// Argument keys or paths left out of the args fingerprint.
-    pub ignore_args: crate::canonical::PathSet,
+    #[serde(serialize_with = "written_paths")]
+    pub(crate) ignore_args: PathSet,
     /// Result keys or paths left out of the outcome fingerprint.
-    pub ignore_result: crate::canonical::PathSet,
-    /// The rules of a `mask` list.
-    mask_rules: crate::masking::MaskSet,
+    #[serde(serialize_with = "written_paths")]
+    pub(crate) ignore_result: PathSet,
+    /// How this tool's outcomes are masked.
+    pub(crate) mask: RuleMask,
+    /// Arguments that name the call's target, first present wins; `None`:
+    /// [`DEFAULT_TARGET_ARGS`].
+    pub(crate) target: Option<Vec<String>>,
+    /// Warning threshold for this tool's calls.
+    pub(crate) warning_threshold: Option<u32>,
+    /// Critical threshold for this tool's calls.
+    pub(crate) critical_threshold: Option<u32>,
 }
 
-impl ToolRule {
-    /// Compiles a validated rule (`None` if its glob, paths or mask rules do not compile).
-    pub fn compile(block: &crate::config::extensions::ToolRuleBlock) -> Option<Self> {
-        let mask_rules = match &block.mask {
-            Some(ToolMask::Rules(names)) => {
-                crate::masking::MaskSet::from_names(names.iter().map(String::as_str)).ok()?
-            }
-            _ => crate::masking::MaskSet::NONE,
-        };
-        Some(Self {
-            mask_rules,
-            matcher: NameMatch::new(&block.pattern)?,
-            ignore_args: crate::canonical::PathSet::parse(
-                block.ignore_args.iter().map(String::as_str),
-            )
-            .ok()?,
-            ignore_result: crate::canonical::PathSet::parse(
-                block.ignore_result.iter().map(String::as_str),
-            )
-            .ok()?,
-            source: block.clone(),
-        })
-    }
+fn written_paths<S: serde::Serializer>(paths: &PathSet, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.written())
+}
 
-    /// The rule as written.
-    pub fn source(&self) -> &crate::config::extensions::ToolRuleBlock {
-        &self.source
-    }
+/// How a rule masks its tool's outcomes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum RuleMask {
+    /// As the global switch says.
+    #[default]
+    Global,
+    /// On: the global rules, or every rule when masking is off globally.
+    On,
+    /// Off for this tool.
+    Off,
+    /// These rules (`names` as written, for reports).
+    Rules {
+        set: MaskSet,
+        names: Vec<&'static str>,
+    },
+}
 
-    /// The masking this tool's outcomes get, given the global set.
-    pub fn mask(&self, global: crate::masking::MaskSet) -> crate::masking::MaskSet {
-        use crate::masking::MaskSet;
-        match &self.source.mask {
-            None => global,
-            Some(ToolMask::On) if global.is_empty() => MaskSet::ALL,
-            Some(ToolMask::On) => global,
-            Some(ToolMask::Off) => MaskSet::NONE,
-            Some(ToolMask::Rules(_)) => self.mask_rules,
+impl RuleMask {
+    /// The rules of a `mask` list, by name (`None` if one is unknown).
+    pub(crate) fn rules<'n>(names: impl IntoIterator<Item = &'n str>) -> Option<Self> {
+        let names = names
+            .into_iter()
+            .map(|n| MASK_RULES.iter().find(|r| r.name == n).map(|r| r.name))
+            .collect::<Option<Vec<_>>>()?;
+        let set = MaskSet::from_names(names.iter().copied()).ok()?;
+        Some(Self::Rules { set, names })
+    }
+}
+
+impl serde::Serialize for RuleMask {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Global => s.serialize_none(),
+            Self::On => s.serialize_bool(true),
+            Self::Off => s.serialize_bool(false),
+            Self::Rules { names, .. } => names.serialize(s),
         }
     }
 }
 
-impl Clone for ToolRule {
-    fn clone(&self) -> Self {
-        Self::compile(&self.source).expect("a compiled rule compiles again")
+impl ToolRule {
+    /// A rule for the tools `pattern` names (`None` if the glob does not compile), with no
+    /// setting yet.
+    pub(crate) fn new(pattern: &str) -> Option<Self> {
+        Some(Self {
+            matcher: NameMatch::new(pattern)?,
+            class: None,
+            ignore_args: PathSet::default(),
+            ignore_result: PathSet::default(),
+            mask: RuleMask::Global,
+            target: None,
+            warning_threshold: None,
+            critical_threshold: None,
+        })
+    }
+
+    /// The masking this tool's outcomes get, given the global set.
+    pub(crate) fn mask(&self, global: MaskSet) -> MaskSet {
+        match &self.mask {
+            RuleMask::Global => global,
+            RuleMask::On if global.is_empty() => MaskSet::ALL,
+            RuleMask::On => global,
+            RuleMask::Off => MaskSet::NONE,
+            RuleMask::Rules { set, .. } => *set,
+        }
     }
 }
 
-impl PartialEq for ToolRule {
-    fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
-    }
-}
-
-impl Eq for ToolRule {}
-
-impl serde::Serialize for ToolRule {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.source.serialize(s)
+/// The rule in one line, with its config keys (`match read_*; class read; mask true`).
+impl fmt::Display for ToolRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "match {}", self.matcher.pattern())?;
+        if let Some(class) = self.class {
+            write!(f, "; class {}", class.name())?;
+        }
+        let list = |paths: &PathSet| paths.written().collect::<Vec<_>>().join(", ");
+        if !self.ignore_args.is_empty() {
+            write!(f, "; ignoreArgs {}", list(&self.ignore_args))?;
+        }
+        if !self.ignore_result.is_empty() {
+            write!(f, "; ignoreResult {}", list(&self.ignore_result))?;
+        }
+        match &self.mask {
+            RuleMask::Global => {}
+            RuleMask::On => f.write_str("; mask true")?,
+            RuleMask::Off => f.write_str("; mask false")?,
+            RuleMask::Rules { names, .. } => write!(f, "; mask [{}]", names.join(", "))?,
+        }
+        if let Some(target) = &self.target {
+            write!(f, "; target {}", target.join(", "))?;
+        }
+        if let Some(w) = self.warning_threshold {
+            write!(f, "; warningThreshold {w}")?;
+        }
+        if let Some(c) = self.critical_threshold {
+            write!(f, "; criticalThreshold {c}")?;
+        }
+        Ok(())
     }
 }
 
@@ -386,7 +498,7 @@ impl ToolPolicy {
     /// Classifies a call of `tool` with `args`.
     pub fn classify<'a, J: Json<'a>>(&self, tool: &str, args: J) -> Classified {
         let rule = self.rules.iter().position(|r| r.matcher.is_match(tool));
-        let tool_class = rule.and_then(|i| self.rules[i].source.class);
+        let tool_class = rule.and_then(|i| self.rules[i].class);
         let class = match tool_class {
             Some(ToolClass::Poll) => CallClass {
                 known_poll: true,
@@ -418,7 +530,7 @@ impl ToolPolicy {
         let args = args.as_object()?;
         let rule_names = rule
             .and_then(|i| self.rule(i))
-            .and_then(|r| r.source.target.as_deref());
+            .and_then(|r| r.target.as_deref());
         // One pass over the (few) arguments, ranking each by its place among the names:
         // cheaper than a map lookup per name.
         let rank = |key: &[u8]| match rule_names {
@@ -447,19 +559,6 @@ impl ToolPolicy {
 /// The string `args.action`, if any.
 pub(crate) fn action<'a, J: Json<'a>>(args: J) -> Option<&'a str> {
     args.get("action").and_then(Json::as_str)
-}
-
-/// Whether an object looks like a delivered message, whose own `id` is volatile: a string
-/// `id`, a string `text`, and one of string `direction`, `senderId`, `accountId` or an
-/// object `conversation`.
-pub(crate) fn is_delivered_message<'a, O: Object<'a>>(map: O) -> bool {
-    let is_str = |k: &str| map.get(k).and_then(Json::as_string).is_some();
-    is_str("id")
-        && is_str("text")
-        && (is_str("direction")
-            || is_str("senderId")
-            || is_str("accountId")
-            || map.get("conversation").and_then(Json::as_object).is_some())
 }
 
 #[cfg(test)]
@@ -503,12 +602,18 @@ mod tests {
             json!({"id": "1", "text": "t", "accountId": "a"}),
             json!({"id": "1", "text": "t", "conversation": {}}),
         ];
+        fn is_delivered_message(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+            BUILTIN.delivered_message.matches(map)
+        }
         for v in yes {
             assert!(is_delivered_message(v.as_object().unwrap()), "{v}");
             let text = v.to_string();
             let mut tape = crate::json::Tape::new();
             let doc = tape.parse(&text).unwrap();
-            assert!(is_delivered_message(doc.as_object().unwrap()), "{v}");
+            assert!(
+                BUILTIN.delivered_message.matches(doc.as_object().unwrap()),
+                "{v}"
+            );
         }
         let no = [
             json!({"id": 1, "text": "t", "direction": "out"}),
@@ -523,13 +628,9 @@ mod tests {
 
     #[test]
     fn targets_come_from_the_named_arguments() {
-        let rule = |pattern: &str, target: Option<Vec<&str>>| {
-            ToolRule::compile(&crate::config::extensions::ToolRuleBlock {
-                pattern: pattern.into(),
-                target: target.map(|t| t.into_iter().map(str::to_owned).collect()),
-                ..Default::default()
-            })
-            .unwrap()
+        let rule = |pattern: &str, target: Option<Vec<&str>>| ToolRule {
+            target: target.map(|t| t.into_iter().map(str::to_owned).collect()),
+            ..ToolRule::new(pattern).unwrap()
         };
         let policy = ToolPolicy::new(
             true,

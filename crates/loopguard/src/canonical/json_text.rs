@@ -33,7 +33,7 @@ pub fn json_text<'a, J: Json<'a>>(value: J) -> String {
                 Kind::Null => out.push_str("null"),
                 Kind::Bool(b) => out.push_str(if b { "true" } else { "false" }),
                 Kind::Number(n) => out.push_str(&number_text(n)),
-                Kind::String(s) => push_json_string(&mut out, s),
+                Kind::String(s) => s.push_json(&mut out),
             }
         }
         let Some(top) = stack.last_mut() else { break };
@@ -58,7 +58,7 @@ pub fn json_text<'a, J: Json<'a>>(value: J) -> String {
                             out.push(',');
                         }
                         *first = false;
-                        push_json_string(&mut out, key_str(k));
+                        key_str(k).push_json(&mut out);
                         out.push(':');
                         pending = Some(v);
                     }
@@ -96,59 +96,6 @@ pub fn number_text(n: Num<'_>) -> Cow<'_, str> {
             }
         }),
         Canonical::Big(text) => Cow::Borrowed(text),
-    }
-}
-
-/// Appends `s` as a JSON string literal. Lone surrogates of a WTF-8 string are written as
-/// `\uXXXX` escapes, as they were in the input.
-pub(crate) fn push_json_string(out: &mut String, s: Str<'_>) {
-    out.push('"');
-    match s {
-        Str::Text(t) => push_escaped(out, t),
-        Str::Wtf8(mut rest) => loop {
-            match std::str::from_utf8(rest) {
-                Ok(t) => {
-                    push_escaped(out, t);
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    push_escaped(out, std::str::from_utf8(valid).unwrap_or_default());
-                    // A surrogate: three bytes, 0xED then 10xxxxxx twice.
-                    match after {
-                        [a, b, c, tail @ ..] => {
-                            let unit = (u32::from(a & 0x0F) << 12)
-                                | (u32::from(b & 0x3F) << 6)
-                                | u32::from(c & 0x3F);
-                            use std::fmt::Write;
-                            let _ = write!(out, "\\u{unit:04x}");
-                            rest = tail;
-                        }
-                        _ => break,
-                    }
-                }
-            }
-        },
-    }
-    out.push('"');
-}
-
-fn push_escaped(out: &mut String, s: &str) {
-    use std::fmt::Write;
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
     }
 }
 

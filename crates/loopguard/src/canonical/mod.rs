@@ -45,7 +45,6 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3Default};
 
 pub use json_text::{json_text, number_text};
 
-pub(crate) use json_text::push_json_string;
 pub use path_set::PathSet;
 
 use path_set::{Here, Step};
@@ -464,7 +463,10 @@ impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
         }
         // Members are filtered relative to this object's own path: count the kept ones.
         let stepped = self.enter(step);
-        let drop_id = self.filter.send_ids && crate::policy::is_delivered_message(object);
+        let drop_id = self
+            .filter
+            .send_noise
+            .is_some_and(|noise| noise.message.matches(object));
         let mut count = members.clone();
         let mut kept = 0;
         while let Some((k, _)) = object.next_sorted(&mut count, self.order) {
@@ -489,7 +491,7 @@ impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
 }
 
 /// Whether `filter` leaves out the member `key` of an object at `prefix` + `path`
-/// (`drop_id`: the object looks like a delivered message, whose `id` a send drops).
+/// (`drop_id`: the object looks like a delivered message, whose id a send drops).
 fn drops(
     filter: &Filter<'_>,
     prefix: &[&str],
@@ -497,10 +499,12 @@ fn drops(
     key: &[u8],
     drop_id: bool,
 ) -> bool {
-    if filter.send_ids
-        && (crate::policy::BUILTIN.is_volatile_send_key_bytes(key) || (drop_id && key == b"id"))
-    {
-        return true;
+    if let Some(noise) = filter.send_noise {
+        if noise.keys.iter().any(|k| k.as_bytes() == key)
+            || (drop_id && key == noise.message.id.as_bytes())
+        {
+            return true;
+        }
     }
     filter
         .ignore
@@ -510,8 +514,8 @@ fn drops(
 /// What a traversal leaves out or rewrites.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Filter<'p> {
-    /// Drop the volatile per-delivery ids of outbound sends at any depth (SPEC §2 rule 7).
-    pub send_ids: bool,
+    /// Drop the volatile per-delivery ids of an outbound send (SPEC §2 rule 7).
+    pub send_noise: Option<SendNoise<'p>>,
     /// Drop members on these paths.
     pub ignore: Option<&'p PathSet>,
     /// Mask volatile tokens in string values.
@@ -521,14 +525,50 @@ pub(crate) struct Filter<'p> {
 impl Filter<'_> {
     /// Everything, unchanged.
     pub const KEEP: Filter<'static> = Filter {
-        send_ids: false,
+        send_noise: None,
         ignore: None,
         mask: MaskSet::NONE,
     };
 
     /// Whether members are all kept (masking only touches string values).
     fn is_plain(&self) -> bool {
-        !self.send_ids && self.ignore.is_none_or(PathSet::is_empty)
+        self.send_noise.is_none() && self.ignore.is_none_or(PathSet::is_empty)
+    }
+}
+
+/// What an outbound send's outcome leaves out (SPEC §2 rule 7). The tables are the
+/// policy's ([`crate::policy::Policy::send_noise`]); the encoder only applies them, so it
+/// depends on no policy.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendNoise<'p> {
+    /// Keys dropped at any depth.
+    pub keys: &'p [&'p str],
+    /// Objects of this shape are delivered messages, whose own id is dropped too.
+    pub message: &'p MessageShape,
+}
+
+/// The shape of a delivered message, as data: every `strings` member is a string, and so
+/// is one of `any_string`, or one of `any_object` is an object. Its `id` member is the
+/// message's volatile id.
+#[derive(Debug)]
+pub(crate) struct MessageShape {
+    /// The member holding the message's id.
+    pub id: &'static str,
+    /// Members that must all be strings.
+    pub strings: &'static [&'static str],
+    /// Members of which one string suffices...
+    pub any_string: &'static [&'static str],
+    /// ... or one object.
+    pub any_object: &'static [&'static str],
+}
+
+impl MessageShape {
+    /// Whether `object` has the shape.
+    pub(crate) fn matches<'a, O: Object<'a>>(&self, object: O) -> bool {
+        let is_str = |k: &&str| object.get(k).and_then(Json::as_string).is_some();
+        let is_object = |k: &&str| object.get(k).and_then(Json::as_object).is_some();
+        self.strings.iter().all(is_str)
+            && (self.any_string.iter().any(is_str) || self.any_object.iter().any(is_object))
     }
 }
 

@@ -20,6 +20,8 @@ pub(super) struct Here<'h, 'a> {
 pub struct PathSet {
     anywhere: Vec<Box<str>>,
     anchored: Vec<Vec<Option<Box<str>>>>,
+    /// The paths as written, for reports.
+    written: Vec<Box<str>>,
 }
 
 impl PathSet {
@@ -27,6 +29,7 @@ impl PathSet {
     pub fn parse<'s>(paths: impl IntoIterator<Item = &'s str>) -> Result<Self, String> {
         let mut set = Self::default();
         for raw in paths {
+            set.written.push(raw.into());
             let path = raw.strip_prefix("$.").unwrap_or(raw).replace("[*]", ".*");
             if path.is_empty() || path.split('.').any(str::is_empty) {
                 return Err(format!("`{raw}` is not a key or a dotted path"));
@@ -42,6 +45,11 @@ impl PathSet {
             }
         }
         Ok(set)
+    }
+
+    /// The paths as written.
+    pub(crate) fn written(&self) -> impl Iterator<Item = &str> {
+        self.written.iter().map(|p| &**p)
     }
 
     /// Whether the set is empty.

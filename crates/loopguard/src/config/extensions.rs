@@ -33,8 +33,9 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
+use crate::canonical::PathSet;
 use crate::masking::MaskSet;
-use crate::policy::{ToolClass, ToolPolicy, ToolRule};
+use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
 
 /// Default `consecutiveRepeat` thresholds.
 pub const DEFAULT_CONSECUTIVE: (u32, u32) = (6, 12);
@@ -275,6 +276,29 @@ pub struct ToolRuleBlock {
     pub warning_threshold: Option<u32>,
     /// Critical threshold for this tool's calls.
     pub critical_threshold: Option<u32>,
+}
+
+impl ToolRuleBlock {
+    /// The compiled rule (`None` if its glob, paths or mask rules do not compile; a
+    /// validated document has none of those).
+    pub fn compile(&self) -> Option<ToolRule> {
+        let paths = |list: &[String]| PathSet::parse(list.iter().map(String::as_str)).ok();
+        Some(ToolRule {
+            class: self.class,
+            ignore_args: paths(&self.ignore_args)?,
+            ignore_result: paths(&self.ignore_result)?,
+            mask: match &self.mask {
+                None => RuleMask::Global,
+                Some(ToolMask::On) => RuleMask::On,
+                Some(ToolMask::Off) => RuleMask::Off,
+                Some(ToolMask::Rules(names)) => RuleMask::rules(names.iter().map(String::as_str))?,
+            },
+            target: self.target.clone(),
+            warning_threshold: self.warning_threshold,
+            critical_threshold: self.critical_threshold,
+            ..ToolRule::new(&self.pattern)?
+        })
+    }
 }
 
 /// The `policy` block, as written.
@@ -556,7 +580,7 @@ impl Extensions {
             .policy
             .tools
             .iter()
-            .filter_map(ToolRule::compile)
+            .filter_map(ToolRuleBlock::compile)
             .collect();
         Arc::new(Self {
             preset: block.preset,
@@ -598,6 +622,56 @@ mod tests {
 
     fn issues(text: &str) -> Vec<ConfigIssue> {
         ConfigSet::parse(text).unwrap_err().issues
+    }
+
+    /// A compiled rule reads as it was written: in `config explain`'s JSON (its
+    /// serialization) and in its one-line form.
+    #[test]
+    fn compiled_rules_report_what_was_written() {
+        use super::{ToolMask, ToolRuleBlock};
+        use crate::policy::ToolClass;
+        let blocks = [
+            ToolRuleBlock {
+                pattern: "session_*".into(),
+                class: Some(ToolClass::Read),
+                ignore_args: vec!["$.a".into(), "b[*].c".into()],
+                ignore_result: vec!["details.statusText".into()],
+                mask: Some(ToolMask::Rules(vec!["digits".into(), "uuid".into()])),
+                target: Some(vec!["url".into()]),
+                warning_threshold: Some(3),
+                critical_threshold: Some(5),
+            },
+            ToolRuleBlock {
+                pattern: "notify".into(),
+                mask: Some(ToolMask::On),
+                target: Some(vec![]),
+                ..Default::default()
+            },
+            ToolRuleBlock {
+                pattern: "x?".into(),
+                mask: Some(ToolMask::Off),
+                ..Default::default()
+            },
+            ToolRuleBlock {
+                pattern: "plain".into(),
+                ..Default::default()
+            },
+        ];
+        let lines = [
+            "match session_*; class read; ignoreArgs $.a, b[*].c; ignoreResult details.statusText; \
+             mask [digits, uuid]; target url; warningThreshold 3; criticalThreshold 5",
+            "match notify; mask true; target ",
+            "match x?; mask false",
+            "match plain",
+        ];
+        for (block, line) in blocks.iter().zip(lines) {
+            let rule = block.compile().unwrap();
+            assert_eq!(
+                serde_json::to_value(&rule).unwrap(),
+                serde_json::to_value(block).unwrap()
+            );
+            assert_eq!(rule.to_string(), line);
+        }
     }
 
     #[test]

@@ -75,8 +75,7 @@ impl Thresholds {
             .extensions
             .as_deref()
             .zip(call.rule.tool_rule())
-            .and_then(|(ext, i)| ext.policy.rule(i))
-            .map(|r| r.source());
+            .and_then(|(ext, i)| ext.policy.rule(i));
         if let Some(rule) = rule {
             t.warning = rule.warning_threshold.unwrap_or(t.warning);
             t.critical = rule.critical_threshold.unwrap_or(t.critical);

@@ -10,6 +10,7 @@ use crate::canonical::{hash_with, Digest, Filter, PathSet};
 use crate::config::EffectiveConfig;
 use crate::json::{Canonical, Json, Object, Raw, Str};
 use crate::masking::MaskSet;
+use crate::policy::BUILTIN;
 use crate::text::is_js_space;
 
 /// What a tool call returned, in any [`Json`] view.
@@ -183,7 +184,7 @@ fn result_fingerprint<'a, J: Json<'a>>(
                 Some(map) => d.object_filtered(
                     map,
                     Filter {
-                        send_ids: true,
+                        send_noise: Some(BUILTIN.send_noise()),
                         ..values
                     },
                     &["details"],

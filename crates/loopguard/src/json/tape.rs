@@ -275,7 +275,6 @@ impl<'a> Raw<'a> {
     /// in their order (duplicates included), numbers with their own digits. What a proxy
     /// forwards when it must rewrite a message around a value. Iterative.
     pub fn to_json_text(self) -> String {
-        use crate::canonical::push_json_string;
         let doc = self.doc;
         let mut out = String::new();
         // Containers still open: where they end, and whether they are objects.
@@ -298,7 +297,7 @@ impl<'a> Raw<'a> {
                 out.push(',');
             }
             if in_object {
-                push_json_string(&mut out, doc.str_at(at));
+                doc.str_at(at).push_json(&mut out);
                 out.push(':');
                 at += 1;
             }
@@ -309,7 +308,7 @@ impl<'a> Raw<'a> {
                 FALSE => out.push_str("false"),
                 TRUE => out.push_str("true"),
                 INT | FLOAT => out.push_str(&doc.text[n.a as usize..(n.a + n.b) as usize]),
-                STR | STR_ESCAPED | STR_WTF8 => push_json_string(&mut out, doc.str_at(at)),
+                STR | STR_ESCAPED | STR_WTF8 => doc.str_at(at).push_json(&mut out),
                 tag => {
                     let object = tag == OBJECT;
                     out.push(if object { '{' } else { '[' });
