@@ -21,9 +21,14 @@
 
 #![deny(unsafe_code)]
 
-use loopguard::{Abort, ConfigSet, Detection, Guard, Recorded, Verdict};
-use loopguard_events::{from_value, Answer, Replayer};
+mod js_text;
+mod lifted;
+
+use loopguard::json::Tape;
+use loopguard::{Abort, ConfigSet, Detection, Guard, OutcomeOf, Recorded, Verdict};
+use loopguard_events::{apply_event, from_value, parse_raw, Answer, EventRef, Replayer};
 use napi::bindgen_prelude::*;
+use napi::JsString;
 use napi_derive::napi;
 use serde_json::Value;
 
@@ -92,6 +97,13 @@ pub struct NativeConfigIssue {
 #[napi]
 pub struct NativeGuard {
     replayer: Replayer<loopguard::SystemClock>,
+    /// Where result events with lifted strings are tokenized, reused.
+    tape: Tape,
+    /// The text of the event being applied, in a buffer reused from call to call (its
+    /// UTF-8 is checked as it is tokenized).
+    event: Vec<u8>,
+    /// Its outcome's lifted strings, likewise.
+    lifted: lifted::Strings,
 }
 
 #[napi]
@@ -104,13 +116,17 @@ impl NativeGuard {
             .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
         Ok(Self {
             replayer: Replayer::with_guard(Guard::new(config), None),
+            tape: Tape::new(),
+            event: Vec::new(),
+            lifted: lifted::Strings::default(),
         })
     }
 
     /// A call event as JSON text: the verdict, or `null` for allow.
-    #[napi]
-    pub fn call_text(&mut self, event: String) -> Result<Option<NativeVerdict>> {
-        match self.replayer.apply_line(0, event.as_bytes()) {
+    #[napi(ts_args_type = "event: string")]
+    pub fn call_text(&mut self, event: JsString) -> Result<Option<NativeVerdict>> {
+        self.read_event(&event)?;
+        match self.replayer.apply_line(0, &self.event) {
             Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
             other => Err(unexpected(&other)),
         }
@@ -126,11 +142,36 @@ impl NativeGuard {
         }
     }
 
-    /// A result event as JSON text: whether it was recorded, or an object when there is
-    /// more to say (an abort, or one shadow mode would have made).
-    #[napi]
-    pub fn result_text(&mut self, event: String) -> Result<Either<bool, NativeRecorded>> {
-        match self.replayer.apply_line(0, event.as_bytes()) {
+    /// A result event as JSON text, its outcome's long strings lifted into `lifted`
+    /// (see [`lifted`]): whether it was recorded, or an object when there is more to say
+    /// (an abort, or one shadow mode would have made).
+    #[napi(ts_args_type = "event: string, lifted?: string[]")]
+    pub fn result_text(
+        &mut self,
+        event: JsString,
+        lifted: Option<Array>,
+    ) -> Result<Either<bool, NativeRecorded>> {
+        self.read_event(&event)?;
+        let answer = match lifted {
+            None => self.replayer.apply_line(0, &self.event),
+            Some(strings) => {
+                self.lifted.clear();
+                for i in 0..strings.len() {
+                    let string: JsString = strings
+                        .get(i)?
+                        .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
+                    self.lifted
+                        .push_with(|text| js_text::push_str(&string, text).map(drop))?;
+                }
+                apply_lifted(
+                    &mut self.replayer,
+                    &mut self.tape,
+                    &self.event,
+                    &self.lifted,
+                )
+            }
+        };
+        match answer {
             Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
             other => Err(unexpected(&other)),
         }
@@ -197,6 +238,80 @@ impl NativeGuard {
             "ownBlock": own_block,
             "effective": effective,
         }))
+    }
+}
+
+impl NativeGuard {
+    /// Reads an event's text into the reused buffer.
+    fn read_event(&mut self, event: &JsString<'_>) -> Result<()> {
+        self.event.clear();
+        if self.event.capacity() > KEEP_BYTES {
+            self.event.shrink_to(KEEP_BYTES);
+        }
+        js_text::push_bytes(event, &mut self.event).map(drop)
+    }
+}
+
+/// Buffers larger than this are given back after use.
+const KEEP_BYTES: usize = 16 << 20;
+
+/// [`Replayer::apply_line`] for an event whose outcome's placeholders stand for
+/// `strings` (the replayer's guard, with a tape of its own).
+fn apply_lifted(
+    replayer: &mut Replayer<loopguard::SystemClock>,
+    tape: &mut Tape,
+    event: &[u8],
+    strings: &lifted::Strings,
+) -> Answer {
+    let event = match parse_raw(event, tape) {
+        Ok(event) => lift(event, strings),
+        Err(error) => return Answer::Invalid { seq: 0, error },
+    };
+    let scope = event.scope(None);
+    replayer.guard_mut().with_run(&scope, |cfg, run, now| {
+        apply_event(run, cfg, &scope, 0, &event, now)
+    })
+}
+
+/// An event read from text, its outcome read through `strings` (its arguments are never
+/// lifted).
+fn lift<'a>(
+    event: EventRef<'a, loopguard::json::Raw<'a>>,
+    strings: &'a lifted::Strings,
+) -> EventRef<'a, lifted::Lifted<'a>> {
+    let plain = |raw| lifted::Lifted::new(raw, &lifted::NONE);
+    match event {
+        EventRef::Call {
+            ids,
+            call_id,
+            tool,
+            args,
+            batch,
+        } => EventRef::Call {
+            ids,
+            call_id,
+            tool,
+            args: args.map(plain),
+            batch,
+        },
+        EventRef::Result {
+            ids,
+            call_id,
+            tool,
+            args,
+            outcome,
+        } => EventRef::Result {
+            ids,
+            call_id,
+            tool,
+            args: args.map(plain),
+            outcome: match outcome {
+                OutcomeOf::Result(v) => OutcomeOf::Result(lifted::Lifted::new(v, strings)),
+                OutcomeOf::Error(v) => OutcomeOf::Error(lifted::Lifted::new(v, strings)),
+                OutcomeOf::Nothing => OutcomeOf::Nothing,
+            },
+        },
+        EventRef::Compaction { ids } => EventRef::Compaction { ids },
     }
 }
 

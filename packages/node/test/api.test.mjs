@@ -153,6 +153,7 @@ test('bad input gets a clear error, never a crash', () => {
   assert.throws(() => guard.beforeCall({ ...call, args: () => 1 }), /args is not a JSON value/);
   assert.throws(() => guard.beforeCall({ ...call, args: Symbol('x') }), /args is not a JSON value/);
   assert.throws(() => guard.afterCall({ ...call, callId: 'c', result: 5n }), /result is not a JSON value/);
+  assert.throws(() => guard.afterCall({ ...call, callId: 'c', result: { text: 'x'.repeat(100), cyclic } }), /cannot be turned into JSON: .*circular/i);
   assert.throws(() => guard.beforeCall({ ...call, tool: undefined }), /call without tool/);
   assert.throws(() => guard.beforeCall({ ...call, tool: '  ' }), /call without tool/);
   assert.throws(() => guard.beforeCall({ ...call, tool: 5 }), /tool must be a string, not a number/);
@@ -189,6 +190,58 @@ test('bad input gets a clear error, never a crash', () => {
 
   // The guard still works after all of that.
   assert.equal(guard.beforeCall({ ...call, session: 'fresh', args: {} }).verdict, 'allow');
+});
+
+/**
+ * Whether results `a` and `b` fingerprint alike: 21 calls of one tool with the same args,
+ * their results alternating between `a` and `b`, are blocked at the 21st only if they do
+ * (20 identical outcomes). Run through afterCall (long strings lifted out of the text) and
+ * through applyEvent (the whole value as JSON text, as `loopguard replay` reads it): both
+ * must answer alike.
+ */
+function hashAlike(a, b) {
+  const api = new Guard(ON);
+  const text = new Guard(ON);
+  const verdicts = { api: [], text: [] };
+  for (let i = 1; i <= 21; i++) {
+    const result = i % 2 ? a : b;
+    const call = { session: 's', run: 'r', tool: 'read', args: { p: 1 }, callId: `c${i}` };
+    const v = api.beforeCall(call);
+    verdicts.api.push(v.verdict);
+    if (v.verdict !== 'block') api.afterCall({ ...call, result });
+    const event = { session: 's', run: 'r', tool: 'read', args: { p: 1 }, call_id: `c${i}` };
+    const t = text.applyEvent({ type: 'call', ...event });
+    verdicts.text.push(t.verdict);
+    if (t.verdict !== 'block') text.applyEvent({ type: 'result', ...event, result });
+  }
+  assert.deepEqual(verdicts.api, verdicts.text);
+  return verdicts.api.at(-1) === 'block';
+}
+
+test('long strings of a result cross beside its text and hash as inside it', () => {
+  const long = 'line "one"\n\tline two\n'.repeat(20);
+  const content = (text) => ({ content: [{ type: 'text', text }], details: { ok: true } });
+  assert.equal(hashAlike(content(long), content(`${long}`)), true);
+  assert.equal(hashAlike(content(long), content(`${long}.`)), false);
+  assert.equal(hashAlike(long, long), true, 'a long string as the whole result');
+  assert.equal(hashAlike('é😀'.repeat(40), 'é😀'.repeat(40)), true);
+  // Lone surrogates stay in the text (N-API would make both U+FFFD).
+  assert.equal(hashAlike(`\ud800${long}`, `\udc00${long}`), false);
+  // A string that looks like a placeholder is lifted too, so it is never taken for one.
+  assert.equal(hashAlike(['\u00000', long], [long, long]), false);
+  assert.equal(hashAlike(['\u00000', long], ['\u00000', long]), true);
+  assert.equal(hashAlike(['\u0000\ud800', long], ['\u0000\udc00', long]), false);
+  // toJSON and JSON.stringify's other rules apply before lifting.
+  const dated = { at: new Date(0), note: long, skip: undefined, f: () => 1 };
+  assert.equal(hashAlike(dated, { at: new Date(0).toISOString(), note: long }), true);
+  // Many short values: lifting gives up and the text is written whole.
+  const rows = (text) => ({ ...content(text), details: { rows: Array.from({ length: 100 }, (_, i) => ({ i, name: `n${i}` })) } });
+  assert.equal(hashAlike(rows(long), rows(`${long}`)), true);
+  assert.equal(hashAlike(rows(long), rows(`${long}.`)), false);
+  // Errors are lifted like results.
+  const guard = new Guard(ON);
+  guard.beforeCall({ session: 'e', tool: 'exec', args: { command: 'make' }, callId: 'c1' });
+  assert.equal(guard.afterCall({ session: 'e', callId: 'c1', error: { message: long } }).recorded, true);
 });
 
 test('applyEvent answers protocol lines, bad ones included, with replay\'s fields', () => {
