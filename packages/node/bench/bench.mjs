@@ -13,6 +13,9 @@
 //                 serde_json values
 //   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
 //                 recordToolCallOutcome from the installed openclaw package)
+//   baseline      with LOOPGUARD_BENCH_BASELINE=DIR: `node text` through another build of
+//                 the package (DIR holds its index.js, native.js and libloopguard_node.so,
+//                 copied before a change), so that old and new alternate in one run
 //
 // Times are CPU time per call (process.cpuUsage here, the thread's schedstat in
 // engine_cycle): on a shared, loaded machine wall time mostly measures the scheduler.
@@ -65,8 +68,8 @@ function workload(name, n) {
   return pairs;
 }
 
-function nodeText(pairs) {
-  const guard = new Guard(CONFIG);
+function nodeText(pairs, GuardClass = Guard) {
+  const guard = new GuardClass(CONFIG);
   return cpuPerCall(pairs.length, () => {
     for (const p of pairs) {
       const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
@@ -129,16 +132,32 @@ function engine(name, n, mode = []) {
   return Number(/([\d.]+) µs CPU per call/.exec(out)[1]);
 }
 
+/** The Guard of the baseline build, when one is named. */
+function baselineGuard() {
+  const dir = process.env.LOOPGUARD_BENCH_BASELINE;
+  if (!dir) return null;
+  const current = process.env.LOOPGUARD_NODE_ADDON;
+  process.env.LOOPGUARD_NODE_ADDON = join(dir, 'libloopguard_node.so');
+  try {
+    return require(join(dir, 'index.js')).Guard;
+  } finally {
+    process.env.LOOPGUARD_NODE_ADDON = current;
+  }
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const detector = await openclawDetector();
+const Baseline = baselineGuard();
 console.log(`calls ${CALLS} per workload, ${ROUNDS} interleaved rounds, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
-console.log('| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node text | node by id | node object | OpenClaw detector | node text / engine | OpenClaw / node text | OpenClaw / node by id |');
-console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+const baselineHead = Baseline ? ' baseline node text | node text / baseline |' : '';
+console.log(`| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node text | node by id | node object | OpenClaw detector | node text / engine | OpenClaw / node text | OpenClaw / node by id |${baselineHead}`);
+console.log(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|${Baseline ? '---:|---:|' : ''}`);
 for (const name of ['small', 'medium']) {
   const n = name === 'small' ? CALLS : Math.ceil(CALLS / 5);
   const pairs = workload(name, n);
-  const times = { engine: [], engineText: [], text: [], byId: [], object: [], openclaw: [] };
+  const times = { engine: [], engineText: [], text: [], byId: [], object: [], openclaw: [], baseline: [] };
   nodeText(pairs.slice(0, 2000)); // warm up the JIT
+  if (Baseline) nodeText(pairs.slice(0, 2000), Baseline);
   nodeObject(pairs.slice(0, 2000));
   openclaw(detector, pairs.slice(0, 2000));
   for (let r = 0; r < ROUNDS; r++) {
@@ -148,11 +167,13 @@ for (const name of ['small', 'medium']) {
     times.byId.push(nodeById(pairs));
     times.object.push(nodeObject(pairs));
     times.openclaw.push(openclaw(detector, pairs));
+    if (Baseline) times.baseline.push(nodeText(pairs, Baseline));
   }
   const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
   const us = (x) => `${x.toFixed(2)} µs`;
+  const baseline = Baseline ? ` ${us(m.baseline)} | ${(m.text / m.baseline).toFixed(2)}× |` : '';
   console.log(
-    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.text)} | ${us(m.byId)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× | ${(m.openclaw / m.byId).toFixed(1)}× |`,
+    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.text)} | ${us(m.byId)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× | ${(m.openclaw / m.byId).toFixed(1)}× |${baseline}`,
   );
 }
 console.log(`load after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
