@@ -5,12 +5,10 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::extensions::{
-    CascadeBlock, CycleBlock, EscalationBlock, ExtensionsBlock, LevelsBlock, MaskingBlock, Mode,
-    PolicyBlock, Preset, StaleBlock, SwitchBlock, ToolMask, ToolRuleBlock, MAX_CYCLE_LENGTH,
-};
+use super::block::{Block, Field, CLASSES, EXTENSIONS, EXT_DETECTORS, MODES, POLICY, TOOL_RULE};
+use super::extensions::{ExtensionsBlock, Mode, PolicyBlock, Preset, ToolMask, ToolRuleBlock};
 use super::locate::{locate, too_deep, Position, Segment};
-use super::{ConfigError, ConfigIssue, IssueKind, LoopDetectionBlock, ScopeBlocks};
+use super::{ConfigError, ConfigIssue, IssueKind, ScopeBlocks};
 use crate::policy::ToolClass;
 
 /// Deepest nesting accepted in a config document. The JSON5 parser recurses per level, so
@@ -134,7 +132,7 @@ pub(crate) struct Blocks {
 }
 
 /// Collects problems while walking the document.
-struct Checker<'t> {
+pub(crate) struct Checker<'t> {
     text: &'t str,
     issues: Vec<ConfigIssue>,
 }
@@ -292,83 +290,6 @@ fn scope_blocks(node: &Node, base: &[Segment], checker: &mut Checker<'_>) -> Opt
     })
 }
 
-/// Known keys of a block, of its `detectors`, and of its `postCompactionGuard`.
-pub(crate) const BLOCK_KEYS: &[&str] = &[
-    "enabled",
-    "historySize",
-    "warningThreshold",
-    "criticalThreshold",
-    "unknownToolThreshold",
-    "globalCircuitBreakerThreshold",
-    "detectors",
-    "postCompactionGuard",
-];
-pub(crate) const DETECTOR_KEYS: &[&str] = &["genericRepeat", "knownPollNoProgress", "pingPong"];
-pub(crate) const GUARD_KEYS: &[&str] = &["windowSize"];
-pub(crate) const EXTENSION_KEYS: &[&str] = &["preset", "mode", "masking", "policy", "detectors"];
-pub(crate) const MASKING_KEYS: &[&str] = &["enabled", "rules"];
-pub(crate) const POLICY_KEYS: &[&str] = &["builtin", "tools"];
-pub(crate) const TOOL_RULE_KEYS: &[&str] = &[
-    "match",
-    "class",
-    "ignoreArgs",
-    "ignoreResult",
-    "mask",
-    "target",
-    "warningThreshold",
-    "criticalThreshold",
-];
-pub(crate) const EXT_DETECTOR_KEYS: &[&str] = &[
-    "consecutiveRepeat",
-    "cycle",
-    "errorCascade",
-    "staleRepeat",
-    "targetThrash",
-    "escalation",
-    "batchDuplicates",
-];
-pub(crate) const LEVELS_KEYS: &[&str] = &["enabled", "warningThreshold", "criticalThreshold"];
-pub(crate) const CYCLE_KEYS: &[&str] = &[
-    "enabled",
-    "minLength",
-    "maxLength",
-    "warningRepeats",
-    "criticalRepeats",
-];
-pub(crate) const CASCADE_KEYS: &[&str] =
-    &["enabled", "warningThreshold", "criticalThreshold", "maxGap"];
-pub(crate) const STALE_KEYS: &[&str] = &[
-    "enabled",
-    "warningThreshold",
-    "criticalThreshold",
-    "failureThreshold",
-];
-pub(crate) const ESCALATION_KEYS: &[&str] = &["enabled", "stopAfter"];
-pub(crate) const SWITCH_KEYS: &[&str] = &["enabled"];
-
-/// Every key each block accepts, by the block's path inside a scope (the document root or
-/// one agent; `[]` stands for any element of an array): for config schemas written in other
-/// languages (the OpenClaw plugin's manifest), whose tests check them against this.
-pub fn known_keys() -> [(&'static str, &'static [&'static str]); 15] {
-    [
-        ("tools.loopDetection", BLOCK_KEYS),
-        ("tools.loopDetection.detectors", DETECTOR_KEYS),
-        ("tools.loopDetection.postCompactionGuard", GUARD_KEYS),
-        ("loopguard", EXTENSION_KEYS),
-        ("loopguard.masking", MASKING_KEYS),
-        ("loopguard.policy", POLICY_KEYS),
-        ("loopguard.policy.tools[]", TOOL_RULE_KEYS),
-        ("loopguard.detectors", EXT_DETECTOR_KEYS),
-        ("loopguard.detectors.consecutiveRepeat", LEVELS_KEYS),
-        ("loopguard.detectors.cycle", CYCLE_KEYS),
-        ("loopguard.detectors.errorCascade", CASCADE_KEYS),
-        ("loopguard.detectors.staleRepeat", STALE_KEYS),
-        ("loopguard.detectors.targetThrash", LEVELS_KEYS),
-        ("loopguard.detectors.escalation", ESCALATION_KEYS),
-        ("loopguard.detectors.batchDuplicates", SWITCH_KEYS),
-    ]
-}
-
 /// Parses a `loopguard` block.
 fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> ExtensionsBlock {
     let mut block = ExtensionsBlock::default();
@@ -385,70 +306,33 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                 });
             }
             "mode" => {
-                block.mode = one_of(v, &p, &["enforce", "shadow"], checker).map(|m| match m {
+                block.mode = one_of(v, &p, MODES, checker).map(|m| match m {
                     "shadow" => Mode::Shadow,
                     _ => Mode::Enforce,
                 })
             }
-            "masking" => {
-                let mut masking = MaskingBlock::default();
-                for (mk, mv) in members(v, &p, checker) {
-                    let mp = child(&p, mk);
-                    match mk.as_str() {
-                        "enabled" => masking.enabled = boolean(mv, &mp, checker),
-                        "rules" => masking.rules = Some(mask_rules(mv, &mp, checker)),
-                        _ => unknown(mk, &mp, MASKING_KEYS, checker),
-                    }
-                }
-                block.masking = Some(masking);
-            }
+            "masking" => block.masking = Some(parse_block(v, &p, checker)),
             "policy" => block.policy = parse_policy(v, &p, checker),
             "detectors" => {
                 for (dk, dv) in members(v, &p, checker) {
                     let dp = child(&p, dk);
                     match dk.as_str() {
                         "consecutiveRepeat" => {
-                            block.consecutive_repeat = Some(parse_levels(dv, &dp, checker))
+                            block.consecutive_repeat = Some(parse_block(dv, &dp, checker))
                         }
-                        "errorCascade" => {
-                            block.error_cascade = Some(parse_cascade(dv, &dp, checker))
-                        }
-                        "staleRepeat" => block.stale_repeat = Some(parse_stale(dv, &dp, checker)),
-                        "targetThrash" => {
-                            block.target_thrash = Some(parse_levels(dv, &dp, checker))
-                        }
-                        "escalation" => {
-                            let mut escalation = EscalationBlock::default();
-                            for (ek, ev) in members(dv, &dp, checker) {
-                                let ep = child(&dp, ek);
-                                match ek.as_str() {
-                                    "enabled" => escalation.enabled = boolean(ev, &ep, checker),
-                                    "stopAfter" => {
-                                        escalation.stop_after =
-                                            count(ev, &ep, MAX_THRESHOLD, checker)
-                                    }
-                                    _ => unknown(ek, &ep, ESCALATION_KEYS, checker),
-                                }
-                            }
-                            block.escalation = Some(escalation);
-                        }
-                        "cycle" => block.cycle = Some(parse_cycle(dv, &dp, checker)),
+                        "cycle" => block.cycle = Some(parse_block(dv, &dp, checker)),
+                        "errorCascade" => block.error_cascade = Some(parse_block(dv, &dp, checker)),
+                        "staleRepeat" => block.stale_repeat = Some(parse_block(dv, &dp, checker)),
+                        "targetThrash" => block.target_thrash = Some(parse_block(dv, &dp, checker)),
+                        "escalation" => block.escalation = Some(parse_block(dv, &dp, checker)),
                         "batchDuplicates" => {
-                            let mut switch = SwitchBlock::default();
-                            for (sk, sv) in members(dv, &dp, checker) {
-                                let sp = child(&dp, sk);
-                                match sk.as_str() {
-                                    "enabled" => switch.enabled = boolean(sv, &sp, checker),
-                                    _ => unknown(sk, &sp, SWITCH_KEYS, checker),
-                                }
-                            }
-                            block.batch_duplicates = Some(switch);
+                            block.batch_duplicates = Some(parse_block(dv, &dp, checker))
                         }
-                        _ => unknown(dk, &dp, EXT_DETECTOR_KEYS, checker),
+                        _ => unknown(dk, &dp, EXT_DETECTORS, checker),
                     }
                 }
             }
-            _ => unknown(k, &p, EXTENSION_KEYS, checker),
+            _ => unknown(k, &p, EXTENSIONS, checker),
         }
     }
     block
@@ -484,7 +368,7 @@ fn parse_policy(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Pol
                     );
                 }
             }
-            _ => unknown(k, &p, POLICY_KEYS, checker),
+            _ => unknown(k, &p, POLICY, checker),
         }
     }
     policy
@@ -521,13 +405,12 @@ fn parse_tool_rule(
                 ),
             },
             "class" => {
-                rule.class =
-                    one_of(v, &p, &["poll", "send", "read", "mutate"], checker).map(|c| match c {
-                        "poll" => ToolClass::Poll,
-                        "send" => ToolClass::Send,
-                        "read" => ToolClass::Read,
-                        _ => ToolClass::Mutate,
-                    })
+                rule.class = one_of(v, &p, CLASSES, checker).map(|c| match c {
+                    "poll" => ToolClass::Poll,
+                    "send" => ToolClass::Send,
+                    "read" => ToolClass::Read,
+                    _ => ToolClass::Mutate,
+                })
             }
             "ignoreArgs" | "ignoreResult" => {
                 let paths: Vec<String> = strings(v, &p, checker)
@@ -579,7 +462,7 @@ fn parse_tool_rule(
             }
             "warningThreshold" => rule.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
             "criticalThreshold" => rule.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            _ => unknown(k, &p, TOOL_RULE_KEYS, checker),
+            _ => unknown(k, &p, TOOL_RULE, checker),
         }
     }
     match pattern {
@@ -596,61 +479,8 @@ fn parse_tool_rule(
     }
 }
 
-fn parse_levels(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> LevelsBlock {
-    let mut levels = LevelsBlock::default();
-    for (k, v) in members(node, path, checker) {
-        let p = child(path, k);
-        match k.as_str() {
-            "enabled" => levels.enabled = boolean(v, &p, checker),
-            "warningThreshold" => levels.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "criticalThreshold" => levels.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            _ => unknown(k, &p, LEVELS_KEYS, checker),
-        }
-    }
-    levels
-}
-
-fn parse_cascade(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> CascadeBlock {
-    let mut cascade = CascadeBlock::default();
-    for (k, v) in members(node, path, checker) {
-        let p = child(path, k);
-        match k.as_str() {
-            "enabled" => cascade.enabled = boolean(v, &p, checker),
-            "warningThreshold" => cascade.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "criticalThreshold" => {
-                cascade.critical_threshold = count(v, &p, MAX_THRESHOLD, checker)
-            }
-            // 0 is meaningful here: failures strictly in a row.
-            "maxGap" => {
-                cascade.max_gap = match v {
-                    Node::Int(0) => Some(0),
-                    Node::Float(f) if *f == 0.0 => Some(0),
-                    _ => count(v, &p, MAX_WINDOW, checker),
-                }
-            }
-            _ => unknown(k, &p, CASCADE_KEYS, checker),
-        }
-    }
-    cascade
-}
-
-fn parse_stale(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> StaleBlock {
-    let mut stale = StaleBlock::default();
-    for (k, v) in members(node, path, checker) {
-        let p = child(path, k);
-        match k.as_str() {
-            "enabled" => stale.enabled = boolean(v, &p, checker),
-            "warningThreshold" => stale.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "criticalThreshold" => stale.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "failureThreshold" => stale.failure_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            _ => unknown(k, &p, STALE_KEYS, checker),
-        }
-    }
-    stale
-}
-
 /// A list of masking rule names, each checked.
-fn mask_rules(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Vec<String> {
+pub(super) fn mask_rules(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Vec<String> {
     let names: Vec<&str> = crate::masking::MASK_RULES.iter().map(|r| r.name).collect();
     strings(v, path, checker)
         .into_iter()
@@ -669,40 +499,6 @@ fn mask_rules(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Vec<Stri
         })
         .map(|(_, name)| name)
         .collect()
-}
-
-fn parse_cycle(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> CycleBlock {
-    let mut cycle = CycleBlock::default();
-    for (k, v) in members(node, path, checker) {
-        let p = child(path, k);
-        match k.as_str() {
-            "enabled" => cycle.enabled = boolean(v, &p, checker),
-            "minLength" | "maxLength" => {
-                let n = count(v, &p, MAX_THRESHOLD, checker);
-                let range = 2..=MAX_CYCLE_LENGTH;
-                if let Some(n) = n.filter(|n| !range.contains(n)) {
-                    checker.issue(
-                        &p,
-                        IssueKind::OutOfRange {
-                            value: n,
-                            min: 2,
-                            max: MAX_CYCLE_LENGTH,
-                        },
-                    );
-                }
-                let n = n.filter(|n| range.contains(n));
-                if k == "minLength" {
-                    cycle.min_length = n;
-                } else {
-                    cycle.max_length = n;
-                }
-            }
-            "warningRepeats" => cycle.warning_repeats = count(v, &p, MAX_THRESHOLD, checker),
-            "criticalRepeats" => cycle.critical_repeats = count(v, &p, MAX_THRESHOLD, checker),
-            _ => unknown(k, &p, CYCLE_KEYS, checker),
-        }
-    }
-    cycle
 }
 
 fn child(path: &[Segment], k: &str) -> Vec<Segment> {
@@ -804,58 +600,19 @@ fn members<'n>(
     members
 }
 
-fn parse_block(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> LoopDetectionBlock {
-    let mut block = LoopDetectionBlock::default();
+/// Parses a block of the table ([`Block`]), reporting every key it does not know.
+pub(super) fn parse_block<B: Block>(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> B {
+    let mut block = B::default();
     for (k, v) in members(node, path, checker) {
-        let mut p = path.to_vec();
-        p.push(key(k));
-        match k.as_str() {
-            "enabled" => block.enabled = boolean(v, &p, checker),
-            "historySize" => block.history_size = count(v, &p, MAX_WINDOW, checker),
-            "warningThreshold" => block.warning_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "criticalThreshold" => block.critical_threshold = count(v, &p, MAX_THRESHOLD, checker),
-            "unknownToolThreshold" => {
-                block.unknown_tool_threshold = count(v, &p, MAX_THRESHOLD, checker)
-            }
-            "globalCircuitBreakerThreshold" => {
-                block.global_circuit_breaker_threshold = count(v, &p, MAX_THRESHOLD, checker)
-            }
-            "detectors" => {
-                for (dk, dv) in members(v, &p, checker) {
-                    let mut dp = p.clone();
-                    dp.push(key(dk));
-                    match dk.as_str() {
-                        "genericRepeat" => {
-                            block.detectors.generic_repeat = boolean(dv, &dp, checker)
-                        }
-                        "knownPollNoProgress" => {
-                            block.detectors.known_poll_no_progress = boolean(dv, &dp, checker)
-                        }
-                        "pingPong" => block.detectors.ping_pong = boolean(dv, &dp, checker),
-                        _ => unknown(dk, &dp, DETECTOR_KEYS, checker),
-                    }
-                }
-            }
-            "postCompactionGuard" => {
-                for (gk, gv) in members(v, &p, checker) {
-                    let mut gp = p.clone();
-                    gp.push(key(gk));
-                    match gk.as_str() {
-                        "windowSize" => {
-                            block.post_compaction_guard.window_size =
-                                count(gv, &gp, MAX_WINDOW, checker)
-                        }
-                        _ => unknown(gk, &gp, GUARD_KEYS, checker),
-                    }
-                }
-            }
-            _ => unknown(k, &p, BLOCK_KEYS, checker),
+        let p = child(path, k);
+        if !block.read(k, v, &p, checker) {
+            unknown(k, &p, B::FIELDS, checker);
         }
     }
     block
 }
 
-fn unknown(k: &str, path: &[Segment], known: &'static [&'static str], checker: &mut Checker<'_>) {
+fn unknown(k: &str, path: &[Segment], known: &'static [Field], checker: &mut Checker<'_>) {
     checker.issue(
         path,
         IssueKind::UnknownKey {
@@ -866,20 +623,20 @@ fn unknown(k: &str, path: &[Segment], known: &'static [&'static str], checker: &
 }
 
 /// The known key most similar to `k`.
-pub(crate) fn closest(k: &str, known: &'static [&'static str]) -> &'static str {
+pub(crate) fn closest(k: &str, known: &'static [Field]) -> &'static str {
     let lower = k.to_ascii_lowercase();
     known
         .iter()
-        .copied()
+        .map(|f| f.key)
         .max_by(|a, b| {
             let sa = strsim::jaro_winkler(&lower, &a.to_ascii_lowercase());
             let sb = strsim::jaro_winkler(&lower, &b.to_ascii_lowercase());
             sa.total_cmp(&sb)
         })
-        .unwrap_or(known[0])
+        .unwrap_or(known[0].key)
 }
 
-fn boolean(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Option<bool> {
+pub(super) fn boolean(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Option<bool> {
     match v {
         Node::Bool(b) => Some(*b),
         other => {
@@ -894,7 +651,12 @@ fn boolean(v: &Node, path: &[Segment], checker: &mut Checker<'_>) -> Option<bool
     }
 }
 
-fn count(v: &Node, path: &[Segment], max: u64, checker: &mut Checker<'_>) -> Option<u32> {
+pub(super) fn count(
+    v: &Node,
+    path: &[Segment],
+    max: u64,
+    checker: &mut Checker<'_>,
+) -> Option<u32> {
     let value = match v {
         Node::Int(i) if *i >= 1 => Some(*i),
         // 10.0 is the integer 10, as in JavaScript.
@@ -919,4 +681,30 @@ fn count(v: &Node, path: &[Segment], max: u64, checker: &mut Checker<'_>) -> Opt
             None
         }
     }
+}
+
+/// A count that may be 0 (`errorCascade.maxGap`: failures strictly in a row).
+pub(super) fn gap(v: &Node, path: &[Segment], max: u64, checker: &mut Checker<'_>) -> Option<u32> {
+    match v {
+        Node::Int(0) => Some(0),
+        Node::Float(f) if *f == 0.0 => Some(0),
+        _ => count(v, path, max, checker),
+    }
+}
+
+/// A count in `min..=max` (a cycle's period): too large for any count, or outside the
+/// range, is a problem.
+pub(super) fn period(
+    v: &Node,
+    path: &[Segment],
+    min: u32,
+    max: u32,
+    checker: &mut Checker<'_>,
+) -> Option<u32> {
+    let n = count(v, path, MAX_THRESHOLD, checker);
+    let range = min..=max;
+    if let Some(n) = n.filter(|n| !range.contains(n)) {
+        checker.issue(path, IssueKind::OutOfRange { value: n, min, max });
+    }
+    n.filter(|n| range.contains(n))
 }

@@ -33,6 +33,9 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
+pub use super::block::{
+    CascadeBlock, CycleBlock, EscalationBlock, LevelsBlock, MaskingBlock, StaleBlock, SwitchBlock,
+};
 use crate::canonical::PathSet;
 use crate::masking::MaskSet;
 use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
@@ -139,88 +142,6 @@ fn recommended() -> ExtensionsBlock {
         }),
         batch_duplicates: Some(SwitchBlock::default()),
     }
-}
-
-/// A detector block with two thresholds, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LevelsBlock {
-    /// On unless `false` (the block's presence turns the detector on).
-    pub enabled: Option<bool>,
-    /// Count at which it warns.
-    pub warning_threshold: Option<u32>,
-    /// Count at which it blocks.
-    pub critical_threshold: Option<u32>,
-}
-
-/// The `cycle` block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CycleBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-    /// Shortest period (calls per repetition), at least 2.
-    pub min_length: Option<u32>,
-    /// Longest period, at most [`MAX_CYCLE_LENGTH`] (and at run time `historySize`).
-    pub max_length: Option<u32>,
-    /// Repetitions at which it warns.
-    pub warning_repeats: Option<u32>,
-    /// Repetitions (with stable outcomes) at which it blocks; may equal `warningRepeats`.
-    pub critical_repeats: Option<u32>,
-}
-
-/// The `errorCascade` block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CascadeBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-    /// Failures at which it warns.
-    pub warning_threshold: Option<u32>,
-    /// Failures at which it blocks.
-    pub critical_threshold: Option<u32>,
-    /// Successful calls allowed between two failures of one run (0: strictly in a row).
-    pub max_gap: Option<u32>,
-}
-
-/// The `staleRepeat` block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StaleBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-    /// Earlier identical outcomes at which it warns.
-    pub warning_threshold: Option<u32>,
-    /// Earlier identical outcomes at which it blocks.
-    pub critical_threshold: Option<u32>,
-    /// Earlier identical failures at which it blocks.
-    pub failure_threshold: Option<u32>,
-}
-
-/// The `escalation` block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EscalationBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-    /// Attempts to continue a blocked loop after which the run is stopped.
-    pub stop_after: Option<u32>,
-}
-
-/// A switch-only block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SwitchBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-}
-
-/// The `masking` block, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct MaskingBlock {
-    /// On unless `false`.
-    pub enabled: Option<bool>,
-    /// Rule names (all when absent).
-    pub rules: Option<Vec<String>>,
 }
 
 /// A tool rule's `mask`, as written.
@@ -354,18 +275,10 @@ impl ExtensionsBlock {
     /// `agent` laid over `self`: fields override, blocks merge key by key, and the agent's
     /// tool rules come first (first match wins).
     pub fn overlay(&self, agent: &Self) -> Self {
-        let levels = |b: &LevelsBlock, t: &LevelsBlock| LevelsBlock {
-            enabled: t.enabled.or(b.enabled),
-            warning_threshold: t.warning_threshold.or(b.warning_threshold),
-            critical_threshold: t.critical_threshold.or(b.critical_threshold),
-        };
         Self {
             preset: agent.preset.or(self.preset),
             mode: agent.mode.or(self.mode),
-            masking: overlay_opt(&self.masking, &agent.masking, |b, t| MaskingBlock {
-                enabled: t.enabled.or(b.enabled),
-                rules: t.rules.clone().or_else(|| b.rules.clone()),
-            }),
+            masking: overlay_opt(&self.masking, &agent.masking, MaskingBlock::overlay),
             policy: PolicyBlock {
                 builtin: agent.policy.builtin.or(self.policy.builtin),
                 tools: agent
@@ -379,42 +292,29 @@ impl ExtensionsBlock {
             consecutive_repeat: overlay_opt(
                 &self.consecutive_repeat,
                 &agent.consecutive_repeat,
-                levels,
+                LevelsBlock::overlay,
             ),
-            cycle: overlay_opt(&self.cycle, &agent.cycle, |b, t| CycleBlock {
-                enabled: t.enabled.or(b.enabled),
-                min_length: t.min_length.or(b.min_length),
-                max_length: t.max_length.or(b.max_length),
-                warning_repeats: t.warning_repeats.or(b.warning_repeats),
-                critical_repeats: t.critical_repeats.or(b.critical_repeats),
-            }),
-            error_cascade: overlay_opt(&self.error_cascade, &agent.error_cascade, |b, t| {
-                CascadeBlock {
-                    enabled: t.enabled.or(b.enabled),
-                    warning_threshold: t.warning_threshold.or(b.warning_threshold),
-                    critical_threshold: t.critical_threshold.or(b.critical_threshold),
-                    max_gap: t.max_gap.or(b.max_gap),
-                }
-            }),
-            stale_repeat: overlay_opt(&self.stale_repeat, &agent.stale_repeat, |b, t| StaleBlock {
-                enabled: t.enabled.or(b.enabled),
-                warning_threshold: t.warning_threshold.or(b.warning_threshold),
-                critical_threshold: t.critical_threshold.or(b.critical_threshold),
-                failure_threshold: t.failure_threshold.or(b.failure_threshold),
-            }),
-            target_thrash: overlay_opt(&self.target_thrash, &agent.target_thrash, levels),
-            escalation: overlay_opt(&self.escalation, &agent.escalation, |b, t| {
-                EscalationBlock {
-                    enabled: t.enabled.or(b.enabled),
-                    stop_after: t.stop_after.or(b.stop_after),
-                }
-            }),
+            cycle: overlay_opt(&self.cycle, &agent.cycle, CycleBlock::overlay),
+            error_cascade: overlay_opt(
+                &self.error_cascade,
+                &agent.error_cascade,
+                CascadeBlock::overlay,
+            ),
+            stale_repeat: overlay_opt(&self.stale_repeat, &agent.stale_repeat, StaleBlock::overlay),
+            target_thrash: overlay_opt(
+                &self.target_thrash,
+                &agent.target_thrash,
+                LevelsBlock::overlay,
+            ),
+            escalation: overlay_opt(
+                &self.escalation,
+                &agent.escalation,
+                EscalationBlock::overlay,
+            ),
             batch_duplicates: overlay_opt(
                 &self.batch_duplicates,
                 &agent.batch_duplicates,
-                |b, t| SwitchBlock {
-                    enabled: t.enabled.or(b.enabled),
-                },
+                SwitchBlock::overlay,
             ),
         }
     }

@@ -21,6 +21,7 @@
 //! # Ok::<(), loopguard::config::ConfigError>(())
 //! ```
 
+mod block;
 mod document;
 pub mod extensions;
 pub mod locate;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use document::known_keys;
+pub use block::{known_keys, DetectorsBlock, GuardBlock, LoopDetectionBlock};
 use extensions::{Extensions, ExtensionsBlock};
 pub use locate::Position;
 
@@ -47,81 +48,6 @@ pub const DEFAULT_UNKNOWN_TOOL_THRESHOLD: u32 = 10;
 pub const DEFAULT_GLOBAL_CIRCUIT_BREAKER_THRESHOLD: u32 = 30;
 /// Default `postCompactionGuard.windowSize`.
 pub const DEFAULT_POST_COMPACTION_WINDOW: u32 = 3;
-
-/// One `loopDetection` block as written: every field optional.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LoopDetectionBlock {
-    /// Master switch (tri-state: unset is not false).
-    pub enabled: Option<bool>,
-    /// Calls kept per run.
-    pub history_size: Option<u32>,
-    /// Count at which a pattern warns.
-    pub warning_threshold: Option<u32>,
-    /// Count at which a no-progress pattern blocks.
-    pub critical_threshold: Option<u32>,
-    /// Repeated calls to one unavailable tool before blocking.
-    pub unknown_tool_threshold: Option<u32>,
-    /// No-progress count that stops the run whatever `detectors` say.
-    pub global_circuit_breaker_threshold: Option<u32>,
-    /// Per-detector switches.
-    pub detectors: DetectorsBlock,
-    /// Post-compaction guard settings.
-    pub post_compaction_guard: GuardBlock,
-}
-
-/// `detectors` as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DetectorsBlock {
-    /// `generic_repeat` switch.
-    pub generic_repeat: Option<bool>,
-    /// `known_poll_no_progress` switch.
-    pub known_poll_no_progress: Option<bool>,
-    /// `ping_pong` switch.
-    pub ping_pong: Option<bool>,
-}
-
-/// `postCompactionGuard` as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GuardBlock {
-    /// Attempts the guard stays armed, and identical triples that abort.
-    pub window_size: Option<u32>,
-}
-
-impl LoopDetectionBlock {
-    /// `agent` laid over `self` field by field; nested objects merge key by key.
-    pub fn overlay(&self, agent: &Self) -> Self {
-        Self {
-            enabled: agent.enabled.or(self.enabled),
-            history_size: agent.history_size.or(self.history_size),
-            warning_threshold: agent.warning_threshold.or(self.warning_threshold),
-            critical_threshold: agent.critical_threshold.or(self.critical_threshold),
-            unknown_tool_threshold: agent.unknown_tool_threshold.or(self.unknown_tool_threshold),
-            global_circuit_breaker_threshold: agent
-                .global_circuit_breaker_threshold
-                .or(self.global_circuit_breaker_threshold),
-            detectors: DetectorsBlock {
-                generic_repeat: agent
-                    .detectors
-                    .generic_repeat
-                    .or(self.detectors.generic_repeat),
-                known_poll_no_progress: agent
-                    .detectors
-                    .known_poll_no_progress
-                    .or(self.detectors.known_poll_no_progress),
-                ping_pong: agent.detectors.ping_pong.or(self.detectors.ping_pong),
-            },
-            post_compaction_guard: GuardBlock {
-                window_size: agent
-                    .post_compaction_guard
-                    .window_size
-                    .or(self.post_compaction_guard.window_size),
-            },
-        }
-    }
-}
 
 /// The tri-state master switch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
