@@ -42,16 +42,11 @@ pub const MAX_NESTING: usize = loopguard_events::MAX_DEPTH - 2;
 /// `result`, `error`).
 pub fn to_flat(obj: &Bound<'_, PyAny>, what: &str, flat: &mut Flat) -> PyResult<()> {
     flat.clear();
-    let mut walk = Walk {
-        flat,
-        ancestors: Vec::new(),
-    };
-    walk.value(obj, 0).map_err(|mut failure| {
+    Walk { flat }.value(obj, 0).map_err(|mut failure| {
         failure.path.reverse();
         failure.into_err(what)
     })
 }
-
 /// Where a conversion failed (built while unwinding, innermost step first) and why.
 struct Failure {
     path: Vec<Step>,
@@ -69,7 +64,12 @@ enum Problem {
     NotFinite(f64),
     TooLarge,
     TooMany,
-    TooDeep { cycle: bool },
+    /// Nested too deep at the container whose address is `at`; `cycle` once that
+    /// container was found among its own ancestors.
+    TooDeep {
+        at: usize,
+        cycle: bool,
+    },
     Python(PyErr),
 }
 
@@ -89,7 +89,11 @@ impl From<Problem> for Failure {
 }
 
 impl Failure {
-    fn at(mut self, step: Step) -> Self {
+    /// The failure seen from `container`, at `step` inside it.
+    fn at<T>(mut self, step: Step, container: &Bound<'_, T>) -> Self {
+        if let Problem::TooDeep { at, cycle } = &mut self.problem {
+            *cycle |= *at == container.as_ptr() as usize;
+        }
         self.path.push(step);
         self
     }
@@ -118,10 +122,10 @@ impl Failure {
             Problem::TooMany => PyValueError::new_err(format!(
                 "{place}: more values than the guard can address (4 billion)"
             )),
-            Problem::TooDeep { cycle: true } => PyValueError::new_err(format!(
+            Problem::TooDeep { cycle: true, .. } => PyValueError::new_err(format!(
                 "{place}: the value contains itself (a reference cycle)"
             )),
-            Problem::TooDeep { cycle: false } => PyValueError::new_err(format!(
+            Problem::TooDeep { cycle: false, .. } => PyValueError::new_err(format!(
                 "{place}: nested deeper than {MAX_NESTING} levels"
             )),
             Problem::Python(e) => e,
@@ -131,9 +135,6 @@ impl Failure {
 
 struct Walk<'o> {
     flat: &'o mut Flat,
-    /// The containers being converted, outermost first (their addresses): when the depth
-    /// limit is hit, whether the value at hand is one of them says "cycle".
-    ancestors: Vec<usize>,
 }
 
 impl Walk<'_> {
@@ -141,9 +142,23 @@ impl Walk<'_> {
         if !self.flat.has_room() {
             return Err(Problem::TooMany.into());
         }
-        if let Ok(s) = ob.cast::<PyString>() {
-            self.flat.string(&s.to_cow()?);
+        // The exact built-in types first, a pointer comparison each; subclasses (and
+        // `bool`, a subclass of `int`) take the checks after.
+        if let Ok(s) = ob.cast_exact::<PyString>() {
+            return self.string(s);
+        }
+        if let Ok(d) = ob.cast_exact::<PyDict>() {
+            return self.dict(d, depth);
+        }
+        if let Ok(l) = ob.cast_exact::<PyList>() {
+            return self.list(l, depth);
+        }
+        if let Ok(i) = ob.cast_exact::<PyInt>() {
+            self.flat.number(int(i)?);
             return Ok(());
+        }
+        if let Ok(s) = ob.cast::<PyString>() {
+            return self.string(s);
         }
         if ob.is_none() {
             self.flat.null();
@@ -164,52 +179,62 @@ impl Walk<'_> {
             return Ok(());
         }
         if let Ok(d) = ob.cast::<PyDict>() {
-            self.enter(ob, depth)?;
-            let node = self.flat.open(true);
-            let mut count = 0;
-            for (k, v) in d.iter() {
-                let key = match k.cast::<PyString>() {
-                    Ok(k) => k.to_cow()?,
-                    Err(_) => return Err(Problem::Key(type_name(&k)).into()),
-                };
-                self.flat.string(&key);
-                self.value(&v, depth + 1)
-                    .map_err(|e| e.at(Step::Key(key.into_owned())))?;
-                count += 1;
-            }
-            self.flat.close(node, count);
-            self.ancestors.pop();
-            return Ok(());
+            return self.dict(d, depth);
         }
         if let Ok(l) = ob.cast::<PyList>() {
-            self.enter(ob, depth)?;
-            let node = self.flat.open(false);
-            // A list can change while its items are converted (a model_dump with side
-            // effects); indexing by the live length never reads past the end.
-            let mut i = 0;
-            while let Ok(item) = l.get_item(i) {
-                self.value(&item, depth + 1)
-                    .map_err(|e| e.at(Step::Index(i)))?;
-                i += 1;
-            }
-            self.flat.close(node, i);
-            self.ancestors.pop();
-            return Ok(());
+            return self.list(l, depth);
         }
         if let Ok(t) = ob.cast::<PyTuple>() {
-            self.enter(ob, depth)?;
+            enter(t, depth)?;
             let node = self.flat.open(false);
             for (i, item) in t.iter().enumerate() {
                 self.value(&item, depth + 1)
-                    .map_err(|e| e.at(Step::Index(i)))?;
+                    .map_err(|e| e.at(Step::Index(i), t))?;
             }
             self.flat.close(node, t.len());
-            self.ancestors.pop();
             return Ok(());
         }
         self.object(ob, depth)
     }
 
+    fn string(&mut self, s: &Bound<'_, PyString>) -> Result<(), Failure> {
+        self.flat.string(&crate::abi::text(s)?);
+        Ok(())
+    }
+
+    fn dict(&mut self, d: &Bound<'_, PyDict>, depth: usize) -> Result<(), Failure> {
+        enter(d, depth)?;
+        let node = self.flat.open(true);
+        let mut count = 0;
+        for (k, v) in d.iter() {
+            let key = match k.cast::<PyString>() {
+                Ok(k) => crate::abi::text(k)?,
+                Err(_) => return Err(Problem::Key(type_name(&k)).into()),
+            };
+            self.flat.string(&key);
+            self.value(&v, depth + 1)
+                .map_err(|e| e.at(Step::Key(key.into_owned()), d))?;
+            count += 1;
+        }
+        self.flat.close(node, count);
+        Ok(())
+    }
+
+    fn list(&mut self, l: &Bound<'_, PyList>, depth: usize) -> Result<(), Failure> {
+        enter(l, depth)?;
+        let node = self.flat.open(false);
+        // A list can change while its items are converted (a model_dump with side
+        // effects); indexing by the live length never reads past the end.
+        let mut i = 0;
+        while i < l.len() {
+            let item = l.get_item(i)?;
+            self.value(&item, depth + 1)
+                .map_err(|e| e.at(Step::Index(i), l))?;
+            i += 1;
+        }
+        self.flat.close(node, i);
+        Ok(())
+    }
     /// Pydantic models and dataclasses; anything else is a `TypeError`.
     fn object(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
         let py = ob.py();
@@ -229,7 +254,7 @@ impl Walk<'_> {
                 return self.value(&dumped, depth);
             }
             if ob.hasattr(intern!(py, "__dataclass_fields__"))? {
-                self.enter(ob, depth)?;
+                enter(ob, depth)?;
                 let node = self.flat.open(true);
                 let mut count = 0;
                 for field in dataclass_fields(py)?.call1((ob,))?.try_iter()? {
@@ -239,26 +264,27 @@ impl Walk<'_> {
                     let v = ob.getattr(&name)?;
                     self.flat.string(&key);
                     self.value(&v, depth + 1)
-                        .map_err(|e| e.at(Step::Key(key)))?;
+                        .map_err(|e| e.at(Step::Key(key), ob))?;
                     count += 1;
                 }
                 self.flat.close(node, count);
-                self.ancestors.pop();
                 return Ok(());
             }
         }
         Err(Problem::Type(type_name(ob)).into())
     }
+}
 
-    fn enter(&mut self, ob: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
-        let address = ob.as_ptr() as usize;
-        if depth >= MAX_NESTING {
-            let cycle = self.ancestors.contains(&address);
-            return Err(Problem::TooDeep { cycle }.into());
+/// Checks the depth before the walk descends into the container `ob`.
+fn enter<T>(ob: &Bound<'_, T>, depth: usize) -> Result<(), Failure> {
+    if depth >= MAX_NESTING {
+        return Err(Problem::TooDeep {
+            at: ob.as_ptr() as usize,
+            cycle: false,
         }
-        self.ancestors.push(address);
-        Ok(())
+        .into());
     }
+    Ok(())
 }
 
 /// An integer as the engine keeps it: exactly within 64 bits, else as the nearest double.

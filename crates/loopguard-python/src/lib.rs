@@ -16,10 +16,12 @@
 
 #![deny(unsafe_code)]
 
+mod abi;
 mod answers;
 mod convert;
 mod flat;
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError, TryLockError};
 
@@ -31,6 +33,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString};
 
+use abi::CallArgs;
 use answers::{PyAbort, PyRecorded, PyVerdict};
 use convert::{to_flat, to_python};
 use flat::Flat;
@@ -114,6 +117,122 @@ impl PyGuard {
         }
         py.detach(|| op(&mut self.engine.lock().unwrap_or_else(PoisonError::into_inner)))
     }
+
+    /// `before_call`, however it was called.
+    fn judge(
+        &self,
+        py: Python<'_>,
+        call: &CallArgs<'_, '_>,
+        batch: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyVerdict>> {
+        let names = Names::of(call)?;
+        let batch = optional_text(batch, "batch")?;
+        let args = Converted::new(call.args, "args")?;
+        let heavy = args.0.weight() > HEAVY;
+        let verdict = self.with_engine(py, heavy, |engine| {
+            let call = Call::with_args(&names.tool, args.0.root())
+                .with_id(names.call_id.as_deref())
+                .with_batch(batch.as_deref());
+            engine.before_call(&names.scope(), &call)
+        });
+        answers::verdict(py, verdict)
+    }
+
+    /// `after_call`, however it was called (`result` and `error` are `None` when not given).
+    fn record(
+        &self,
+        py: Python<'_>,
+        call: &CallArgs<'_, '_>,
+        result: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyRecorded>> {
+        let names = Names::of(call)?;
+        let args = Converted::new(call.args, "args")?;
+        let outcome = match (result, error) {
+            (Some(_), Some(_)) => {
+                return Err(PyTypeError::new_err(
+                    "after_call takes result= or error=, not both",
+                ))
+            }
+            (Some(result), None) => Some((false, Converted::new(result, "result")?)),
+            (None, Some(error)) if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
+                let mut text = Converted::empty();
+                text.0.clear();
+                text.0.string(&error.str()?.to_cow()?);
+                Some((true, text))
+            }
+            (None, Some(error)) => Some((true, Converted::new(error, "error")?)),
+            (None, None) => None,
+        };
+        let heavy = args.0.weight() + outcome.as_ref().map_or(0, |(_, o)| o.0.weight()) > HEAVY;
+        let recorded = self.with_engine(py, heavy, |engine| {
+            let call =
+                Call::with_args(&names.tool, args.0.root()).with_id(names.call_id.as_deref());
+            let outcome = match &outcome {
+                Some((false, value)) => OutcomeOf::Result(value.0.root()),
+                Some((true, value)) => OutcomeOf::Error(value.0.root()),
+                None => OutcomeOf::Nothing,
+            };
+            engine.after_call(&names.scope(), &call, outcome)
+        });
+        answers::recorded(py, recorded)
+    }
+}
+
+/// The names a call carries, read from their Python strings (in place where the
+/// interpreter allows: `abi::text`).
+struct Names<'a> {
+    tool: Cow<'a, str>,
+    session: Cow<'a, str>,
+    run: Option<Cow<'a, str>>,
+    agent: Option<Cow<'a, str>>,
+    call_id: Option<Cow<'a, str>>,
+}
+
+impl<'a> Names<'a> {
+    fn of(call: &CallArgs<'a, '_>) -> PyResult<Self> {
+        let tool = required_text(call.tool, "tool")?;
+        if tool.trim().is_empty() {
+            return Err(PyValueError::new_err("tool must be a non-blank string"));
+        }
+        Ok(Self {
+            tool,
+            session: required_text(call.session, "session")?,
+            run: optional_text(call.run, "run")?,
+            agent: optional_text(call.agent, "agent")?,
+            call_id: optional_text(call.call_id, "call_id")?,
+        })
+    }
+
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(&self.session)
+            .with_run(self.run.as_deref())
+            .with_agent(self.agent.as_deref())
+    }
+}
+
+fn required_text<'a>(ob: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, str>> {
+    match ob.cast::<PyString>() {
+        Ok(s) => abi::text(s),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be a str, not {}",
+            ob.get_type()
+                .qualname()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))),
+    }
+}
+
+/// A string argument that may be `None`.
+fn optional_text<'a>(
+    ob: Option<&'a Bound<'_, PyAny>>,
+    what: &str,
+) -> PyResult<Option<Cow<'a, str>>> {
+    match ob {
+        Some(ob) if !ob.is_none() => required_text(ob, what).map(Some),
+        _ => Ok(None),
+    }
 }
 
 #[pymethods]
@@ -140,27 +259,23 @@ impl PyGuard {
     fn before_call(
         &self,
         py: Python<'_>,
-        tool: String,
+        tool: &Bound<'_, PyAny>,
         args: &Bound<'_, PyAny>,
-        session: String,
-        run: Option<String>,
-        agent: Option<String>,
-        call_id: Option<String>,
-        batch: Option<String>,
+        session: &Bound<'_, PyAny>,
+        run: Option<&Bound<'_, PyAny>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        call_id: Option<&Bound<'_, PyAny>>,
+        batch: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyVerdict>> {
-        check_tool(&tool)?;
-        let args = Converted::new(args, "args")?;
-        let heavy = args.0.weight() > HEAVY;
-        let verdict = self.with_engine(py, heavy, |engine| {
-            let scope = Scope::new(&session)
-                .with_run(run.as_deref())
-                .with_agent(agent.as_deref());
-            let call = Call::with_args(&tool, args.0.root())
-                .with_id(call_id.as_deref())
-                .with_batch(batch.as_deref());
-            engine.before_call(&scope, &call)
-        });
-        answers::verdict(py, verdict)
+        let call = CallArgs {
+            tool,
+            args,
+            session,
+            run,
+            agent,
+            call_id,
+        };
+        self.judge(py, &call, batch)
     }
 
     /// Records what a call returned: `result=` (any JSON value, a pydantic model, a
@@ -171,47 +286,24 @@ impl PyGuard {
     fn after_call(
         &self,
         py: Python<'_>,
-        tool: String,
+        tool: &Bound<'_, PyAny>,
         args: &Bound<'_, PyAny>,
-        session: String,
-        run: Option<String>,
-        agent: Option<String>,
-        call_id: Option<String>,
+        session: &Bound<'_, PyAny>,
+        run: Option<&Bound<'_, PyAny>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        call_id: Option<&Bound<'_, PyAny>>,
         result: Given<'_>,
         error: Given<'_>,
     ) -> PyResult<Py<PyRecorded>> {
-        check_tool(&tool)?;
-        let args = Converted::new(args, "args")?;
-        let outcome = match (result.0, error.0) {
-            (Some(_), Some(_)) => {
-                return Err(PyTypeError::new_err(
-                    "after_call takes result= or error=, not both",
-                ))
-            }
-            (Some(result), None) => Some((false, Converted::new(&result, "result")?)),
-            (None, Some(error)) if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
-                let mut text = Converted::empty();
-                text.0.clear();
-                text.0.string(&error.str()?.to_cow()?);
-                Some((true, text))
-            }
-            (None, Some(error)) => Some((true, Converted::new(&error, "error")?)),
-            (None, None) => None,
+        let call = CallArgs {
+            tool,
+            args,
+            session,
+            run,
+            agent,
+            call_id,
         };
-        let heavy = args.0.weight() + outcome.as_ref().map_or(0, |(_, o)| o.0.weight()) > HEAVY;
-        let recorded = self.with_engine(py, heavy, |engine| {
-            let scope = Scope::new(&session)
-                .with_run(run.as_deref())
-                .with_agent(agent.as_deref());
-            let call = Call::with_args(&tool, args.0.root()).with_id(call_id.as_deref());
-            let outcome = match &outcome {
-                Some((false, value)) => OutcomeOf::Result(value.0.root()),
-                Some((true, value)) => OutcomeOf::Error(value.0.root()),
-                None => OutcomeOf::Nothing,
-            };
-            engine.after_call(&scope, &call, outcome)
-        });
-        answers::recorded(py, recorded)
+        self.record(py, &call, result.0.as_ref(), error.0.as_ref())
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
@@ -288,13 +380,6 @@ impl PyGuard {
     fn __repr__(&self) -> String {
         "Guard(...)".to_owned()
     }
-}
-
-fn check_tool(tool: &str) -> PyResult<()> {
-    if tool.trim().is_empty() {
-        return Err(PyValueError::new_err("tool must be a non-blank string"));
-    }
-    Ok(())
 }
 
 /// A config given as a path, JSON5 text or a dict.
@@ -414,6 +499,7 @@ thread_local! {
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGuard>()?;
+    abi::install(&m.py().get_type::<PyGuard>())?;
     m.add_class::<PyVerdict>()?;
     m.add_class::<PyRecorded>()?;
     m.add_class::<PyAbort>()?;
