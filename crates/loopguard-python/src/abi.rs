@@ -91,6 +91,26 @@ pub struct CallArgs<'a, 'py> {
     pub call_id: Option<&'a Bound<'py, PyAny>>,
 }
 
+impl<'a, 'py> CallArgs<'a, 'py> {
+    pub fn new(
+        tool: &'a Bound<'py, PyAny>,
+        args: &'a Bound<'py, PyAny>,
+        session: &'a Bound<'py, PyAny>,
+        run: Option<&'a Bound<'py, PyAny>>,
+        agent: Option<&'a Bound<'py, PyAny>>,
+        call_id: Option<&'a Bound<'py, PyAny>>,
+    ) -> Self {
+        Self {
+            tool,
+            args,
+            session,
+            run,
+            agent,
+            call_id,
+        }
+    }
+}
+
 /// A vectorcall method's parameters: `names` in order, the first `positional` may be
 /// given by position, the first `required` must be given. Matches Python's own rules and
 /// messages for a function `def f(tool, args, *, session, run, ...)`.
@@ -315,24 +335,16 @@ unsafe extern "C" fn before_call_vectorcall(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: called by the interpreter with the vectorcall arguments of a method of
-    // `Guard` (the method descriptor checks that `slf` is one).
+    // SAFETY: the interpreter's own arguments for a method of `Guard`.
     unsafe {
-        method_body(|py| {
-            let guard = Borrowed::from_ptr(py, slf).cast::<PyGuard>()?;
-            let [tool, args, session, run, agent, call_id, batch] =
-                BEFORE_CALL.parse(py, args, nargs, kwnames)?;
-            let call = CallArgs {
-                tool: &required(tool),
-                args: &required(args),
-                session: &required(session),
-                run: run.as_deref(),
-                agent: agent.as_deref(),
-                call_id: call_id.as_deref(),
-            };
-            let verdict = guard.get().judge(py, &call, batch.as_deref())?;
-            Ok(verdict.into_ptr())
-        })
+        vectorcall(
+            slf,
+            args,
+            nargs,
+            kwnames,
+            &BEFORE_CALL,
+            |guard, py, call, [batch]| Ok(guard.judge(py, call, batch.as_deref())?.into_ptr()),
+        )
     }
 }
 
@@ -343,29 +355,66 @@ unsafe extern "C" fn after_call_vectorcall(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: as for `before_call_vectorcall`.
+    // SAFETY: the interpreter's own arguments for a method of `Guard`.
     unsafe {
-        method_body(|py| {
-            let guard = Borrowed::from_ptr(py, slf).cast::<PyGuard>()?;
-            let [tool, args, session, run, agent, call_id, result, error] =
-                AFTER_CALL.parse(py, args, nargs, kwnames)?;
-            let call = CallArgs {
-                tool: &required(tool),
-                args: &required(args),
-                session: &required(session),
-                run: run.as_deref(),
-                agent: agent.as_deref(),
-                call_id: call_id.as_deref(),
-            };
-            let recorded = guard
-                .get()
-                .record(py, &call, result.as_deref(), error.as_deref())?;
-            Ok(recorded.into_ptr())
-        })
+        vectorcall(
+            slf,
+            args,
+            nargs,
+            kwnames,
+            &AFTER_CALL,
+            |guard, py, call, [result, error]| {
+                let recorded = guard.record(py, call, result.as_deref(), error.as_deref())?;
+                Ok(recorded.into_ptr())
+            },
+        )
     }
 }
 
-/// A required argument, which [`Signature::parse`] has checked is there.
-fn required<'a, 'py>(arg: Option<Borrowed<'a, 'py, PyAny>>) -> Borrowed<'a, 'py, PyAny> {
-    arg.expect("required arguments are checked by Signature::parse")
+/// A vectorcall method of `Guard` whose first six parameters are those of [`CallArgs`]
+/// and whose `E` others are passed to `body` as they were given.
+///
+/// # Safety
+///
+/// Called by the interpreter with the vectorcall arguments of a method of `Guard` (the
+/// method descriptor has checked that `slf` is one).
+unsafe fn vectorcall<const N: usize, const E: usize>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    signature: &Signature<N>,
+    body: impl for<'a, 'py> FnOnce(
+        &PyGuard,
+        Python<'py>,
+        &CallArgs<'a, 'py>,
+        [Option<Borrowed<'a, 'py, PyAny>>; E],
+    ) -> PyResult<*mut ffi::PyObject>,
+) -> *mut ffi::PyObject {
+    method_body(|py| {
+        // SAFETY: the caller's contract.
+        let guard = unsafe { Borrowed::from_ptr(py, slf) }.cast::<PyGuard>()?;
+        let slots = unsafe { signature.parse(py, args, nargs, kwnames)? };
+        let [tool, args, session, run, agent, call_id] = first(&slots);
+        let (Some(tool), Some(args), Some(session)) = (tool, args, session) else {
+            unreachable!("Signature::parse checks the required arguments")
+        };
+        let call = CallArgs::new(
+            &tool,
+            &args,
+            &session,
+            run.as_deref(),
+            agent.as_deref(),
+            call_id.as_deref(),
+        );
+        body(guard.get(), py, &call, last(&slots))
+    })
+}
+
+fn first<T: Copy, const N: usize, const K: usize>(slots: &[T; N]) -> [T; K] {
+    std::array::from_fn(|i| slots[i])
+}
+
+fn last<T: Copy, const N: usize, const K: usize>(slots: &[T; N]) -> [T; K] {
+    std::array::from_fn(|i| slots[N - K + i])
 }

@@ -267,14 +267,7 @@ impl PyGuard {
         call_id: Option<&Bound<'_, PyAny>>,
         batch: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyVerdict>> {
-        let call = CallArgs {
-            tool,
-            args,
-            session,
-            run,
-            agent,
-            call_id,
-        };
+        let call = CallArgs::new(tool, args, session, run, agent, call_id);
         self.judge(py, &call, batch)
     }
 
@@ -295,14 +288,7 @@ impl PyGuard {
         result: Given<'_>,
         error: Given<'_>,
     ) -> PyResult<Py<PyRecorded>> {
-        let call = CallArgs {
-            tool,
-            args,
-            session,
-            run,
-            agent,
-            call_id,
-        };
+        let call = CallArgs::new(tool, args, session, run, agent, call_id);
         self.record(py, &call, result.0.as_ref(), error.0.as_ref())
     }
 

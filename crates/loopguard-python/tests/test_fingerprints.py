@@ -106,3 +106,28 @@ def test_models_and_dataclasses_fingerprint_as_their_fields() -> None:
     assert same_fingerprint(plain, model)
     assert same_fingerprint(plain["pages"][0], Page("p", [1, 2]))  # type: ignore[index]
     assert not same_fingerprint(plain, Query(path="/b"))
+
+
+class DistinctKey(str):
+    """A str subclass whose instances are distinct dict keys even with equal text."""
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+def test_keys_of_equal_text_count_once_the_last_winning() -> None:
+    """As a key repeated in JSON text: the last member counts, in small objects (sorted on
+    the stack) and large ones alike."""
+    for size in (1, 15, 40):
+        others = {f"k{i:02}": i for i in range(size)}
+        repeated = {DistinctKey("a"): 1, **others, DistinctKey("a"): 2}
+        assert len(repeated) == size + 2
+        assert same_fingerprint(repeated, {**others, "a": 2})
+        assert not same_fingerprint(repeated, {**others, "a": 1})
+        # Keys sharing their first eight bytes are still told apart.
+        long = {"same_prefix_a": 1, "same_prefix_b": 2, **others}
+        assert same_fingerprint(long, dict(reversed(list(long.items()))))
+        assert not same_fingerprint(long, {"same_prefix_a": 2, "same_prefix_b": 1, **others})
