@@ -268,7 +268,7 @@ class Guard {
   constructor(config) {
     const { text, origin } = configSource(config);
     try {
-      this.#native = new native.NativeGuard(text, origin);
+      this.#native = native.newGuard(text, origin);
     } catch (error) {
       const issues = native.configIssues(text, origin);
       if (!issues) throw error;
@@ -295,7 +295,7 @@ class Guard {
       jsonMember('args', call.args, 'the call') +
       member('batch', call.batch) +
       '}';
-    const verdict = this.#native.callText(event);
+    const verdict = native.callText(this.#native, event);
     return verdict === null ? ALLOW : verdictObject(verdict);
   }
 
@@ -314,7 +314,7 @@ class Guard {
         ? outcomeMember('error', outcome.error, 'the outcome')
         : outcomeMember('result', outcome.result, 'the outcome')) +
       '}';
-    const recorded = this.#native.resultText(event, lifted.length > 0 ? lifted : undefined);
+    const recorded = native.resultText(this.#native, event, lifted.length > 0 ? lifted : undefined);
     lifted.length = 0;
     if (recorded === true) return RECORDED;
     if (recorded === false) return NOT_RECORDED;
@@ -325,7 +325,8 @@ class Guard {
    * number of attempts it watches (0 when disabled). */
   onCompaction(scope = {}) {
     checkFields(scope, 'onCompaction');
-    return this.#native.compactionText(
+    return native.compactionText(
+      this.#native,
       toJson(
         { type: 'compaction', session: scope.session, run: scope.run, agent: scope.agent },
         'the scope',
@@ -336,7 +337,7 @@ class Guard {
   /** Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed. */
   endRun(scope = {}) {
     checkFields(scope, 'endRun');
-    return this.#native.endRun(scope.session, scope.run);
+    return native.endRun(this.#native, scope.session, scope.run);
   }
 
   /** Forgets a session and all its runs. Returns whether it existed. */
@@ -344,7 +345,7 @@ class Guard {
     if (typeof session !== 'string') {
       throw new TypeError(`endSession: session must be a string, not ${describe(session)}`);
     }
-    return this.#native.endSession(session);
+    return native.endSession(this.#native, session);
   }
 
   /** The settings in force for `agent` (or globally): merged, defaulted, clamped. */
@@ -352,7 +353,7 @@ class Guard {
     if (agent !== undefined && agent !== null && typeof agent !== 'string') {
       throw new TypeError(`configExplain: agent must be a string, not ${describe(agent)}`);
     }
-    return this.#native.configExplain(agent ?? undefined);
+    return native.configExplain(this.#native, agent ?? undefined);
   }
 
   /**
@@ -364,7 +365,7 @@ class Guard {
     this.#seq = seq;
     const line =
       typeof event === 'string' || Buffer.isBuffer(event) ? event : toJson(event, 'the event');
-    return JSON.parse(this.#native.applyLine(seq, line));
+    return JSON.parse(native.applyLine(this.#native, seq, line));
   }
 }
 

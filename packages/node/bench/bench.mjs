@@ -89,12 +89,12 @@ function nodeById(pairs) {
 }
 
 function nodeObject(pairs) {
-  const guard = new native.NativeGuard(CONFIG, undefined);
+  const guard = native.newGuard(CONFIG, undefined);
   return cpuPerCall(pairs.length, () => {
     for (const p of pairs) {
-      const v = guard.callObject({ type: 'call', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args });
+      const v = native.callObject(guard, { type: 'call', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args });
       if (v?.verdict !== 'block') {
-        guard.resultObject({ type: 'result', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args, result: p.result });
+        native.resultObject(guard, { type: 'result', session: 'perf', run: p.run, call_id: p.callId, tool: p.tool, args: p.args, result: p.result });
       }
     }
   });

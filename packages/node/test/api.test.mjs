@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
 import { ALLOW, ConfigError, Guard } from './support.mjs';
@@ -242,6 +243,17 @@ test('long strings of a result cross beside its text and hash as inside it', () 
   const guard = new Guard(ON);
   guard.beforeCall({ session: 'e', tool: 'exec', args: { command: 'make' }, callId: 'c1' });
   assert.equal(guard.afterCall({ session: 'e', callId: 'c1', error: { message: long } }).recorded, true);
+});
+
+test('a native call made from inside another one on the same guard is an error', () => {
+  const native = createRequire(import.meta.url)('../native.js');
+  const guard = native.newGuard(ON, undefined);
+  native.callText(guard, '{"type":"call","session":"s","call_id":"c1","tool":"read"}');
+  const lifted = [];
+  Object.defineProperty(lifted, 0, { enumerable: true, get: () => (native.endRun(guard, 's', undefined), 'x') });
+  const event = '{"type":"result","session":"s","call_id":"c1","result":"\\u00000"}';
+  assert.throws(() => native.resultText(guard, event, lifted), /called again from inside one of its calls/);
+  assert.equal(native.resultText(guard, event, ['x'.repeat(100)]), true);
 });
 
 test('applyEvent answers protocol lines, bad ones included, with replay\'s fields', () => {
