@@ -119,10 +119,14 @@ impl<C: Clock> Replayer<C> {
 
     /// Applies one event.
     pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
-        let event = event.as_ref();
+        self.apply_ref(seq, &event.as_ref())
+    }
+
+    /// Applies one event in any JSON view (read in place by a transcript reader, say).
+    pub fn apply_ref<'a, J: Json<'a>>(&mut self, seq: u64, event: &EventRef<'a, J>) -> Answer {
         let scope = event.scope(self.default_agent.as_deref());
         self.guard.with_run(&scope, |cfg, run, now| {
-            apply_event(run, cfg, &scope, seq, &event, now)
+            apply_event(run, cfg, &scope, seq, event, now)
         })
     }
 }

@@ -46,6 +46,9 @@ pub struct LineReader<R> {
     /// Seeks the input back to an offset, when it can.
     rewind: Option<fn(&mut R, u64) -> io::Result<()>>,
     buf: Vec<u8>,
+    /// The last line was lent from the input's buffer, this long (plus its newline, which
+    /// is consumed with it when the next line is read); `None`: it is in `buf`.
+    lent: Option<usize>,
     line: u64,
     offset: u64,
 }
@@ -74,6 +77,7 @@ impl<R: BufRead> LineReader<R> {
             probe: PROBE_BYTES,
             rewind: None,
             buf: Vec::with_capacity(1 << 12),
+            lent: None,
             line: 0,
             offset: 0,
         }
@@ -101,8 +105,12 @@ impl<R: BufRead> LineReader<R> {
     }
 
     /// The bytes of the last [`Line::Text`] read.
-    pub fn text(&self) -> &[u8] {
-        &self.buf
+    pub fn text(&mut self) -> io::Result<&[u8]> {
+        match self.lent {
+            // Still at the front of the input's buffer: nothing was consumed since.
+            Some(len) => Ok(&self.input.fill_buf()?[..len]),
+            None => Ok(&self.buf),
+        }
     }
 
     /// The longest line read.
@@ -123,12 +131,36 @@ impl<R: BufRead> LineReader<R> {
 
     /// The next line; `None` at the end of the input. A trailing `\r` is kept.
     pub fn next_line(&mut self) -> io::Result<Option<Line<'_>>> {
+        if let Some(len) = self.lent.take() {
+            self.input.consume(len + 1);
+        }
         self.buf.clear();
         let start = self.offset;
         let hold = match self.rewind {
             Some(_) => self.max.min(self.probe),
             None => self.max,
         };
+        // The common case: the whole line is in the input's buffer, and is lent from
+        // there, uncopied.
+        let whole = loop {
+            match self.input.fill_buf() {
+                Ok(chunk) => break memchr::memchr(b'\n', chunk).filter(|&len| len <= hold),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(len) = whole {
+            self.line += 1;
+            self.offset = start + len as u64 + 1;
+            self.lent = Some(len);
+            let number = self.line;
+            return Ok(Some(Line::Text {
+                bytes: self.text()?,
+                number,
+                offset: start,
+                terminated: true,
+            }));
+        }
         let Some((len, terminated)) = self.read_raw(hold)? else {
             return Ok(None);
         };

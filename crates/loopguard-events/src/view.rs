@@ -18,7 +18,7 @@ use loopguard::json::{kind_name, Json, Raw, Str, Tape};
 use loopguard::{OutcomeOf, Scope};
 use serde_json::Value;
 
-use crate::event::{Event, OwnedOutcome};
+use crate::event::{Event, Ids, OwnedOutcome};
 
 /// The (session, run, agent) ids of an event, normalized, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,15 +106,32 @@ impl<'a, J> EventRef<'a, J> {
     }
 }
 
+impl Ids {
+    /// The ids, borrowed.
+    pub fn as_ref(&self) -> IdsRef<'_> {
+        IdsRef {
+            session: &self.session,
+            run: self.run.as_deref(),
+            agent: self.agent.as_deref(),
+        }
+    }
+}
+
+impl IdsRef<'_> {
+    /// The ids, owned.
+    pub fn to_ids(self) -> Ids {
+        Ids {
+            session: self.session.to_owned(),
+            run: self.run.map(str::to_owned),
+            agent: self.agent.map(str::to_owned),
+        }
+    }
+}
+
 impl Event {
     /// The event as a borrowed view.
     pub fn as_ref(&self) -> EventRef<'_, &Value> {
-        let ids = self.ids();
-        let ids = IdsRef {
-            session: &ids.session,
-            run: ids.run.as_deref(),
-            agent: ids.agent.as_deref(),
-        };
+        let ids = self.ids().as_ref();
         match self {
             Event::Call {
                 call_id,

@@ -2,9 +2,12 @@
 //! transcript that the guard does not need but a scan report does (model turns, token
 //! usage, real run ids), each with its position in the file.
 
-use loopguard_events::{Event, Ids, OwnedOutcome};
+use loopguard::OutcomeOf;
+use loopguard_events::{Event, EventRef, Ids, OwnedOutcome};
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::json_ref::JsonRef;
 
 /// Where an item starts in its file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -79,6 +82,52 @@ impl Item {
 pub trait Sink {
     /// Takes one item found at `pos`.
     fn push(&mut self, pos: Pos, item: Item);
+
+    /// Takes a call or result a reader read in place: its JSON borrows the reader's line
+    /// and tape. Sinks that judge events as they come (the scanner) take it as it is, with
+    /// no value tree built; the default keeps it as an owned [`Item`] ([`owned_event`]).
+    fn push_event(&mut self, pos: Pos, event: &EventRef<'_, JsonRef<'_>>) {
+        self.push(pos, Item::Event(owned_event(event)));
+    }
+}
+
+/// An event read in place, as an owned [`Event`]: absent call arguments become `{}`, as
+/// the guard reads them.
+pub fn owned_event(event: &EventRef<'_, JsonRef<'_>>) -> Event {
+    let outcome = |o: OutcomeOf<JsonRef<'_>>| match o {
+        OutcomeOf::Result(v) => OwnedOutcome::Result(v.to_value()),
+        OutcomeOf::Error(v) => OwnedOutcome::Error(v.to_value()),
+        OutcomeOf::Nothing => OwnedOutcome::Nothing,
+    };
+    match *event {
+        EventRef::Call {
+            ids,
+            call_id,
+            tool,
+            args,
+            batch,
+        } => Event::Call {
+            ids: ids.to_ids(),
+            call_id: call_id.map(str::to_owned),
+            tool: tool.to_owned(),
+            args: args.map_or_else(|| Value::Object(serde_json::Map::new()), JsonRef::to_value),
+            batch: batch.map(str::to_owned),
+        },
+        EventRef::Result {
+            ids,
+            call_id,
+            tool,
+            args,
+            outcome: o,
+        } => Event::Result {
+            ids: ids.to_ids(),
+            call_id: call_id.map(str::to_owned),
+            tool: tool.map(str::to_owned),
+            args: args.map(JsonRef::to_value),
+            outcome: outcome(o),
+        },
+        EventRef::Compaction { ids } => Event::Compaction { ids: ids.to_ids() },
+    }
 }
 
 impl<F: FnMut(Pos, Item)> Sink for F {

@@ -225,5 +225,5 @@ impl<D: Dialect> Walker for ChatWalker<'_, D> {
 
 /// The text of a message or result content: a string, or the `text` of its text parts.
 pub(crate) fn content_text(content: &Value) -> String {
-    crate::readers::openclaw::joined_text(content)
+    crate::json_ref::joined_text(content)
 }

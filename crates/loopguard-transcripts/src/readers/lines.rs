@@ -9,6 +9,7 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::json::{kind_name, Json, Raw, RawObject, Tape};
 use loopguard_events::lines::{Line as RawLine, LineReader};
 
 use serde::Deserialize;
@@ -79,7 +80,7 @@ impl<R: BufRead> Lines<R> {
                 }
                 Some(Ok(found)) => found,
             };
-            if trim_cr(self.inner.text())
+            if trim_cr(self.inner.text()?)
                 .iter()
                 .all(u8::is_ascii_whitespace)
             {
@@ -87,7 +88,7 @@ impl<R: BufRead> Lines<R> {
             }
             return Ok(Some(Line {
                 pos: Pos::new(number, offset - base),
-                bytes: trim_cr(self.inner.text()),
+                bytes: trim_cr(self.inner.text()?),
                 unterminated: !terminated,
             }));
         }
@@ -159,6 +160,86 @@ pub(crate) fn entry<'a, T: Deserialize<'a>>(
             None
         }
     }
+}
+
+/// Tokenizes a line into `tape`, repairing its encoding when needed (counted in
+/// `stats`; the repaired copy lives in `scratch`), and returns its value; or `None` after
+/// counting why not, as [`entry`] does. The readers that read lines in place use it: one
+/// pass over the line, no value tree, no depth limit.
+pub(crate) fn tokenize<'a>(
+    line: &Line<'a>,
+    tape: &'a mut Tape,
+    scratch: &'a mut Option<Vec<u8>>,
+    stats: &mut ReadStats,
+) -> Option<Raw<'a>> {
+    // A lone surrogate escape is valid JSON the tape would keep as WTF-8; lines are
+    // repaired instead (U+FFFD), as when they are parsed into values.
+    let clean = !has_surrogate_escape(line.bytes);
+    let mut repaired = false;
+    let text = match std::str::from_utf8(line.bytes) {
+        Ok(text) if clean => text,
+        _ => {
+            let bytes: &'a [u8] = match repair(line.bytes) {
+                Some(fixed) => {
+                    repaired = true;
+                    Option::insert(scratch, fixed)
+                }
+                None => line.bytes,
+            };
+            match std::str::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(_) => return unparsable(line, bytes, stats),
+            }
+        }
+    };
+    match tape.parse(text) {
+        Ok(root) => {
+            stats.repaired += u64::from(repaired);
+            Some(root)
+        }
+        Err(_) => unparsable(line, text.as_bytes(), stats),
+    }
+}
+
+/// Counts a line the tape could not read, with `serde_json`'s account of why.
+fn unparsable<T>(line: &Line<'_>, bytes: &[u8], stats: &mut ReadStats) -> Option<T> {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        Err(e) => skip_unparsable(stats, line, &e, true),
+        // Never seen: the two parsers accept the same texts, but for nesting.
+        Ok(_) => stats.skip(SkipReason::InvalidJson, line.pos.line, || {
+            "not JSON".to_owned()
+        }),
+    }
+    None
+}
+
+/// Whether `bytes` hold a `\uD800`–`\uDFFF` escape (paired or not).
+fn has_surrogate_escape(bytes: &[u8]) -> bool {
+    memchr::memmem::find_iter(bytes, b"\\u").any(|at| {
+        matches!(bytes.get(at + 2), Some(b'd' | b'D'))
+            && matches!(
+                bytes.get(at + 3),
+                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            )
+    })
+}
+
+/// The object a line holds, read in place ([`tokenize`]); or `None` after counting why
+/// not (a value that is not an object is skipped as [`SkipReason::NotAnObject`]).
+pub(crate) fn object<'a>(
+    line: &Line<'a>,
+    tape: &'a mut Tape,
+    scratch: &'a mut Option<Vec<u8>>,
+    stats: &mut ReadStats,
+) -> Option<RawObject<'a>> {
+    let root = tokenize(line, tape, scratch, stats)?;
+    let object = root.as_object();
+    if object.is_none() {
+        stats.skip(SkipReason::NotAnObject, line.pos.line, || {
+            format!("expected an object, found {}", kind_name(root))
+        });
+    }
+    object
 }
 
 /// Counts a line that did not parse: a cut-off last line, or a corrupt one.

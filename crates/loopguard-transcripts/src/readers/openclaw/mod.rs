@@ -30,15 +30,16 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek, SeekFrom};
 
-use loopguard_events::{Ids, OwnedOutcome};
+use loopguard::json::{Json, Kind, Object, Raw, RawObject, Str, Tape};
+use loopguard::OutcomeOf;
+use loopguard_events::{EventRef, Ids};
 use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::Value;
 
 pub use files::{classify, sidecar_of, CopyKind, SessionFile};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
 use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::json_ref::{joined_text, opt_bool, opt_f64, opt_str, pick, JsonRef};
 use crate::readers::lines::{self, Line, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
@@ -201,90 +202,142 @@ fn hash(bytes: &[u8]) -> u64 {
     h
 }
 
-#[derive(Deserialize)]
+/// An entry's members the reader uses (FORMATS §1), read in place from the line's tape.
 struct Entry<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    timestamp: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    kind: Option<&'a str>,
+    id: Option<Raw<'a>>,
+    timestamp: Option<Raw<'a>>,
     message: Option<Message<'a>>,
-    #[serde(borrow, default)]
-    data: Option<&'a RawValue>,
+    data: Option<Raw<'a>>,
 }
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(rename = "toolCallId", borrow, default)]
-    tool_call_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    details: Option<&'a RawValue>,
-    #[serde(rename = "isError", default)]
-    is_error: Option<bool>,
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawUsage {
-    input: Option<f64>,
-    output: Option<f64>,
-    #[serde(rename = "cacheRead")]
-    cache_read: Option<f64>,
-    #[serde(rename = "cacheWrite")]
-    cache_write: Option<f64>,
-    #[serde(rename = "totalTokens")]
-    total_tokens: Option<f64>,
-    cost: Option<RawCost>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawCost {
-    total: Option<f64>,
-}
-
-impl RawUsage {
-    fn usage(&self) -> Usage {
-        let parts = [self.input, self.output, self.cache_read, self.cache_write];
-        let sum: f64 = parts.iter().flatten().filter(|v| v.is_finite()).sum();
-        let total = self.total_tokens.filter(|t| t.is_finite() && *t > 0.0);
-        Usage {
-            tokens: total.unwrap_or(sum).max(0.0) as u64,
-            cost: self
-                .cost
-                .as_ref()
-                .and_then(|c| c.total)
-                .filter(|c| c.is_finite()),
-        }
+impl<'a> Entry<'a> {
+    /// The entry, or why its members do not have the types the format gives them.
+    fn read(object: RawObject<'a>) -> Result<Self, String> {
+        let [kind, id, timestamp, message, data] =
+            pick(object, ["type", "id", "timestamp", "message", "data"]);
+        let message = match message.map(Json::kind) {
+            None | Some(Kind::Null) => None,
+            Some(Kind::Object(m)) => Some(Message::read(m)?),
+            Some(_) => return Err("message must be an object".into()),
+        };
+        Ok(Self {
+            kind: opt_str(kind, "type")?,
+            id,
+            timestamp,
+            message,
+            data,
+        })
     }
 }
 
-/// Pass two's state: the session and the run entries belong to.
+struct Message<'a> {
+    role: Option<&'a str>,
+    content: Option<Raw<'a>>,
+    tool_call_id: Option<&'a str>,
+    details: Option<Raw<'a>>,
+    is_error: Option<bool>,
+    usage: Option<Raw<'a>>,
+}
+
+impl<'a> Message<'a> {
+    fn read(object: RawObject<'a>) -> Result<Self, String> {
+        let [role, content, tool_call_id, details, is_error, usage] = pick(
+            object,
+            [
+                "role",
+                "content",
+                "toolCallId",
+                "details",
+                "isError",
+                "usage",
+            ],
+        );
+        Ok(Self {
+            role: opt_str(role, "role")?,
+            content: content.filter(|c| !c.is_null()),
+            tool_call_id: opt_str(tool_call_id, "toolCallId")?,
+            details: details.filter(|d| !d.is_null()),
+            is_error: opt_bool(is_error, "isError")?,
+            usage,
+        })
+    }
+}
+
+/// A `toolCall` block of an assistant message's content.
+struct Block<'a> {
+    kind: Option<&'a str>,
+    id: Option<&'a str>,
+    name: Option<&'a str>,
+    arguments: Option<Raw<'a>>,
+}
+
+impl<'a> Block<'a> {
+    /// The blocks of `content`; `None` when it is not an array of blocks, every one an
+    /// object whose `type`, `id` and `name` are strings when present.
+    fn all(content: Raw<'a>) -> Option<impl Iterator<Item = Block<'a>>> {
+        let items = content.as_array()?;
+        let block = |item: Raw<'a>| {
+            let [kind, id, name, arguments] =
+                pick(item.as_object()?, ["type", "id", "name", "arguments"]);
+            Some(Block {
+                kind: opt_str(kind, "").ok()?,
+                id: opt_str(id, "").ok()?,
+                name: opt_str(name, "").ok()?,
+                arguments: arguments.filter(|a| !a.is_null()),
+            })
+        };
+        items
+            .clone()
+            .all(|item| block(item).is_some())
+            .then(|| items.filter_map(block))
+    }
+}
+
+/// A response's token usage: `{input, output, cacheRead, cacheWrite, totalTokens, cost:
+/// {total}}`, numbers or `null` each; anything else is no usage.
+fn usage(raw: Raw<'_>) -> Option<Usage> {
+    let [input, output, cache_read, cache_write, total, cost] = pick(
+        raw.as_object()?,
+        [
+            "input",
+            "output",
+            "cacheRead",
+            "cacheWrite",
+            "totalTokens",
+            "cost",
+        ],
+    );
+    let parts = [
+        opt_f64(input).ok()?,
+        opt_f64(output).ok()?,
+        opt_f64(cache_read).ok()?,
+        opt_f64(cache_write).ok()?,
+    ];
+    let total = opt_f64(total).ok()?;
+    let cost = match cost.map(Json::kind) {
+        None | Some(Kind::Null) => None,
+        Some(Kind::Object(cost)) => opt_f64(cost.get("total")).ok()?,
+        Some(_) => return None,
+    };
+    let sum: f64 = parts.iter().flatten().filter(|v| v.is_finite()).sum();
+    let total = total.filter(|t| t.is_finite() && *t > 0.0);
+    Some(Usage {
+        tokens: total.unwrap_or(sum).max(0.0) as u64,
+        cost: cost.filter(|c| c.is_finite()),
+    })
+}
+
+/// Pass two's state: the session and the run entries belong to, and the buffers lines
+/// are read into.
 struct Reader<'o> {
     options: &'o ReadOptions<'o>,
     ids: Ids,
     runs: u64,
     label: Option<String>,
+    /// The line's tokens, and those of arguments given as JSON text.
+    tape: Tape,
+    args_tape: Tape,
 }
 
 impl<'o> Reader<'o> {
@@ -294,6 +347,8 @@ impl<'o> Reader<'o> {
             ids: item::ids(options.session_hint, Some("turn-0")),
             runs: 0,
             label: None,
+            tape: Tape::new(),
+            args_tape: Tape::new(),
         }
     }
 
@@ -321,25 +376,30 @@ impl<'o> Reader<'o> {
     }
 
     fn entry(&mut self, line: &Line<'_>, stats: &mut ReadStats, sink: &mut dyn Sink) {
+        let mut tape = std::mem::take(&mut self.tape);
         let mut scratch = None;
-        let Some(entry) = lines::entry::<Entry<'_>>(line, &mut scratch, stats) else {
-            return;
-        };
-        let pos = line.pos;
-        let kind = entry.kind.as_deref().unwrap_or("");
+        if let Some(object) = lines::object(line, &mut tape, &mut scratch, stats) {
+            match Entry::read(object) {
+                Ok(entry) => self.apply(line.pos, entry, stats, sink),
+                Err(e) => stats.skip(SkipReason::MalformedEntry, line.pos.line, || e),
+            }
+        }
+        self.tape = tape;
+    }
+
+    fn apply(&mut self, pos: Pos, entry: Entry<'_>, stats: &mut ReadStats, sink: &mut dyn Sink) {
+        let kind = entry.kind.unwrap_or("");
         if kind == "message" {
             let user = entry
                 .message
                 .as_ref()
-                .is_some_and(|m| m.role.as_deref() == Some("user"));
+                .is_some_and(|m| m.role == Some("user"));
             if user {
                 self.start_run();
             }
         }
         if let (Some(windows), Some(ts)) = (self.options.run_windows, entry.timestamp) {
-            let ms = serde_json::from_str::<Cow<'_, str>>(ts.get())
-                .ok()
-                .and_then(|t| parse_iso_ms(&t));
+            let ms = ts.as_str().and_then(parse_iso_ms);
             if let Some(run) = ms.and_then(|ms| windows.run_at(ms)) {
                 self.run_id(pos, run, sink);
             }
@@ -352,26 +412,19 @@ impl<'o> Reader<'o> {
                 }),
             },
             "session" => {
-                let id = entry
-                    .id
-                    .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
-                let session = id.as_deref().unwrap_or(self.options.session_hint);
+                let id = entry.id.and_then(Json::as_str);
+                let session = id.unwrap_or(self.options.session_hint);
                 self.ids = item::ids(session, Some("turn-0"));
                 self.runs = 0;
                 self.label = None;
             }
             "compaction" => sink.push(pos, item::compaction(&self.ids)),
             "custom" => {
-                #[derive(Deserialize)]
-                struct Data<'a> {
-                    #[serde(rename = "runId", borrow, default)]
-                    run_id: Option<Cow<'a, str>>,
-                }
                 let run = entry
                     .data
-                    .and_then(|d| serde_json::from_str::<Data<'_>>(d.get()).ok())
-                    .and_then(|d| d.run_id);
-                if let Some(run) = run.as_deref().and_then(loopguard::text::non_blank) {
+                    .and_then(Json::as_object)
+                    .and_then(|d| opt_str(d.get("runId"), "runId").ok().flatten());
+                if let Some(run) = run.and_then(loopguard::text::non_blank) {
                     self.run_id(pos, run, sink);
                 }
             }
@@ -399,7 +452,7 @@ impl<'o> Reader<'o> {
         sink: &mut dyn Sink,
     ) {
         let known = matches!(
-            message.role.as_deref(),
+            message.role,
             Some(
                 "assistant"
                     | "toolResult"
@@ -415,89 +468,103 @@ impl<'o> Reader<'o> {
         if known {
             stats.record();
         }
-        match message.role.as_deref() {
+        match message.role {
             Some("assistant") => {
-                let usage = message
-                    .usage
-                    .and_then(|u| serde_json::from_str::<RawUsage>(u.get()).ok())
-                    .map(|u| u.usage());
                 sink.push(
                     pos,
                     Item::Turn {
                         ids: self.ids.clone(),
-                        usage,
+                        usage: message.usage.and_then(usage),
                     },
                 );
-                let Some(content) = message.content else {
+                let Some(blocks) = message.content.and_then(Block::all) else {
                     return;
                 };
-                let Ok(blocks) = serde_json::from_str::<Vec<Block<'_>>>(content.get()) else {
-                    return;
-                };
-                for (n, block) in blocks.into_iter().enumerate() {
-                    if block.kind.as_deref() != Some("toolCall") {
+                // The calls of one assistant message (one line) form one batch.
+                let batch = format!("line-{}", pos.line);
+                for (n, block) in blocks.enumerate() {
+                    if block.kind != Some("toolCall") {
                         continue;
                     }
-                    let args = match block.arguments.map(|a| serde_json::from_str(a.get())) {
-                        Some(Ok(Value::String(text))) => item::args_from_text(&text),
-                        Some(Ok(value)) => value,
-                        Some(Err(_)) | None => Value::Object(serde_json::Map::new()),
+                    let Some(tool) = block.name.and_then(loopguard::text::non_blank) else {
+                        stats.skip(SkipReason::MalformedEntry, pos.line, || {
+                            "toolCall without a name".into()
+                        });
+                        continue;
                     };
                     let synthesized;
-                    let id = match block.id.as_deref().and_then(loopguard::text::non_blank) {
+                    let id = match block.id.and_then(loopguard::text::non_blank) {
                         Some(id) => id,
                         None => {
-                            synthesized = format!("line-{}#{n}", pos.line);
+                            synthesized = format!("{batch}#{n}");
                             &synthesized
                         }
                     };
-                    let name = block.name.as_deref().unwrap_or("");
-                    // The calls of one assistant message (one line) form one batch.
-                    let batch = Some(format!("line-{}", pos.line));
-                    match item::call_in_batch(&self.ids, Some(id), name, args, batch) {
-                        Some(call) => sink.push(pos, call),
-                        None => stats.skip(SkipReason::MalformedEntry, pos.line, || {
-                            "toolCall without a name".into()
-                        }),
-                    }
+                    let args = match block.arguments {
+                        // Arguments given as JSON text (some providers): read in turn.
+                        Some(args) => match args.as_str() {
+                            Some(text) => match self.args_tape.parse(text) {
+                                Ok(parsed) => Some(JsonRef::Raw(parsed)),
+                                Err(_) => {
+                                    // Not JSON: the owned form stands in (`{"raw": text}`).
+                                    let args = item::args_from_text(text);
+                                    let batch = Some(batch.clone());
+                                    let call =
+                                        item::call_in_batch(&self.ids, Some(id), tool, args, batch);
+                                    if let Some(call) = call {
+                                        sink.push(pos, call);
+                                    }
+                                    continue;
+                                }
+                            },
+                            None => Some(JsonRef::Raw(args)),
+                        },
+                        None => None,
+                    };
+                    let event = EventRef::Call {
+                        ids: self.ids.as_ref(),
+                        call_id: Some(id),
+                        tool,
+                        args,
+                        batch: Some(&batch),
+                    };
+                    sink.push_event(pos, &event);
                 }
             }
             Some("toolResult") => {
-                let Some(call_id) = message
-                    .tool_call_id
-                    .as_deref()
-                    .and_then(loopguard::text::non_blank)
+                let Some(call_id) = message.tool_call_id.and_then(loopguard::text::non_blank)
                 else {
                     stats.skip(SkipReason::MalformedEntry, pos.line, || {
                         "toolResult without toolCallId".into()
                     });
                     return;
                 };
-                let raw_content = message.content.map(RawValue::get).unwrap_or("null");
-                if memchr::memmem::find(raw_content.as_bytes(), OMITTED_MARKER).is_some() {
+                if message.content.is_some_and(omitted) {
                     stats.truncated_results += 1;
                 }
-                let content: Value = serde_json::from_str(raw_content).unwrap_or(Value::Null);
-                let details: Option<Value> = message
-                    .details
-                    .and_then(|d| serde_json::from_str(d.get()).ok());
+                let joined;
                 let outcome = if message.is_error == Some(true) {
                     stats.failure("isError");
-                    let text = joined_text(&content);
-                    OwnedOutcome::Error(if text.is_empty() {
-                        details.unwrap_or(Value::Null)
-                    } else {
-                        Value::String(text)
+                    joined = message.content.map(joined_text).unwrap_or_default();
+                    OutcomeOf::Error(match (joined.is_empty(), message.details) {
+                        (false, _) => JsonRef::Text(&joined),
+                        (true, Some(details)) => JsonRef::Raw(details),
+                        (true, None) => JsonRef::Null,
                     })
                 } else {
-                    let mut result = serde_json::Map::with_capacity(2);
-                    result.insert("content".into(), content);
-                    if let Some(details) = details {
-                        result.insert("details".into(), details);
-                    }
-                    OwnedOutcome::Result(Value::Object(result))
+                    OutcomeOf::Result(JsonRef::ToolResult {
+                        content: message.content,
+                        details: message.details,
+                    })
                 };
-                sink.push(pos, item::result(&self.ids, call_id, outcome));
+                let event = EventRef::Result {
+                    ids: self.ids.as_ref(),
+                    call_id: Some(call_id),
+                    tool: None,
+                    args: None,
+                    outcome,
+                };
+                sink.push_event(pos, &event);
             }
             Some(
                 "user" | "custom" | "bashExecution" | "compactionSummary" | "branchSummary"
@@ -513,20 +580,19 @@ impl<'o> Reader<'o> {
     }
 }
 
-/// The `text` of every `{type: "text", text}` element of `content`, joined by newlines
-/// (a string content is its own text).
-pub(crate) fn joined_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect();
-            texts.join("\n")
-        }
-        _ => String::new(),
+/// Whether a result's content carries OpenClaw's marker of a shortened result: in its
+/// text, or in the text of one of its blocks.
+fn omitted(content: Raw<'_>) -> bool {
+    let found = |s: Option<Str<'_>>| {
+        s.is_some_and(|s| memchr::memmem::find(s.as_bytes(), OMITTED_MARKER).is_some())
+    };
+    match content.kind() {
+        Kind::String(s) => found(Some(s)),
+        Kind::Array(mut items) => items.any(|item| match item.kind() {
+            Kind::String(s) => found(Some(s)),
+            _ => found(item.get("text").and_then(Json::as_string)),
+        }),
+        _ => false,
     }
 }
 

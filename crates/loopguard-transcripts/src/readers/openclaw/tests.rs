@@ -1,7 +1,7 @@
 use super::*;
 use crate::testing::{corpus, read_bytes, read_corpus, Read};
 use crate::Format;
-use loopguard_events::Event;
+use loopguard_events::{Event, OwnedOutcome};
 use serde_json::json;
 
 /// Builds a synthetic OpenClaw transcript, one entry per call.

@@ -19,13 +19,16 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::mem::size_of;
 
 use loopguard::fingerprint::{args_fingerprint, is_failure, OutcomeRule};
+use loopguard::json::Json;
 use loopguard::{
     ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, RunState, Signature, Verdict,
 };
-use loopguard_events::{Answer, Event, Ids, Replayer};
+use loopguard_events::{Answer, EventRef, IdsRef, Replayer};
+use serde_json::Value;
 
 use super::report::{add_cost, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
 use crate::item::{Item, Pos, Sink, Usage};
+use crate::json_ref::JsonRef;
 
 /// Runs tracked per session at once; beyond it the least recently active run is closed
 /// (its unanswered calls are counted then, and the guard forgets it). The engine's own
@@ -131,9 +134,9 @@ struct SessionState {
 impl SessionState {
     /// The run track for `key`, created when new. Returns its index and the key of the
     /// run closed to make room, if one was.
-    fn run(&mut self, key: &Option<String>) -> (usize, Option<Option<String>>) {
+    fn run(&mut self, key: Option<&str>) -> (usize, Option<Option<String>>) {
         self.clock += 1;
-        if let Some(i) = self.runs.iter().position(|r| &r.key == key) {
+        if let Some(i) = self.runs.iter().position(|r| r.key.as_deref() == key) {
             self.runs[i].last_used = self.clock;
             return (i, None);
         }
@@ -147,10 +150,10 @@ impl SessionState {
             self.bytes = self.bytes.saturating_sub(gone.bytes);
             closed = Some(gone.key);
         }
-        let bytes = RUN_BYTES + key.as_ref().map_or(0, String::len);
+        let bytes = RUN_BYTES + key.map_or(0, str::len);
         self.bytes += bytes;
         self.runs.push(RunTrack {
-            key: key.clone(),
+            key: key.map(str::to_owned),
             last_used: self.clock,
             bytes,
             ..RunTrack::default()
@@ -244,8 +247,8 @@ impl Scanner {
     }
 
     /// The session and run of `ids`, opened when needed.
-    fn enter(&mut self, ids: &Ids) -> (usize, usize) {
-        let s = self.session(ids);
+    fn enter(&mut self, ids: IdsRef<'_>) -> (usize, usize) {
+        let s = self.session(ids.session);
         if self.current != Some(s) || self.sessions[s].stamp.is_none() {
             self.current = Some(s);
             if let Some(old) = self.sessions[s].stamp.take() {
@@ -256,9 +259,9 @@ impl Scanner {
             self.live.insert(self.activity, s);
         }
         let before = self.sessions[s].bytes;
-        let (r, closed) = self.sessions[s].run(&ids.run);
+        let (r, closed) = self.sessions[s].run(ids.run);
         if let Some(run) = closed {
-            let scope = loopguard::Scope::new(&ids.session).with_run(run.as_deref());
+            let scope = loopguard::Scope::new(ids.session).with_run(run.as_deref());
             self.replayer.guard_mut().end_run(&scope);
         }
         self.live_bytes = (self.live_bytes + self.sessions[s].bytes).saturating_sub(before);
@@ -295,42 +298,71 @@ impl Scanner {
         self.live_bytes = (self.live_bytes + add).saturating_sub(remove);
     }
 
-    fn session(&mut self, ids: &Ids) -> usize {
-        if let Some(&i) = self.index.get(&ids.session) {
+    fn session(&mut self, session: &str) -> usize {
+        if let Some(&i) = self.index.get(session) {
             return i;
         }
         self.sessions.push(SessionState {
             report: SessionReport {
-                session: ids.session.clone(),
+                session: session.to_owned(),
                 ..SessionReport::default()
             },
             ..SessionState::default()
         });
         self.index
-            .insert(ids.session.clone(), self.sessions.len() - 1);
+            .insert(session.to_owned(), self.sessions.len() - 1);
         self.sessions.len() - 1
     }
 
-    fn call(&mut self, s: usize, r: usize, pos: Pos, event: &Event) {
-        let Event::Call {
+    /// Applies an event (owned, or read in place from a line) and tracks it.
+    fn event<'a, J: Json<'a>>(&mut self, pos: Pos, event: &EventRef<'a, J>) {
+        let (s, r) = self.enter(event.ids());
+        let state = &mut self.sessions[s];
+        if !std::mem::replace(&mut state.runs[r].seen_event, true) {
+            state.report.runs += 1;
+        }
+        match event {
+            EventRef::Call { .. } => self.call(s, r, pos, event),
+            EventRef::Result { .. } => self.result(s, r, pos, event),
+            EventRef::Compaction { .. } => {
+                self.replayer.apply_ref(pos.line, event);
+                let report = &mut self.sessions[s].report;
+                report.compactions += 1;
+                report.timeline.compactions.push(report.calls);
+            }
+        }
+        self.fit_budget(s);
+    }
+
+    fn call<'a, J: Json<'a>>(&mut self, s: usize, r: usize, pos: Pos, event: &EventRef<'a, J>) {
+        let EventRef::Call {
             ids,
             call_id,
             tool,
             args,
             ..
-        } = event
+        } = *event
         else {
             return;
         };
-        let answer = self.replayer.apply(pos.line, event);
+        // A call without arguments has `{}` (as the guard reads it).
+        let empty = Value::Object(serde_json::Map::new());
+        let signature = || {
+            let fingerprint = match args {
+                Some(args) => args_fingerprint(tool, args),
+                None => args_fingerprint(tool, &empty),
+            };
+            Signature::new(tool, fingerprint)
+        };
+        let answer = self.replayer.apply_ref(pos.line, event);
         let history = self.history;
         let state = &mut self.sessions[s];
         let report = &mut state.report;
         report.calls += 1;
         let index = report.calls;
-        if state.last_call_run.as_ref() != Some(&ids.run) {
+        if state.last_call_run.as_ref().map(Option::as_deref) != Some(ids.run) {
             report.timeline.run_starts.push(index);
-            state.last_call_run = Some(ids.run.clone());
+            state.last_call_run = Some(ids.run.map(str::to_owned));
         }
         let run = &mut state.runs[r];
         let (mut add, mut remove) = (0, 0);
@@ -339,12 +371,15 @@ impl Scanner {
             add += RECORD_BYTES;
         }
         if let Some(id) = call_id {
-            let rule = OutcomeRule::for_call(tool, args);
-            match run.pending.insert(id.clone(), (index, rule)) {
+            let rule = match args {
+                Some(args) => OutcomeRule::for_call(tool, args),
+                None => OutcomeRule::for_call(tool, &empty),
+            };
+            match run.pending.insert(id.to_owned(), (index, rule)) {
                 Some(_) => report.unpaired_calls += 1,
                 None => {
                     add += PENDING_BYTES + id.len();
-                    run.pending_order.push_back(id.clone());
+                    run.pending_order.push_back(id.to_owned());
                     if run.pending_order.len() > 2 * MAX_PENDING {
                         // Answered calls stay in the queue until here: drop them.
                         let pending = &run.pending;
@@ -363,7 +398,7 @@ impl Scanner {
             }
         }
         if !run.blocked.is_empty() {
-            let signature = Signature::new(tool, args_fingerprint(tool, args));
+            let signature = signature();
             for &(blocked, l) in &run.blocked {
                 if blocked == signature {
                     report.loops[l].repeats_after_block += 1;
@@ -427,8 +462,7 @@ impl Scanner {
                         Outcome::Blocked
                     };
                     if record(report, run, l, &flag, index, pos.line, outcome) {
-                        let signature = Signature::new(tool, args_fingerprint(tool, args));
-                        run.blocked.push((signature, l));
+                        run.blocked.push((signature(), l));
                     }
                     if *terminal {
                         run.stopped_by = Some(l);
@@ -445,34 +479,33 @@ impl Scanner {
         self.charge(s, r, add, remove);
     }
 
-    fn result(&mut self, s: usize, r: usize, pos: Pos, event: &Event) {
-        let Event::Result {
+    fn result<'a, J: Json<'a>>(&mut self, s: usize, r: usize, pos: Pos, event: &EventRef<'a, J>) {
+        let EventRef::Result {
             call_id,
             tool,
             outcome,
             ..
-        } = event
+        } = *event
         else {
             return;
         };
         let state = &mut self.sessions[s];
         let run = &mut state.runs[r];
-        let pending = call_id.as_ref().and_then(|id| run.pending.remove(id));
+        let pending = call_id.and_then(|id| run.pending.remove(id));
         if pending.is_none() && tool.is_none() {
             state.report.orphan_results += 1;
             return;
         }
         let freed = call_id
-            .as_ref()
             .filter(|_| pending.is_some())
             .map_or(0, |id| PENDING_BYTES + id.len());
         let call_index = pending.map(|(index, _)| index);
         let rule = pending.map_or_else(
-            || OutcomeRule::for_call(tool.as_deref().unwrap_or(""), &serde_json::Value::Null),
+            || OutcomeRule::for_call(tool.unwrap_or(""), &Value::Null),
             |(_, rule)| rule,
         );
-        let failed = is_failure(rule, outcome.as_outcome());
-        let answer = self.replayer.apply(pos.line, event);
+        let failed = is_failure(rule, outcome);
+        let answer = self.replayer.apply_ref(pos.line, event);
         let state = &mut self.sessions[s];
         let report = &mut state.report;
         let run = &mut state.runs[r];
@@ -539,25 +572,17 @@ impl Scanner {
 }
 
 impl Sink for Scanner {
+    fn push_event(&mut self, pos: Pos, event: &EventRef<'_, JsonRef<'_>>) {
+        self.event(pos, event);
+    }
+
     fn push(&mut self, pos: Pos, item: Item) {
-        let (s, r) = self.enter(item.ids());
+        if let Item::Event(event) = &item {
+            return self.event(pos, &event.as_ref());
+        }
+        let (s, r) = self.enter(item.ids().as_ref());
         match item {
-            Item::Event(event) => {
-                let state = &mut self.sessions[s];
-                if !std::mem::replace(&mut state.runs[r].seen_event, true) {
-                    state.report.runs += 1;
-                }
-                match &event {
-                    Event::Call { .. } => self.call(s, r, pos, &event),
-                    Event::Result { .. } => self.result(s, r, pos, &event),
-                    Event::Compaction { .. } => {
-                        self.replayer.apply(pos.line, &event);
-                        let report = &mut self.sessions[s].report;
-                        report.compactions += 1;
-                        report.timeline.compactions.push(report.calls);
-                    }
-                }
-            }
+            Item::Event(_) => {}
             Item::Turn { usage, .. } => self.turn(s, r, usage),
             Item::Usage { usage, .. } => self.usage(s, r, usage),
             Item::RunLabel { label, .. } => {
