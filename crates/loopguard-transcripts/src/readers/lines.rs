@@ -9,7 +9,7 @@
 
 use std::io::{self, BufRead, Seek};
 
-use loopguard::json::{kind_name, Json, Raw, RawObject, Tape};
+use loopguard::json::{kind_name, Json, RawObject, Tape};
 use loopguard_events::lines::{Line as RawLine, LineReader};
 
 use serde::Deserialize;
@@ -162,16 +162,17 @@ pub(crate) fn entry<'a, T: Deserialize<'a>>(
     }
 }
 
-/// Tokenizes a line into `tape`, repairing its encoding when needed (counted in
-/// `stats`; the repaired copy lives in `scratch`), and returns its value; or `None` after
-/// counting why not, as [`entry`] does. The readers that read lines in place use it: one
-/// pass over the line, no value tree, no depth limit.
-pub(crate) fn tokenize<'a>(
+/// The object a line holds, tokenized into `tape` and read in place: one pass over the
+/// line, no value tree, no depth limit. Its encoding is repaired when needed (counted in
+/// `stats`; the repaired copy lives in `scratch`), as [`entry`] does. `None` after
+/// counting why not (a value that is not an object is skipped as
+/// [`SkipReason::NotAnObject`]).
+pub(crate) fn object<'a>(
     line: &Line<'a>,
     tape: &'a mut Tape,
     scratch: &'a mut Option<Vec<u8>>,
     stats: &mut ReadStats,
-) -> Option<Raw<'a>> {
+) -> Option<RawObject<'a>> {
     // A lone surrogate escape is valid JSON the tape would keep as WTF-8; lines are
     // repaired instead (U+FFFD), as when they are parsed into values.
     let clean = !has_surrogate_escape(line.bytes);
@@ -192,13 +193,18 @@ pub(crate) fn tokenize<'a>(
             }
         }
     };
-    match tape.parse(text) {
-        Ok(root) => {
-            stats.repaired += u64::from(repaired);
-            Some(root)
-        }
-        Err(_) => unparsable(line, text.as_bytes(), stats),
+    let root = match tape.parse(text) {
+        Ok(root) => root,
+        Err(_) => return unparsable(line, text.as_bytes(), stats),
+    };
+    stats.repaired += u64::from(repaired);
+    let object = root.as_object();
+    if object.is_none() {
+        stats.skip(SkipReason::NotAnObject, line.pos.line, || {
+            format!("expected an object, found {}", kind_name(root))
+        });
     }
+    object
 }
 
 /// Counts a line the tape could not read, with `serde_json`'s account of why.
@@ -222,24 +228,6 @@ fn has_surrogate_escape(bytes: &[u8]) -> bool {
                 Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
             )
     })
-}
-
-/// The object a line holds, read in place ([`tokenize`]); or `None` after counting why
-/// not (a value that is not an object is skipped as [`SkipReason::NotAnObject`]).
-pub(crate) fn object<'a>(
-    line: &Line<'a>,
-    tape: &'a mut Tape,
-    scratch: &'a mut Option<Vec<u8>>,
-    stats: &mut ReadStats,
-) -> Option<RawObject<'a>> {
-    let root = tokenize(line, tape, scratch, stats)?;
-    let object = root.as_object();
-    if object.is_none() {
-        stats.skip(SkipReason::NotAnObject, line.pos.line, || {
-            format!("expected an object, found {}", kind_name(root))
-        });
-    }
-    object
 }
 
 /// Counts a line that did not parse: a cut-off last line, or a corrupt one.
