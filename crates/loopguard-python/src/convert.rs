@@ -22,7 +22,7 @@
 //! check comes before the descent, so neither Rust's stack nor Python's recursion limit is
 //! at the input's mercy.
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -205,8 +205,20 @@ impl Walk<'_> {
     fn dict(&mut self, d: &Bound<'_, PyDict>, depth: usize) -> Result<(), Failure> {
         enter(d, depth)?;
         let node = self.flat.open(true);
+        // A dict can change while its values are converted (a `model_dump` with side
+        // effects); PyO3's iterator panics then, so the size is checked before each step
+        // and no more entries are read than it had.
+        let size = d.len();
+        let mut entries = d.iter();
         let mut count = 0;
-        for (k, v) in d.iter() {
+        while count < size {
+            if d.len() != size {
+                return Err(Problem::Python(PyRuntimeError::new_err(
+                    "dictionary changed size during conversion",
+                ))
+                .into());
+            }
+            let Some((k, v)) = entries.next() else { break };
             let key = match k.cast::<PyString>() {
                 Ok(k) => crate::abi::text(k)?,
                 Err(_) => return Err(Problem::Key(type_name(&k)).into()),

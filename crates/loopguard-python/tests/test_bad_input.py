@@ -69,6 +69,29 @@ def test_model_dump_must_return_a_dict() -> None:
         guard().before_call("t", Odd(), **S)
 
 
+def test_a_dict_changed_while_converted_is_an_error() -> None:
+    outer: Dict[str, Any] = {}
+
+    class Grows:
+        def model_dump(self, mode: str = "python") -> Dict[str, Any]:
+            outer["added"] = 1
+            return {}
+
+    class Swaps:
+        def model_dump(self, mode: str = "python") -> Dict[str, Any]:
+            del outer["b"]
+            outer["c"] = 3
+            return {}
+
+    outer.update({"a": Grows(), "b": 2})
+    with pytest.raises(RuntimeError, match="changed size"):
+        guard().before_call("t", outer, **S)
+    outer.clear()
+    outer.update({"a": Swaps(), "b": 2})
+    # Same size, other keys: no crash; the entries read are the dict's size at most.
+    guard().after_call("t", {}, result=outer, **S)
+
+
 def test_bad_names() -> None:
     with pytest.raises(ValueError, match="non-blank"):
         guard().before_call("  ", {}, **S)
