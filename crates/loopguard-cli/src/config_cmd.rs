@@ -73,11 +73,11 @@ fn check(file: PathBuf) -> u8 {
     };
     let mut warnings = 0;
     for (label, cfg) in scopes(&set, None) {
-        for clamp in &cfg.clamps {
+        for clamp in cfg.clamps() {
             warnings += 1;
             println!("warning: {label}: {}", clamp.reason);
         }
-        for u in &cfg.unreachable {
+        for u in cfg.unreachable() {
             warnings += 1;
             println!("warning: {label}: {}", u.reason);
         }
@@ -163,9 +163,9 @@ fn enabled_text(e: Enabled) -> &'static str {
 
 /// One sentence per setting worth a remark.
 fn explanations(cfg: &EffectiveConfig) -> Vec<String> {
-    let mut out = vec![format!("enabled is {}.", enabled_text(cfg.enabled))];
-    out.extend(cfg.clamps.iter().map(|c| format!("{}.", c.reason)));
-    out.extend(cfg.unreachable.iter().map(|u| format!("{}.", u.reason)));
+    let mut out = vec![format!("enabled is {}.", enabled_text(cfg.enabled()))];
+    out.extend(cfg.clamps().iter().map(|c| format!("{}.", c.reason)));
+    out.extend(cfg.unreachable().iter().map(|u| format!("{}.", u.reason)));
     out.extend(
         extension_lines(cfg)
             .into_iter()
@@ -176,7 +176,7 @@ fn explanations(cfg: &EffectiveConfig) -> Vec<String> {
 
 /// The `loopguard` block in force, as (setting, value) lines; empty without the block.
 fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
-    let Some(ext) = cfg.extensions.as_deref() else {
+    let Some(ext) = cfg.extensions() else {
         return Vec::new();
     };
     let on_off = |levels: Option<String>| levels.unwrap_or_else(|| "off".into());
@@ -278,7 +278,7 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
 fn print_table(label: &str, cfg: &EffectiveConfig) {
     let on = |b: bool| if b { "on" } else { "off" };
     let clamped = |field: &str| {
-        cfg.clamps
+        cfg.clamps()
             .iter()
             .find(|c| c.field == field)
             .map(|c| format!("  (clamped from {})", c.configured))
@@ -286,37 +286,41 @@ fn print_table(label: &str, cfg: &EffectiveConfig) {
     };
     println!("{label}");
     let rows: Vec<(&str, String)> = vec![
-        ("enabled", enabled_text(cfg.enabled).to_owned()),
-        ("historySize", cfg.history_size.to_string()),
-        ("warningThreshold", cfg.warning_threshold.to_string()),
+        ("enabled", enabled_text(cfg.enabled()).to_owned()),
+        ("historySize", cfg.history_size().to_string()),
+        ("warningThreshold", cfg.warning_threshold().to_string()),
         (
             "criticalThreshold",
-            format!("{}{}", cfg.critical_threshold, clamped("criticalThreshold")),
+            format!(
+                "{}{}",
+                cfg.critical_threshold(),
+                clamped("criticalThreshold")
+            ),
         ),
         (
             "unknownToolThreshold",
-            cfg.unknown_tool_threshold.to_string(),
+            cfg.unknown_tool_threshold().to_string(),
         ),
         (
             "globalCircuitBreakerThreshold",
             format!(
                 "{}{}",
-                cfg.global_circuit_breaker_threshold,
+                cfg.global_circuit_breaker_threshold(),
                 clamped("globalCircuitBreakerThreshold")
             ),
         ),
         (
             "detectors.genericRepeat",
-            on(cfg.detectors.generic_repeat).into(),
+            on(cfg.detectors().generic_repeat).into(),
         ),
         (
             "detectors.knownPollNoProgress",
-            on(cfg.detectors.known_poll_no_progress).into(),
+            on(cfg.detectors().known_poll_no_progress).into(),
         ),
-        ("detectors.pingPong", on(cfg.detectors.ping_pong).into()),
+        ("detectors.pingPong", on(cfg.detectors().ping_pong).into()),
         (
             "postCompactionGuard.windowSize",
-            cfg.post_compaction_window.to_string(),
+            cfg.post_compaction_window().to_string(),
         ),
     ];
     for (k, v) in rows {
@@ -325,10 +329,10 @@ fn print_table(label: &str, cfg: &EffectiveConfig) {
     for (k, v) in extension_lines(cfg) {
         println!("  {k:<32} {v}");
     }
-    for c in &cfg.clamps {
+    for c in cfg.clamps() {
         println!("  note: {}", c.reason);
     }
-    for u in &cfg.unreachable {
+    for u in cfg.unreachable() {
         println!("  warning: {}", u.reason);
     }
 }

@@ -462,21 +462,21 @@ fn describe_config(
     let c = config.for_agent(agent);
     let thresholds = json!({
         "detectors_enabled": c.detectors_enabled(),
-        "history_size": c.history_size,
-        "warning_threshold": c.warning_threshold,
-        "critical_threshold": c.critical_threshold,
-        "global_circuit_breaker_threshold": c.global_circuit_breaker_threshold,
-        "unknown_tool_threshold": c.unknown_tool_threshold,
-        "post_compaction_window": c.post_compaction_window,
+        "history_size": c.history_size(),
+        "warning_threshold": c.warning_threshold(),
+        "critical_threshold": c.critical_threshold(),
+        "global_circuit_breaker_threshold": c.global_circuit_breaker_threshold(),
+        "unknown_tool_threshold": c.unknown_tool_threshold(),
+        "post_compaction_window": c.post_compaction_window(),
     });
     let numbers = format!(
         "warning at {}, block at {}, global breaker at {}, unknown tool at {}, history {} calls per run, post-compaction window {}",
-        c.warning_threshold,
-        c.critical_threshold,
-        c.global_circuit_breaker_threshold,
-        c.unknown_tool_threshold,
-        c.history_size,
-        c.post_compaction_window
+        c.warning_threshold(),
+        c.critical_threshold(),
+        c.global_circuit_breaker_threshold(),
+        c.unknown_tool_threshold(),
+        c.history_size(),
+        c.post_compaction_window()
     );
     let (file, note) = match source {
         ConfigSource::Defaults => (

@@ -132,14 +132,14 @@ fn error_file(error: &LoadError) -> String {
 
 /// `detection on (warn at 3, block at 5, …)` or why it is off.
 pub fn detection_summary(cfg: &EffectiveConfig) -> String {
-    let mut out = match cfg.enabled {
+    let mut out = match cfg.enabled() {
         Enabled::On => format!(
             "detection on (warn at {}, block at {}, unknown tool {}, breaker {}, history {})",
-            cfg.warning_threshold,
-            cfg.critical_threshold,
-            cfg.unknown_tool_threshold,
-            cfg.global_circuit_breaker_threshold,
-            cfg.history_size,
+            cfg.warning_threshold(),
+            cfg.critical_threshold(),
+            cfg.unknown_tool_threshold(),
+            cfg.global_circuit_breaker_threshold(),
+            cfg.history_size(),
         ),
         Enabled::Unset => {
             "detection off (enabled unset: rolling detectors off, post-compaction guard on)".into()
@@ -166,9 +166,13 @@ pub fn startup_line(command: &str, loaded: &Loaded, store: &str) -> String {
         .config
         .agents()
         .map(|(id, _, cfg)| {
-            let state = match cfg.enabled {
+            let state = match cfg.enabled() {
                 Enabled::On => {
-                    format!("on at {}/{}", cfg.warning_threshold, cfg.critical_threshold)
+                    format!(
+                        "on at {}/{}",
+                        cfg.warning_threshold(),
+                        cfg.critical_threshold()
+                    )
                 }
                 Enabled::Unset | Enabled::Off => "off".into(),
             };
@@ -187,7 +191,7 @@ pub fn startup_line(command: &str, loaded: &Loaded, store: &str) -> String {
 /// and gives the line that turns them on. `None` when they are on or explicitly off.
 pub fn detection_off_notice(loaded: &Loaded) -> Option<String> {
     let Some(path) = loaded.source.path() else {
-        return (loaded.config.global().enabled == Enabled::Unset).then(|| {
+        return (loaded.config.global().enabled() == Enabled::Unset).then(|| {
             format!(
                 "no config file: SPEC §7's defaults leave the rolling detectors off (only the \
 post-compaction guard runs). To turn them on, give --config FILE holding: {{ {TURN_ON} }}"
@@ -197,10 +201,10 @@ post-compaction guard runs). To turn them on, give --config FILE holding: {{ {TU
     let off_agents: Vec<&str> = loaded
         .config
         .agents()
-        .filter(|(_, _, cfg)| cfg.enabled == Enabled::Unset)
+        .filter(|(_, _, cfg)| cfg.enabled() == Enabled::Unset)
         .map(|(id, _, _)| id)
         .collect();
-    let global_off = loaded.config.global().enabled == Enabled::Unset;
+    let global_off = loaded.config.global().enabled() == Enabled::Unset;
     if !global_off && off_agents.is_empty() {
         return None;
     }

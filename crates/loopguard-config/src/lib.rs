@@ -252,23 +252,23 @@ mod tests {
     #[test]
     fn the_two_defaults() {
         let live = Defaults::Live.config();
-        assert_eq!(live.global().enabled, Enabled::On);
+        assert_eq!(live.global().enabled(), Enabled::On);
         assert_eq!(
             live,
             ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }").unwrap()
         );
         let spec = Defaults::Spec.config();
-        assert_eq!(spec.global().enabled, Enabled::Unset);
+        assert_eq!(spec.global().enabled(), Enabled::Unset);
         assert_eq!(spec, ConfigSet::parse("{}").unwrap());
         // Same thresholds either way: only the switch differs.
         assert_eq!(
             (
-                live.global().warning_threshold,
-                live.global().critical_threshold
+                live.global().warning_threshold(),
+                live.global().critical_threshold()
             ),
             (
-                spec.global().warning_threshold,
-                spec.global().critical_threshold
+                spec.global().warning_threshold(),
+                spec.global().critical_threshold()
             )
         );
     }
@@ -295,7 +295,7 @@ mod tests {
             b"{ tools: { loopDetection: { enabled: true, warningThreshold: 3 } } }",
         );
         let set = Source::Flag(path.clone()).load().unwrap();
-        assert_eq!(set.global().warning_threshold, 3);
+        assert_eq!(set.global().warning_threshold(), 3);
         assert_eq!(load(Some(&path), Defaults::Spec).unwrap(), set);
         assert_eq!(load(None, Defaults::Spec).unwrap(), ConfigSet::default());
     }

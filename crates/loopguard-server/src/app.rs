@@ -300,13 +300,13 @@ fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), LoadError
     for (label, effective) in scopes {
         warnings.extend(
             effective
-                .clamps
+                .clamps()
                 .iter()
                 .map(|c| format!("{label}: {}", c.reason)),
         );
         warnings.extend(
             effective
-                .unreachable
+                .unreachable()
                 .iter()
                 .map(|u| format!("{label}: {}", u.reason)),
         );

@@ -500,7 +500,7 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_invalid() {
         .unwrap()
         .contains("warningThreshhold"));
     assert_eq!(
-        app.config().global().warning_threshold,
+        app.config().global().warning_threshold(),
         2,
         "old config kept"
     );

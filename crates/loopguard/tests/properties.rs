@@ -313,7 +313,7 @@ proptest! {
             1,
         ))
         .unwrap();
-        prop_assert!(off.global().extensions.is_some());
+        prop_assert!(off.global().extensions().is_some());
         prop_assert_eq!(verdicts(&spec, &steps, false), verdicts(&off, &steps, false));
     }
 

@@ -6,6 +6,7 @@
 //! [`ConfigSet::for_agent`](crate::ConfigSet::for_agent) gives the
 //! [`EffectiveConfig`](crate::EffectiveConfig) in force for an agent: merged, defaulted
 //! and clamped so that the levels stay ordered (every clamp is listed, with its reason).
+//! It is read through its accessors and cannot be written, so no host can undo a clamp.
 //!
 //! ```
 //! use loopguard::ConfigSet;
@@ -16,14 +17,14 @@
 //!     { id: "ops", tools: { loopDetection: { warningThreshold: 3, criticalThreshold: 2 } } },
 //!   ] },
 //! }"#)?;
-//! assert_eq!(set.for_agent(None).critical_threshold, 20);
+//! assert_eq!(set.for_agent(None).critical_threshold(), 20);
 //! let ops = set.for_agent(Some("ops"));
-//! assert_eq!(ops.warning_threshold, 3);
+//! assert_eq!(ops.warning_threshold(), 3);
 //! // A critical threshold at or below the warning one is raised, and says so.
-//! assert_eq!(ops.critical_threshold, 4);
-//! assert_eq!(ops.clamps[0].field, "criticalThreshold");
+//! assert_eq!(ops.critical_threshold(), 4);
+//! assert_eq!(ops.clamps()[0].field, "criticalThreshold");
 //! // An agent without a block of its own gets the global settings.
-//! assert_eq!(set.for_agent(Some("research")).warning_threshold, 10);
+//! assert_eq!(set.for_agent(Some("research")).warning_threshold(), 10);
 //! # Ok::<(), loopguard::ConfigError>(())
 //! ```
 //!

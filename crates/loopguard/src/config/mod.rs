@@ -14,10 +14,10 @@
 //!   agents: { list: [{ id: "worker", tools: { loopDetection: { criticalThreshold: 4 } } }] },
 //! }"#)?;
 //! let worker = set.for_agent(Some("worker"));
-//! assert_eq!(worker.enabled, Enabled::On);
-//! assert_eq!(worker.warning_threshold, 5);
-//! assert_eq!(worker.critical_threshold, 6); // clamped above the warning threshold
-//! assert_eq!(worker.clamps.len(), 1);
+//! assert_eq!(worker.enabled(), Enabled::On);
+//! assert_eq!(worker.warning_threshold(), 5);
+//! assert_eq!(worker.critical_threshold(), 6); // clamped above the warning threshold
+//! assert_eq!(worker.clamps().len(), 1);
 //! # Ok::<(), loopguard::config::ConfigError>(())
 //! ```
 
@@ -109,32 +109,41 @@ pub struct Unreachable {
 }
 
 /// The settings in force for one agent (or globally): merged, defaulted and clamped.
+///
+/// Read-only: a host gets one from a [`ConfigSet`] (or [`EffectiveConfig::from_block`]),
+/// which clamps, and reads it through its accessors; it cannot write a field and so bypass
+/// the clamps.
+///
+/// ```compile_fail,E0616
+/// let mut config = loopguard::EffectiveConfig::default();
+/// config.critical_threshold = 1; // below the warning threshold
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectiveConfig {
     /// The tri-state master switch.
-    pub enabled: Enabled,
+    pub(crate) enabled: Enabled,
     /// Records kept per run.
-    pub history_size: u32,
+    pub(crate) history_size: u32,
     /// W.
-    pub warning_threshold: u32,
+    pub(crate) warning_threshold: u32,
     /// C (after clamping).
-    pub critical_threshold: u32,
+    pub(crate) critical_threshold: u32,
     /// U.
-    pub unknown_tool_threshold: u32,
+    pub(crate) unknown_tool_threshold: u32,
     /// G (after clamping).
-    pub global_circuit_breaker_threshold: u32,
+    pub(crate) global_circuit_breaker_threshold: u32,
     /// Detector switches.
-    pub detectors: Detectors,
+    pub(crate) detectors: Detectors,
     /// Post-compaction guard window.
-    pub post_compaction_window: u32,
+    pub(crate) post_compaction_window: u32,
     /// Every clamp applied, in order.
-    pub clamps: Vec<Clamp>,
+    pub(crate) clamps: Vec<Clamp>,
     /// Thresholds that can never fire with this `historySize` (warnings, not errors).
-    pub unreachable: Vec<Unreachable>,
+    pub(crate) unreachable: Vec<Unreachable>,
     /// loopguard's own extensions (the `loopguard` block); `None`: SPEC behaviour alone.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<Arc<Extensions>>,
+    pub(crate) extensions: Option<Arc<Extensions>>,
 }
 
 impl Default for EffectiveConfig {
@@ -202,6 +211,63 @@ impl EffectiveConfig {
         };
         config.unreachable = config.find_unreachable();
         config
+    }
+
+    /// The tri-state master switch (`enabled`).
+    pub fn enabled(&self) -> Enabled {
+        self.enabled
+    }
+
+    /// Records kept per run (`historySize`).
+    pub fn history_size(&self) -> u32 {
+        self.history_size
+    }
+
+    /// Count at which a pattern warns (`warningThreshold`).
+    pub fn warning_threshold(&self) -> u32 {
+        self.warning_threshold
+    }
+
+    /// Count at which a no-progress pattern blocks (`criticalThreshold`), above the
+    /// warning threshold.
+    pub fn critical_threshold(&self) -> u32 {
+        self.critical_threshold
+    }
+
+    /// Calls of one unavailable tool before blocking (`unknownToolThreshold`).
+    pub fn unknown_tool_threshold(&self) -> u32 {
+        self.unknown_tool_threshold
+    }
+
+    /// No-progress count that stops the run (`globalCircuitBreakerThreshold`), above the
+    /// critical threshold.
+    pub fn global_circuit_breaker_threshold(&self) -> u32 {
+        self.global_circuit_breaker_threshold
+    }
+
+    /// Which rolling detectors are switched on (`detectors`).
+    pub fn detectors(&self) -> Detectors {
+        self.detectors
+    }
+
+    /// Attempts the post-compaction guard stays armed (`postCompactionGuard.windowSize`).
+    pub fn post_compaction_window(&self) -> u32 {
+        self.post_compaction_window
+    }
+
+    /// Every clamp applied, in order.
+    pub fn clamps(&self) -> &[Clamp] {
+        &self.clamps
+    }
+
+    /// Thresholds that can never fire with this `historySize` (warnings, not errors).
+    pub fn unreachable(&self) -> &[Unreachable] {
+        &self.unreachable
+    }
+
+    /// loopguard's own extensions (the `loopguard` block); `None`: SPEC behaviour alone.
+    pub fn extensions(&self) -> Option<&Extensions> {
+        self.extensions.as_deref()
     }
 
     /// [`EffectiveConfig::from_block`], with the extensions of a (merged) `loopguard` block.

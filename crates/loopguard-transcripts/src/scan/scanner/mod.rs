@@ -206,7 +206,7 @@ impl Scanner {
 
     /// A scanner that keeps at most about `budget` bytes of open runs.
     pub fn with_budget(config: ConfigSet, agent: Option<String>, budget: usize) -> Self {
-        let history = config.for_agent(agent.as_deref()).history_size as usize;
+        let history = config.for_agent(agent.as_deref()).history_size() as usize;
         // The scanner decides which sessions to forget, by bytes; the guard never does.
         let limits = Limits {
             max_sessions: usize::MAX,
