@@ -34,7 +34,8 @@ use std::io::{self, BufRead, Write};
 
 use loopguard::json::{Json, Tape};
 use loopguard::{
-    CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, RunState, Scope,
+    observe, CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, RunState,
+    Scope,
 };
 
 pub use answer::Answer;
@@ -154,6 +155,7 @@ pub fn apply_to_run(
 /// Applies one event to the state of its run and answers it: what every front end (replay,
 /// the sidecar, durable stores) does with a valid event. `run` must be the state of
 /// `scope`'s run and `cfg` the config of its agent.
+/// The answer is logged with [`loopguard::observe`], as [`Guard`] logs its own.
 pub fn apply_event<'a, J: Json<'a>>(
     run: &mut RunState,
     cfg: &EffectiveConfig,
@@ -185,7 +187,9 @@ fn reply<'a, J: Json<'a>>(
                 None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
             };
             let call_id = call_id.and_then(loopguard::text::non_blank);
-            Reply::Call(run.before_call(cfg, scope, &print, call_id, batch, now))
+            let verdict = run.before_call(cfg, &print, call_id, batch, now);
+            observe::verdict(scope, print.tool, &verdict);
+            Reply::Call(verdict)
         }
         EventRef::Result {
             call_id,
@@ -205,7 +209,7 @@ fn reply<'a, J: Json<'a>>(
                 _ => None,
             };
             let recorded = match (by_id, tool) {
-                (Some(id), _) => match run.after_call_by_id(cfg, scope, id, outcome, now) {
+                (Some(id), _) => match run.after_call_by_id(cfg, id, outcome, now) {
                     Ok(recorded) => recorded,
                     Err(e) => return Reply::Invalid(e.to_string()),
                 },
@@ -214,7 +218,7 @@ fn reply<'a, J: Json<'a>>(
                         Some(args) => CallPrint::for_config(tool, args, cfg),
                         None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
                     };
-                    run.after_call(cfg, scope, &print, call_id, outcome, now)
+                    run.after_call(cfg, &print, call_id, outcome, now)
                 }
                 (None, None) => {
                     return Reply::Invalid(
@@ -222,9 +226,14 @@ fn reply<'a, J: Json<'a>>(
                     )
                 }
             };
+            observe::recorded(scope, &recorded);
             Reply::Result(recorded)
         }
-        EventRef::Compaction { .. } => Reply::Compaction(run.compaction(cfg, scope, now)),
+        EventRef::Compaction { .. } => {
+            let window = run.compaction(cfg, now);
+            observe::armed(scope, window);
+            Reply::Compaction(window)
+        }
     }
 }
 

@@ -555,7 +555,7 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard::{CallPrint, ConfigSet, Outcome, Scope};
+    use loopguard::{CallPrint, ConfigSet, Outcome};
     use serde_json::json;
 
     fn db() -> (tempfile::TempDir, HookDb) {
@@ -569,17 +569,9 @@ mod tests {
         let cfg = config.for_agent(None);
         let args = json!({"path": "/x"});
         tx.update_run(session, Some(run), |state, now| {
-            let scope = Scope::new(session).with_run(Some(run));
             let print = CallPrint::for_config("read", &args, cfg);
-            let verdict = state.before_call(cfg, &scope, &print, None, None, now);
-            state.after_call(
-                cfg,
-                &scope,
-                &print,
-                None,
-                Outcome::Result(&json!("same")),
-                now,
-            );
+            let verdict = state.before_call(cfg, &print, None, None, now);
+            state.after_call(cfg, &print, None, Outcome::Result(&json!("same")), now);
             verdict.is_blocked()
         })
         .unwrap()

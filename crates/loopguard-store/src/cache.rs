@@ -513,7 +513,7 @@ mod tests {
     /// Applies a compaction, which stamps the run's activity time.
     fn stamp(state: &mut RunState, now: u64) -> u32 {
         let config = loopguard::ConfigSet::default();
-        state.compaction(config.global(), &loopguard::Scope::new("x"), now)
+        state.compaction(config.global(), now)
     }
 
     #[test]

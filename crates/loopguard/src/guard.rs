@@ -11,6 +11,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::ConfigSet;
 use crate::fingerprint::{CallPrint, OutcomeOf};
 use crate::json::Json;
+use crate::observe;
 use crate::run::{ResultError, RunState};
 use crate::scope::Scope;
 use crate::verdict::{Recorded, Verdict};
@@ -214,7 +215,9 @@ impl<C: Clock> Guard<C> {
     /// [`Guard::before_call`] for a call from [`Guard::prepare`].
     pub fn before_prepared(&mut self, scope: &Scope<'_>, call: &PreparedCall<'_>) -> Verdict {
         let (cfg, run, now) = self.enter(scope);
-        run.before_call(cfg, scope, &call.print, call.call_id, call.batch, now)
+        let verdict = run.before_call(cfg, &call.print, call.call_id, call.batch, now);
+        observe::verdict(scope, call.print.tool, &verdict);
+        verdict
     }
 
     /// Records what a call returned (also for warned calls; results of blocked calls are
@@ -237,7 +240,9 @@ impl<C: Clock> Guard<C> {
         outcome: OutcomeOf<O>,
     ) -> Recorded {
         let (cfg, run, now) = self.enter(scope);
-        run.after_call(cfg, scope, &call.print, call.call_id, outcome, now)
+        let recorded = run.after_call(cfg, &call.print, call.call_id, outcome, now);
+        observe::recorded(scope, &recorded);
+        recorded
     }
 
     /// Records what the call with id `call_id` returned, when the host no longer has the
@@ -252,14 +257,18 @@ impl<C: Clock> Guard<C> {
             return Err(ResultError::UnknownCall);
         }
         let (cfg, run, now) = self.enter(scope);
-        run.after_call_by_id(cfg, scope, call_id, outcome, now)
+        let recorded = run.after_call_by_id(cfg, call_id, outcome, now)?;
+        observe::recorded(scope, &recorded);
+        Ok(recorded)
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
     /// the number of attempts it watches, or 0 when the guard is disabled.
     pub fn on_compaction(&mut self, scope: &Scope<'_>) -> u32 {
         let (cfg, run, now) = self.enter(scope);
-        run.compaction(cfg, scope, now)
+        let window = run.compaction(cfg, now);
+        observe::armed(scope, window);
+        window
     }
 
     /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
@@ -338,9 +347,11 @@ impl<C: Clock> Guard<C> {
     /// Runs `f` with the config for the scope's agent, the run's state (created if needed)
     /// and the clock's time: what a host needs to apply an event to the run with
     /// [`RunState`]'s methods, as a durable store does, while the guard keeps the run.
+    /// `RunState` logs nothing; the [`observe`](crate::observe) functions log its answers
+    /// as the guard's own methods do.
     ///
     /// ```
-    /// use loopguard::{CallPrint, ConfigSet, Guard, Scope};
+    /// use loopguard::{observe, CallPrint, ConfigSet, Guard, Scope};
     /// use serde_json::json;
     ///
     /// let mut guard = Guard::new(ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }")?);
@@ -348,7 +359,9 @@ impl<C: Clock> Guard<C> {
     /// let args = json!({ "path": "a" });
     /// let verdict = guard.with_run(&scope, |cfg, run, now| {
     ///     let print = CallPrint::for_config("read", &args, cfg);
-    ///     run.before_call(cfg, &scope, &print, Some("c1"), None, now)
+    ///     let verdict = run.before_call(cfg, &print, Some("c1"), None, now);
+    ///     observe::verdict(&scope, print.tool, &verdict);
+    ///     verdict
     /// });
     /// assert!(!verdict.is_blocked());
     /// # Ok::<(), loopguard::ConfigError>(())

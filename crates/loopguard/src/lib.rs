@@ -78,7 +78,7 @@ mod history;
 pub mod json;
 pub mod masking;
 mod metrics;
-mod observe;
+pub mod observe;
 pub mod policy;
 mod run;
 mod scope;

@@ -1,11 +1,20 @@
 //! Structured events for every warning, block, arming and abort: the one place the engine
 //! talks to `tracing` (target `loopguard`, fields `session`, `run`, `tool`, `detector`,
 //! `count`).
+//!
+//! [`RunState`](crate::RunState) knows no scope, so it logs nothing: whoever applies an
+//! event to a run and knows its scope logs the answer with these functions. [`Guard`]
+//! does, and so does the event protocol every store and sidecar applies events through;
+//! a host that drives a `RunState` itself ([`Guard::with_run`]) calls them the same way.
+//!
+//! [`Guard`]: crate::Guard
+//! [`Guard::with_run`]: crate::Guard::with_run
 
 use crate::scope::Scope;
 use crate::verdict::{Abort, Recorded, Verdict};
 
-pub(crate) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
+/// Logs the verdict on a call of `tool` (nothing for an allowed call).
+pub fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
     match verdict {
         Verdict::Allow => {}
         Verdict::Warn { detection, notify } => tracing::warn!(
@@ -48,7 +57,9 @@ pub(crate) fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
     }
 }
 
-pub(crate) fn armed(scope: &Scope<'_>, attempts: u32) {
+/// Logs that a compaction armed the post-compaction guard for `attempts` calls (nothing
+/// when it is disabled: 0).
+pub fn armed(scope: &Scope<'_>, attempts: u32) {
     if attempts > 0 {
         tracing::info!(
             target: "loopguard",
@@ -60,7 +71,8 @@ pub(crate) fn armed(scope: &Scope<'_>, attempts: u32) {
     }
 }
 
-pub(crate) fn recorded(scope: &Scope<'_>, recorded: &Recorded) {
+/// Logs what recording an outcome did (an abort, if any).
+pub fn recorded(scope: &Scope<'_>, recorded: &Recorded) {
     if let Some(abort) = &recorded.abort {
         self::abort(scope, abort);
     }

@@ -18,8 +18,6 @@ use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::json::Json;
-use crate::observe;
-use crate::scope::Scope;
 use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
 
 /// The warning threshold whose multiples surface a warning of `detector`.
@@ -209,7 +207,6 @@ impl RunState {
     pub fn before_call(
         &mut self,
         cfg: &EffectiveConfig,
-        scope: &Scope<'_>,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
         batch: Option<&str>,
@@ -218,7 +215,7 @@ impl RunState {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
         let retried = id.and_then(|id| self.added.answers.retried_call(id, call.signature));
-        let verdict = match retried {
+        match retried {
             Some(verdict) => verdict,
             None => {
                 let verdict = self.verdict(cfg, call, id, batch, call_id, now);
@@ -229,9 +226,7 @@ impl RunState {
                 }
                 verdict
             }
-        };
-        observe::verdict(scope, call.tool, &verdict);
-        verdict
+        }
     }
 
     fn verdict(
@@ -508,7 +503,6 @@ impl RunState {
     pub fn after_call<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
-        scope: &Scope<'_>,
         call: &CallPrint<'_>,
         call_id: Option<&str>,
         outcome: OutcomeOf<O>,
@@ -517,7 +511,7 @@ impl RunState {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
         let target = call.target.map(|t| target_key(call.tool, t));
-        let recorded = match id.and_then(|id| self.retried_result(cfg, id, outcome)) {
+        match id.and_then(|id| self.retried_result(cfg, id, outcome)) {
             Some(recorded) => recorded,
             None => self.settle(
                 cfg,
@@ -529,16 +523,13 @@ impl RunState {
                 outcome,
                 now,
             ),
-        };
-        observe::recorded(scope, &recorded);
-        recorded
+        }
     }
 
     /// Records the outcome of the call with id `call_id`, which must be in the history.
     pub fn after_call_by_id<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
-        scope: &Scope<'_>,
         call_id: &str,
         outcome: OutcomeOf<O>,
         now: u64,
@@ -546,7 +537,6 @@ impl RunState {
         self.last_active = now;
         let id = call_id_hash(call_id);
         if let Some(recorded) = self.retried_result(cfg, id, outcome) {
-            observe::recorded(scope, &recorded);
             return Ok(recorded);
         }
         let Some(index) = self.history.by_call_id(id) else {
@@ -564,10 +554,7 @@ impl RunState {
                 let tool = self.history.names().get(record.tool()).to_owned();
                 let (signature, rule) = (record.signature(), record.rule());
                 // A pending record: its target was recorded with the call.
-                let recorded =
-                    self.settle(cfg, &tool, signature, rule, Some(id), None, outcome, now);
-                observe::recorded(scope, &recorded);
-                Ok(recorded)
+                Ok(self.settle(cfg, &tool, signature, rule, Some(id), None, outcome, now))
             }
         }
     }
@@ -583,13 +570,12 @@ impl RunState {
     }
 
     /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
-    pub fn compaction(&mut self, cfg: &EffectiveConfig, scope: &Scope<'_>, now: u64) -> u32 {
+    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: u64) -> u32 {
         self.last_active = now;
         if !cfg.guard_enabled() {
             return 0;
         }
         self.guard.arm(cfg.post_compaction_window);
-        observe::armed(scope, cfg.post_compaction_window);
         cfg.post_compaction_window
     }
 
@@ -869,17 +855,16 @@ mod tests {
     fn state_round_trips_through_bytes() {
         let set = ConfigSet::enabled_defaults();
         let cfg = set.global();
-        let scope = Scope::new("s");
         let mut state = RunState::default();
         let args = json!({"path": "/x"});
         let print = CallPrint::new("read", &args);
         for i in 0..12 {
             let id = format!("c{i}");
-            let _ = state.before_call(cfg, &scope, &print, Some(&id), None, i);
+            let _ = state.before_call(cfg, &print, Some(&id), None, i);
             let out = json!("same");
-            state.after_call(cfg, &scope, &print, Some(&id), Outcome::Result(&out), i);
+            state.after_call(cfg, &print, Some(&id), Outcome::Result(&out), i);
         }
-        state.compaction(cfg, &scope, 99);
+        state.compaction(cfg, 99);
         let bytes = state.to_bytes();
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
@@ -904,7 +889,6 @@ mod tests {
         )
         .unwrap();
         let cfg = set.global();
-        let scope = Scope::new("s");
         let mut state = RunState::default();
         let steps: Vec<(String, serde_json::Value)> = (0..9)
             .map(|i| {
@@ -919,7 +903,7 @@ mod tests {
             let print = CallPrint::for_config(tool, args, cfg);
             let id = format!("c{i}");
             if state
-                .before_call(cfg, &scope, &print, Some(&id), None, 0)
+                .before_call(cfg, &print, Some(&id), None, 0)
                 .is_blocked()
             {
                 continue;
@@ -929,7 +913,7 @@ mod tests {
                 "edit" => Outcome::Error(&failed),
                 _ => Outcome::Result(&same),
             };
-            state.after_call(cfg, &scope, &print, Some(&id), out, 0);
+            state.after_call(cfg, &print, Some(&id), out, 0);
         }
         assert!(
             !state.added.ext.escalation.is_empty(),
@@ -940,8 +924,8 @@ mod tests {
         // Both go on the same way: the cycle's next step is escalated in each.
         let args = json!({"i": 0});
         let print = CallPrint::for_config("read", &args, cfg);
-        let a = state.before_call(cfg, &scope, &print, Some("x"), None, 0);
-        let b = back.before_call(cfg, &scope, &print, Some("x"), None, 0);
+        let a = state.before_call(cfg, &print, Some("x"), None, 0);
+        let b = back.before_call(cfg, &print, Some("x"), None, 0);
         assert_eq!(a, b);
         assert_eq!(a.detection().unwrap().detector, Detector::Escalation);
     }
@@ -970,13 +954,12 @@ mod tests {
         // late result of the blocked fourth (id c3) is ignored.
         let set = small_window(4);
         let cfg = set.global();
-        let scope = Scope::new("s").with_run(Some("r"));
         let args = json!({"p": "a"});
         let print = CallPrint::new("read", &args);
-        let v = state.before_call(cfg, &scope, &print, Some("c4"), None, 2000);
+        let v = state.before_call(cfg, &print, Some("c4"), None, 2000);
         assert!(v.is_blocked(), "{v:?}");
         let out = json!("same");
-        let r = state.after_call(cfg, &scope, &print, Some("c3"), Outcome::Result(&out), 2000);
+        let r = state.after_call(cfg, &print, Some("c3"), Outcome::Result(&out), 2000);
         assert!(!r.recorded);
         // Written back as version 3, and read again.
         let again = RunState::from_bytes(&state.to_bytes()).unwrap();
@@ -989,7 +972,6 @@ mod tests {
     fn a_late_result_of_a_blocked_call_is_ignored_after_its_veto_left_the_window() {
         let set = small_window(2);
         let cfg = set.global();
-        let scope = Scope::new("s").with_run(Some("r"));
         let mut state = RunState::default();
         let read = json!({"p": "a"});
         let empty = json!({});
@@ -1000,33 +982,31 @@ mod tests {
             CallPrint::new("grep", &empty),
         );
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &scope, &r, Some(id), None, 0);
+            let _ = state.before_call(cfg, &r, Some(id), None, 0);
             assert!(
                 state
-                    .after_call(cfg, &scope, &r, Some(id), Outcome::Result(&same), 0)
+                    .after_call(cfg, &r, Some(id), Outcome::Result(&same), 0)
                     .recorded
             );
         }
-        assert!(state
-            .before_call(cfg, &scope, &r, Some("c3"), None, 0)
-            .is_blocked());
+        assert!(state.before_call(cfg, &r, Some("c3"), None, 0).is_blocked());
         assert_eq!(
-            state.before_call(cfg, &scope, &list, Some("c4"), None, 0),
+            state.before_call(cfg, &list, Some("c4"), None, 0),
             Verdict::Allow
         );
         assert_eq!(
-            state.before_call(cfg, &scope, &grep, Some("c5"), None, 0),
+            state.before_call(cfg, &grep, Some("c5"), None, 0),
             Verdict::Allow
         );
         let before = state.history().clone();
-        let late = state.after_call(cfg, &scope, &r, Some("c3"), Outcome::Result(&same), 0);
+        let late = state.after_call(cfg, &r, Some("c3"), Outcome::Result(&same), 0);
         assert_eq!(late, Recorded::default());
-        let by_id = state.after_call_by_id(cfg, &scope, "c3", Outcome::Result(&same), 0);
+        let by_id = state.after_call_by_id(cfg, "c3", Outcome::Result(&same), 0);
         assert_eq!(by_id, Ok(Recorded::default()));
         assert_eq!(state.history(), &before);
         // An id never seen is still an error.
         assert_eq!(
-            state.after_call_by_id(cfg, &scope, "c9", Outcome::Result(&same), 0),
+            state.after_call_by_id(cfg, "c9", Outcome::Result(&same), 0),
             Err(ResultError::UnknownCall)
         );
     }
@@ -1035,28 +1015,25 @@ mod tests {
     fn an_id_reused_by_an_allowed_call_is_no_longer_blocked() {
         let set = small_window(2);
         let cfg = set.global();
-        let scope = Scope::new("s");
         let mut state = RunState::default();
         let (a, b) = (json!({"p": "a"}), json!({"p": "b"}));
         let same = json!("same");
         let (ra, rb) = (CallPrint::new("read", &a), CallPrint::new("read", &b));
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &scope, &ra, Some(id), None, 0);
-            state.after_call(cfg, &scope, &ra, Some(id), Outcome::Result(&same), 0);
+            let _ = state.before_call(cfg, &ra, Some(id), None, 0);
+            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), 0);
         }
-        assert!(state
-            .before_call(cfg, &scope, &ra, Some("x"), None, 0)
-            .is_blocked());
+        assert!(state.before_call(cfg, &ra, Some("x"), None, 0).is_blocked());
         // The host reuses "x" for another call, which runs; its result counts.
         assert_eq!(
-            state.before_call(cfg, &scope, &rb, Some("x"), None, 0),
+            state.before_call(cfg, &rb, Some("x"), None, 0),
             Verdict::Allow
         );
         for filler in ["f1", "f2", "f3"] {
             let e = json!({});
-            let _ = state.before_call(cfg, &scope, &CallPrint::new(filler, &e), None, None, 0);
+            let _ = state.before_call(cfg, &CallPrint::new(filler, &e), None, None, 0);
         }
-        let r = state.after_call(cfg, &scope, &rb, Some("x"), Outcome::Result(&same), 0);
+        let r = state.after_call(cfg, &rb, Some("x"), Outcome::Result(&same), 0);
         assert!(r.recorded);
     }
 
@@ -1064,29 +1041,21 @@ mod tests {
     fn blocked_ids_are_kept_up_to_their_bound() {
         let set = small_window(2);
         let cfg = set.global();
-        let scope = Scope::new("s");
         let mut state = RunState::default();
         let a = json!({"p": "a"});
         let same = json!("same");
         let ra = CallPrint::new("read", &a);
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &scope, &ra, Some(id), None, 0);
-            state.after_call(cfg, &scope, &ra, Some(id), Outcome::Result(&same), 0);
+            let _ = state.before_call(cfg, &ra, Some(id), None, 0);
+            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), 0);
         }
         let blocked = crate::BLOCKED_IDS_KEPT + 10;
         for i in 0..blocked {
-            let v = state.before_call(cfg, &scope, &ra, Some(&format!("b{i}")), None, 0);
+            let v = state.before_call(cfg, &ra, Some(&format!("b{i}")), None, 0);
             assert!(v.is_blocked());
         }
         let late = |state: &mut RunState, i: usize| {
-            state.after_call(
-                cfg,
-                &scope,
-                &ra,
-                Some(&format!("b{i}")),
-                Outcome::Result(&same),
-                0,
-            )
+            state.after_call(cfg, &ra, Some(&format!("b{i}")), Outcome::Result(&same), 0)
         };
         // The newest BLOCKED_IDS_KEPT are recognised; the oldest ten are forgotten.
         for i in 10..blocked {
@@ -1099,51 +1068,41 @@ mod tests {
     fn a_retried_call_gets_the_same_verdict_and_changes_nothing() {
         let set = small_window(30);
         let cfg = set.global();
-        let scope = Scope::new("s");
         let mut state = RunState::default();
         let a = json!({"p": "a"});
         let same = json!("same");
         let ra = CallPrint::new("read", &a);
-        let first = state.before_call(cfg, &scope, &ra, Some("c1"), None, 0);
+        let first = state.before_call(cfg, &ra, Some("c1"), None, 0);
         let snapshot = state.clone();
-        assert_eq!(
-            state.before_call(cfg, &scope, &ra, Some("c1"), None, 0),
-            first
-        );
+        assert_eq!(state.before_call(cfg, &ra, Some("c1"), None, 0), first);
         assert_eq!(state, snapshot);
-        let recorded = state.after_call(cfg, &scope, &ra, Some("c1"), Outcome::Result(&same), 0);
+        let recorded = state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), 0);
         let snapshot = state.clone();
         // The result again, with its tool and arguments or by id only.
         assert_eq!(
-            state.after_call(cfg, &scope, &ra, Some("c1"), Outcome::Result(&same), 0),
+            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), 0),
             recorded
         );
         assert_eq!(
-            state.after_call_by_id(cfg, &scope, "c1", Outcome::Result(&same), 0),
+            state.after_call_by_id(cfg, "c1", Outcome::Result(&same), 0),
             Ok(recorded)
         );
         assert_eq!(state, snapshot);
         // Another outcome for the same id is not a retry.
         let other = json!("other");
         assert_eq!(
-            state.after_call_by_id(cfg, &scope, "c1", Outcome::Result(&other), 0),
+            state.after_call_by_id(cfg, "c1", Outcome::Result(&other), 0),
             Err(ResultError::AlreadyRecorded)
         );
         // A warned call, retried, is warned again with the same words; once its result
         // is in, the same id and call again is a new call (hosts reusing ids stay guarded).
-        let warned = state.before_call(cfg, &scope, &ra, Some("c2"), None, 0);
+        let warned = state.before_call(cfg, &ra, Some("c2"), None, 0);
         assert!(matches!(warned, Verdict::Warn { .. }), "{warned:?}");
-        assert_eq!(
-            state.before_call(cfg, &scope, &ra, Some("c2"), None, 0),
-            warned
-        );
-        state.after_call(cfg, &scope, &ra, Some("c2"), Outcome::Result(&same), 0);
-        let blocked = state.before_call(cfg, &scope, &ra, Some("c2"), None, 0);
+        assert_eq!(state.before_call(cfg, &ra, Some("c2"), None, 0), warned);
+        state.after_call(cfg, &ra, Some("c2"), Outcome::Result(&same), 0);
+        let blocked = state.before_call(cfg, &ra, Some("c2"), None, 0);
         assert!(blocked.is_blocked(), "{blocked:?}");
-        assert_eq!(
-            state.before_call(cfg, &scope, &ra, Some("c2"), None, 0),
-            blocked
-        );
+        assert_eq!(state.before_call(cfg, &ra, Some("c2"), None, 0), blocked);
         assert_eq!(state.history().len(), 3);
     }
 }

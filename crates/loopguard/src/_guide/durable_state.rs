@@ -9,10 +9,11 @@
 //!
 //! [`Guard::with_run`](crate::Guard::with_run) hands a host the config, the run and the
 //! time together, to apply an event with the run's own methods; the same methods work on
-//! a state just read from a store.
+//! a state just read from a store. A run knows no scope, so its methods log nothing: the
+//! host logs their answers with [`observe`](crate::observe), as the guard does.
 //!
 //! ```
-//! use loopguard::{CallPrint, ConfigSet, Outcome, RunState, Scope};
+//! use loopguard::{observe, CallPrint, ConfigSet, Outcome, RunState, Scope};
 //! use serde_json::json;
 //!
 //! let set = ConfigSet::parse("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }")?;
@@ -30,9 +31,11 @@
 //!     };
 //!     let id = format!("c{i}");
 //!     let print = CallPrint::for_config("search", &args, cfg);
-//!     let verdict = run.before_call(cfg, &scope, &print, Some(&id), None, now);
+//!     let verdict = run.before_call(cfg, &print, Some(&id), None, now);
+//!     observe::verdict(&scope, print.tool, &verdict);
 //!     if !verdict.is_blocked() {
-//!         run.after_call(cfg, &scope, &print, Some(&id), Outcome::Result(&result), now);
+//!         let recorded = run.after_call(cfg, &print, Some(&id), Outcome::Result(&result), now);
+//!         observe::recorded(&scope, &recorded);
 //!     }
 //!     verdicts.push(verdict.is_blocked());
 //!     stored = Some(run.to_bytes());

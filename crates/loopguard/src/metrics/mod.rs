@@ -147,7 +147,6 @@ mod tests {
     use crate::config::{ConfigSet, LoopDetectionBlock};
     use crate::fingerprint::{CallPrint, Outcome};
     use crate::run::RunState;
-    use crate::scope::Scope;
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
@@ -218,7 +217,6 @@ mod tests {
                 [],
             );
             let cfg = set.global();
-            let scope = Scope::new("s");
             let mut run = RunState::default();
             for (now, step) in steps.iter().enumerate() {
                 let now = now as u64;
@@ -232,7 +230,7 @@ mod tests {
                         prop_assert_eq!(repeat_count(h, sig), reference::repeat_count(h, sig));
                         prop_assert_eq!(ping_pong(h, sig), reference::ping_pong(h, sig));
                         let id = format!("c{id}");
-                        let _ = run.before_call(cfg, &scope, &print, Some(&id), None, now);
+                        let _ = run.before_call(cfg, &print, Some(&id), None, now);
                     }
                     Step::Result { tool, args, id, outcome: n } => {
                         let args = json!({ "a": args });
@@ -240,10 +238,10 @@ mod tests {
                         let (is_error, value) = outcome(*n);
                         let out = if is_error { Outcome::Error(&value) } else { Outcome::Result(&value) };
                         let id = id.map(|i| format!("c{i}"));
-                        run.after_call(cfg, &scope, &print, id.as_deref(), out, now);
+                        run.after_call(cfg, &print, id.as_deref(), out, now);
                     }
                     Step::Compaction => {
-                        run.compaction(cfg, &scope, now);
+                        run.compaction(cfg, now);
                     }
                 }
                 prop_assert!(run.history().len() <= history as usize);
