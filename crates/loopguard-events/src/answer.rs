@@ -278,7 +278,7 @@ fn detection_fields<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::
 }
 
 fn paired<M: SerializeMap>(m: &mut M, d: &Detection) -> Result<(), M::Error> {
-    match &d.paired_tool {
+    match d.evidence.paired_tool() {
         Some(tool) => m.serialize_entry("paired_tool", tool),
         None => Ok(()),
     }

@@ -448,7 +448,7 @@ fn native_verdict(verdict: &Verdict) -> Option<NativeVerdict> {
         message: Some(detection.message.clone()),
         notify,
         terminal,
-        paired_tool: detection.paired_tool.clone(),
+        paired_tool: detection.evidence.paired_tool().map(str::to_owned),
         blocked_result: verdict.blocked_result(),
         warning_note: verdict.warning_note(),
         shadow: None,
@@ -464,7 +464,7 @@ fn native_shadow(detection: &Detection, terminal: bool) -> NativeShadow {
         count: detection.count,
         message: detection.message.clone(),
         terminal: block && terminal,
-        paired_tool: detection.paired_tool.clone(),
+        paired_tool: detection.evidence.paired_tool().map(str::to_owned),
     }
 }
 

@@ -97,7 +97,7 @@ impl PyVerdict {
 
     #[getter]
     fn paired_tool(&self) -> Option<&str> {
-        self.shown().and_then(|d| d.paired_tool.as_deref())
+        self.shown().and_then(|d| d.evidence.paired_tool())
     }
 
     #[getter]
@@ -320,7 +320,7 @@ pub fn verdict_from_answer(py: Python<'_>, answer: &[u8], tool: &str) -> PyResul
         serde_json::from_value(json!({
             "level": d["level"], "detector": d["detector"], "count": d["count"],
             "tool": tool, "paired_tool": d.get("paired_tool"), "message": d["message"],
-            "signature": "0", "paired_signature": null,
+            "signature": "0", "paired_signature": d.get("paired_tool").map(|_| "0"),
         }))
         .map_err(bad_answer)
     };

@@ -277,7 +277,7 @@ impl Answers {
                             let d = v.detection();
                             d.tool.len()
                                 + d.message.len()
-                                + d.paired_tool.as_ref().map_or(0, String::len)
+                                + d.evidence.paired_tool().map_or(0, str::len)
                         })
                         + said
                             .abort

@@ -92,4 +92,4 @@ pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Si
 pub use guard::{Call, Guard, Limits, PreparedCall};
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
 pub use scope::{Scope, DEFAULT_SESSION};
-pub use verdict::{Abort, Detection, Detector, Level, Recorded, Verdict};
+pub use verdict::{Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};

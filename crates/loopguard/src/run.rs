@@ -18,7 +18,7 @@ use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::json::Json;
-use crate::verdict::{messages, Abort, Detection, Detector, Level, Recorded, Verdict};
+use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
 
 /// The warning threshold whose multiples surface a warning of `detector`.
 fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -> u32 {
@@ -244,10 +244,9 @@ impl RunState {
                 detector: stop.detector,
                 count: stop.count,
                 tool: call.tool.to_owned(),
-                paired_tool: None,
                 message: messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
                 signature: call.signature,
-                paired_signature: None,
+                evidence: Evidence::None,
             };
             self.push(cfg, call, id, None, RecordState::Veto, now, None);
             return Verdict::Block {
@@ -391,10 +390,9 @@ impl RunState {
             detector: Detector::Escalation,
             count: attempts,
             tool: call.tool.to_owned(),
-            paired_tool: None,
             message,
             signature: call.signature,
-            paired_signature: None,
+            evidence: Evidence::None,
         };
         if cfg.is_shadow() {
             self.push(cfg, call, id, target, RecordState::Pending, now, None);
@@ -750,7 +748,14 @@ impl RunState {
     fn describe(&self, f: &Finding, call: &CallPrint<'_>, batch_first: Option<&str>) -> Detection {
         let names = self.history.names();
         let tool = call.tool;
-        let paired_tool = f.paired.map(|(_, t)| names.get(t).to_owned());
+        let evidence = match f.paired {
+            Some((paired_signature, t)) => Evidence::PingPong {
+                paired_tool: names.get(t).to_owned(),
+                paired_signature,
+            },
+            None => Evidence::None,
+        };
+        let paired_tool = evidence.paired_tool().unwrap_or("?");
         let n = f.count;
         let message = match (f.detector, f.level) {
             (Detector::UnknownToolRepeat, _) => {
@@ -760,11 +765,9 @@ impl RunState {
             (Detector::KnownPollNoProgress, Level::Warning) => messages::poll_warning(tool, n),
             (Detector::KnownPollNoProgress, _) => messages::poll_critical(tool, n),
             (Detector::PingPong, Level::Warning) => {
-                messages::ping_pong_warning(tool, paired_tool.as_deref().unwrap_or("?"), n)
+                messages::ping_pong_warning(tool, paired_tool, n)
             }
-            (Detector::PingPong, _) => {
-                messages::ping_pong_critical(tool, paired_tool.as_deref().unwrap_or("?"), n)
-            }
+            (Detector::PingPong, _) => messages::ping_pong_critical(tool, paired_tool, n),
             (Detector::ConsecutiveRepeat, Level::Warning) => messages::consecutive_warning(tool, n),
             (Detector::ConsecutiveRepeat, _) => messages::consecutive_critical(tool, n),
             (Detector::Cycle, level) => {
@@ -800,10 +803,9 @@ impl RunState {
             detector: f.detector,
             count: n,
             tool: tool.to_owned(),
-            paired_tool,
             message,
             signature: call.signature,
-            paired_signature: f.paired.map(|(s, _)| s),
+            evidence,
         }
     }
 

@@ -123,7 +123,12 @@ impl fmt::Display for Level {
 }
 
 /// A detector that fired on a call.
+///
+/// Serialized (in stored run states and wherever a host serializes it) with the fields it
+/// always had: the evidence flattened into `paired_tool` and `paired_signature`, so states
+/// written before [`Evidence`] read back unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "DetectionFields", into = "DetectionFields")]
 #[non_exhaustive]
 pub struct Detection {
     /// Warning or critical.
@@ -134,14 +139,109 @@ pub struct Detection {
     pub count: u32,
     /// The tool of the call.
     pub tool: String,
-    /// For ping-pong: the tool on the other side of the alternation.
-    pub paired_tool: Option<String>,
     /// What the model reads: the level, the tool, the count, the pattern and what to do.
     pub message: String,
     /// The call's signature (tool + args), to group detections into loops.
     pub signature: Signature,
+    /// What this detector found beyond the call itself.
+    pub evidence: Evidence,
+}
+
+/// What a detector found beyond the call itself: only ping-pong names more today.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Evidence {
+    /// Nothing beyond the call and the count.
+    #[default]
+    None,
+    /// Ping-pong: the other side of the alternation.
+    PingPong {
+        /// Its tool.
+        paired_tool: String,
+        /// Its signature (tool + args).
+        paired_signature: Signature,
+    },
+}
+
+impl Evidence {
+    /// For ping-pong: the tool on the other side of the alternation.
+    pub fn paired_tool(&self) -> Option<&str> {
+        match self {
+            Self::PingPong { paired_tool, .. } => Some(paired_tool),
+            Self::None => None,
+        }
+    }
+
     /// For ping-pong: the other side's signature.
-    pub paired_signature: Option<Signature>,
+    pub fn paired_signature(&self) -> Option<Signature> {
+        match self {
+            Self::PingPong {
+                paired_signature, ..
+            } => Some(*paired_signature),
+            Self::None => None,
+        }
+    }
+}
+
+/// [`Detection`]'s serialized form: its fields before the evidence was an enum, in their
+/// order (postcard states are positional).
+#[derive(Serialize, Deserialize)]
+struct DetectionFields {
+    level: Level,
+    detector: Detector,
+    count: u32,
+    tool: String,
+    paired_tool: Option<String>,
+    message: String,
+    signature: Signature,
+    paired_signature: Option<Signature>,
+}
+
+impl From<Detection> for DetectionFields {
+    fn from(d: Detection) -> Self {
+        let (paired_tool, paired_signature) = match d.evidence {
+            Evidence::PingPong {
+                paired_tool,
+                paired_signature,
+            } => (Some(paired_tool), Some(paired_signature)),
+            Evidence::None => (None, None),
+        };
+        Self {
+            level: d.level,
+            detector: d.detector,
+            count: d.count,
+            tool: d.tool,
+            paired_tool,
+            message: d.message,
+            signature: d.signature,
+            paired_signature,
+        }
+    }
+}
+
+impl TryFrom<DetectionFields> for Detection {
+    type Error = &'static str;
+
+    /// A paired tool without its signature, or the reverse, is refused rather than
+    /// dropped (the engine writes both or neither).
+    fn try_from(f: DetectionFields) -> Result<Self, Self::Error> {
+        Ok(Self {
+            level: f.level,
+            detector: f.detector,
+            count: f.count,
+            tool: f.tool,
+            message: f.message,
+            signature: f.signature,
+            evidence: match (f.paired_tool, f.paired_signature) {
+                (Some(paired_tool), Some(paired_signature)) => Evidence::PingPong {
+                    paired_tool,
+                    paired_signature,
+                },
+                (None, None) => Evidence::None,
+                _ => return Err("paired_tool and paired_signature go together"),
+            },
+        })
+    }
 }
 
 /// The engine's answer to a call, before it executes.
@@ -432,6 +532,64 @@ pub(crate) mod messages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layout `Detection` had before its evidence was an enum: stored run states (postcard)
+    /// and serialized detections (JSON) keep it byte for byte.
+    #[test]
+    fn detections_serialize_as_they_did_before_evidence() {
+        #[derive(Serialize)]
+        struct Before {
+            level: Level,
+            detector: Detector,
+            count: u32,
+            tool: String,
+            paired_tool: Option<String>,
+            message: String,
+            signature: Signature,
+            paired_signature: Option<Signature>,
+        }
+        let signature = |n: u128| Signature::new("t", crate::Fingerprint::from_u128(n));
+        let detection = |evidence| Detection {
+            level: Level::Critical,
+            detector: Detector::PingPong,
+            count: 6,
+            tool: "read".into(),
+            message: "m".into(),
+            signature: signature(1),
+            evidence,
+        };
+        let pinged_again = || {
+            detection(Evidence::PingPong {
+                paired_tool: "write".into(),
+                paired_signature: signature(2),
+            })
+        };
+        let pinged = pinged_again();
+        let before = |paired: Option<(&str, Signature)>| Before {
+            level: Level::Critical,
+            detector: Detector::PingPong,
+            count: 6,
+            tool: "read".into(),
+            paired_tool: paired.map(|(t, _)| t.into()),
+            message: "m".into(),
+            signature: signature(1),
+            paired_signature: paired.map(|(_, s)| s),
+        };
+        for (now, then) in [
+            (pinged, before(Some(("write", signature(2))))),
+            (detection(Evidence::None), before(None)),
+        ] {
+            let bytes = postcard::to_allocvec(&now).unwrap();
+            assert_eq!(bytes, postcard::to_allocvec(&then).unwrap());
+            assert_eq!(postcard::from_bytes::<Detection>(&bytes).unwrap(), now);
+            let json = serde_json::to_string(&now).unwrap();
+            assert_eq!(json, serde_json::to_string(&then).unwrap());
+            assert_eq!(serde_json::from_str::<Detection>(&json).unwrap(), now);
+        }
+        let mut half = serde_json::to_value(pinged_again()).unwrap();
+        half["paired_signature"] = serde_json::Value::Null;
+        assert!(serde_json::from_value::<Detection>(half).is_err());
+    }
 
     #[test]
     fn all_lists_every_detector_once_under_its_output_name() {

@@ -571,7 +571,7 @@ fn escalations(steps: &[(usize, usize, u8)], stop_after: u32) -> Result<usize, T
                     detection.detector,
                     i,
                     detection.signature,
-                    detection.paired_signature,
+                    detection.evidence.paired_signature(),
                 ));
             }
             stopped = *terminal;

@@ -67,9 +67,12 @@ impl<'a> Flag<'a> {
             level: detection.level,
             count: detection.count,
             tool: &detection.tool,
-            paired_tool: detection.paired_tool.as_deref(),
+            paired_tool: detection.evidence.paired_tool(),
             message: &detection.message,
-            signatures: [Some(detection.signature), detection.paired_signature],
+            signatures: [
+                Some(detection.signature),
+                detection.evidence.paired_signature(),
+            ],
         }
     }
 
