@@ -1,18 +1,22 @@
 //! The in-memory map of run states that every store in this crate keeps: sharded by
 //! session, bounded, expiring, and wired to a [`Sink`] that makes each change durable.
 //!
+//! The bounds are the engine's [`SessionTable`], one per shard, sharing one count: a run
+//! beyond its session's bound pushes out the least recently active (deleted from the
+//! backend too), a session beyond the store's bound is refused ([`WhenFull::Refuse`]; the
+//! in-memory `Guard` evicts instead, see the table's docs).
+//!
 //! Each state carries the tag ([`crate::etag`]) of the version the backend holds, so that a
 //! write can be a compare-and-swap. The map is then only a *hint* of what the backend
 //! holds: when it is wrong (another process wrote, a transaction failed) the backend
 //! refuses the write, the caller reloads the row ([`Reload`]) and applies the event again.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use loopguard::RunState;
+use loopguard::{RunState, SessionTable, WhenFull};
 
 use crate::{etag, Limits, RunKey, RunSnapshot, SharedClock, StoreError};
 
@@ -82,19 +86,15 @@ pub(crate) struct Applied<R, T> {
     pub ticket: T,
 }
 
+#[derive(Default)]
 struct Slot {
-    /// Run id, `""` for "no run".
-    run: Box<str>,
     state: RunState,
     /// Version the backend holds (or will hold once the pending write lands); `None`
     /// when it holds no row.
     etag: Option<u64>,
 }
 
-#[derive(Default)]
-struct Shard {
-    sessions: HashMap<Box<str>, Vec<Slot>>,
-}
+type Shard = SessionTable<Slot>;
 
 /// Bounded, sharded, expiring map of run states.
 pub(crate) struct Cache {
@@ -102,20 +102,21 @@ pub(crate) struct Cache {
     hasher: RandomState,
     limits: Limits,
     clock: SharedClock,
-    sessions: AtomicUsize,
-    runs: AtomicUsize,
     expired: AtomicU64,
 }
 
 impl Cache {
     pub(crate) fn new(limits: Limits, clock: SharedClock) -> Self {
+        let first = Shard::new(&limits, WhenFull::Refuse);
+        let others = (1..SHARDS).map(|_| first.shard()).collect::<Vec<_>>();
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: std::iter::once(first)
+                .chain(others)
+                .map(Mutex::new)
+                .collect(),
             hasher: RandomState::new(),
             limits,
             clock,
-            sessions: AtomicUsize::new(0),
-            runs: AtomicUsize::new(0),
             expired: AtomicU64::new(0),
         }
     }
@@ -137,29 +138,6 @@ impl Cache {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The runs of `session` in its shard, the session opened if it is new and the session
-    /// limit leaves room (the count is reserved atomically, so concurrent shards cannot
-    /// overshoot it).
-    fn session_runs<'s>(
-        &self,
-        shard: &'s mut Shard,
-        session: &str,
-    ) -> Result<&'s mut Vec<Slot>, StoreError> {
-        if !shard.sessions.contains_key(session) {
-            let limit = self.limits.max_sessions;
-            self.sessions
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < limit).then_some(n + 1)
-                })
-                .map_err(|_| StoreError::SessionLimit { limit })?;
-            shard.sessions.insert(session.into(), Vec::with_capacity(1));
-        }
-        Ok(shard
-            .sessions
-            .get_mut(session)
-            .expect("session inserted above"))
-    }
-
     /// Applies `f` to the state of `key` (created, reloaded or reset as needed) and hands
     /// the new state to `sink`, all under the session's shard lock.
     pub(crate) fn apply<R, S: Sink>(
@@ -172,25 +150,18 @@ impl Cache {
         let now = self.clock.now_ms();
         let cutoff = self.limits.cutoff(now);
         let mut shard = self.shard(key.session);
-        let runs = self.session_runs(&mut shard, key.session)?;
-        let run = key.run_column();
-        let index = match runs.iter().position(|s| &*s.run == run) {
-            Some(i) => i,
-            None => {
-                if runs.len() >= self.limits.max_runs_per_session.max(1) {
-                    self.evict_least_recent(key.session, runs, sink);
-                }
-                runs.reserve_exact(1);
-                runs.push(Slot {
-                    run: run.into(),
-                    state: RunState::default(),
-                    etag: None,
-                });
-                self.runs.fetch_add(1, Ordering::Relaxed);
-                runs.len() - 1
+        let touched = shard
+            .touch(key.session, key.run_column(), now, now, Slot::default)
+            .map_err(|e| StoreError::SessionLimit { limit: e.limit })?;
+        if let Some((session, run, evicted)) = touched.evicted {
+            if let Some(etag) = evicted.etag {
+                let key = RunKey::new(&session, (!run.is_empty()).then_some(&*run));
+                // Not awaited: no answer depends on it, and a run that comes back after a
+                // crash is bounded again when it is loaded.
+                drop(sink.delete_run(key, Some(etag)));
             }
-        };
-        let slot = &mut runs[index];
+        }
+        let slot = touched.value;
         match reload {
             None => {}
             Some(Reload::Absent) => {
@@ -218,78 +189,33 @@ impl Cache {
         })
     }
 
-    fn evict_least_recent<S: Sink>(&self, session: &str, runs: &mut Vec<Slot>, sink: &S) {
-        let Some(oldest) = runs
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, s)| s.state.last_active())
-            .map(|(i, _)| i)
-        else {
-            return;
-        };
-        let slot = runs.swap_remove(oldest);
-        self.runs.fetch_sub(1, Ordering::Relaxed);
-        if let Some(etag) = slot.etag {
-            let key = RunKey::new(session, (!slot.run.is_empty()).then_some(&*slot.run));
-            // Not awaited: no answer depends on it, and a run that comes back after a
-            // crash is bounded again when it is loaded.
-            drop(sink.delete_run(key, Some(etag)));
-        }
-    }
-
     /// Drops the state of `key` if it is still the one tagged `etag` (its write failed):
     /// the next update starts from what the backend holds.
     pub(crate) fn forget(&self, key: RunKey<'_>, etag: u64) {
-        let mut shard = self.shard(key.session);
-        let Some(runs) = shard.sessions.get_mut(key.session) else {
-            return;
-        };
-        let run = key.run_column();
-        if let Some(i) = runs
-            .iter()
-            .position(|s| &*s.run == run && s.etag == Some(etag))
-        {
-            runs.swap_remove(i);
-            self.runs.fetch_sub(1, Ordering::Relaxed);
-            if runs.is_empty() {
-                shard.sessions.remove(key.session);
-                self.sessions.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        self.shard(key.session)
+            .remove_run_if(key.session, key.run_column(), |s| s.etag == Some(etag));
     }
 
     /// Removes a run; returns whether it was live, and the sink's ticket.
     pub(crate) fn remove_run<S: Sink>(&self, key: RunKey<'_>, sink: &S) -> (bool, S::Ticket) {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
-        let mut shard = self.shard(key.session);
-        let mut live = false;
-        if let Some(runs) = shard.sessions.get_mut(key.session) {
-            let run = key.run_column();
-            if let Some(i) = runs.iter().position(|s| &*s.run == run) {
-                live = runs.swap_remove(i).state.last_active() >= cutoff;
-                self.runs.fetch_sub(1, Ordering::Relaxed);
-                if runs.is_empty() {
-                    shard.sessions.remove(key.session);
-                    self.sessions.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
-        }
+        let live = self
+            .shard(key.session)
+            .remove_run(key.session, key.run_column())
+            .is_some_and(|s| s.state.last_active() >= cutoff);
         (live, sink.delete_run(key, None))
     }
 
     /// Removes a session; returns how many live runs it had, and the sink's ticket.
     pub(crate) fn remove_session<S: Sink>(&self, session: &str, sink: &S) -> (usize, S::Ticket) {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
-        let mut shard = self.shard(session);
-        let mut live = 0;
-        if let Some(runs) = shard.sessions.remove(session) {
-            self.sessions.fetch_sub(1, Ordering::Relaxed);
-            self.runs.fetch_sub(runs.len(), Ordering::Relaxed);
-            live = runs
-                .iter()
-                .filter(|s| s.state.last_active() >= cutoff)
-                .count();
-        }
+        let live = self
+            .shard(session)
+            .remove_session(session)
+            .unwrap_or_default()
+            .iter()
+            .filter(|(_, s)| s.state.last_active() >= cutoff)
+            .count();
         (live, sink.delete_session(session))
     }
 
@@ -298,13 +224,10 @@ impl Cache {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         let shard = self.shard(session);
         let mut out: Vec<RunSnapshot> = shard
-            .sessions
-            .get(session)
-            .into_iter()
-            .flatten()
-            .filter(|s| s.state.last_active() >= cutoff)
-            .map(|s| RunSnapshot {
-                run: (!s.run.is_empty()).then(|| s.run.to_string()),
+            .runs_of(session)
+            .filter(|(_, s)| s.state.last_active() >= cutoff)
+            .map(|(run, s)| RunSnapshot {
+                run: (!run.is_empty()).then(|| run.to_owned()),
                 state: s.state.clone(),
             })
             .collect();
@@ -324,29 +247,18 @@ impl Cache {
         let mut expired = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            let mut emptied = 0;
-            shard.sessions.retain(|session, runs| {
-                runs.retain(|s| {
-                    let live = s.state.last_active() >= cutoff;
-                    if !live {
-                        expired.push(Expired {
-                            session: session.clone(),
-                            run: s.run.clone(),
-                            etag: s.etag,
-                        });
-                    }
-                    live
-                });
-                if runs.is_empty() {
-                    emptied += 1;
-                    false
-                } else {
-                    true
+            shard.retain_runs(|session, run, s| {
+                let live = s.state.last_active() >= cutoff;
+                if !live {
+                    expired.push(Expired {
+                        session: session.into(),
+                        run: run.into(),
+                        etag: s.etag,
+                    });
                 }
+                live
             });
-            self.sessions.fetch_sub(emptied, Ordering::Relaxed);
         }
-        self.runs.fetch_sub(expired.len(), Ordering::Relaxed);
         self.expired
             .fetch_add(expired.len() as u64, Ordering::Relaxed);
         (expired, cutoff)
@@ -363,35 +275,27 @@ impl Cache {
         if state.last_active() < cutoff {
             return false;
         }
+        // The state's own activity time orders it among the runs already loaded (an
+        // evicted one has no write in flight: nothing to delete).
+        let active = state.last_active();
         let mut shard = self.shard(key.session);
-        let Ok(runs) = self.session_runs(&mut shard, key.session) else {
-            return false;
-        };
-        let run = key.run_column();
-        if let Some(slot) = runs.iter_mut().find(|s| &*s.run == run) {
-            slot.state = state;
-            slot.etag = Some(etag);
-            return true;
+        match shard.touch(key.session, key.run_column(), active, active, Slot::default) {
+            Ok(touched) => {
+                *touched.value = Slot {
+                    state,
+                    etag: Some(etag),
+                };
+                true
+            }
+            Err(_) => false,
         }
-        if runs.len() >= self.limits.max_runs_per_session.max(1) {
-            self.evict_least_recent(key.session, runs, &NoSink);
-        }
-        runs.reserve_exact(1);
-        runs.push(Slot {
-            run: run.into(),
-            state,
-            etag: Some(etag),
-        });
-        self.runs.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// Live sessions and runs held (expired ones count until swept).
     pub(crate) fn counts(&self) -> (u64, u64) {
-        (
-            self.sessions.load(Ordering::Relaxed) as u64,
-            self.runs.load(Ordering::Relaxed) as u64,
-        )
+        // Every shard reads the one count they share.
+        let shard = self.shard("");
+        (shard.session_count() as u64, shard.run_count() as u64)
     }
 
     /// Runs removed by sweeps so far.

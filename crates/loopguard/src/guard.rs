@@ -1,10 +1,6 @@
 //! [`Guard`]: the engine with its state in memory, the API a host runtime calls around each
 //! tool call.
 
-use std::time::Duration;
-
-use hashbrown::HashMap;
-
 use serde_json::Value;
 
 use crate::clock::{Clock, SystemClock};
@@ -14,6 +10,7 @@ use crate::json::Json;
 use crate::observe;
 use crate::run::{ResultError, RunState};
 use crate::scope::Scope;
+use crate::table::{Limits, SessionTable, WhenFull};
 use crate::verdict::{Recorded, Verdict};
 
 /// A tool call as the host sees it: its arguments as a `serde_json::Value`, or in any
@@ -79,63 +76,6 @@ impl<'a> PreparedCall<'a> {
     }
 }
 
-/// Bounds on the memory a [`Guard`] holds (and on what the stores of `loopguard serve`
-/// keep, with the same meaning except where said).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Sessions kept; beyond it the least recently active session is forgotten (a store
-    /// refuses the event that would open one more instead).
-    pub max_sessions: usize,
-    /// Runs kept per session; beyond it the least recently active run is forgotten.
-    pub max_runs_per_session: usize,
-    /// Sessions idle this long are forgotten.
-    pub idle_ttl: Duration,
-}
-
-impl Default for Limits {
-    /// 100,000 sessions, 64 runs per session, 24 hours idle.
-    fn default() -> Self {
-        Self {
-            max_sessions: 100_000,
-            max_runs_per_session: 64,
-            idle_ttl: Duration::from_secs(24 * 60 * 60),
-        }
-    }
-}
-
-impl Limits {
-    /// The idle time-to-live in clock milliseconds.
-    pub fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// The oldest activity time (clock milliseconds) that is still live at `now`.
-    pub fn cutoff(&self, now: u64) -> u64 {
-        now.saturating_sub(self.ttl_ms())
-    }
-}
-
-/// Maps keyed by client-chosen ids: a fast hash with a per-process random seed.
-type IdMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
-
-#[derive(Debug, Default)]
-struct Session {
-    /// Boxed: a session's map is sized for growth, and most sessions hold one run.
-    runs: IdMap<RunSlot>,
-    /// Clock time of the last event (idle expiry).
-    last_active: u64,
-    /// Event counter value of the last event (least-recently-used eviction: exact even
-    /// when the clock stands still, as in replays).
-    touched: u64,
-}
-
-/// A run and when it was last used (the guard's event counter).
-#[derive(Debug, Default)]
-struct RunSlot {
-    state: Box<RunState>,
-    touched: u64,
-}
-
 /// The loop guard with its state in memory.
 ///
 /// Call [`Guard::before_call`] before each tool call and do not run a blocked call;
@@ -144,11 +84,13 @@ struct RunSlot {
 #[derive(Debug)]
 pub struct Guard<C: Clock = SystemClock> {
     config: ConfigSet,
-    sessions: IdMap<Session>,
+    /// The runs, each boxed (a state is large, most sessions hold one run); a full table
+    /// forgets its least recently active session.
+    runs: SessionTable<Box<RunState>>,
     limits: Limits,
     clock: C,
     last_sweep: u64,
-    /// Counts events, for least-recently-used eviction.
+    /// Counts events: the activity stamp of least-recently-used eviction.
     tick: u64,
 }
 
@@ -165,7 +107,7 @@ impl<C: Clock> Guard<C> {
         let last_sweep = clock.now_ms();
         Self {
             config,
-            sessions: IdMap::default(),
+            runs: SessionTable::new(&limits, WhenFull::EvictLeastRecent),
             limits,
             clock,
             last_sweep,
@@ -273,44 +215,30 @@ impl<C: Clock> Guard<C> {
 
     /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
     pub fn end_run(&mut self, scope: &Scope<'_>) -> bool {
-        let key = scope.run().unwrap_or("");
-        let Some(session) = self.sessions.get_mut(scope.session()) else {
-            return false;
-        };
-        let removed = session.runs.remove(key).is_some();
-        if session.runs.is_empty() {
-            self.sessions.remove(scope.session());
-        }
-        removed
+        self.runs
+            .remove_run(scope.session(), scope.run().unwrap_or(""))
+            .is_some()
     }
 
     /// Forgets a session and all its runs. Returns whether it existed.
     pub fn end_session(&mut self, session: &str) -> bool {
-        self.sessions
-            .remove(Scope::new(session).session())
+        self.runs
+            .remove_session(Scope::new(session).session())
             .is_some()
     }
 
     /// The state of a run, if it exists.
     pub fn run_state(&self, scope: &Scope<'_>) -> Option<&RunState> {
-        self.sessions
-            .get(scope.session())?
-            .runs
-            .get(scope.run().unwrap_or(""))
-            .map(|r| &*r.state)
+        self.runs
+            .get(scope.session(), scope.run().unwrap_or(""))
+            .map(|state| &**state)
     }
 
     /// Every live run: session id, run id, state.
     pub fn runs(&self) -> impl Iterator<Item = (&str, Option<&str>, &RunState)> {
-        self.sessions.iter().flat_map(|(session, s)| {
-            s.runs.iter().map(move |(run, state)| {
-                (
-                    &**session,
-                    (!run.is_empty()).then_some(&**run),
-                    &*state.state,
-                )
-            })
-        })
+        self.runs
+            .iter()
+            .map(|(session, run, state)| (session, (!run.is_empty()).then_some(run), &**state))
     }
 
     /// Puts a run's state in place (a durable store restoring what it saved).
@@ -326,12 +254,12 @@ impl<C: Clock> Guard<C> {
 
     /// Live sessions.
     pub fn session_count(&self) -> usize {
-        self.sessions.len()
+        self.runs.session_count()
     }
 
     /// Live runs across all sessions.
     pub fn run_count(&self) -> usize {
-        self.sessions.values().map(|s| s.runs.len()).sum()
+        self.runs.run_count()
     }
 
     /// Forgets sessions idle longer than the limit; returns how many.
@@ -339,9 +267,8 @@ impl<C: Clock> Guard<C> {
         let now = self.clock.now_ms();
         self.last_sweep = now;
         let cutoff = self.limits.cutoff(now);
-        let before = self.sessions.len();
-        self.sessions.retain(|_, s| s.last_active >= cutoff);
-        before - self.sessions.len()
+        self.runs
+            .retain_sessions(|last_active| last_active >= cutoff)
     }
 
     /// Runs `f` with the config for the scope's agent, the run's state (created if needed)
@@ -385,39 +312,23 @@ impl<C: Clock> Guard<C> {
         if now.saturating_sub(self.last_sweep) >= sweep_every {
             self.evict_idle();
         }
-        // Room is made only when the maps are full and the key is new: one lookup otherwise.
-        if self.sessions.len() >= self.limits.max_sessions.max(1)
-            && !self.sessions.contains_key(scope.session())
-        {
+        // A full table forgets its least recently active session: idle ones go first.
+        if self.runs.is_full_for(scope.session()) {
             self.evict_idle();
-            if self.sessions.len() >= self.limits.max_sessions.max(1) {
-                evict_oldest(&mut self.sessions, |s| s.touched);
-            }
         }
-        let session = self.sessions.entry_ref(scope.session()).or_default();
         self.tick += 1;
-        session.last_active = now;
-        session.touched = self.tick;
-        let key = scope.run().unwrap_or("");
-        let max_runs = self.limits.max_runs_per_session.max(1);
-        if session.runs.len() >= max_runs && !session.runs.contains_key(key) {
-            evict_oldest(&mut session.runs, |r| r.touched);
-        }
-        let slot = session.runs.entry_ref(key).or_default();
-        slot.touched = self.tick;
-        let run = &mut *slot.state;
-        (self.config.for_agent(scope.agent()), run, now)
-    }
-}
-
-/// Removes the least recently used entry.
-fn evict_oldest<V>(map: &mut IdMap<V>, active: impl Fn(&V) -> u64) {
-    let oldest = map
-        .iter()
-        .min_by_key(|(_, v)| active(v))
-        .map(|(k, _)| k.clone());
-    if let Some(k) = oldest {
-        map.remove(&k);
+        let run = self
+            .runs
+            .touch(
+                scope.session(),
+                scope.run().unwrap_or(""),
+                self.tick,
+                now,
+                Box::default,
+            )
+            .expect("a table that evicts never refuses")
+            .value;
+        (self.config.for_agent(scope.agent()), &mut **run, now)
     }
 }
 
@@ -426,6 +337,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use serde_json::json;
+    use std::time::Duration;
 
     fn guard(limits: Limits) -> (Guard<ManualClock>, ManualClock) {
         let clock = ManualClock::new(1_000_000);

@@ -82,6 +82,7 @@ pub mod observe;
 pub mod policy;
 mod run;
 mod scope;
+mod table;
 pub mod text;
 mod verdict;
 
@@ -89,7 +90,8 @@ pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};
-pub use guard::{Call, Guard, Limits, PreparedCall};
+pub use guard::{Call, Guard, PreparedCall};
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
 pub use scope::{Scope, DEFAULT_SESSION};
+pub use table::{Limits, SessionLimit, SessionTable, Touched, WhenFull};
 pub use verdict::{Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
