@@ -155,7 +155,7 @@ pub fn call_object(
 }
 
 /// A result event as JSON text, its outcome's long strings lifted into `lifted`
-/// (see [`lifted`]): whether it was recorded, or an object when there is more to say
+/// (see the `lifted` module): whether it was recorded, or an object when there is more to say
 /// (an abort, or one shadow mode would have made).
 #[napi(ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string[]")]
 pub fn result_text(
