@@ -156,7 +156,7 @@ fn list(args: ListArgs) -> Result<u8, String> {
         let line = sessions.last_mut().expect("pushed");
         line.runs += 1;
         line.stopped_runs += usize::from(state.stop().is_some());
-        line.last_active_ms = line.last_active_ms.max(state.last_active());
+        line.last_active_ms = line.last_active_ms.max(state.last_active().get());
     }
     sessions.sort_by(|a, b| {
         b.last_active_ms
@@ -188,7 +188,7 @@ fn list(args: ListArgs) -> Result<u8, String> {
             s.session,
             s.runs,
             s.stopped_runs,
-            ago(now, s.last_active_ms)
+            ago(now.get(), s.last_active_ms)
         );
     }
     println!(
@@ -237,7 +237,7 @@ fn show(args: ShowArgs) -> Result<u8, String> {
     if wants_json(args.place.json) {
         print_json(&view);
     } else {
-        print!("{}", human_session(&view, SystemClock.now_ms()));
+        print!("{}", human_session(&view, SystemClock.now_ms().get()));
     }
     Ok(EXIT_OK)
 }

@@ -34,8 +34,8 @@ use std::io::{self, BufRead, Write};
 
 use loopguard::json::{Json, Tape};
 use loopguard::{
-    observe, CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, RunState,
-    Scope,
+    observe, CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, Millis,
+    RunState, Scope,
 };
 
 pub use answer::Answer;
@@ -66,7 +66,7 @@ impl Replayer<ManualClock> {
     /// answers never depend on how fast it runs. `default_agent` applies to events that
     /// name none (`--agent`).
     pub fn new(config: ConfigSet, default_agent: Option<String>) -> Self {
-        let guard = Guard::with_clock(config, Limits::default(), ManualClock::new(0));
+        let guard = Guard::with_clock(config, Limits::default(), ManualClock::new(Millis::ZERO));
         Self::with_guard(guard, default_agent)
     }
 }
@@ -147,7 +147,7 @@ pub fn apply_to_run(
     scope: &Scope<'_>,
     seq: u64,
     event: &Event,
-    now: u64,
+    now: Millis,
 ) -> Answer {
     apply_event(run, cfg, scope, seq, &event.as_ref(), now)
 }
@@ -162,7 +162,7 @@ pub fn apply_event<'a, J: Json<'a>>(
     scope: &Scope<'_>,
     seq: u64,
     event: &EventRef<'a, J>,
-    now: u64,
+    now: Millis,
 ) -> Answer {
     reply(run, cfg, scope, event, now).into_answer(seq, scope)
 }
@@ -172,7 +172,7 @@ fn reply<'a, J: Json<'a>>(
     cfg: &EffectiveConfig,
     scope: &Scope<'_>,
     event: &EventRef<'a, J>,
-    now: u64,
+    now: Millis,
 ) -> Reply {
     match *event {
         EventRef::Call {

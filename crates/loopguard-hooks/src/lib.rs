@@ -48,6 +48,7 @@ pub mod store;
 use std::io::Write;
 use std::path::PathBuf;
 
+use loopguard::Millis;
 use loopguard_config::Defaults;
 
 use serde_json::Value;
@@ -269,7 +270,7 @@ impl Response {
 
 /// Handles one hook invocation: `input` is what the agent wrote on stdin, `now` the clock
 /// time in Unix milliseconds.
-pub fn handle(agent: Agent, input: &[u8], options: &Options, now: u64) -> Response {
+pub fn handle(agent: Agent, input: &[u8], options: &Options, now: Millis) -> Response {
     let (payload, raw_parts) = match serde_json::from_slice::<Value>(input) {
         Ok(v) => (v, RawParts::default()),
         Err(e) => match RawParts::read(input) {
@@ -473,7 +474,7 @@ mod tests {
                 b"{\"session_id\":\"s\"}",
                 b"\xff\xfe",
             ] {
-                let r = handle(agent, input, &options(&dir), 1);
+                let r = handle(agent, input, &options(&dir), Millis::new(1));
                 assert_eq!(r.exit_code, EXIT_FAILED, "{agent:?} {input:?}");
                 assert_eq!(r.stdout, "");
                 assert!(
@@ -510,7 +511,12 @@ mod tests {
                 let pre = format!(
                     r#"{{"session_id":"s{n}","hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{input},"tool_use_id":"t{i}"}}"#
                 );
-                let r = handle(Agent::ClaudeCode, pre.as_bytes(), &options, 1_000 + i);
+                let r = handle(
+                    Agent::ClaudeCode,
+                    pre.as_bytes(),
+                    &options,
+                    Millis::new(1_000 + i),
+                );
                 assert_eq!(r.exit_code, EXIT_OK, "{}", r.stderr);
                 decisions.push(if r.stdout.contains("\"deny\"") {
                     "deny"
@@ -522,7 +528,12 @@ mod tests {
                 let post = format!(
                     r#"{{"session_id":"s{n}","hook_event_name":"PostToolUse","tool_name":"Read","tool_input":{input},"tool_use_id":"t{i}","tool_response":{{"n":-1e999}}}}"#
                 );
-                let r = handle(Agent::ClaudeCode, post.as_bytes(), &options, 1_000 + i);
+                let r = handle(
+                    Agent::ClaudeCode,
+                    post.as_bytes(),
+                    &options,
+                    Millis::new(1_000 + i),
+                );
                 assert_eq!(r.exit_code, EXIT_OK, "{}", r.stderr);
             }
             assert!(decisions.contains(&"warn"), "{input}: {decisions:?}");
@@ -537,7 +548,7 @@ mod tests {
             Agent::ClaudeCode,
             br#"{"hook_event_name":"Notification","message":"x"}"#,
             &options(&dir),
-            1,
+            Millis::new(1),
         );
         assert_eq!((r.exit_code, r.stdout.as_str()), (0, ""));
         assert!(r.stderr.contains("Notification"));
@@ -545,7 +556,7 @@ mod tests {
             Agent::Gemini,
             br#"{"hook_event_name":"AfterModel"}"#,
             &options(&dir),
-            1,
+            Millis::new(1),
         );
         assert_eq!((r.exit_code, r.stdout.as_str()), (0, "{}"));
     }
@@ -567,7 +578,7 @@ mod tests {
             Agent::Codex,
             br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{}}"#,
             &options,
-            1,
+            Millis::new(1),
         );
         assert_eq!(r.exit_code, EXIT_FAILED);
         // One line per problem, each with its position, each naming the hook.
@@ -591,7 +602,7 @@ mod tests {
             Agent::Codex,
             br#"{"hook_event_name":"UserPromptSubmit","prompt":"x"}"#,
             &options,
-            1,
+            Millis::new(1),
         );
         assert_eq!(r.exit_code, EXIT_OK);
     }
@@ -606,7 +617,7 @@ mod tests {
             Agent::ClaudeCode,
             br#"{"hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{}}"#,
             &options,
-            1,
+            Millis::new(1),
         );
         assert_eq!(r.exit_code, EXIT_FAILED);
         assert!(r.stderr.contains("cannot create"), "{}", r.stderr);

@@ -415,6 +415,7 @@ pub fn block_summary(tool: &str, detector: &str, count: u32, terminal: bool) -> 
 mod tests {
     use super::*;
     use crate::store::HookDb;
+    use loopguard::Millis;
     use serde_json::json;
 
     fn call(id: Option<&str>) -> ToolUse {
@@ -453,7 +454,7 @@ mod tests {
 
         fn send(&mut self, origin: &Origin, event: HookEvent, delivery: NoteDelivery) -> Reaction {
             self.now += 1;
-            let mut tx = self.db.begin(self.now).unwrap();
+            let mut tx = self.db.begin(Millis::new(self.now)).unwrap();
             let r = apply(&mut tx, Some(&self.config), None, origin, &event, delivery).unwrap();
             tx.commit().unwrap();
             r
@@ -561,7 +562,7 @@ mod tests {
             ),
             Reaction::Proceed
         );
-        let tx = f.db.begin(f.now).unwrap();
+        let tx = f.db.begin(Millis::new(f.now)).unwrap();
         assert_eq!(
             tx.run_state("s", Some("prompt-0/a1"))
                 .unwrap()
@@ -652,15 +653,27 @@ mod tests {
             HookEvent::SessionStarted { fresh: false },
             NoteDelivery::BeforeCall,
         );
-        assert_eq!(f.db.begin(f.now).unwrap().run_number("s").unwrap(), 0);
+        assert_eq!(
+            f.db.begin(Millis::new(f.now))
+                .unwrap()
+                .run_number("s")
+                .unwrap(),
+            0
+        );
         f.send(
             &o,
             HookEvent::SessionStarted { fresh: true },
             NoteDelivery::BeforeCall,
         );
-        assert_eq!(f.db.begin(f.now).unwrap().run_number("s").unwrap(), 1);
+        assert_eq!(
+            f.db.begin(Millis::new(f.now))
+                .unwrap()
+                .run_number("s")
+                .unwrap(),
+            1
+        );
         f.send(&o, HookEvent::SessionEnded, NoteDelivery::BeforeCall);
-        let tx = f.db.begin(f.now).unwrap();
+        let tx = f.db.begin(Millis::new(f.now)).unwrap();
         assert_eq!(tx.run_number("s").unwrap(), 0);
         assert!(tx.run_state("s", Some("prompt-0")).unwrap().is_none());
     }

@@ -42,7 +42,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use loopguard::RunState;
+use loopguard::{Millis, RunState};
 use loopguard_store::sqlite_file::{self, as_sql, fresh_tag, SchemaError};
 pub use loopguard_store::{Synchronous, SCHEMA_VERSION};
 use rusqlite::config::DbConfig;
@@ -209,7 +209,7 @@ impl HookDb {
 
     /// Starts a write transaction at clock time `now` (Unix milliseconds); nothing it does
     /// is visible to others until [`HookTx::commit`].
-    pub fn begin(&mut self, now: u64) -> Result<HookTx<'_>, StoreError> {
+    pub fn begin(&mut self, now: Millis) -> Result<HookTx<'_>, StoreError> {
         let path = self.path.clone();
         let tx = self
             .conn
@@ -231,7 +231,7 @@ impl HookDb {
 pub struct HookTx<'c> {
     tx: rusqlite::Transaction<'c>,
     path: PathBuf,
-    now: u64,
+    now: Millis,
     warnings: Vec<String>,
 }
 
@@ -296,12 +296,12 @@ impl HookTx<'_> {
     }
 
     /// The clock time of this transaction.
-    pub fn now(&self) -> u64 {
+    pub fn now(&self) -> Millis {
         self.now
     }
 
     fn cutoff(&self) -> u64 {
-        limits().cutoff(self.now)
+        limits().cutoff(self.now).get()
     }
 
     /// Things worth a line on stderr (an unreadable state that was started afresh).
@@ -330,7 +330,7 @@ impl HookTx<'_> {
                      SET run = run + 1, last_active = excluded.last_active
                  RETURNING run",
             )
-            .and_then(|mut s| s.query_row(params![session, as_sql(self.now)], |r| r.get(0)))
+            .and_then(|mut s| s.query_row(params![session, as_sql(self.now.get())], |r| r.get(0)))
             .map_err(|e| self.sql(e))?;
         self.tx
             .prepare_cached(
@@ -353,7 +353,7 @@ impl HookTx<'_> {
         &mut self,
         session: &str,
         run: Option<&str>,
-        f: impl FnOnce(&mut RunState, u64) -> R,
+        f: impl FnOnce(&mut RunState, Millis) -> R,
     ) -> Result<R, StoreError> {
         let run_column = run.unwrap_or("");
         let stored = sqlite_file::read_run(&self.tx, session, run_column)
@@ -388,7 +388,7 @@ impl HookTx<'_> {
                     session,
                     run_column,
                     as_sql(fresh_tag()),
-                    as_sql(last_active),
+                    as_sql(last_active.get()),
                     state.to_bytes()
                 ])
             })
@@ -421,7 +421,7 @@ impl HookTx<'_> {
                 "INSERT OR REPLACE INTO hook_notes (session, run, call, note, last_active)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
             )
-            .and_then(|mut s| s.execute(params![session, run, call, note, as_sql(self.now)]))
+            .and_then(|mut s| s.execute(params![session, run, call, note, as_sql(self.now.get())]))
             .map_err(|e| self.sql(e))?;
         Ok(())
     }
@@ -581,13 +581,13 @@ mod tests {
     fn states_survive_across_transactions_and_connections() {
         let (dir, mut db) = db();
         for _ in 0..3 {
-            let mut tx = db.begin(1_000).unwrap();
+            let mut tx = db.begin(Millis::new(1_000)).unwrap();
             assert!(!call(&mut tx, "s", "r"));
             tx.commit().unwrap();
         }
         drop(db);
         let mut db = HookDb::open(&dir.path().join("sub/loopguard.db")).unwrap();
-        let tx = db.begin(2_000).unwrap();
+        let tx = db.begin(Millis::new(2_000)).unwrap();
         let state = tx.run_state("s", Some("r")).unwrap().unwrap();
         assert_eq!(state.history().len(), 3);
         assert!(tx.run_state("s", Some("other")).unwrap().is_none());
@@ -597,11 +597,11 @@ mod tests {
     fn an_uncommitted_transaction_leaves_no_trace() {
         let (_dir, mut db) = db();
         {
-            let mut tx = db.begin(1_000).unwrap();
+            let mut tx = db.begin(Millis::new(1_000)).unwrap();
             call(&mut tx, "s", "r");
             tx.start_run("s").unwrap();
         }
-        let tx = db.begin(1_000).unwrap();
+        let tx = db.begin(Millis::new(1_000)).unwrap();
         assert!(tx.run_state("s", Some("r")).unwrap().is_none());
         assert_eq!(tx.run_number("s").unwrap(), 0);
     }
@@ -609,7 +609,7 @@ mod tests {
     #[test]
     fn runs_are_numbered_per_session_and_capped() {
         let (_dir, mut db) = db();
-        let mut tx = db.begin(1_000).unwrap();
+        let mut tx = db.begin(Millis::new(1_000)).unwrap();
         assert_eq!(tx.run_number("s").unwrap(), 0);
         assert_eq!(tx.start_run("s").unwrap(), 1);
         assert_eq!(tx.start_run("s").unwrap(), 2);
@@ -617,10 +617,10 @@ mod tests {
         assert_eq!(tx.run_number("s").unwrap(), 2);
         // 70 runs with a state each: only the 64 most recent survive the next start.
         for n in 0..70u64 {
-            tx.now = 2_000 + n;
+            tx.now = Millis::new(2_000 + n);
             call(&mut tx, "s", &format!("prompt-{n}"));
         }
-        tx.now = 5_000;
+        tx.now = Millis::new(5_000);
         tx.start_run("s").unwrap();
         let left: i64 = tx
             .tx
@@ -636,7 +636,7 @@ mod tests {
     #[test]
     fn idle_runs_start_afresh_and_are_swept() {
         let (_dir, mut db) = db();
-        let mut tx = db.begin(1_000).unwrap();
+        let mut tx = db.begin(Millis::new(1_000)).unwrap();
         call(&mut tx, "old", "r");
         tx.start_run("old").unwrap();
         tx.put_note("old", "r", "c", "note").unwrap();
@@ -644,7 +644,7 @@ mod tests {
 
         let ttl = limits().ttl_ms();
         let later = 1_000 + ttl + 1;
-        let mut tx = db.begin(later).unwrap();
+        let mut tx = db.begin(Millis::new(later)).unwrap();
         // Read before the sweep: expired, so a fresh state.
         let len = tx
             .update_run("old", Some("r"), |s, _| s.history().len())
@@ -652,7 +652,7 @@ mod tests {
         assert_eq!(len, 0);
         tx.commit().unwrap();
 
-        let mut tx = db.begin(later + ttl + 1).unwrap();
+        let mut tx = db.begin(Millis::new(later + ttl + 1)).unwrap();
         call(&mut tx, "live", "r");
         assert_eq!(tx.sweep().unwrap(), 1);
         assert!(tx.run_state("old", Some("r")).unwrap().is_none());
@@ -664,7 +664,7 @@ mod tests {
     #[test]
     fn notes_are_taken_once() {
         let (_dir, mut db) = db();
-        let tx = db.begin(1).unwrap();
+        let tx = db.begin(Millis::new(1)).unwrap();
         tx.put_note("s", "r", "c", "first").unwrap();
         tx.put_note("s", "r", "c", "second").unwrap();
         assert_eq!(
@@ -677,7 +677,7 @@ mod tests {
     #[test]
     fn forgetting_a_session_removes_everything_of_it() {
         let (_dir, mut db) = db();
-        let mut tx = db.begin(1).unwrap();
+        let mut tx = db.begin(Millis::new(1)).unwrap();
         call(&mut tx, "s", "a");
         call(&mut tx, "s", "b");
         call(&mut tx, "t", "a");
@@ -692,7 +692,7 @@ mod tests {
     #[test]
     fn unreadable_states_start_afresh_with_a_warning() {
         let (_dir, mut db) = db();
-        let mut tx = db.begin(1).unwrap();
+        let mut tx = db.begin(Millis::new(1)).unwrap();
         tx.tx
             .execute("INSERT INTO runs VALUES ('s', 'r', 1, 1, x'ff00ff')", [])
             .unwrap();
@@ -719,25 +719,25 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(mark(&db), None);
-        let tx = db.begin(1).unwrap();
+        let tx = db.begin(Millis::new(1)).unwrap();
         assert_eq!(tx.start_run("s").unwrap(), 1);
         tx.commit().unwrap();
         assert_eq!(mark(&db).as_deref(), Some(HOOK_SCHEMA_VERSION));
-        let tx = db.begin(2).unwrap();
+        let tx = db.begin(Millis::new(2)).unwrap();
         assert_eq!(tx.run_number("s").unwrap(), 1);
     }
 
     #[test]
     fn a_newer_schema_is_refused() {
         let (_dir, mut db) = db();
-        db.begin(1).unwrap().commit().unwrap();
+        db.begin(Millis::new(1)).unwrap().commit().unwrap();
         db.conn
             .execute(
                 "UPDATE loopguard_meta SET value = '3' WHERE key = 'schema_version'",
                 [],
             )
             .unwrap();
-        let err = db.begin(1).unwrap_err();
+        let err = db.begin(Millis::new(1)).unwrap_err();
         assert!(err.to_string().contains("schema version 3"), "{err}");
     }
 
@@ -752,7 +752,7 @@ mod tests {
         let mut db = HookDb::open_with(&path, options).unwrap();
         assert!(!db.fold_wal().unwrap(), "nothing to fold yet");
         for i in 0..20 {
-            let mut tx = db.begin(1_000 + i).unwrap();
+            let mut tx = db.begin(Millis::new(1_000 + i)).unwrap();
             call(&mut tx, "s", &format!("r{i}"));
             tx.commit().unwrap();
         }
@@ -766,7 +766,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
         drop(db);
         let mut db = HookDb::open(&path).unwrap();
-        let tx = db.begin(2_000).unwrap();
+        let tx = db.begin(Millis::new(2_000)).unwrap();
         for i in 0..20 {
             assert!(tx.run_state("s", Some(&format!("r{i}"))).unwrap().is_some());
         }

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{header, Request};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http_body_util::BodyExt;
-use loopguard::ManualClock;
+use loopguard::{ManualClock, Millis};
 use loopguard_server::{router, App, Options};
 use loopguard_store::{Limits, MemoryStore};
 use tower::ServiceExt;
@@ -20,7 +20,10 @@ fn requests(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(1000)));
+    let store = MemoryStore::new(
+        Limits::default(),
+        Arc::new(ManualClock::new(Millis::new(1000))),
+    );
     let app = Arc::new(App::new(store, Options::default()).unwrap());
     let router = router(app);
     let text =

@@ -30,7 +30,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loopguard::json::{kind_name, Document, Json, Kind, Raw, Tape};
-use loopguard::{ConfigSet, RunState};
+use loopguard::{ConfigSet, Millis, RunState};
 use loopguard_events::{apply_event, from_raw, parse_raw, Answer, RawEvent};
 use loopguard_store::{Deadline, RunKey, Store, StoreError};
 use serde::Serialize;
@@ -268,11 +268,11 @@ fn operation<'a>(
     event: &'a RawEvent<'a>,
 ) -> (
     RunKey<'a>,
-    impl FnMut(&mut RunState, u64) -> Answer + Send + 'a,
+    impl FnMut(&mut RunState, Millis) -> Answer + Send + 'a,
 ) {
     let scope = event.scope(default_agent);
     let cfg = config.for_agent(scope.agent());
-    let f = move |run: &mut RunState, now: u64| apply_event(run, cfg, &scope, seq, event, now);
+    let f = move |run: &mut RunState, now: Millis| apply_event(run, cfg, &scope, seq, event, now);
     (RunKey::of(&scope), f)
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
-use loopguard::{ManualClock, RunState};
+use loopguard::{ManualClock, Millis, RunState};
 use loopguard_store::{Limits, MemoryStore, RunKey, RunSnapshot, StoreError, StoreStats};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -42,7 +42,7 @@ impl Faulty {
 
     fn with(limits: Limits) -> Self {
         Self {
-            inner: MemoryStore::new(limits, Arc::new(ManualClock::new(1_000))),
+            inner: MemoryStore::new(limits, Arc::new(ManualClock::new(Millis::new(1_000)))),
             mode: AtomicU8::new(OK),
             ok_left: AtomicUsize::new(0),
         }
@@ -67,7 +67,7 @@ impl Store for Faulty {
     async fn update<R, F>(&self, key: RunKey<'_>, f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         self.gate().await?;
         self.inner.update(key, f).await

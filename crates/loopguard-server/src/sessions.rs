@@ -150,7 +150,7 @@ impl RunView {
         let remaining = state.compaction_guard().remaining();
         Self {
             run: snapshot.run.clone(),
-            last_active_ms: state.last_active(),
+            last_active_ms: state.last_active().get(),
             history: view,
             guard: GuardView {
                 armed: remaining > 0,

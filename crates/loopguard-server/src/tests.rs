@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
-use loopguard::ManualClock;
+use loopguard::{ManualClock, Millis};
 use loopguard_store::{Limits, MemoryStore};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -13,7 +13,10 @@ use tower::ServiceExt;
 use super::*;
 
 fn app_with(options: Options) -> Arc<App<MemoryStore>> {
-    let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(1_000)));
+    let store = MemoryStore::new(
+        Limits::default(),
+        Arc::new(ManualClock::new(Millis::new(1_000))),
+    );
     Arc::new(App::new(store, options).unwrap())
 }
 

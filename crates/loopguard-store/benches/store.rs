@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use loopguard::{ConfigSet, ManualClock, RunState};
+use loopguard::{ConfigSet, ManualClock, Millis, RunState};
 use loopguard_events::{apply_to_run, parse_line, scope_of, Event};
 use loopguard_store::{delta, Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
 
@@ -35,7 +35,14 @@ fn full_state(config: &ConfigSet) -> RunState {
     let mut state = RunState::default();
     for (i, event) in events(30).iter().enumerate() {
         let scope = scope_of(event, None);
-        apply_to_run(&mut state, config.global(), &scope, i as u64, event, 1000);
+        apply_to_run(
+            &mut state,
+            config.global(),
+            &scope,
+            i as u64,
+            event,
+            Millis::new(1000),
+        );
     }
     state
 }
@@ -59,7 +66,7 @@ fn encoding(c: &mut Criterion) {
             || state.clone(),
             |mut s| {
                 let scope = scope_of(call, None);
-                apply_to_run(&mut s, config.global(), &scope, 1, call, 2000)
+                apply_to_run(&mut s, config.global(), &scope, 1, call, Millis::new(2000))
             },
             BatchSize::SmallInput,
         )
@@ -84,7 +91,7 @@ fn deltas(c: &mut Criterion) {
             &scope,
             61 + i as u64,
             event,
-            2000,
+            Millis::new(2000),
         );
         steps.push(next.to_bytes());
     }
@@ -111,7 +118,7 @@ fn updates(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let clock = Arc::new(ManualClock::new(1000));
+    let clock = Arc::new(ManualClock::new(Millis::new(1000)));
     let memory = MemoryStore::new(Limits::default(), clock.clone());
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(

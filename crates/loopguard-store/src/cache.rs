@@ -16,7 +16,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use loopguard::{RunState, SessionTable, WhenFull};
+use loopguard::{Millis, RunState, SessionTable, WhenFull};
 
 use crate::{etag, Limits, RunKey, RunSnapshot, SharedClock, StoreError};
 
@@ -125,7 +125,7 @@ impl Cache {
         &self.limits
     }
 
-    pub(crate) fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> Millis {
         self.clock.now_ms()
     }
 
@@ -144,14 +144,14 @@ impl Cache {
         &self,
         key: RunKey<'_>,
         reload: Option<Reload>,
-        f: &mut impl FnMut(&mut RunState, u64) -> R,
+        f: &mut impl FnMut(&mut RunState, Millis) -> R,
         sink: &S,
     ) -> Result<Applied<R, S::Ticket>, StoreError> {
         let now = self.clock.now_ms();
         let cutoff = self.limits.cutoff(now);
         let mut shard = self.shard(key.session);
         let touched = shard
-            .touch(key.session, key.run_column(), now, now, Slot::default)
+            .touch(key.session, key.run_column(), now.get(), now, Slot::default)
             .map_err(|e| StoreError::SessionLimit { limit: e.limit })?;
         if let Some((session, run, evicted)) = touched.evicted {
             if let Some(etag) = evicted.etag {
@@ -242,7 +242,7 @@ impl Cache {
 
     /// Removes runs idle past the TTL (and sessions left without runs); returns the
     /// removed runs that the backend holds (key and tag), and the cutoff used.
-    pub(crate) fn sweep(&self) -> (Vec<Expired>, u64) {
+    pub(crate) fn sweep(&self) -> (Vec<Expired>, Millis) {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         let mut expired = Vec::new();
         for shard in self.shards.iter() {
@@ -279,7 +279,13 @@ impl Cache {
         // evicted one has no write in flight: nothing to delete).
         let active = state.last_active();
         let mut shard = self.shard(key.session);
-        match shard.touch(key.session, key.run_column(), active, active, Slot::default) {
+        match shard.touch(
+            key.session,
+            key.run_column(),
+            active.get(),
+            active,
+            Slot::default,
+        ) {
             Ok(touched) => {
                 *touched.value = Slot {
                     state,
@@ -315,16 +321,16 @@ fn decode(key: RunKey<'_>, bytes: &[u8]) -> Option<RunState> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard::ManualClock;
+    use loopguard::{ManualClock, Millis};
     use std::sync::Arc;
     use std::time::Duration;
 
     fn cache(limits: Limits) -> (Cache, ManualClock) {
-        let clock = ManualClock::new(1_000);
+        let clock = ManualClock::new(Millis::new(1_000));
         (Cache::new(limits, Arc::new(clock.clone())), clock)
     }
 
-    fn touch(cache: &Cache, session: &str, run: Option<&str>) -> Result<u64, StoreError> {
+    fn touch(cache: &Cache, session: &str, run: Option<&str>) -> Result<Millis, StoreError> {
         cache
             .apply(
                 RunKey::new(session, run),
@@ -415,7 +421,7 @@ mod tests {
     }
 
     /// Applies a compaction, which stamps the run's activity time.
-    fn stamp(state: &mut RunState, now: u64) -> u32 {
+    fn stamp(state: &mut RunState, now: Millis) -> u32 {
         let config = loopguard::ConfigSet::default();
         state.compaction(config.global(), now)
     }
@@ -485,7 +491,7 @@ mod tests {
         assert_eq!(cache.counts(), (0, 0));
 
         let mut other = RunState::default();
-        stamp(&mut other, 5_000);
+        stamp(&mut other, Millis::new(5_000));
         let bytes = other.to_bytes();
         let seen = cache
             .apply(
@@ -517,11 +523,11 @@ mod tests {
             ..Limits::default()
         };
         let (cache, clock) = cache(limits);
-        clock.set(10_000);
+        clock.set(Millis::new(10_000));
         let mut live = RunState::default();
-        stamp(&mut live, 9_500);
+        stamp(&mut live, Millis::new(9_500));
         let mut old = RunState::default();
-        stamp(&mut old, 1);
+        stamp(&mut old, Millis::new(1));
         assert!(cache.load(RunKey::new("s", Some("a")), &live.to_bytes(), 1));
         assert!(!cache.load(RunKey::new("s", Some("b")), &old.to_bytes(), 2));
         assert!(!cache.load(RunKey::new("s", Some("c")), b"\x01garbage", 3));

@@ -10,13 +10,13 @@
 //! lives:
 //!
 //! ```
-//! use loopguard::{ConfigSet, ManualClock};
+//! use loopguard::{ConfigSet, ManualClock, Millis};
 //! use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
 //! use loopguard_store::{Limits, MemoryStore, RunKey, Store};
 //! use std::sync::Arc;
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(0)));
+//! let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(Millis::ZERO)));
 //! let config = ConfigSet::default();
 //! let event = parse_line(br#"{"type":"compaction","session":"s","run":"r"}"#).unwrap();
 //! let scope = scope_of(&event, None);
@@ -63,7 +63,7 @@ mod sqlite;
 use std::future::Future;
 use std::sync::Arc;
 
-use loopguard::{Clock, RunState, Scope};
+use loopguard::{Clock, Millis, RunState, Scope};
 
 pub use error::{bounded, Cause, Deadline, Failed, StoreError};
 pub use memory::MemoryStore;
@@ -176,7 +176,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<R, StoreError>> + Send
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send;
+        F: FnMut(&mut RunState, Millis) -> R + Send;
 
     /// Applies several updates in order, as if by [`Store::update`] one after the other,
     /// each by `deadline` when there is one, and resolves once all of them are settled, with
@@ -194,7 +194,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Vec<Result<R, StoreError>>> + Send
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         async move {
             let mut out = Vec::with_capacity(ops.len());

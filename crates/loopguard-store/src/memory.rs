@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use loopguard::RunState;
+use loopguard::{Millis, RunState};
 
 use crate::cache::{Cache, NoSink};
 use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
@@ -48,7 +48,7 @@ impl Store for MemoryStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         self.open()?;
         let applied = self.cache.apply(key, None, &mut f, &NoSink)?;
@@ -100,7 +100,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard::{ConfigSet, ManualClock};
+    use loopguard::{ConfigSet, ManualClock, Millis};
     use loopguard_events::{apply_to_run, parse_line, scope_of, Answer, Replayer};
     use std::sync::Arc;
 
@@ -108,7 +108,7 @@ mod tests {
     #[tokio::test]
     async fn answers_like_the_replayer() {
         let config = ConfigSet::enabled_defaults();
-        let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(0)));
+        let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(Millis::ZERO)));
         let mut replayer = Replayer::new(config.clone(), None);
         let mut lines = Vec::new();
         for i in 0..40 {

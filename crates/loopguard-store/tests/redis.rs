@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{apply, compaction, loop_lines, replay_all, run_names};
-use loopguard::{ConfigSet, ManualClock, SystemClock};
+use loopguard::{ConfigSet, ManualClock, Millis, SystemClock};
 use loopguard_events::Answer;
 use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
 use loopguard_store::{
@@ -54,7 +54,7 @@ async fn one_session_store(url: &str, clock: &ManualClock, prefix: &str) -> Redi
 /// Two stores (two replicas) on one Redis, taking turns: the answers of one
 /// uninterrupted replay, and the key layout of the docs.
 async fn two_stores_take_turns(url: &str) {
-    let clock: SharedClock = Arc::new(ManualClock::new(1_000));
+    let clock: SharedClock = Arc::new(ManualClock::new(Millis::new(1_000)));
     let config = ConfigSet::enabled_defaults();
     let a = connect(url, clock.clone(), Limits::default(), options("t1:")).await;
     let b = connect(url, clock, Limits::default(), options("t1:")).await;
@@ -190,7 +190,7 @@ async fn concurrent_writers_lose_no_update() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    let clock: SharedClock = Arc::new(ManualClock::new(1_000));
+    let clock: SharedClock = Arc::new(ManualClock::new(Millis::new(1_000)));
     // A window large enough to keep every call, and thresholds that never fire.
     let config = Arc::new(
         ConfigSet::parse(
@@ -244,7 +244,7 @@ async fn limits_hold_across_stores() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let shared: SharedClock = Arc::new(clock.clone());
     let limits = Limits {
         max_sessions: 2,
@@ -295,7 +295,7 @@ async fn idle_runs_start_afresh_and_redis_expires_them() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    let clock = ManualClock::new(1_000_000);
+    let clock = ManualClock::new(Millis::new(1_000_000));
     let store = one_session_store(&redis.url(), &clock, "idle:").await;
     let config = ConfigSet::default();
     let armed = |answer: Answer| match answer {
@@ -364,7 +364,7 @@ async fn unreadable_states_start_afresh() {
     let redis = RedisServer::start().unwrap();
     let store = connect(
         &redis.url(),
-        Arc::new(ManualClock::new(1_000)),
+        Arc::new(ManualClock::new(Millis::new(1_000))),
         Limits::default(),
         options("bad:"),
     )
@@ -607,7 +607,7 @@ async fn live_sessions_keep_their_place_in_the_registry() {
         return;
     }
     let redis = RedisServer::start().unwrap();
-    let clock = ManualClock::new(1_000_000);
+    let clock = ManualClock::new(Millis::new(1_000_000));
     let store = one_session_store(&redis.url(), &clock, "reg:").await;
     let config = ConfigSet::default();
     apply(&store, &config, 1, &compaction("s1", "a"))

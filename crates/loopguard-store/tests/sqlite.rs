@@ -8,7 +8,7 @@ use std::time::Duration;
 mod common;
 
 use common::{apply, compaction, loop_lines, replay_all, run_names};
-use loopguard::{ConfigSet, ManualClock};
+use loopguard::{ConfigSet, ManualClock, Millis};
 use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
 use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
 
@@ -30,7 +30,7 @@ fn open_with(
 async fn state_survives_a_restart_and_answers_equal_an_uninterrupted_replay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/dir/loopguard.db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let lines = loop_lines("s", "r", 25);
     let want = replay_all(&config, &lines);
@@ -70,7 +70,7 @@ async fn state_survives_a_restart_and_answers_equal_an_uninterrupted_replay() {
 async fn batches_commit_together_and_answer_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let lines = loop_lines("s", "r", 15);
     let want = replay_all(&config, &lines);
@@ -116,7 +116,7 @@ async fn batches_commit_together_and_answer_in_order() {
 async fn two_stores_on_one_file_never_lose_an_update() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let a = open(&path, &clock);
     let b = open(&path, &clock);
@@ -140,7 +140,7 @@ async fn two_stores_on_one_file_never_lose_an_update() {
 async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locked.db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let options = SqliteOptions {
         busy_timeout: Duration::from_millis(50),
@@ -180,7 +180,7 @@ async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
 async fn idle_runs_expire_from_memory_and_disk_without_sleeping() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ttl.db");
-    let clock = ManualClock::new(1_000_000);
+    let clock = ManualClock::new(Millis::new(1_000_000));
     let config = ConfigSet::default();
     let limits = Limits {
         idle_ttl: Duration::from_secs(3600),
@@ -222,7 +222,7 @@ async fn idle_runs_expire_from_memory_and_disk_without_sleeping() {
 async fn ending_runs_and_sessions_is_durable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("end.db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::default();
     let store = open(&path, &clock);
     for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
@@ -253,7 +253,7 @@ async fn ending_runs_and_sessions_is_durable() {
 #[tokio::test]
 async fn the_session_limit_refuses_new_sessions_only() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::default();
     let limits = Limits {
         max_sessions: 2,
@@ -282,7 +282,7 @@ async fn the_session_limit_refuses_new_sessions_only() {
 #[tokio::test]
 async fn concurrent_updates_share_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let store = Arc::new(open(&dir.path().join("group.db"), &clock));
     let config = Arc::new(ConfigSet::enabled_defaults());
     let mut tasks = Vec::new();
@@ -313,7 +313,7 @@ async fn concurrent_updates_share_commits() {
 async fn rows_of_other_processes_expire_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foreign.db");
-    let clock = ManualClock::new(1_000_000);
+    let clock = ManualClock::new(Millis::new(1_000_000));
     let config = ConfigSet::default();
     let limits = Limits {
         idle_ttl: Duration::from_secs(60),
@@ -380,7 +380,7 @@ fn interleaved(n: usize) -> Vec<String> {
 async fn a_crash_copy_with_a_change_log_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let (path, copy) = (dir.path().join("live.db"), dir.path().join("copy.db"));
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let options = SqliteOptions {
         log_segment_rows: 8,
@@ -441,7 +441,7 @@ async fn a_crash_copy_with_a_change_log_resumes_exactly() {
 async fn a_whole_row_written_by_another_process_ends_the_chain() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
-    let clock = ManualClock::new(1_000);
+    let clock = ManualClock::new(Millis::new(1_000));
     let config = ConfigSet::enabled_defaults();
     let store = open(&path, &clock);
     let lines = loop_lines("s", "r", 12);
@@ -524,7 +524,7 @@ async fn random_streams_with_restarts_and_crashes_equal_a_replay() {
         let want = replay_all(&config, &lines);
 
         let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(1_000);
+        let clock = ManualClock::new(Millis::new(1_000));
         let options = SqliteOptions {
             log_segment_rows: 1 + next(6),
             ..SqliteOptions::default()
@@ -581,7 +581,7 @@ async fn another_applications_database_is_refused_and_left_alone() {
              INSERT INTO runs (started) VALUES ('yesterday');",
         )
         .unwrap();
-    let clock: SharedClock = Arc::new(ManualClock::new(0));
+    let clock: SharedClock = Arc::new(ManualClock::new(Millis::ZERO));
     let refused =
         SqliteStore::open(&path, Limits::default(), clock, SqliteOptions::default()).unwrap_err();
     assert!(

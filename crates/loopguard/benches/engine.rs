@@ -32,7 +32,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use loopguard::config::{ConfigSet, LoopDetectionBlock};
 use loopguard::fingerprint::{OutcomePrint, OutcomeRule};
 use loopguard::json::Tape;
-use loopguard::{Call, Guard, Limits, ManualClock, Outcome, OutcomeOf, Scope};
+use loopguard::{Call, Guard, Limits, ManualClock, Millis, Outcome, OutcomeOf, Scope};
 use serde_json::Value;
 
 /// One call of a workload and the result that follows it.
@@ -112,7 +112,11 @@ fn config(history: u32) -> ConfigSet {
 }
 
 fn new_guard(history: u32) -> Guard<ManualClock> {
-    Guard::with_clock(config(history), Limits::default(), ManualClock::new(0))
+    Guard::with_clock(
+        config(history),
+        Limits::default(),
+        ManualClock::new(Millis::ZERO),
+    )
 }
 
 /// The host cycle with the call fingerprinted once (`Guard::prepare`).
@@ -296,14 +300,26 @@ fn extensions(c: &mut Criterion) {
         });
         group.bench_function("all_on", |b| {
             b.iter_batched_ref(
-                || Guard::with_clock(all.clone(), Limits::default(), ManualClock::new(0)),
+                || {
+                    Guard::with_clock(
+                        all.clone(),
+                        Limits::default(),
+                        ManualClock::new(Millis::ZERO),
+                    )
+                },
                 |guard| host_cycle(guard, &pairs, false),
                 BatchSize::PerIteration,
             )
         });
         group.bench_function("preset", |b| {
             b.iter_batched_ref(
-                || Guard::with_clock(preset.clone(), Limits::default(), ManualClock::new(0)),
+                || {
+                    Guard::with_clock(
+                        preset.clone(),
+                        Limits::default(),
+                        ManualClock::new(Millis::ZERO),
+                    )
+                },
                 |guard| host_cycle(guard, &pairs, false),
                 BatchSize::PerIteration,
             )
@@ -356,7 +372,13 @@ fn period(c: &mut Criterion) {
             let cycle = config(history, "");
             group.bench_function(format!("cycle_{history}"), |b| {
                 b.iter_batched_ref(
-                    || Guard::with_clock(cycle.clone(), Limits::default(), ManualClock::new(0)),
+                    || {
+                        Guard::with_clock(
+                            cycle.clone(),
+                            Limits::default(),
+                            ManualClock::new(Millis::ZERO),
+                        )
+                    },
                     |guard| host_cycle(guard, pairs, true),
                     BatchSize::PerIteration,
                 )
@@ -365,7 +387,13 @@ fn period(c: &mut Criterion) {
         let widest = config(1000, "maxLength: 1000");
         group.bench_function("cycle_max_1000", |b| {
             b.iter_batched_ref(
-                || Guard::with_clock(widest.clone(), Limits::default(), ManualClock::new(0)),
+                || {
+                    Guard::with_clock(
+                        widest.clone(),
+                        Limits::default(),
+                        ManualClock::new(Millis::ZERO),
+                    )
+                },
                 |guard| host_cycle(guard, pairs, true),
                 BatchSize::PerIteration,
             )

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::time::Instant;
 
 use loopguard::config::{ConfigSet, LoopDetectionBlock};
-use loopguard::{Call, Guard, Limits, ManualClock, Outcome, Scope};
+use loopguard::{Call, Guard, Limits, ManualClock, Millis, Outcome, Scope};
 use serde_json::Value;
 
 type Pair = (String, String, String, Value, Value);
@@ -80,7 +80,11 @@ fn main() {
     };
     let mut best = f64::MAX;
     for _ in 0..repeat {
-        let mut guard = Guard::with_clock(config.clone(), Limits::default(), ManualClock::new(0));
+        let mut guard = Guard::with_clock(
+            config.clone(),
+            Limits::default(),
+            ManualClock::new(Millis::ZERO),
+        );
         let start = Instant::now();
         cycle(&mut guard, &pairs);
         best = best.min(start.elapsed().as_secs_f64());

@@ -1,13 +1,63 @@
 //! Time, injected: the engine never reads the system clock directly, so tests control it.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of milliseconds.
+use serde::{Deserialize, Serialize};
+
+/// A clock time in milliseconds since the clock's origin.
+///
+/// A newtype so that a host cannot pass seconds or a counter where clock time is meant.
+/// It encodes as a plain number (serde, postcard), so stored states read unchanged.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[repr(transparent)]
+#[serde(transparent)]
+pub struct Millis(u64);
+
+impl Millis {
+    /// The clock's origin.
+    pub const ZERO: Self = Self(0);
+
+    /// `ms` milliseconds since the clock's origin.
+    pub const fn new(ms: u64) -> Self {
+        Self(ms)
+    }
+
+    /// The milliseconds since the clock's origin.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// This time moved back by `by`, stopping at the origin.
+    pub fn saturating_sub(self, by: Duration) -> Self {
+        Self(self.0.saturating_sub(duration_ms(by)))
+    }
+
+    /// This time moved forward by `by`, stopping at the largest time.
+    pub fn saturating_add(self, by: Duration) -> Self {
+        Self(self.0.saturating_add(duration_ms(by)))
+    }
+}
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ms", self.0)
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A source of clock time.
 pub trait Clock {
-    /// Milliseconds since an arbitrary, fixed origin (the Unix epoch for [`SystemClock`]).
-    fn now_ms(&self) -> u64;
+    /// The time since an arbitrary, fixed origin (the Unix epoch for [`SystemClock`]).
+    fn now_ms(&self) -> Millis;
 }
 
 /// The wall clock.
@@ -15,10 +65,12 @@ pub trait Clock {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+    fn now_ms(&self) -> Millis {
+        Millis(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, duration_ms),
+        )
     }
 }
 
@@ -27,24 +79,24 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<AtomicU64>);
 
 impl ManualClock {
-    /// A clock stopped at `ms`.
-    pub fn new(ms: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(ms)))
+    /// A clock stopped at `at`.
+    pub fn new(at: Millis) -> Self {
+        Self(Arc::new(AtomicU64::new(at.get())))
     }
 
     /// Moves the clock forward.
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        self.0.fetch_add(duration_ms(by), Ordering::SeqCst);
     }
 
     /// Sets the clock.
-    pub fn set(&self, ms: u64) {
-        self.0.store(ms, Ordering::SeqCst);
+    pub fn set(&self, at: Millis) {
+        self.0.store(at.get(), Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+    fn now_ms(&self) -> Millis {
+        Millis(self.0.load(Ordering::SeqCst))
     }
 }

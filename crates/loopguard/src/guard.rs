@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::ConfigSet;
 use crate::fingerprint::{CallPrint, OutcomeOf};
 use crate::json::Json;
@@ -89,7 +89,7 @@ pub struct Guard<C: Clock = SystemClock> {
     runs: SessionTable<Box<RunState>>,
     limits: Limits,
     clock: C,
-    last_sweep: u64,
+    last_sweep: Millis,
     /// Counts events: the activity stamp of least-recently-used eviction.
     tick: u64,
 }
@@ -296,7 +296,7 @@ impl<C: Clock> Guard<C> {
     pub fn with_run<R>(
         &mut self,
         scope: &Scope<'_>,
-        f: impl FnOnce(&crate::config::EffectiveConfig, &mut RunState, u64) -> R,
+        f: impl FnOnce(&crate::config::EffectiveConfig, &mut RunState, Millis) -> R,
     ) -> R {
         let (cfg, run, now) = self.enter(scope);
         f(cfg, run, now)
@@ -306,10 +306,10 @@ impl<C: Clock> Guard<C> {
     fn enter(
         &mut self,
         scope: &Scope<'_>,
-    ) -> (&crate::config::EffectiveConfig, &mut RunState, u64) {
+    ) -> (&crate::config::EffectiveConfig, &mut RunState, Millis) {
         let now = self.clock.now_ms();
         let sweep_every = (self.limits.ttl_ms() / 8).max(1000);
-        if now.saturating_sub(self.last_sweep) >= sweep_every {
+        if now.get().saturating_sub(self.last_sweep.get()) >= sweep_every {
             self.evict_idle();
         }
         // A full table forgets its least recently active session: idle ones go first.
@@ -340,7 +340,7 @@ mod tests {
     use std::time::Duration;
 
     fn guard(limits: Limits) -> (Guard<ManualClock>, ManualClock) {
-        let clock = ManualClock::new(1_000_000);
+        let clock = ManualClock::new(Millis::new(1_000_000));
         let config = ConfigSet::enabled_defaults();
         (Guard::with_clock(config, limits, clock.clone()), clock)
     }
@@ -411,7 +411,7 @@ mod tests {
             idle_ttl: Duration::from_secs(10),
             ..Limits::default()
         };
-        assert_eq!(limits.cutoff(5_000), 0);
-        assert_eq!(limits.cutoff(15_000), 5_000);
+        assert_eq!(limits.cutoff(Millis::new(5_000)), Millis::ZERO);
+        assert_eq!(limits.cutoff(Millis::new(15_000)), Millis::new(5_000));
     }
 }

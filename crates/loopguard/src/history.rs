@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Millis;
 use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
 
 /// Windows longer than this keep a signature index; shorter ones are scanned, which is as
@@ -212,7 +213,7 @@ pub(crate) struct NewRecord<'a> {
     pub state: RecordState,
     pub unknown_tool: Option<&'a str>,
     pub rule: OutcomeRule,
-    pub now_ms: u64,
+    pub now_ms: Millis,
     /// The signature's newest record, when the caller already looked it up.
     pub newest: Option<Option<usize>>,
     /// The outcome was a failure.
@@ -350,7 +351,7 @@ impl History {
             unknown_tool,
             prev,
             alt,
-            at: (new.now_ms / 1000).min(u64::from(u32::MAX)) as u32,
+            at: (new.now_ms.get() / 1000).min(u64::from(u32::MAX)) as u32,
             flags: PENDING,
             rule: new.rule,
         };
@@ -472,7 +473,7 @@ mod tests {
                 state: RecordState::Pending,
                 unknown_tool: None,
                 rule,
-                now_ms: 0,
+                now_ms: Millis::ZERO,
                 newest: None,
                 failed: false,
             },

@@ -87,7 +87,7 @@ pub mod text;
 mod verdict;
 
 pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};
 pub use guard::{Call, Guard, PreparedCall};

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::answers::{Answers, OutcomeKey};
+use crate::clock::Millis;
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
 use crate::detectors::escalation::{Escalation, Members};
@@ -86,7 +87,7 @@ pub struct RunState {
     notify: NotifyBuckets,
     guard: CompactionGuard,
     stop: Option<Stop>,
-    last_active: u64,
+    last_active: Millis,
     /// The current batch of parallel calls (tracked for `batch_duplicates`).
     batch: Option<Batch>,
     /// Encoded after the fields above (see [`STATE_FORMAT_VERSION`]).
@@ -142,7 +143,7 @@ impl RunState {
     }
 
     /// When the run last saw an event (clock milliseconds).
-    pub fn last_active(&self) -> u64 {
+    pub fn last_active(&self) -> Millis {
         self.last_active
     }
 
@@ -210,7 +211,7 @@ impl RunState {
         call: &CallPrint<'_>,
         call_id: Option<&str>,
         batch: Option<&str>,
-        now: u64,
+        now: Millis,
     ) -> Verdict {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
@@ -236,7 +237,7 @@ impl RunState {
         id: Option<u64>,
         batch: Option<&str>,
         call_id: Option<&str>,
-        now: u64,
+        now: Millis,
     ) -> Verdict {
         if let Some(stop) = &self.stop {
             let detection = Detection {
@@ -366,7 +367,7 @@ impl RunState {
         call: &CallPrint<'_>,
         id: Option<u64>,
         target: Option<u64>,
-        now: u64,
+        now: Millis,
     ) -> Option<Verdict> {
         let stop_after = cfg.extensions.as_deref()?.escalation?;
         if self.added.ext.escalation.is_empty() {
@@ -504,7 +505,7 @@ impl RunState {
         call: &CallPrint<'_>,
         call_id: Option<&str>,
         outcome: OutcomeOf<O>,
-        now: u64,
+        now: Millis,
     ) -> Recorded {
         self.last_active = now;
         let id = call_id.map(call_id_hash);
@@ -530,7 +531,7 @@ impl RunState {
         cfg: &EffectiveConfig,
         call_id: &str,
         outcome: OutcomeOf<O>,
-        now: u64,
+        now: Millis,
     ) -> Result<Recorded, ResultError> {
         self.last_active = now;
         let id = call_id_hash(call_id);
@@ -568,7 +569,7 @@ impl RunState {
     }
 
     /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
-    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: u64) -> u32 {
+    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: Millis) -> u32 {
         self.last_active = now;
         if !cfg.guard_enabled() {
             return 0;
@@ -587,7 +588,7 @@ impl RunState {
         id: Option<u64>,
         target: Option<u64>,
         outcome: OutcomeOf<O>,
-        now: u64,
+        now: Millis,
     ) -> Recorded {
         let pending = self.history.pending_match(signature, id);
         if pending.is_none() && id.is_some_and(|id| self.was_blocked(id)) {
@@ -702,7 +703,7 @@ impl RunState {
         id: Option<u64>,
         target: Option<u64>,
         state: RecordState,
-        now: u64,
+        now: Millis,
         newest: Option<Option<usize>>,
     ) {
         let index = self.history.push(
@@ -862,11 +863,17 @@ mod tests {
         let print = CallPrint::new("read", &args);
         for i in 0..12 {
             let id = format!("c{i}");
-            let _ = state.before_call(cfg, &print, Some(&id), None, i);
+            let _ = state.before_call(cfg, &print, Some(&id), None, Millis::new(i));
             let out = json!("same");
-            state.after_call(cfg, &print, Some(&id), Outcome::Result(&out), i);
+            state.after_call(
+                cfg,
+                &print,
+                Some(&id),
+                Outcome::Result(&out),
+                Millis::new(i),
+            );
         }
-        state.compaction(cfg, 99);
+        state.compaction(cfg, Millis::new(99));
         let bytes = state.to_bytes();
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
@@ -905,7 +912,7 @@ mod tests {
             let print = CallPrint::for_config(tool, args, cfg);
             let id = format!("c{i}");
             if state
-                .before_call(cfg, &print, Some(&id), None, 0)
+                .before_call(cfg, &print, Some(&id), None, Millis::new(0))
                 .is_blocked()
             {
                 continue;
@@ -915,7 +922,7 @@ mod tests {
                 "edit" => Outcome::Error(&failed),
                 _ => Outcome::Result(&same),
             };
-            state.after_call(cfg, &print, Some(&id), out, 0);
+            state.after_call(cfg, &print, Some(&id), out, Millis::new(0));
         }
         assert!(
             !state.added.ext.escalation.is_empty(),
@@ -926,8 +933,8 @@ mod tests {
         // Both go on the same way: the cycle's next step is escalated in each.
         let args = json!({"i": 0});
         let print = CallPrint::for_config("read", &args, cfg);
-        let a = state.before_call(cfg, &print, Some("x"), None, 0);
-        let b = back.before_call(cfg, &print, Some("x"), None, 0);
+        let a = state.before_call(cfg, &print, Some("x"), None, Millis::new(0));
+        let b = back.before_call(cfg, &print, Some("x"), None, Millis::new(0));
         assert_eq!(a, b);
         assert_eq!(a.detection().unwrap().detector, Detector::Escalation);
     }
@@ -958,10 +965,16 @@ mod tests {
         let cfg = set.global();
         let args = json!({"p": "a"});
         let print = CallPrint::new("read", &args);
-        let v = state.before_call(cfg, &print, Some("c4"), None, 2000);
+        let v = state.before_call(cfg, &print, Some("c4"), None, Millis::new(2000));
         assert!(v.is_blocked(), "{v:?}");
         let out = json!("same");
-        let r = state.after_call(cfg, &print, Some("c3"), Outcome::Result(&out), 2000);
+        let r = state.after_call(
+            cfg,
+            &print,
+            Some("c3"),
+            Outcome::Result(&out),
+            Millis::new(2000),
+        );
         assert!(!r.recorded);
         // Written back as version 3, and read again.
         let again = RunState::from_bytes(&state.to_bytes()).unwrap();
@@ -984,31 +997,33 @@ mod tests {
             CallPrint::new("grep", &empty),
         );
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &r, Some(id), None, 0);
+            let _ = state.before_call(cfg, &r, Some(id), None, Millis::new(0));
             assert!(
                 state
-                    .after_call(cfg, &r, Some(id), Outcome::Result(&same), 0)
+                    .after_call(cfg, &r, Some(id), Outcome::Result(&same), Millis::new(0))
                     .recorded
             );
         }
-        assert!(state.before_call(cfg, &r, Some("c3"), None, 0).is_blocked());
+        assert!(state
+            .before_call(cfg, &r, Some("c3"), None, Millis::new(0))
+            .is_blocked());
         assert_eq!(
-            state.before_call(cfg, &list, Some("c4"), None, 0),
+            state.before_call(cfg, &list, Some("c4"), None, Millis::new(0)),
             Verdict::Allow
         );
         assert_eq!(
-            state.before_call(cfg, &grep, Some("c5"), None, 0),
+            state.before_call(cfg, &grep, Some("c5"), None, Millis::new(0)),
             Verdict::Allow
         );
         let before = state.history().clone();
-        let late = state.after_call(cfg, &r, Some("c3"), Outcome::Result(&same), 0);
+        let late = state.after_call(cfg, &r, Some("c3"), Outcome::Result(&same), Millis::new(0));
         assert_eq!(late, Recorded::default());
-        let by_id = state.after_call_by_id(cfg, "c3", Outcome::Result(&same), 0);
+        let by_id = state.after_call_by_id(cfg, "c3", Outcome::Result(&same), Millis::new(0));
         assert_eq!(by_id, Ok(Recorded::default()));
         assert_eq!(state.history(), &before);
         // An id never seen is still an error.
         assert_eq!(
-            state.after_call_by_id(cfg, "c9", Outcome::Result(&same), 0),
+            state.after_call_by_id(cfg, "c9", Outcome::Result(&same), Millis::new(0)),
             Err(ResultError::UnknownCall)
         );
     }
@@ -1022,20 +1037,22 @@ mod tests {
         let same = json!("same");
         let (ra, rb) = (CallPrint::new("read", &a), CallPrint::new("read", &b));
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &ra, Some(id), None, 0);
-            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), 0);
+            let _ = state.before_call(cfg, &ra, Some(id), None, Millis::new(0));
+            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), Millis::new(0));
         }
-        assert!(state.before_call(cfg, &ra, Some("x"), None, 0).is_blocked());
+        assert!(state
+            .before_call(cfg, &ra, Some("x"), None, Millis::new(0))
+            .is_blocked());
         // The host reuses "x" for another call, which runs; its result counts.
         assert_eq!(
-            state.before_call(cfg, &rb, Some("x"), None, 0),
+            state.before_call(cfg, &rb, Some("x"), None, Millis::new(0)),
             Verdict::Allow
         );
         for filler in ["f1", "f2", "f3"] {
             let e = json!({});
-            let _ = state.before_call(cfg, &CallPrint::new(filler, &e), None, None, 0);
+            let _ = state.before_call(cfg, &CallPrint::new(filler, &e), None, None, Millis::new(0));
         }
-        let r = state.after_call(cfg, &rb, Some("x"), Outcome::Result(&same), 0);
+        let r = state.after_call(cfg, &rb, Some("x"), Outcome::Result(&same), Millis::new(0));
         assert!(r.recorded);
     }
 
@@ -1048,16 +1065,22 @@ mod tests {
         let same = json!("same");
         let ra = CallPrint::new("read", &a);
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &ra, Some(id), None, 0);
-            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), 0);
+            let _ = state.before_call(cfg, &ra, Some(id), None, Millis::new(0));
+            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), Millis::new(0));
         }
         let blocked = crate::BLOCKED_IDS_KEPT + 10;
         for i in 0..blocked {
-            let v = state.before_call(cfg, &ra, Some(&format!("b{i}")), None, 0);
+            let v = state.before_call(cfg, &ra, Some(&format!("b{i}")), None, Millis::new(0));
             assert!(v.is_blocked());
         }
         let late = |state: &mut RunState, i: usize| {
-            state.after_call(cfg, &ra, Some(&format!("b{i}")), Outcome::Result(&same), 0)
+            state.after_call(
+                cfg,
+                &ra,
+                Some(&format!("b{i}")),
+                Outcome::Result(&same),
+                Millis::new(0),
+            )
         };
         // The newest BLOCKED_IDS_KEPT are recognised; the oldest ten are forgotten.
         for i in 10..blocked {
@@ -1074,37 +1097,47 @@ mod tests {
         let a = json!({"p": "a"});
         let same = json!("same");
         let ra = CallPrint::new("read", &a);
-        let first = state.before_call(cfg, &ra, Some("c1"), None, 0);
+        let first = state.before_call(cfg, &ra, Some("c1"), None, Millis::new(0));
         let snapshot = state.clone();
-        assert_eq!(state.before_call(cfg, &ra, Some("c1"), None, 0), first);
+        assert_eq!(
+            state.before_call(cfg, &ra, Some("c1"), None, Millis::new(0)),
+            first
+        );
         assert_eq!(state, snapshot);
-        let recorded = state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), 0);
+        let recorded =
+            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), Millis::new(0));
         let snapshot = state.clone();
         // The result again, with its tool and arguments or by id only.
         assert_eq!(
-            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), 0),
+            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), Millis::new(0)),
             recorded
         );
         assert_eq!(
-            state.after_call_by_id(cfg, "c1", Outcome::Result(&same), 0),
+            state.after_call_by_id(cfg, "c1", Outcome::Result(&same), Millis::new(0)),
             Ok(recorded)
         );
         assert_eq!(state, snapshot);
         // Another outcome for the same id is not a retry.
         let other = json!("other");
         assert_eq!(
-            state.after_call_by_id(cfg, "c1", Outcome::Result(&other), 0),
+            state.after_call_by_id(cfg, "c1", Outcome::Result(&other), Millis::new(0)),
             Err(ResultError::AlreadyRecorded)
         );
         // A warned call, retried, is warned again with the same words; once its result
         // is in, the same id and call again is a new call (hosts reusing ids stay guarded).
-        let warned = state.before_call(cfg, &ra, Some("c2"), None, 0);
+        let warned = state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0));
         assert!(matches!(warned, Verdict::Warn { .. }), "{warned:?}");
-        assert_eq!(state.before_call(cfg, &ra, Some("c2"), None, 0), warned);
-        state.after_call(cfg, &ra, Some("c2"), Outcome::Result(&same), 0);
-        let blocked = state.before_call(cfg, &ra, Some("c2"), None, 0);
+        assert_eq!(
+            state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0)),
+            warned
+        );
+        state.after_call(cfg, &ra, Some("c2"), Outcome::Result(&same), Millis::new(0));
+        let blocked = state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0));
         assert!(blocked.is_blocked(), "{blocked:?}");
-        assert_eq!(state.before_call(cfg, &ra, Some("c2"), None, 0), blocked);
+        assert_eq!(
+            state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0)),
+            blocked
+        );
         assert_eq!(state.history().len(), 3);
     }
 }

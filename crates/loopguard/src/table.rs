@@ -29,6 +29,8 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 
+use crate::clock::Millis;
+
 /// Bounds on the memory a [`Guard`](crate::Guard) holds (and on what the stores of
 /// `loopguard serve` keep, with the same meaning except where said).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +62,8 @@ impl Limits {
     }
 
     /// The oldest activity time (clock milliseconds) that is still live at `now`.
-    pub fn cutoff(&self, now: u64) -> u64 {
-        now.saturating_sub(self.ttl_ms())
+    pub fn cutoff(&self, now: Millis) -> Millis {
+        now.saturating_sub(self.idle_ttl)
     }
 }
 
@@ -113,7 +115,7 @@ struct Session<T> {
     /// The newest stamp of a touch (least-recently-active eviction).
     stamp: u64,
     /// Clock time of the last touch (idle expiry).
-    last_active: u64,
+    last_active: Millis,
 }
 
 #[derive(Debug)]
@@ -166,7 +168,7 @@ impl<T> SessionTable<T> {
         session: &str,
         run: &str,
         stamp: u64,
-        now: u64,
+        now: Millis,
         new: impl FnOnce() -> T,
     ) -> Result<Touched<'_, T>, SessionLimit> {
         if !self.sessions.contains_key(session) {
@@ -311,7 +313,7 @@ impl<T> SessionTable<T> {
 
     /// Keeps the sessions whose last touch (clock time) satisfies `keep`; returns how many
     /// were removed (the guard's idle expiry).
-    pub(crate) fn retain_sessions(&mut self, mut keep: impl FnMut(u64) -> bool) -> usize {
+    pub(crate) fn retain_sessions(&mut self, mut keep: impl FnMut(Millis) -> bool) -> usize {
         let (mut sessions, mut runs) = (0, 0);
         self.sessions.retain(|_, s| {
             let kept = keep(s.last_active);
@@ -378,7 +380,9 @@ mod tests {
     }
 
     fn touch(t: &mut SessionTable<u32>, session: &str, run: &str, stamp: u64) -> Option<Box<str>> {
-        let touched = t.touch(session, run, stamp, stamp, || 0).unwrap();
+        let touched = t
+            .touch(session, run, stamp, Millis::new(stamp), || 0)
+            .unwrap();
         *touched.value += 1;
         touched.evicted.map(|(_, run, _)| run)
     }
@@ -402,7 +406,7 @@ mod tests {
             touch(&mut t, "b", "", 2);
             touch(&mut t, "a", "", 3);
             assert!(t.is_full_for("c") && !t.is_full_for("a"));
-            let third = t.touch("c", "", 4, 4, || 0).map(|_| ());
+            let third = t.touch("c", "", 4, Millis::new(4), || 0).map(|_| ());
             match when_full {
                 WhenFull::EvictLeastRecent => {
                     assert_eq!(third, Ok(()));
@@ -424,10 +428,13 @@ mod tests {
         let mut b = a.shard();
         touch(&mut a, "s1", "", 1);
         touch(&mut b, "s2", "", 2);
-        assert!(a.touch("s3", "", 3, 3, || 0).is_err());
-        assert!(b.touch("s3", "", 3, 3, || 0).is_err());
+        assert!(a.touch("s3", "", 3, Millis::new(3), || 0).is_err());
+        assert!(b.touch("s3", "", 3, Millis::new(3), || 0).is_err());
         assert_eq!(b.remove_session("s2").map(|runs| runs.len()), Some(1));
-        assert!(a.touch("s3", "", 4, 4, || 0).is_ok(), "room again");
+        assert!(
+            a.touch("s3", "", 4, Millis::new(4), || 0).is_ok(),
+            "room again"
+        );
         assert_eq!((a.session_count(), b.run_count()), (2, 2));
     }
 
@@ -442,7 +449,10 @@ mod tests {
         }
         assert_eq!(t.remove_run_if("a", "1", |&v| v == 2), None);
         assert_eq!(t.remove_run("a", "1"), Some(1));
-        assert_eq!(t.retain_sessions(|last_active| last_active >= 20), 1);
+        assert_eq!(
+            t.retain_sessions(|last_active| last_active >= Millis::new(20)),
+            1
+        );
         assert!(t.get("a", "2").is_none());
         assert_eq!(t.retain_runs(|s, _, _| s != "b"), 1);
         assert_eq!(

@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
-use loopguard::{Call, ConfigSet, Guard, Limits, ManualClock, Outcome, Scope, Verdict};
+use loopguard::{Call, ConfigSet, Guard, Limits, ManualClock, Millis, Outcome, Scope, Verdict};
 use serde_json::{json, Value};
 
 struct Counting;
@@ -76,7 +76,7 @@ fn call_data(i: usize) -> (String, Value, Value, String) {
 
 fn guard() -> Guard<ManualClock> {
     let config = ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }").unwrap();
-    Guard::with_clock(config, Limits::default(), ManualClock::new(0))
+    Guard::with_clock(config, Limits::default(), ManualClock::new(Millis::ZERO))
 }
 
 /// Both measurements run in one test: the counters are global to the process.

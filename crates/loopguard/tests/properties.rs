@@ -2,7 +2,7 @@
 
 use loopguard::config::{ConfigSet, DetectorsBlock, LoopDetectionBlock};
 use loopguard::fingerprint::{args_fingerprint, Fingerprint};
-use loopguard::{Call, Detector, Guard, Limits, ManualClock, Outcome, Scope, Verdict};
+use loopguard::{Call, Detector, Guard, Limits, ManualClock, Millis, Outcome, Scope, Verdict};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Number, Value};
@@ -163,7 +163,7 @@ proptest! {
         c in 4u32..10,
         g in 1u32..12,
     ) {
-        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(0));
+        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(Millis::ZERO));
         let scope = Scope::new("s").with_run(Some("r"));
         for (i, step) in steps.iter().enumerate() {
             match step {
@@ -207,7 +207,7 @@ proptest! {
     /// threshold allows, and a stopped run stays stopped.
     #[test]
     fn identical_outcomes_block_and_stop(repeats in 1usize..80) {
-        let mut guard = Guard::with_clock(config(30, 10, 20, 30), Limits::default(), ManualClock::new(0));
+        let mut guard = Guard::with_clock(config(30, 10, 20, 30), Limits::default(), ManualClock::new(Millis::ZERO));
         let scope = Scope::new("s");
         let args = serde_json::json!({"p": 1});
         let mut first_block = None;
@@ -269,7 +269,11 @@ fn ext_steps() -> impl Strategy<Value = Vec<ExtStep>> {
 
 /// Replays `steps` and returns every verdict; `changing` gives every outcome new content.
 fn verdicts(config: &ConfigSet, steps: &[ExtStep], changing: bool) -> Vec<Verdict> {
-    let mut guard = Guard::with_clock(config.clone(), Limits::default(), ManualClock::new(0));
+    let mut guard = Guard::with_clock(
+        config.clone(),
+        Limits::default(),
+        ManualClock::new(Millis::ZERO),
+    );
     let scope = Scope::new("s").with_run(Some("r"));
     let mut out = Vec::new();
     for (i, step) in steps.iter().enumerate() {
@@ -419,7 +423,7 @@ proptest! {
         c in 1u32..6,
         g in 1u32..8,
     ) {
-        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(0));
+        let mut guard = Guard::with_clock(config(history, w, c, g), Limits::default(), ManualClock::new(Millis::ZERO));
         let scope = Scope::new("s").with_run(Some("r"));
         // Calls waiting for their result: (id, tool, args, blocked), oldest first.
         let mut waiting: Vec<(String, usize, usize, bool)> = Vec::new();
@@ -522,7 +526,7 @@ fn escalations(steps: &[(usize, usize, u8)], stop_after: u32) -> Result<usize, T
     let config = preset(stop_after);
     // The preset's longest period, capped at the window (historySize 20).
     let max_period = 20;
-    let mut guard = Guard::with_clock(config, Limits::default(), ManualClock::new(0));
+    let mut guard = Guard::with_clock(config, Limits::default(), ManualClock::new(Millis::ZERO));
     let scope = Scope::new("s").with_run(Some("r"));
     // (signature, target) of every call so far, and the loops blocked so far.
     let mut seen: Vec<(loopguard::Signature, Option<String>)> = Vec::new();

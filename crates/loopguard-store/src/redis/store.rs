@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::redis::Value;
-use loopguard::RunState;
+use loopguard::{Millis, RunState};
 
 use super::connect::{Conn, Shared};
 use super::keys::{self, Layout, RunKeys};
@@ -120,7 +120,7 @@ impl RedisStore {
     /// One update, retried on conflicts; not bounded (the caller is).
     async fn apply<R, F>(&self, key: RunKey<'_>, f: &mut F) -> Result<R, StoreError>
     where
-        F: FnMut(&mut RunState, u64) -> R,
+        F: FnMut(&mut RunState, Millis) -> R,
     {
         let keys = self.layout.run(key.session, key.run);
         let turn = self.hasher.hash_one(&keys.run) as usize & (TURNS - 1);
@@ -157,8 +157,8 @@ impl RedisStore {
                         &keys,
                         &expected,
                         &stored,
-                        state.last_active(),
-                        cutoff,
+                        state.last_active().get(),
+                        cutoff.get(),
                         registered,
                     )
                     .await?
@@ -173,14 +173,14 @@ impl RedisStore {
                         // the session's registry entry (so an entry is never older than
                         // the session's last activity minus a quarter of the TTL).
                         let epoch = self.epoch_ms();
-                        if previous.is_some_and(|p| p / epoch != now / epoch) {
-                            self.refresh(key.session, now);
+                        if previous.is_some_and(|p| p / epoch != now.get() / epoch) {
+                            self.refresh(key.session, now.get());
                         }
                         return Ok(result);
                     }
                     Cas::Register if !registered => {
                         let member = keys::escape(key.session);
-                        if !self.register(&member, now, false).await? {
+                        if !self.register(&member, now.get(), false).await? {
                             return Err(StoreError::SessionLimit {
                                 limit: self.limits.max_sessions,
                             });
@@ -213,7 +213,7 @@ impl Store for RedisStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         self.bounded(self.apply(key, &mut f)).await
     }
@@ -229,7 +229,7 @@ impl Store for RedisStore {
                         .key(&keys.run)
                         .key(&keys.index)
                         .arg(&keys.member)
-                        .arg(cutoff),
+                        .arg(cutoff.get()),
                 )
                 .await?;
             let items = array(reply)?;
@@ -256,7 +256,7 @@ impl Store for RedisStore {
                         .remove_session
                         .key(&keys.index)
                         .arg(&keys.run_prefix)
-                        .arg(cutoff),
+                        .arg(cutoff.get()),
                 )
                 .await?;
             let live = int(&reply).ok_or_else(|| unexpected("the remove-session script"))?;
@@ -277,7 +277,7 @@ impl Store for RedisStore {
                             .session
                             .key(&keys.index)
                             .arg(&keys.run_prefix)
-                            .arg(cutoff),
+                            .arg(cutoff.get()),
                     )
                     .await?;
                 array(reply)
@@ -315,7 +315,7 @@ impl Store for RedisStore {
     /// is held in memory.
     async fn expire_idle(&self) -> Result<usize, StoreError> {
         let now = self.clock.now_ms();
-        let stale_before = self.stale_before(now);
+        let stale_before = self.stale_before(now.get());
         self.bounded(async {
             let mut c = self.conn.clone();
             let (_, live): (Value, u64) = ::redis::pipe()

@@ -49,18 +49,18 @@ pub(crate) fn decode(value: &[u8]) -> Result<RunState, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard::ConfigSet;
+    use loopguard::{ConfigSet, Millis};
 
     #[test]
     fn round_trip_and_tag() {
         let mut state = RunState::default();
         let config = ConfigSet::default();
-        state.compaction(config.global(), 1234);
+        state.compaction(config.global(), Millis::new(1234));
         let bytes = encode(0x0102_0304_0506_0708, &state);
         assert_eq!(bytes[0], LAYOUT_VERSION);
         assert_eq!(tag_of(&bytes), &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(decode(&bytes).unwrap(), state);
-        assert_eq!(decode(&bytes).unwrap().last_active(), 1234);
+        assert_eq!(decode(&bytes).unwrap().last_active(), Millis::new(1234));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use loopguard::RunState;
+use loopguard::{Millis, RunState};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
@@ -74,7 +74,7 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .and_then(|tx| {
                 let folded = fold_deltas(&tx)?;
-                let expired = delete_idle(&tx, cache.limits().cutoff(now), None)?;
+                let expired = delete_idle(&tx, cache.limits().cutoff(now).get(), None)?;
                 tx.commit()?;
                 Ok((folded, expired))
             })
@@ -104,7 +104,7 @@ impl SqliteStore {
             cache,
             writer,
             path: path.to_owned(),
-            last_full_sweep: AtomicU64::new(now),
+            last_full_sweep: AtomicU64::new(now.get()),
             dispatch: Mutex::new(Some(dispatch)),
             dispatching,
         })
@@ -173,7 +173,7 @@ impl SqliteStore {
         mut reload: Reload,
     ) -> Result<R, StoreError>
     where
-        F: FnMut(&mut RunState, u64) -> R,
+        F: FnMut(&mut RunState, Millis) -> R,
     {
         for _ in 1..MAX_ATTEMPTS {
             self.writer
@@ -218,7 +218,7 @@ impl Store for SqliteStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         self.ensure_open()?;
         let applied = self.cache.apply(key, None, &mut f, &self.writer)?;
@@ -236,7 +236,7 @@ impl Store for SqliteStore {
     ) -> Vec<Result<R, StoreError>>
     where
         R: Send,
-        F: FnMut(&mut RunState, u64) -> R + Send,
+        F: FnMut(&mut RunState, Millis) -> R + Send,
     {
         let n = ops.len();
         let mut out = Vec::with_capacity(n);
@@ -311,9 +311,9 @@ impl Store for SqliteStore {
         // of the whole table, once per TTL.
         let now = self.cache.now();
         let last = self.last_full_sweep.load(Ordering::Relaxed);
-        let full = (now.saturating_sub(last) >= self.cache.limits().ttl_ms()).then(|| {
-            self.last_full_sweep.store(now, Ordering::Relaxed);
-            cutoff
+        let full = (now.get().saturating_sub(last) >= self.cache.limits().ttl_ms()).then(|| {
+            self.last_full_sweep.store(now.get(), Ordering::Relaxed);
+            cutoff.get()
         });
         let (done, wait) = oneshot::channel();
         self.writer.send(Op::Delete(Delete::Sweep {
@@ -425,7 +425,7 @@ fn load(conn: &Connection, cache: &Cache) -> rusqlite::Result<(usize, usize)> {
         "SELECT session, run, etag, state FROM runs WHERE last_active >= ?1
          ORDER BY last_active DESC",
     )?;
-    let mut rows = stmt.query([as_sql(cutoff)])?;
+    let mut rows = stmt.query([as_sql(cutoff.get())])?;
     let (mut kept, mut skipped) = (0, 0);
     while let Some(row) = rows.next()? {
         let session: String = row.get(0)?;

@@ -199,7 +199,7 @@ impl Sink for Writer {
             session: key.session.into(),
             run: key.run_column().into(),
             state: state.to_bytes(),
-            last_active: state.last_active(),
+            last_active: state.last_active().get(),
             expected,
             etag,
             done,

@@ -261,7 +261,7 @@ mod tests {
                 state: RecordState::Done(Fingerprint::from_u128(c as u128)),
                 unknown_tool: None,
                 rule: OutcomeRule::for_call(&tool, &json!({})),
-                now_ms: 0,
+                now_ms: crate::Millis::ZERO,
                 newest: None,
                 failed: false,
             },

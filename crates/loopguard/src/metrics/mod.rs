@@ -147,6 +147,7 @@ mod tests {
     use crate::config::{ConfigSet, LoopDetectionBlock};
     use crate::fingerprint::{CallPrint, Outcome};
     use crate::run::RunState;
+    use crate::Millis;
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
@@ -230,7 +231,7 @@ mod tests {
                         prop_assert_eq!(repeat_count(h, sig), reference::repeat_count(h, sig));
                         prop_assert_eq!(ping_pong(h, sig), reference::ping_pong(h, sig));
                         let id = format!("c{id}");
-                        let _ = run.before_call(cfg, &print, Some(&id), None, now);
+                        let _ = run.before_call(cfg, &print, Some(&id), None, Millis::new(now));
                     }
                     Step::Result { tool, args, id, outcome: n } => {
                         let args = json!({ "a": args });
@@ -238,10 +239,10 @@ mod tests {
                         let (is_error, value) = outcome(*n);
                         let out = if is_error { Outcome::Error(&value) } else { Outcome::Result(&value) };
                         let id = id.map(|i| format!("c{i}"));
-                        run.after_call(cfg, &print, id.as_deref(), out, now);
+                        run.after_call(cfg, &print, id.as_deref(), out, Millis::new(now));
                     }
                     Step::Compaction => {
-                        run.compaction(cfg, now);
+                        run.compaction(cfg, Millis::new(now));
                     }
                 }
                 prop_assert!(run.history().len() <= history as usize);

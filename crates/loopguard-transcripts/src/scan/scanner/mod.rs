@@ -21,7 +21,8 @@ use std::mem::size_of;
 use loopguard::fingerprint::{args_fingerprint, is_failure, OutcomeRule};
 use loopguard::json::Json;
 use loopguard::{
-    ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, RunState, Signature, Verdict,
+    ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, Millis, RunState, Signature,
+    Verdict,
 };
 use loopguard_events::{Answer, EventRef, IdsRef, Replayer};
 use serde_json::Value;
@@ -215,7 +216,7 @@ impl Scanner {
             max_sessions: usize::MAX,
             ..Limits::default()
         };
-        let guard = Guard::with_clock(config, limits, ManualClock::new(0));
+        let guard = Guard::with_clock(config, limits, ManualClock::new(Millis::ZERO));
         Self {
             replayer: Replayer::with_guard(guard, agent),
             sessions: Vec::new(),
