@@ -13,7 +13,7 @@
 //! host logs their answers with [`observe`](crate::observe), as the guard does.
 //!
 //! ```
-//! use loopguard::{observe, CallPrint, ConfigSet, Outcome, RunState, Scope};
+//! use loopguard::{observe, CallPrint, ConfigSet, Millis, Outcome, RunState, Scope};
 //! use serde_json::json;
 //!
 //! let set = ConfigSet::parse("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }")?;
@@ -24,7 +24,7 @@
 //! // One process per event: read the state, apply, write it back.
 //! let mut stored: Option<Vec<u8>> = None;
 //! let mut verdicts = Vec::new();
-//! for (i, now) in (0..4).zip(1_000u64..) {
+//! for (i, now) in (0..4).zip((1_000..).map(Millis::new)) {
 //!     let mut run = match &stored {
 //!         Some(bytes) => RunState::from_bytes(bytes).expect("a state this build wrote"),
 //!         None => RunState::default(),
