@@ -7,13 +7,14 @@
 //! one line of configuration puts loop protection into an agent:
 //!
 //! ```
+//! use loopguard::Millis;
 //! use loopguard_hooks::{handle, Agent, Options};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let options = Options::new(dir.path().join("loopguard.db"));
 //! let input = br#"{"session_id":"s1","hook_event_name":"PreToolUse","tool_name":"Read",
 //!                  "tool_input":{"file_path":"/tmp/a"},"tool_use_id":"toolu_1"}"#;
-//! let response = handle(Agent::ClaudeCode, input, &options, 1_700_000_000_000);
+//! let response = handle(Agent::ClaudeCode, input, &options, Millis::new(1_700_000_000_000));
 //! assert_eq!(response.exit_code, 0);
 //! assert_eq!(response.stdout, ""); // allowed: nothing to say
 //! # Ok::<(), std::io::Error>(())
