@@ -257,9 +257,20 @@ function recordedObject(r) {
   return out;
 }
 
+/** How many calls made and not yet answered `made` keeps (older ones are forgotten: their
+ * outcomes then carry their arguments). */
+const MADE_MAX = 1024;
+
 class Guard {
   #native;
   #seq = 0;
+  /**
+   * The calls beforeCall let run whose outcome has not come yet, by callId: their scope,
+   * tool and arguments object. An outcome given the same arguments object (===) leaves the
+   * arguments out of its event, and the engine takes the fingerprint it made of them once
+   * (when the call is no longer pending there, the event is sent again with them).
+   */
+  #made = new Map();
 
   /**
    * @param config a JSON5 document (any string with a `{`), a file path, or a parsed
@@ -296,26 +307,66 @@ class Guard {
       member('batch', call.batch) +
       '}';
     const verdict = native.callText(this.#native, event);
+    if (call.callId !== undefined && call.args !== undefined && verdict?.verdict !== 'block') {
+      this.#remember(call);
+    }
     return verdict === null ? ALLOW : verdictObject(verdict);
+  }
+
+  #remember(call) {
+    const made = this.#made;
+    if (made.size >= MADE_MAX) made.delete(made.keys().next().value);
+    made.set(call.callId, {
+      session: call.session,
+      run: call.run,
+      agent: call.agent,
+      tool: call.tool,
+      args: call.args,
+    });
+  }
+
+  /** Whether `outcome` is that of a call remembered by #remember, with the same
+   * arguments object (forgets the call either way). */
+  #sameMadeCall(outcome) {
+    if (outcome.callId === undefined || this.#made.size === 0) return false;
+    const made = this.#made.get(outcome.callId);
+    if (made === undefined) return false;
+    this.#made.delete(outcome.callId);
+    return (
+      made.args === outcome.args &&
+      made.tool === outcome.tool &&
+      made.session === outcome.session &&
+      made.run === outcome.run &&
+      made.agent === outcome.agent
+    );
   }
 
   /**
    * Records what a call returned (`result`) or how it failed (`error`). Without `tool`,
-   * `callId` names the pending call (its tool and arguments are taken from it).
+   * `callId` names the pending call (its tool and arguments are taken from it). Given the
+   * very `args` object its beforeCall had, the outcome is matched by the fingerprint made
+   * then: changes made to that object in between are not seen.
    */
   afterCall(outcome) {
     checkFields(outcome, 'afterCall');
-    const event =
-      '{"type":"result"' +
-      idMembers(outcome) +
-      member('tool', outcome.tool) +
-      jsonMember('args', outcome.args, 'the outcome') +
+    const head = '{"type":"result"' + idMembers(outcome) + member('tool', outcome.tool);
+    const tail =
       (outcome.error !== undefined
         ? outcomeMember('error', outcome.error, 'the outcome')
-        : outcomeMember('result', outcome.result, 'the outcome')) +
-      '}';
-    const recorded = native.resultText(this.#native, event, lifted.length > 0 ? lifted : undefined);
-    lifted.length = 0;
+        : outcomeMember('result', outcome.result, 'the outcome')) + '}';
+    const strings = lifted.length > 0 ? lifted : undefined;
+    let recorded = null;
+    try {
+      if (this.#sameMadeCall(outcome)) {
+        recorded = native.resultText(this.#native, head + tail, strings, true);
+      }
+      if (recorded === null) {
+        const args = jsonMember('args', outcome.args, 'the outcome');
+        recorded = native.resultText(this.#native, head + args + tail, strings, false);
+      }
+    } finally {
+      lifted.length = 0;
+    }
     if (recorded === true) return RECORDED;
     if (recorded === false) return NOT_RECORDED;
     return recordedObject(recorded);

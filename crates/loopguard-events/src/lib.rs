@@ -199,13 +199,9 @@ fn reply<'a, J: Json<'a>>(
             ..
         } => {
             let call_id = call_id.and_then(loopguard::text::non_blank);
-            let by_id = match (tool, args, call_id) {
-                (None, _, Some(id)) => Some(id),
-                // Arguments omitted: the pending call with this id (and tool) has them.
-                (Some(tool), None, Some(id)) => run
-                    .pending_call(id)
-                    .filter(|(pending_tool, _)| *pending_tool == loopguard::text::trim(tool))
-                    .map(|_| id),
+            let by_id = match (tool, call_id) {
+                (None, Some(id)) => Some(id),
+                (Some(_), Some(id)) if takes_pending_args(run, event) => Some(id),
                 _ => None,
             };
             let recorded = match (by_id, tool) {
@@ -235,6 +231,25 @@ fn reply<'a, J: Json<'a>>(
             Reply::Compaction(window)
         }
     }
+}
+
+/// Whether `event` is a result that gives its tool but not its arguments and names, by its
+/// `call_id`, a call of that tool still pending in `run`: the call's own fingerprint then
+/// stands for the arguments (a host that kept nothing else of the call can send that much).
+/// Any other result without arguments is read as having `{}`.
+pub fn takes_pending_args<'a, J: Json<'a>>(run: &RunState, event: &EventRef<'a, J>) -> bool {
+    let EventRef::Result {
+        tool: Some(tool),
+        args: None,
+        call_id: Some(id),
+        ..
+    } = *event
+    else {
+        return false;
+    };
+    loopguard::text::non_blank(id)
+        .and_then(|id| run.pending_call(id))
+        .is_some_and(|(pending_tool, _)| pending_tool == loopguard::text::trim(tool))
 }
 
 /// The args of a call that gives none: `{}`.

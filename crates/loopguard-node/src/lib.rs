@@ -28,7 +28,9 @@ use std::cell::{RefCell, RefMut};
 
 use loopguard::json::Tape;
 use loopguard::{Abort, ConfigSet, Detection, Guard, OutcomeOf, Recorded, Verdict};
-use loopguard_events::{apply_event, from_value, parse_raw, Answer, EventRef, Replayer};
+use loopguard_events::{
+    apply_event, from_value, parse_raw, takes_pending_args, Answer, EventRef, Replayer,
+};
 use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
@@ -157,37 +159,45 @@ pub fn call_object(
 /// A result event as JSON text, its outcome's long strings lifted into `lifted`
 /// (see the `lifted` module): whether it was recorded, or an object when there is more to say
 /// (an abort, or one shadow mode would have made).
-#[napi(ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string[]")]
+///
+/// With `madeCall`, the event leaves out the arguments of a call the package saw made: it
+/// is answered only when that call is still pending (its fingerprint, made once, stands for
+/// the arguments); otherwise the answer is `null` and the package sends the event again
+/// with its arguments, so the answer is always the one `loopguard replay` gives the whole
+/// event.
+#[napi(
+    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string[], madeCall?: boolean"
+)]
 pub fn result_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
     lifted: Option<Array>,
-) -> Result<Either<bool, NativeRecorded>> {
+    made_call: Option<bool>,
+) -> Result<Option<Either<bool, NativeRecorded>>> {
     let mut this = enter(guard)?;
     let this = &mut *this;
     this.read_event(&event)?;
-    let answer = match lifted {
-        None => this.replayer.apply_line(0, &this.event),
-        Some(strings) => {
-            this.lifted.clear();
-            for i in 0..strings.len() {
-                let string: JsString = strings
-                    .get(i)?
-                    .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
-                this.lifted
-                    .push_with(|text| js_text::push_str(&string, text).map(drop))?;
-            }
-            apply_lifted(
-                &mut this.replayer,
-                &mut this.tape,
-                &this.event,
-                &this.lifted,
-            )
+    this.lifted.clear();
+    if let Some(strings) = lifted {
+        for i in 0..strings.len() {
+            let string: JsString = strings
+                .get(i)?
+                .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
+            this.lifted
+                .push_with(|text| js_text::push_str(&string, text).map(drop))?;
         }
-    };
+    }
+    let answer = apply_result(
+        &mut this.replayer,
+        &mut this.tape,
+        &this.event,
+        &this.lifted,
+        made_call == Some(true),
+    );
     match answer {
-        Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
-        other => Err(unexpected(&other)),
+        None => Ok(None),
+        Some(Answer::Result { recorded, .. }) => Ok(Some(native_recorded(recorded))),
+        Some(other) => Err(unexpected(&other)),
     }
 }
 
@@ -301,21 +311,24 @@ impl NativeGuard {
 /// Buffers larger than this are given back after use.
 const KEEP_BYTES: usize = 16 << 20;
 
-/// [`Replayer::apply_line`] for an event whose outcome's placeholders stand for
-/// `strings` (the replayer's guard, with a tape of its own).
-fn apply_lifted(
+/// [`Replayer::apply_line`] for a result event whose outcome's placeholders stand for
+/// `strings` (the replayer's guard, with a tape of its own). With `made_call`, `None` when
+/// the event does not [take its arguments from a pending call](takes_pending_args).
+fn apply_result(
     replayer: &mut Replayer<loopguard::SystemClock>,
     tape: &mut Tape,
     event: &[u8],
     strings: &lifted::Strings,
-) -> Answer {
+    made_call: bool,
+) -> Option<Answer> {
     let event = match parse_raw(event, tape) {
         Ok(event) => lift(event, strings),
-        Err(error) => return Answer::Invalid { seq: 0, error },
+        Err(error) => return Some(Answer::Invalid { seq: 0, error }),
     };
     let scope = event.scope(None);
     replayer.guard_mut().with_run(&scope, |cfg, run, now| {
-        apply_event(run, cfg, &scope, 0, &event, now)
+        (!made_call || takes_pending_args(run, &event))
+            .then(|| apply_event(run, cfg, &scope, 0, &event, now))
     })
 }
 

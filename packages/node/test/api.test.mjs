@@ -245,6 +245,49 @@ test('long strings of a result cross beside its text and hash as inside it', () 
   assert.equal(guard.afterCall({ session: 'e', callId: 'c1', error: { message: long } }).recorded, true);
 });
 
+test('an outcome given its call\'s own args object is answered as if it carried a copy', () => {
+  // Two guards on the same host cycle: one given the call's args object back with each
+  // outcome (its events leave the arguments out), one given a fresh copy (its events carry
+  // them). Runs ended between a call and its outcome, retried outcomes and outcomes of
+  // blocked calls take the path that sends the arguments again: the answers never differ.
+  const shared = new Guard(ON);
+  const copied = new Guard(ON);
+  const answers = (guard, copy) => {
+    const out = [];
+    for (let i = 1; i <= 60; i++) {
+      const scope = { session: 's', run: 'r' };
+      const args = { path: i % 7 === 0 ? '/b' : '/a', opts: { n: 1 } };
+      const call = { ...scope, tool: 'read', args, callId: `c${i}` };
+      const verdict = guard.beforeCall(call);
+      out.push(verdict.verdict, verdict.detector, verdict.count);
+      if (i === 5 || i === 50) out.push(guard.endRun(scope));
+      const outcome = { ...call, args: copy ? structuredClone(args) : args, result: { text: 'same' } };
+      out.push(guard.afterCall(outcome).recorded);
+      if (i % 5 === 0) out.push(guard.afterCall(outcome).recorded); // a client retry
+    }
+    return out;
+  };
+  const got = answers(shared, false);
+  assert.deepEqual(got, answers(copied, true));
+  assert.ok(got.includes('block') && got.includes('warn'), 'the loop reaches both levels');
+
+  // The arguments are those the call was made with: a change to the object in between
+  // is not seen (the copy below is of the arguments as they were at the call).
+  const a = new Guard(ON);
+  const b = new Guard(ON);
+  for (let i = 1; i <= 12; i++) {
+    const args = { path: '/a' };
+    const ids = { session: 's', tool: 'read', callId: `m${i}` };
+    a.beforeCall({ ...ids, args });
+    b.beforeCall({ ...ids, args: { path: '/a' } });
+    args.path = `/changed${i}`;
+    a.afterCall({ ...ids, args, result: 'r' });
+    b.afterCall({ ...ids, args: { path: '/a' }, result: 'r' });
+  }
+  const next = { session: 's', tool: 'read', args: { path: '/a' }, callId: 'm13' };
+  assert.deepEqual(a.beforeCall(next), b.beforeCall(next));
+});
+
 test('a native call made from inside another one on the same guard is an error', () => {
   const native = createRequire(import.meta.url)('../native.js');
   const guard = native.newGuard(ON, undefined);

@@ -81,10 +81,32 @@ for (const name of vectors) {
     for (const [i, { seq, line }] of input.entries()) {
       checkIdiomatic(guard, line, answers[i], `line ${seq}`);
     }
+
+    // 3. The same, as a host calls it: an outcome whose arguments are those of its call
+    // is given the call's very args object (so its event leaves them out, and the engine
+    // uses the fingerprint it made at the call, or gets them again when the call is no
+    // longer pending).
+    const host = guardFor(dir);
+    const argsById = new Map();
+    for (const [i, { seq, line }] of input.entries()) {
+      checkIdiomatic(host, line, answers[i], `line ${seq} (args object shared)`, argsById);
+    }
   });
 }
 
-function checkIdiomatic(guard, line, answer, where) {
+/** The args of result `event` replaced by those of the call event with its call_id when
+ * they are the same JSON; call events' args are remembered in `argsById`. */
+function shareArgs(event, argsById) {
+  if (typeof event.call_id !== 'string' || event.args === undefined) return event.args;
+  if (event.type === 'call') {
+    argsById.set(event.call_id, event.args);
+    return event.args;
+  }
+  const made = argsById.get(event.call_id);
+  return made !== undefined && JSON.stringify(made) === JSON.stringify(event.args) ? made : event.args;
+}
+
+function checkIdiomatic(guard, line, answer, where, argsById) {
   let event;
   try {
     event = JSON.parse(line.toString('utf8'));
@@ -104,7 +126,7 @@ function checkIdiomatic(guard, line, answer, where) {
     agent: event.agent,
     callId: event.call_id,
     tool: event.tool,
-    args: event.args,
+    args: argsById ? shareArgs(event, argsById) : event.args,
     batch: event.batch,
   };
   if (kind === 'result') {
