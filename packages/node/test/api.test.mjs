@@ -239,6 +239,35 @@ test('long strings of a result cross beside its text and hash as inside it', () 
   const rows = (text) => ({ ...content(text), details: { rows: Array.from({ length: 100 }, (_, i) => ({ i, name: `n${i}` })) } });
   assert.equal(hashAlike(rows(long), rows(`${long}`)), true);
   assert.equal(hashAlike(rows(long), rows(`${long}.`)), false);
+  // The first levels are copied with their long strings lifted; what the copy cannot
+  // keep as JSON.stringify writes it goes through the replacer.
+  // (a result hashes as its details and its content's text: the cases are in them)
+  const deep = (tag) => ({ ...content(long), details: { a: { b: { c: tag } } } });
+  // (read as a placeholder, "\u00000" would be the lifted `long`)
+  assert.equal(hashAlike(deep('\u00000'), deep('\u00000')), true, 'U+0000 below the copy');
+  assert.equal(hashAlike(deep('\u00000'), deep(long)), false);
+  const keyed = (v) => ({ ...content(long), details: { '\u0000k': v } });
+  assert.equal(hashAlike(keyed('a'), keyed('b')), false);
+  const own = (x) => ({ ...content(long), details: JSON.parse(`{"__proto__": {"x": "${x}"}}`) });
+  assert.equal(hashAlike(own('a'), own('a')), true, 'an own __proto__ member');
+  assert.equal(hashAlike(own('a'), own('b')), false);
+  assert.equal(hashAlike(own('a'), { ...content(long), details: {} }), false);
+  const bare = (v) => ({ ...content(long), details: Object.assign(Object.create(null), { n: v }) });
+  assert.equal(hashAlike(bare('a'), { ...content(long), details: { n: 'a' } }), true, 'no prototype');
+  assert.equal(hashAlike(bare('a'), bare('b')), false);
+  class Reply {
+    constructor(text, n) {
+      this.content = [{ type: 'text', text }];
+      this.details = { n };
+    }
+  }
+  assert.equal(hashAlike(new Reply(long, 'a'), { ...content(long), details: { n: 'a' } }), true);
+  assert.equal(hashAlike(new Reply(long, 'a'), new Reply(long, 'b')), false);
+  const sparse = [long, , 'x']; // eslint-disable-line no-sparse-arrays
+  assert.equal(hashAlike(sparse, [long, null, 'x']), true, 'a hole is null');
+  assert.equal(hashAlike(sparse, [long, 'x']), false);
+  const skipped = { ...content(long), details: { n: 'a', u: undefined, f() {} } };
+  assert.equal(hashAlike(skipped, { ...content(long), details: { n: 'a' } }), true);
   // Errors are lifted like results.
   const guard = new Guard(ON);
   guard.beforeCall({ session: 'e', tool: 'exec', args: { command: 'make' }, callId: 'c1' });
