@@ -197,9 +197,9 @@ const COPY_DEPTH = 3;
 /** What liftedCopy returns for a value it leaves to the replacer. */
 const NOT_PLAIN = Symbol('not plain');
 
-/** `value` with its long strings lifted into `lifted`, arrays and plain objects copied
- * down to `depth` levels (deeper values are shared); NOT_PLAIN when it meets a value whose
- * JSON the copy might change. */
+/** `value` with its long strings lifted into `lifted`: the arrays and plain objects down
+ * to `depth` levels that hold one are copied (getters then run twice, as with the
+ * replacer); NOT_PLAIN when it meets a value whose JSON the copy might change. */
 function liftedCopy(value, depth) {
   if (typeof value === 'string') {
     if (value.length < LIFT_MIN && value.charCodeAt(0) !== 0) return value;
@@ -211,31 +211,44 @@ function liftedCopy(value, depth) {
   if (value.toJSON !== undefined) return NOT_PLAIN;
   if (Array.isArray(value)) {
     if (Object.getPrototypeOf(value) !== Array.prototype) return NOT_PLAIN;
-    const copy = new Array(value.length);
+    let copy;
     for (let i = 0; i < value.length; i++) {
       const item = liftedCopy(value[i], depth - 1);
       if (item === NOT_PLAIN) return NOT_PLAIN;
-      copy[i] = item;
+      if (copy === undefined) {
+        if (item === value[i]) continue;
+        copy = value.slice(0, i);
+      }
+      copy.push(item);
     }
-    return copy;
+    return copy ?? value;
   }
   const proto = Object.getPrototypeOf(value);
   if (proto !== Object.prototype && proto !== null) return NOT_PLAIN;
-  const copy = {};
-  for (const key of Object.keys(value)) {
+  const keys = Object.keys(value);
+  let copy;
+  for (let i = 0; i < keys.length; i++) {
     // Assigning `__proto__` would set the copy's prototype instead of a member.
-    if (key === '__proto__') return NOT_PLAIN;
-    const item = liftedCopy(value[key], depth - 1);
+    if (keys[i] === '__proto__') return NOT_PLAIN;
+    const member = value[keys[i]];
+    const item = liftedCopy(member, depth - 1);
     if (item === NOT_PLAIN) return NOT_PLAIN;
-    copy[key] = item;
+    if (copy === undefined) {
+      if (item === member) continue;
+      copy = {};
+      for (let j = 0; j < i; j++) copy[keys[j]] = value[keys[j]];
+    }
+    copy[keys[i]] = item;
   }
-  return copy;
+  return copy ?? value;
 }
 
-/** How many strings of JSON `text` start with U+0000 (keys included). */
+/** How many strings of JSON `text` may start with U+0000: every escaped U+0000 is
+ * counted (one inside a string or after an escaped backslash too, which only sends the
+ * outcome the replacer's way). */
 function placeholders(text) {
   let count = 0;
-  for (let at = text.indexOf('"\\u0000'); at !== -1; at = text.indexOf('"\\u0000', at + 7)) {
+  for (let at = text.indexOf('\\u0000'); at !== -1; at = text.indexOf('\\u0000', at + 6)) {
     count += 1;
   }
   return count;
@@ -442,7 +455,7 @@ class Guard {
       (outcome.error !== undefined
         ? outcomeMember('error', outcome.error, 'the outcome')
         : outcomeMember('result', outcome.result, 'the outcome')) + '}';
-    const strings = lifted.length > 0 ? lifted : undefined;
+    const strings = lifted.length === 0 ? undefined : lifted.length === 1 ? lifted[0] : lifted;
     let recorded = null;
     try {
       if (this.#sameMadeCall(outcome)) {

@@ -156,8 +156,9 @@ pub fn call_object(
     }
 }
 
-/// A result event as JSON text, its outcome's long strings lifted into `lifted`
-/// (see the `lifted` module): whether it was recorded, or an object when there is more to say
+/// A result event as JSON text, its outcome's long strings lifted into `lifted` (see the
+/// `lifted` module; one string crosses by itself, cheaper than in an array): whether it
+/// was recorded, or an object when there is more to say
 /// (an abort, or one shadow mode would have made).
 ///
 /// With `madeCall`, the event leaves out the arguments of a call the package saw made: it
@@ -166,25 +167,31 @@ pub fn call_object(
 /// with its arguments, so the answer is always the one `loopguard replay` gives the whole
 /// event.
 #[napi(
-    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string[], madeCall?: boolean"
+    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string | string[], madeCall?: boolean"
 )]
 pub fn result_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
-    lifted: Option<Array>,
+    lifted: Option<Either<JsString, Array>>,
     made_call: Option<bool>,
 ) -> Result<Option<Either<bool, NativeRecorded>>> {
     let mut this = enter(guard)?;
     let this = &mut *this;
     this.read_event(&event)?;
     this.lifted.clear();
-    if let Some(strings) = lifted {
-        for i in 0..strings.len() {
-            let string: JsString = strings
-                .get(i)?
-                .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
-            this.lifted
-                .push_with(|text| js_text::push_str(&string, text).map(drop))?;
+    match lifted {
+        None => {}
+        Some(Either::A(string)) => this
+            .lifted
+            .push_with(|text| js_text::push_str(&string, text).map(drop))?,
+        Some(Either::B(strings)) => {
+            for i in 0..strings.len() {
+                let string: JsString = strings
+                    .get(i)?
+                    .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
+                this.lifted
+                    .push_with(|text| js_text::push_str(&string, text).map(drop))?;
+            }
         }
     }
     let answer = apply_result(
