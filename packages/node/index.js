@@ -86,14 +86,22 @@ const NOT_RECORDED = Object.freeze({ recorded: false, abort: null });
 // Events are written member by member rather than by JSON.stringify over an envelope
 // object: the same text (same members, same order), without building the envelope.
 
-/** A string that needs no escaping in JSON (the ids almost always). */
-const PLAIN = /^[^"\\\u0000-\u001f\ud800-\udfff]*$/;
+/** Whether `s` needs no escaping in JSON (ids almost never do): no quote, backslash,
+ * control character or surrogate. A loop: for strings as short as ids, cheaper than a
+ * regular expression. */
+function isPlain(s) {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0xd800 && c <= 0xdfff)) return false;
+  }
+  return true;
+}
 
 /** `,"name":"value"` for a string field that is given (checked by checkFields), else ''.
  * Plain strings are quoted as they are: cheaper than a call into JSON.stringify. */
 function member(name, value) {
   if (value === undefined) return '';
-  return PLAIN.test(value) ? `,"${name}":"${value}"` : `,"${name}":${JSON.stringify(value)}`;
+  return isPlain(value) ? `,"${name}":"${value}"` : `,"${name}":${JSON.stringify(value)}`;
 }
 
 /** `member(name, value)`, remembering the last value: a host's session, run, agent and
@@ -256,7 +264,8 @@ function placeholders(text) {
 
 /** `jsonMember` for an outcome: its long strings lifted into `lifted`. */
 function outcomeMember(name, value, what) {
-  lifted.length = 0;
+  // (`lifted` is empty here: afterCall empties it after each use; setting an array's
+  // length is a call into the runtime, so it is done only when needed.)
   if (value === undefined) return '';
   let text;
   try {
@@ -270,7 +279,7 @@ function outcomeMember(name, value, what) {
     lifted.length = 0;
     throw stringifyError(error, what);
   }
-  lifted.length = 0;
+  if (lifted.length !== 0) lifted.length = 0;
   budget = 0;
   try {
     text = JSON.stringify(value, lift);
@@ -466,7 +475,7 @@ class Guard {
         recorded = native.resultText(this.#native, head + args + tail, strings, false);
       }
     } finally {
-      lifted.length = 0;
+      if (lifted.length !== 0) lifted.length = 0;
     }
     if (recorded === true) return RECORDED;
     if (recorded === false) return NOT_RECORDED;

@@ -1,19 +1,22 @@
 // Per-call cost of the host cycle (beforeCall, then afterCall when the call may run) on
-// the small and medium workloads, four ways, interleaved in one run:
+// the small and medium workloads, several ways, interleaved in one run:
 //
 //   engine        the Rust engine alone (crates/loopguard-node/examples/engine_cycle, a
 //                 process of its own, JSON already parsed)
 //   engine text   the Rust side of the binding alone: each event line parsed and applied
 //                 through the replay protocol (engine_cycle ... text)
-//   node text     @loopguard/node as shipped: events cross as JSON text (JSON.stringify),
-//                 which the engine fingerprints in place (a tape, no value tree)
-//   node by id    the same, afterCall naming the pending call by callId only (no tool,
-//                 no args: nothing to send twice, nothing to hash twice)
+//   node          @loopguard/node as shipped: events cross as JSON text, the outcome's
+//                 long strings beside it, and an outcome given its call's args object
+//                 leaves them out (the engine fingerprinted them at the call)
+//   JS share      the same package with its two native calls replaced by stubs that
+//                 answer at once: what the binding costs on the JavaScript side
+//   V8 reading    JSON.stringify of the call's args and of its result, nothing else: what
+//                 reading the event out of V8 as JSON text costs before anything is sent
 //   node object   the same engine, events converted value by value through N-API into
 //                 serde_json values
 //   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
 //                 recordToolCallOutcome from the installed openclaw package)
-//   baseline      with LOOPGUARD_BENCH_BASELINE=DIR: `node text` through another build of
+//   baseline      with LOOPGUARD_BENCH_BASELINE=DIR: `node` through another build of
 //                 the package (DIR holds its index.js, native.js and libloopguard_node.so,
 //                 copied before a change), so that old and new alternate in one run
 //
@@ -78,14 +81,29 @@ function nodeText(pairs, GuardClass = Guard) {
   });
 }
 
-function nodeById(pairs) {
-  const guard = new Guard(CONFIG);
-  return cpuPerCall(pairs.length, () => {
-    for (const p of pairs) {
-      const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
-      if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, result: p.result });
-    }
+/** The package's Guard over native calls that answer at once (allow, recorded). */
+function stubbedGuard() {
+  const nativePath = require.resolve('../native.js');
+  const indexPath = require.resolve('../index.js');
+  const [real, realIndex] = [require.cache[nativePath], require.cache[indexPath]];
+  const stub = { ...real.exports, callText: () => null, resultText: () => true };
+  require.cache[nativePath] = { ...real, exports: stub, loaded: true };
+  delete require.cache[indexPath];
+  try {
+    return require(indexPath).Guard;
+  } finally {
+    require.cache[nativePath] = real;
+    require.cache[indexPath] = realIndex;
+  }
+}
+
+function v8Reading(pairs) {
+  let chars = 0;
+  const cpu = cpuPerCall(pairs.length, () => {
+    for (const p of pairs) chars += JSON.stringify(p.args).length + JSON.stringify(p.result).length;
   });
+  if (chars === 0) throw new Error('nothing was read');
+  return cpu;
 }
 
 function nodeObject(pairs) {
@@ -148,32 +166,37 @@ function baselineGuard() {
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const detector = await openclawDetector();
 const Baseline = baselineGuard();
+const Stubbed = stubbedGuard();
 console.log(`calls ${CALLS} per workload, ${ROUNDS} interleaved rounds, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
-const baselineHead = Baseline ? ' baseline node text | node text / baseline |' : '';
-console.log(`| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node text | node by id | node object | OpenClaw detector | node text / engine | OpenClaw / node text | OpenClaw / node by id |${baselineHead}`);
-console.log(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|${Baseline ? '---:|---:|' : ''}`);
+const baselineHead = Baseline ? ' baseline node | node / baseline |' : '';
+console.log(`| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node | JS share | V8 reading | node object | OpenClaw detector | node / engine | OpenClaw / node | OpenClaw / 10 |${baselineHead}`);
+console.log(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${Baseline ? '---:|---:|' : ''}`);
 for (const name of ['small', 'medium']) {
   const n = name === 'small' ? CALLS : Math.ceil(CALLS / 5);
   const pairs = workload(name, n);
-  const times = { engine: [], engineText: [], text: [], byId: [], object: [], openclaw: [], baseline: [] };
-  nodeText(pairs.slice(0, 2000)); // warm up the JIT
-  if (Baseline) nodeText(pairs.slice(0, 2000), Baseline);
-  nodeObject(pairs.slice(0, 2000));
-  openclaw(detector, pairs.slice(0, 2000));
+  const times = { engine: [], engineText: [], node: [], js: [], v8: [], object: [], openclaw: [], baseline: [] };
+  const warm = pairs.slice(0, 2000); // warm up the JIT
+  nodeText(warm);
+  nodeText(warm, Stubbed);
+  v8Reading(warm);
+  if (Baseline) nodeText(warm, Baseline);
+  nodeObject(warm);
+  openclaw(detector, warm);
   for (let r = 0; r < ROUNDS; r++) {
     times.engine.push(engine(name, n));
     times.engineText.push(engine(name, n, ['text']));
-    times.text.push(nodeText(pairs));
-    times.byId.push(nodeById(pairs));
+    times.node.push(nodeText(pairs));
+    times.js.push(nodeText(pairs, Stubbed));
+    times.v8.push(v8Reading(pairs));
     times.object.push(nodeObject(pairs));
     times.openclaw.push(openclaw(detector, pairs));
     if (Baseline) times.baseline.push(nodeText(pairs, Baseline));
   }
   const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
   const us = (x) => `${x.toFixed(2)} µs`;
-  const baseline = Baseline ? ` ${us(m.baseline)} | ${(m.text / m.baseline).toFixed(2)}× |` : '';
+  const baseline = Baseline ? ` ${us(m.baseline)} | ${(m.node / m.baseline).toFixed(2)}× |` : '';
   console.log(
-    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.text)} | ${us(m.byId)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.text / m.engine).toFixed(2)}× | ${(m.openclaw / m.text).toFixed(1)}× | ${(m.openclaw / m.byId).toFixed(1)}× |${baseline}`,
+    `| ${name} (${pairs.length} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.node)} | ${us(m.js)} | ${us(m.v8)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.node / m.engine).toFixed(2)}× | ${(m.openclaw / m.node).toFixed(1)}× | ${us(m.openclaw / 10)} |${baseline}`,
   );
 }
 console.log(`load after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);

@@ -317,6 +317,32 @@ test('an outcome given its call\'s own args object is answered as if it carried 
   assert.deepEqual(a.beforeCall(next), b.beforeCall(next));
 });
 
+test('ids that need escaping in JSON keep their scopes apart', () => {
+  // Quoted as they are when plain, escaped by JSON.stringify otherwise: either way the
+  // engine reads the id given (the protocol answers the same events alike).
+  const ids = ['plain', 'a"b', 'a\\"b', 'a\\b', 'line\nbreak', '\u0000', 'é😀', ''];
+  const api = new Guard(ON);
+  const text = new Guard(ON);
+  for (let round = 1; round <= 12; round++) {
+    for (const [i, id] of ids.entries()) {
+      const call = { session: id, run: id, agent: id, tool: 't', args: {}, callId: `${id}#${round}${i}` };
+      const got = api.beforeCall(call);
+      const want = text.applyEvent({ type: 'call', session: id, run: id, agent: id, tool: 't', args: {}, call_id: call.callId });
+      assert.equal(got.verdict, want.verdict, `${JSON.stringify(id)} round ${round}`);
+      assert.equal(got.count, want.count ?? null);
+      api.afterCall({ ...call, result: 'same' });
+      text.applyEvent({ type: 'result', session: id, run: id, agent: id, tool: 't', args: {}, call_id: call.callId, result: 'same' });
+    }
+  }
+  // Every id its own scope: twelve identical calls in each, not in all together.
+  for (const id of ['a"b', 'a\\"b', '\u0000', '']) {
+    assert.equal(api.beforeCall({ session: id, run: id, agent: id, tool: 't', args: {} }).count, 12);
+  }
+  // A lone surrogate is not Unicode text: refused, as the protocol refuses it.
+  assert.throws(() => api.beforeCall({ session: '\ud800', tool: 't' }), /lone surrogate/);
+  assert.match(text.applyEvent({ type: 'call', session: '\ud800', tool: 't' }).error, /lone surrogate/);
+});
+
 test('a native call made from inside another one on the same guard is an error', () => {
   const native = createRequire(import.meta.url)('../native.js');
   const guard = native.newGuard(ON, undefined);
