@@ -104,6 +104,44 @@ impl<'a, J> EventRef<'a, J> {
             Self::Compaction { .. } => (None, None),
         }
     }
+
+    /// The same event with its arguments seen through `args` and its outcome through
+    /// `outcome` (other [`Json`](loopguard::json::Json) views of the same values).
+    pub fn map_json<K>(
+        self,
+        args: impl FnOnce(J) -> K,
+        outcome: impl FnOnce(J) -> K,
+    ) -> EventRef<'a, K> {
+        match self {
+            Self::Call {
+                ids,
+                call_id,
+                tool,
+                args: a,
+                batch,
+            } => EventRef::Call {
+                ids,
+                call_id,
+                tool,
+                args: a.map(args),
+                batch,
+            },
+            Self::Result {
+                ids,
+                call_id,
+                tool,
+                args: a,
+                outcome: o,
+            } => EventRef::Result {
+                ids,
+                call_id,
+                tool,
+                args: a.map(args),
+                outcome: o.map(outcome),
+            },
+            Self::Compaction { ids } => EventRef::Compaction { ids },
+        }
+    }
 }
 
 impl Ids {

@@ -27,7 +27,7 @@ mod lifted;
 use std::cell::{RefCell, RefMut};
 
 use loopguard::json::Tape;
-use loopguard::{Abort, ConfigSet, Detection, Guard, OutcomeOf, Recorded, Verdict};
+use loopguard::{Abort, ConfigSet, Detection, Guard, Recorded, Verdict};
 use loopguard_events::{
     apply_event, from_value, parse_raw, takes_pending_args, Answer, EventRef, Replayer,
 };
@@ -345,40 +345,10 @@ fn lift<'a>(
     event: EventRef<'a, loopguard::json::Raw<'a>>,
     strings: &'a lifted::Strings,
 ) -> EventRef<'a, lifted::Lifted<'a>> {
-    let plain = |raw| lifted::Lifted::new(raw, &lifted::NONE);
-    match event {
-        EventRef::Call {
-            ids,
-            call_id,
-            tool,
-            args,
-            batch,
-        } => EventRef::Call {
-            ids,
-            call_id,
-            tool,
-            args: args.map(plain),
-            batch,
-        },
-        EventRef::Result {
-            ids,
-            call_id,
-            tool,
-            args,
-            outcome,
-        } => EventRef::Result {
-            ids,
-            call_id,
-            tool,
-            args: args.map(plain),
-            outcome: match outcome {
-                OutcomeOf::Result(v) => OutcomeOf::Result(lifted::Lifted::new(v, strings)),
-                OutcomeOf::Error(v) => OutcomeOf::Error(lifted::Lifted::new(v, strings)),
-                OutcomeOf::Nothing => OutcomeOf::Nothing,
-            },
-        },
-        EventRef::Compaction { ids } => EventRef::Compaction { ids },
-    }
+    event.map_json(
+        |args| lifted::Lifted::new(args, &lifted::NONE),
+        |outcome| lifted::Lifted::new(outcome, strings),
+    )
 }
 
 /// The problems of a config document with their positions, or `null` when it is valid.

@@ -24,6 +24,17 @@ pub enum OutcomeOf<J> {
     Nothing,
 }
 
+impl<J> OutcomeOf<J> {
+    /// The same outcome with its value seen through `view` (another [`Json`] view of it).
+    pub fn map<K>(self, view: impl FnOnce(J) -> K) -> OutcomeOf<K> {
+        match self {
+            Self::Result(v) => OutcomeOf::Result(view(v)),
+            Self::Error(v) => OutcomeOf::Error(view(v)),
+            Self::Nothing => OutcomeOf::Nothing,
+        }
+    }
+}
+
 /// What a tool call returned, as `serde_json` values.
 pub type Outcome<'a> = OutcomeOf<&'a Value>;
 
