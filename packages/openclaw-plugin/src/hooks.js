@@ -90,7 +90,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
         calls.set(callKey, { scope, blocked: true });
         return { block: true, blockReason: stop ?? `loopguard could not judge this call: ${error.message}` };
       }
-      calls.set(callKey, { scope, blocked: false, note: null });
+      calls.set(callKey, { scope, blocked: false, note: null, args: event.params });
       return undefined;
     }
     if (verdict.verdict !== 'block' && stop !== undefined) {
@@ -111,7 +111,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     } else if (verdict.shadow) {
       logger.info?.(`loopguard (shadow): would ${verdict.shadow.verdict} ${event.toolName}: ${verdict.shadow.message}`);
     }
-    calls.set(callKey, { scope, blocked: false, note: verdict.warningNote });
+    calls.set(callKey, { scope, blocked: false, note: verdict.warningNote, args: event.params });
     return undefined;
   }
 
@@ -130,7 +130,12 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     calls.delete(callKey);
     if (entry?.blocked) return; // the result of a call this plugin blocked
     const scope = entry?.scope ?? fallback;
-    const outcome = { ...scope, callId: event.toolCallId, tool: event.toolName, args: event.params };
+    // The arguments the call was judged with: OpenClaw hands after_tool_call a copy of the
+    // call's params (adjusted by any before_tool_call hook), and the call as judged is the
+    // one its outcome belongs to. The same object also lets the in-process engine use the
+    // fingerprint it made at the call.
+    const args = entry ? entry.args : event.params;
+    const outcome = { ...scope, callId: event.toolCallId, tool: event.toolName, args };
     if (event.error !== undefined && event.error !== null) outcome.error = event.error;
     else outcome.result = withoutNote(event.result, entry?.note) ?? null;
     const key = runKey(scope);

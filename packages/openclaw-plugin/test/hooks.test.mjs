@@ -14,7 +14,10 @@ import { startSidecar } from './support.mjs';
 const CONFIG = { loopDetection: { enabled: true } };
 
 /** One OpenClaw run as its hooks see it. */
-function openclawRun(hooks, { runId = 'run-1', agentId = 'main', sessionKey = 'agent:main:main' } = {}) {
+function openclawRun(
+  hooks,
+  { runId = 'run-1', agentId = 'main', sessionKey = 'agent:main:main', afterParams = structuredClone } = {},
+) {
   let n = 0;
   const ctx = { agentId, sessionKey, sessionId: 'session-uuid', runId };
   return {
@@ -42,7 +45,11 @@ function openclawRun(hooks, { runId = 'run-1', agentId = 'main', sessionKey = 'a
         );
         seen = changed?.result ?? result;
       }
-      await hooks.afterToolCall({ toolName, params, runId, toolCallId, result: seen, error, durationMs: 3 }, { agentId, runId, sessionKey });
+      // OpenClaw's after_tool_call event carries a structured clone of the params.
+      await hooks.afterToolCall(
+        { toolName, params: afterParams(params), runId, toolCallId, result: seen, error, durationMs: 3 },
+        { agentId, runId, sessionKey },
+      );
       return { result: seen };
     },
     /** after_compaction as OpenClaw 2026.9.6 calls it: its context has no run id. */
@@ -69,6 +76,19 @@ function suite(name, engineFor) {
       // Were the note hashed with call 11's result, the streak would break and nothing block.
       assert.match(seen[20].blocked, /^CRITICAL: read was called 20 times/);
       assert.match(seen[21].blocked, /^CRITICAL: read was called 21 times/);
+    });
+
+    test('an outcome belongs to the call as it was judged, whatever params after_tool_call carries', async () => {
+      // Another plugin's before_tool_call hook adjusted the params the tool ran with: the
+      // loop the model makes is still the one the guard judged.
+      const adjusted = (params) => ({ ...structuredClone(params), adjustedBy: 'another plugin' });
+      const run = openclawRun(createHooks({ engine: engineFor(), logger: quietLogger }), {
+        runId: 'run-judged',
+        afterParams: adjusted,
+      });
+      const seen = [];
+      for (let i = 1; i <= 21; i++) seen.push(await run.call('read', { path: 'a' }, () => ({ result: text('same') })));
+      assert.match(seen[20].blocked ?? '', /^CRITICAL: read was called 20 times/);
     });
 
     test('after_compaction arms the post-compaction guard; a loop that survives it stops the run', async () => {
