@@ -27,7 +27,9 @@ export interface OutcomeInput extends Scope {
   callId?: string;
   /** Tool name; when absent, taken from the pending call `callId` names. */
   tool?: string;
-  /** Arguments; when absent, those of the pending call `callId` names. */
+  /** Arguments; when absent, those of the pending call `callId` names. The very object
+   * given to `beforeCall` for this call is matched by the fingerprint made then (a change
+   * made to it in between is not seen). */
   args?: Json;
   /** What the tool returned. */
   result?: Json;
