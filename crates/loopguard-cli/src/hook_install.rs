@@ -16,7 +16,7 @@ use clap::Args;
 use loopguard_hooks::install::{self, Change, Edit, Format, Scope};
 use loopguard_hooks::Agent;
 
-use crate::hook_cmd::{checked_config, hook_command, AgentName, HookSettings};
+use crate::hook_line::{checked_config, hook_command, AgentName, HookSettings};
 use crate::startup;
 use crate::{EXIT_FATAL, EXIT_OK};
 

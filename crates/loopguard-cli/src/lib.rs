@@ -12,6 +12,7 @@ mod config_cmd;
 mod docs_cmd;
 pub mod hook_cmd;
 mod hook_install;
+mod hook_line;
 mod mcp_cmd;
 mod output;
 mod replay_cmd;

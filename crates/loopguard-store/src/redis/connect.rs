@@ -16,9 +16,11 @@ use ::redis::{
 
 use super::keys::Layout;
 use super::scripts::Scripts;
-use super::store::TURNS;
 use super::{RedisStore, RedisTarget};
 use crate::{Cause, Limits, SharedClock, Store, StoreError};
+
+/// Stripes of [`RedisStore::turns`] (a power of two).
+pub(super) const TURNS: usize = 4096;
 
 /// A client certificate and its private key, both PEM.
 #[derive(Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::time::Instant;
 use ::redis::Value;
 use loopguard::{Millis, RunState};
 
-use super::connect::{Conn, Shared};
+use super::connect::{Conn, Shared, TURNS};
 use super::keys::{self, Layout, RunKeys};
 use super::reply::{array, bytes, int, score_of, unexpected};
 use super::scripts::Scripts;
@@ -36,9 +36,6 @@ pub struct RedisStore {
     pub(super) turns: Box<[tokio::sync::Mutex<()>]>,
     pub(super) hasher: RandomState,
 }
-
-/// Stripes of [`RedisStore::turns`] (a power of two).
-pub(super) const TURNS: usize = 4096;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

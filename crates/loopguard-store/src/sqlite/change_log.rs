@@ -27,9 +27,43 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
-use super::file::{as_sql, fold_deltas, replace_row, DELTA_TABLES};
-use super::writer::{reload, Landed, Put};
+use super::file::{as_sql, fold_deltas, read_run, replace_row, DELTA_TABLES};
+use crate::cache::Reload;
 use crate::delta;
+
+/// A row write: a run's new state, compare-and-swapped on its tag. `D` is who waits for
+/// it: one update when queued, every update merged into it within a batch.
+pub(super) struct Put<D> {
+    pub(super) session: Box<str>,
+    pub(super) run: Box<str>,
+    pub(super) state: Vec<u8>,
+    pub(super) last_active: u64,
+    pub(super) expected: Option<u64>,
+    pub(super) etag: u64,
+    pub(super) done: D,
+}
+
+/// What one merged entry came to inside the transaction.
+pub(super) enum Landed {
+    Ok,
+    Conflict(Reload),
+    Rows(usize),
+}
+
+/// What the backend holds, as a [`Reload`].
+pub(super) fn reload(
+    tx: &rusqlite::Transaction<'_>,
+    session: &str,
+    run: &str,
+) -> rusqlite::Result<Reload> {
+    Ok(match read_run(tx, session, run)? {
+        Some(stored) => Reload::Row {
+            bytes: stored.state,
+            etag: stored.etag,
+        },
+        None => Reload::Absent,
+    })
+}
 
 /// Age after which a log table with deltas in it gives way to the other, so that the rows
 /// of slow runs are rewritten (and their `last_active` brought up to date) now and then.

@@ -12,9 +12,9 @@ use loopguard::RunState;
 use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::change_log::Log;
+use super::change_log::{Landed, Log, Put};
 use super::checkpoint::Checkpointer;
-use super::file::{delete_idle, read_run};
+use super::file::delete_idle;
 use super::SqliteOptions;
 use crate::cache::{Expired, Reload, Sink};
 use crate::{Cause, Failed, RunKey, StoreError};
@@ -29,18 +29,6 @@ pub(super) enum WriteError {
 }
 
 pub(super) type Done = oneshot::Sender<Result<(), WriteError>>;
-
-/// A row write: a run's new state, compare-and-swapped on its tag. `D` is who waits for
-/// it: one update when queued, every update merged into it within a batch.
-pub(super) struct Put<D> {
-    pub(super) session: Box<str>,
-    pub(super) run: Box<str>,
-    pub(super) state: Vec<u8>,
-    pub(super) last_active: u64,
-    pub(super) expected: Option<u64>,
-    pub(super) etag: u64,
-    pub(super) done: D,
-}
 
 /// Rows deleted.
 pub(super) enum Delete {
@@ -232,13 +220,6 @@ impl Sink for Writer {
 enum Merged {
     Put(Put<Vec<Done>>),
     Delete(Delete),
-}
-
-/// What one merged entry came to inside the transaction.
-pub(super) enum Landed {
-    Ok,
-    Conflict(Reload),
-    Rows(usize),
 }
 
 /// The writer thread's loop: until the store closes or every sender is gone.
@@ -438,21 +419,6 @@ fn run_transaction(
     log.maintain(&tx)?;
     tx.commit()?;
     Ok(landed)
-}
-
-/// What the backend holds, as a [`Reload`].
-pub(super) fn reload(
-    tx: &rusqlite::Transaction<'_>,
-    session: &str,
-    run: &str,
-) -> rusqlite::Result<Reload> {
-    Ok(match read_run(tx, session, run)? {
-        Some(stored) => Reload::Row {
-            bytes: stored.state,
-            etag: stored.etag,
-        },
-        None => Reload::Absent,
-    })
 }
 
 fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Completion>) {

@@ -14,7 +14,8 @@
 //! The `loopguard` block itself, its `policy` and its tool rules hold enumerations, globs
 //! and lists with rules of their own: `document.rs` parses them by hand, and their keys
 //! are described once here ([`EXTENSIONS`]); `known_keys_are_the_parsers_keys` checks
-//! those hand-written arms against the description.
+//! those hand-written arms against the description. What a key may hold ([`Kind`]) and
+//! the readers of each kind of value are `value.rs`'s, below the table.
 //!
 //! [`EffectiveConfig`]: super::EffectiveConfig
 //! [`Extensions`]: super::extensions::Extensions
@@ -23,63 +24,9 @@ use std::sync::OnceLock;
 
 use serde::Serialize;
 
-use super::document::{self, Checker, Node, MAX_THRESHOLD, MAX_WINDOW};
-use super::extensions::MAX_CYCLE_LENGTH;
 use super::locate::Segment;
-
-/// One key of a block: its name as written and what it accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Field {
-    /// The key as written (`historySize`).
-    pub key: &'static str,
-    /// What its value must be.
-    pub kind: Kind,
-}
-
-/// What a key accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// `true` or `false`.
-    Switch,
-    /// An integer in `min..=max` (an integral float such as `10.0` is one).
-    Count {
-        /// Smallest accepted.
-        min: u64,
-        /// Largest accepted.
-        max: u64,
-    },
-    /// An object with these keys.
-    Block(&'static [Field]),
-    /// An array of at most `max` objects with these keys.
-    List(&'static [Field], usize),
-    /// One of these strings.
-    OneOf(&'static [&'static str]),
-    /// One of the names of [`Preset::ALL`](super::extensions::Preset::ALL).
-    Preset,
-    /// A non-blank string (a tool name glob).
-    Pattern,
-    /// An array of strings.
-    Strings,
-    /// An array of masking rule names ([`crate::masking::MASK_RULES`]).
-    MaskRules,
-    /// `true`, `false` or an array of masking rule names.
-    Mask,
-}
-
-/// A block of the table: parsed key by key, laid over another of its kind.
-pub(crate) trait Block: Default {
-    /// Its keys, in table order.
-    const FIELDS: &'static [Field];
-
-    /// Reads the member `key` into `self`; `false` when the block has no such key.
-    fn read(
-        &mut self,
-        key: &str,
-        value: &Node,
-        path: &[Segment],
-        checker: &mut Checker<'_>,
-    ) -> bool;
-}
+use super::value::{self, Checker, Node, MAX_CYCLE_LENGTH, MAX_THRESHOLD, MAX_WINDOW};
+pub(crate) use super::value::{Block, Field, Kind};
 
 /// How a field is laid over: a value set by the agent wins, a block merges key by key.
 trait Merge {
@@ -95,22 +42,22 @@ impl<T: Clone> Merge for Option<T> {
 /// The parser of one kind of value (the `what` column of the table).
 macro_rules! read {
     (switch, $v:ident, $p:ident, $c:ident) => {
-        document::boolean($v, $p, $c)
+        value::boolean($v, $p, $c)
     };
     (count($max:expr), $v:ident, $p:ident, $c:ident) => {
-        document::count($v, $p, $max, $c)
+        value::count($v, $p, $max, $c)
     };
     (gap($max:expr), $v:ident, $p:ident, $c:ident) => {
-        document::gap($v, $p, $max, $c)
+        value::gap($v, $p, $max, $c)
     };
     (period($min:expr, $max:expr), $v:ident, $p:ident, $c:ident) => {
-        document::period($v, $p, $min, $max, $c)
+        value::period($v, $p, $min, $max, $c)
     };
     (mask_rules, $v:ident, $p:ident, $c:ident) => {
-        Some(document::mask_rules($v, $p, $c))
+        Some(value::mask_rules($v, $p, $c))
     };
     (block, $v:ident, $p:ident, $c:ident) => {
-        document::parse_block($v, $p, $c)
+        value::parse_block($v, $p, $c)
     };
 }
 

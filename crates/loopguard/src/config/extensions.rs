@@ -40,12 +40,12 @@ use crate::canonical::PathSet;
 use crate::masking::MaskSet;
 use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
 
+pub use super::value::MAX_CYCLE_LENGTH;
+
 /// Default `consecutiveRepeat` thresholds.
 pub const DEFAULT_CONSECUTIVE: (u32, u32) = (6, 12);
 /// Default `cycle` settings: periods 2 to 16, warning at 3 repetitions, critical at 5.
 pub const DEFAULT_CYCLE: (u32, u32, u32, u32) = (2, 16, 3, 5);
-/// Longest `cycle.maxLength` accepted (at run time it is also capped at `historySize`).
-pub const MAX_CYCLE_LENGTH: u32 = 1000;
 /// Default `errorCascade` thresholds and gap (0: failures strictly in a row).
 pub const DEFAULT_ERROR_CASCADE: (u32, u32, u32) = (5, 10, 0);
 /// Default `staleRepeat` thresholds: warning, critical, critical when the repeated outcome

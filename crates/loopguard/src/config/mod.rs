@@ -25,6 +25,7 @@ mod block;
 mod document;
 pub mod extensions;
 pub mod locate;
+mod value;
 
 use std::collections::BTreeMap;
 use std::fmt;
