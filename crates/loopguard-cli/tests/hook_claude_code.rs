@@ -508,7 +508,7 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
     // The store of `loopguard serve` writes three identical calls, the last ones as deltas
     // in its change log, and is still running; the hook continues the same run (its row
     // and the deltas) and blocks the fourth.
-    use loopguard_events::{apply_to_run, parse_line, scope_of};
+    use loopguard_events::{apply_event, parse_line};
     use loopguard_store::{Limits, RunKey, SqliteOptions, SqliteStore, Store};
     let env = Env::with_config("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }");
     env.hook(AGENT, &prompt("shared", "go")); // run prompt-1
@@ -529,9 +529,9 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
                 format!(r#"{{"type":"result","session":"shared","run":"prompt-1","call_id":"c{i}","result":{{"content":[{{"type":"text","text":"same"}}]}}}}"#),
             ] {
                 let event = parse_line(line.as_bytes()).unwrap();
-                let scope = scope_of(&event, None);
+                let scope = event.as_ref().scope(None);
                 store
-                    .update(RunKey::of(&scope), |run, now| apply_to_run(run, config.for_agent(None), &scope, 1, &event, now))
+                    .update(RunKey::of(&scope), |run, now| apply_event(run, config.for_agent(None), &scope, &event.as_ref(), now).into_answer(1, &scope))
                     .await
                     .unwrap();
             }

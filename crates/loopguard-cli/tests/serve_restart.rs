@@ -165,7 +165,9 @@ fn a_loop_straddling_a_sigkill_is_still_caught() {
     for i in 1..=6 {
         let answer = replayer.apply(
             1,
-            &loopguard_events::parse_line(call(i).as_bytes()).unwrap(),
+            &loopguard_events::parse_line(call(i).as_bytes())
+                .unwrap()
+                .as_ref(),
         );
         let verdict = serde_json::to_value(&answer).unwrap()["verdict"]
             .as_str()
@@ -174,7 +176,9 @@ fn a_loop_straddling_a_sigkill_is_still_caught() {
         if verdict != "block" {
             replayer.apply(
                 2,
-                &loopguard_events::parse_line(result(i).as_bytes()).unwrap(),
+                &loopguard_events::parse_line(result(i).as_bytes())
+                    .unwrap()
+                    .as_ref(),
             );
         }
         want.push(verdict);

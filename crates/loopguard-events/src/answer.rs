@@ -3,6 +3,7 @@
 
 use loopguard::{Abort, Detection, Recorded, Scope, Verdict};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value};
 
 /// The answer to one input line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +63,99 @@ impl Answer {
             _ => None,
         }
     }
+
+    /// Reads an answer as `replay` prints it and `serve` returns it: what a client of a
+    /// sidecar turns back into the engine's own values, so that the blocked result and the
+    /// warning note it hands the model are the engine's, built by the same code as in
+    /// process. The answer of a call names its tool only in its message; `tool` is the
+    /// call's. The signatures a detection holds are not in the answer: they are zero.
+    pub fn from_json(text: &[u8], tool: &str) -> Result<Self, String> {
+        let answer: Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+        let seq = answer["seq"].as_u64().unwrap_or(0);
+        if let Some(error) = answer["error"].as_str() {
+            return Ok(Self::Invalid {
+                seq,
+                error: error.to_owned(),
+            });
+        }
+        let session = answer["session"].as_str().unwrap_or_default().to_owned();
+        let run = answer["run"].as_str().map(str::to_owned);
+        match answer["type"].as_str() {
+            Some("call") => Ok(Self::Call {
+                seq,
+                session,
+                run,
+                verdict: verdict_of(&answer, tool)?,
+            }),
+            Some("result") => Ok(Self::Result {
+                seq,
+                session,
+                run,
+                recorded: recorded_of(&answer)?,
+            }),
+            Some("compaction") => Ok(Self::Compaction {
+                seq,
+                session,
+                run,
+                armed: answer["armed"]
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or("a compaction answer without armed")?,
+            }),
+            _ => Err(format!("not an answer: {answer}")),
+        }
+    }
+}
+
+/// The verdict of a call answer (`verdict`, with `shadow` in shadow mode).
+fn verdict_of(answer: &Value, tool: &str) -> Result<Verdict, String> {
+    let detection = |d: &Value| -> Result<Detection, String> {
+        serde_json::from_value(json!({
+            "level": d["level"], "detector": d["detector"], "count": d["count"],
+            "tool": tool, "paired_tool": d.get("paired_tool"), "message": d["message"],
+            "signature": "0", "paired_signature": d.get("paired_tool").map(|_| "0"),
+        }))
+        .map_err(|e| format!("a detection that cannot be read ({e}): {d}"))
+    };
+    let flag = |d: &Value, key: &str| d[key].as_bool().unwrap_or(false);
+    Ok(match (answer["verdict"].as_str(), answer.get("shadow")) {
+        (Some("allow"), Some(shadow)) => Verdict::Shadow {
+            detection: detection(shadow)?,
+            terminal: flag(shadow, "terminal"),
+        },
+        (Some("allow"), None) => Verdict::Allow,
+        (Some("warn"), _) => Verdict::Warn {
+            detection: detection(answer)?,
+            notify: flag(answer, "notify"),
+        },
+        (Some("block"), _) => Verdict::Block {
+            detection: detection(answer)?,
+            terminal: flag(answer, "terminal"),
+        },
+        _ => return Err(format!("not a verdict: {answer}")),
+    })
+}
+
+/// What a result answer says became of the outcome.
+fn recorded_of(answer: &Value) -> Result<Recorded, String> {
+    let abort = |a: Option<&Value>| -> Result<Option<Abort>, String> {
+        match a {
+            None | Some(Value::Null) => Ok(None),
+            Some(a) => serde_json::from_value(json!({
+                "tool": a["tool"], "count": a["count"], "message": a["message"], "signature": "0",
+            }))
+            .map(Some)
+            .map_err(|e| format!("an abort that cannot be read ({e}): {a}")),
+        }
+    };
+    let recorded = answer["recorded"]
+        .as_bool()
+        .ok_or_else(|| format!("not a result answer: {answer}"))?;
+    Ok(Recorded::new(
+        recorded,
+        abort(answer.get("abort"))?,
+        abort(answer.get("shadow_abort"))?,
+    ))
 }
 
 impl Serialize for Answer {
@@ -107,18 +201,24 @@ impl Serialize for Answer {
     }
 }
 
-/// What the engine said to one event, before the event's ids are attached.
+/// What the engine said to one event ([`crate::apply_event`]), before the event's ids are
+/// attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Reply {
+#[non_exhaustive]
+pub enum Reply {
+    /// The verdict on a call.
     Call(Verdict),
+    /// What became of a result.
     Result(Recorded),
+    /// The window a compaction armed the post-compaction guard with (0: disabled).
     Compaction(u32),
+    /// A result the engine cannot take (it names no call it can be recorded against).
     Invalid(String),
 }
 
 impl Reply {
     /// The answer to the event `seq` of `scope`.
-    pub(crate) fn into_answer(self, seq: u64, scope: &Scope<'_>) -> Answer {
+    pub fn into_answer(self, seq: u64, scope: &Scope<'_>) -> Answer {
         let session = scope.session().to_owned();
         let run = scope.run().map(str::to_owned);
         match self {
@@ -312,5 +412,55 @@ impl Serialize for AbortOut<'_> {
         m.serialize_entry("count", &self.0.count)?;
         m.serialize_entry("message", &self.0.message)?;
         m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Replayer;
+    use loopguard::ConfigSet;
+
+    /// A client reading `serve`'s answers gets the engine's values back: the same JSON
+    /// when written out again, the same blocked result and warning note.
+    #[test]
+    fn answers_read_back_as_the_engine_wrote_them() {
+        let config = ConfigSet::parse(
+            "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }",
+        )
+        .unwrap();
+        let shadow = ConfigSet::parse(
+            "{ tools: { loopDetection: { enabled: true, warningThreshold: 1, criticalThreshold: 2 } }, loopguard: { mode: 'shadow' } }",
+        )
+        .unwrap();
+        for config in [config, shadow] {
+            let mut replayer = Replayer::new(config, None);
+            for i in 0..6u64 {
+                let lines = [
+                    format!(
+                        r#"{{"type":"call","session":"s","run":"r","call_id":"c{i}","tool":"read","args":{{"p":1}}}}"#
+                    ),
+                    format!(
+                        r#"{{"type":"result","session":"s","run":"r","call_id":"c{i}","result":"same"}}"#
+                    ),
+                    r#"{"type":"compaction","session":"s"}"#.to_owned(),
+                    r#"{"type":"result","call_id":"nope"}"#.to_owned(),
+                ];
+                for line in &lines {
+                    let answer = replayer.apply_line(i, line.as_bytes());
+                    let text = serde_json::to_vec(&answer).unwrap();
+                    let back = Answer::from_json(&text, "read").unwrap();
+                    assert_eq!(serde_json::to_vec(&back).unwrap(), text, "{line}");
+                    let (a, b) = (answer.verdict(), back.verdict());
+                    assert_eq!(
+                        a.map(Verdict::blocked_result),
+                        b.map(Verdict::blocked_result)
+                    );
+                    assert_eq!(a.map(Verdict::warning_note), b.map(Verdict::warning_note));
+                }
+            }
+        }
+        assert!(Answer::from_json(b"[]", "t").is_err());
+        assert!(Answer::from_json(br#"{"type":"call","verdict":"block"}"#, "t").is_err());
     }
 }

@@ -34,12 +34,12 @@ use std::io::{self, BufRead, Write};
 
 use loopguard::json::{Json, Tape};
 use loopguard::{
-    observe, CallPrint, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, Millis,
-    RunState, Scope,
+    Call, CallRef, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, Millis, RunState,
+    Scope, Ticket,
 };
 
-pub use answer::Answer;
-use answer::{Reply, View};
+use answer::View;
+pub use answer::{Answer, Reply};
 pub use event::{from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
@@ -96,9 +96,7 @@ impl<C: Clock> Replayer<C> {
         match parse_raw(line, &mut self.tape) {
             Ok(event) => {
                 let scope = event.scope(self.default_agent.as_deref());
-                self.guard.with_run(&scope, |cfg, run, now| {
-                    reply(run, cfg, &scope, &event, now).into_answer(seq, &scope)
-                })
+                apply_to_guard(&mut self.guard, &scope, &event).into_answer(seq, &scope)
             }
             Err(error) => Answer::Invalid { seq, error },
         }
@@ -110,64 +108,89 @@ impl<C: Clock> Replayer<C> {
         match parse_raw(line, &mut self.tape) {
             Ok(event) => {
                 let scope = event.scope(self.default_agent.as_deref());
-                self.guard.with_run(&scope, |cfg, run, now| {
-                    write(&reply(run, cfg, &scope, &event, now).view(seq, &scope))
-                })
+                let reply = apply_to_guard(&mut self.guard, &scope, &event);
+                write(&reply.view(seq, &scope))
             }
             Err(error) => write(&View::invalid(seq, &error)),
         }
     }
 
-    /// Applies one event.
-    pub fn apply(&mut self, seq: u64, event: &Event) -> Answer {
-        self.apply_ref(seq, &event.as_ref())
+    /// Applies one event in any JSON view: an owned [`Event`] ([`Event::as_ref`]), one read
+    /// in place by a transcript reader, one a binding built from its own values.
+    pub fn apply<'a, J: Json<'a>>(&mut self, seq: u64, event: &EventRef<'a, J>) -> Answer {
+        let scope = event.scope(self.default_agent.as_deref());
+        apply_to_guard(&mut self.guard, &scope, event).into_answer(seq, &scope)
     }
 
-    /// Applies one event in any JSON view (read in place by a transcript reader, say).
-    pub fn apply_ref<'a, J: Json<'a>>(&mut self, seq: u64, event: &EventRef<'a, J>) -> Answer {
+    /// Applies one event and gives the engine's reply without the event's ids (what a
+    /// binding turns into its own objects).
+    pub fn reply<'a, J: Json<'a>>(&mut self, event: &EventRef<'a, J>) -> Reply {
         let scope = event.scope(self.default_agent.as_deref());
-        self.guard.with_run(&scope, |cfg, run, now| {
-            apply_event(run, cfg, &scope, seq, event, now)
+        apply_to_guard(&mut self.guard, &scope, event)
+    }
+
+    /// Begins the ticket of the `call` event `line`, for a host that keeps the ticket
+    /// while its tool runs ([`Guard::begin`]) instead of leaving it with the run; any
+    /// other line is an error (the answer `replay` would print for it, or a word about
+    /// the event's type).
+    pub fn begin_line(&mut self, line: &[u8]) -> Result<Ticket, String> {
+        let event = parse_raw(line, &mut self.tape)?;
+        let scope = event.scope(self.default_agent.as_deref());
+        let EventRef::Call {
+            call_id,
+            tool,
+            args,
+            batch,
+            ..
+        } = event
+        else {
+            return Err(format!(
+                "expected a call event, not a {} event",
+                event.kind()
+            ));
+        };
+        let guard = &mut self.guard;
+        Ok(match args {
+            Some(args) => guard.begin(&scope, &call_of(tool, args, call_id, batch)),
+            None => guard.begin(&scope, &call_of(tool, &*EMPTY_ARGS, call_id, batch)),
         })
     }
 }
 
-/// The scope of an event: its ids, with `default_agent` when it names no agent.
-pub fn scope_of<'a>(event: &'a Event, default_agent: Option<&'a str>) -> Scope<'a> {
-    let ids = event.ids();
-    Scope::new(&ids.session)
-        .with_run(ids.run.as_deref())
-        .with_agent(ids.agent.as_deref().or(default_agent))
+/// The engine's call for a call event's members (blank ids count as absent).
+fn call_of<'a, J>(
+    tool: &'a str,
+    args: J,
+    call_id: Option<&'a str>,
+    batch: Option<&'a str>,
+) -> Call<'a, J> {
+    Call::with_args(tool, args)
+        .with_id(call_id)
+        .with_batch(batch)
 }
 
-/// [`apply_event`] for an owned event.
-pub fn apply_to_run(
-    run: &mut RunState,
-    cfg: &EffectiveConfig,
+/// [`apply_event`] on the run of `scope` in `guard`.
+pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
+    guard: &mut Guard<C>,
     scope: &Scope<'_>,
-    seq: u64,
-    event: &Event,
-    now: Millis,
-) -> Answer {
-    apply_event(run, cfg, scope, seq, &event.as_ref(), now)
-}
-
-/// Applies one event to the state of its run and answers it: what every front end (replay,
-/// the sidecar, durable stores) does with a valid event. `run` must be the state of
-/// `scope`'s run and `cfg` the config of its agent.
-/// The answer is logged with [`loopguard::observe`], as [`Guard`] logs its own.
-pub fn apply_event<'a, J: Json<'a>>(
-    run: &mut RunState,
-    cfg: &EffectiveConfig,
-    scope: &Scope<'_>,
-    seq: u64,
     event: &EventRef<'a, J>,
-    now: Millis,
-) -> Answer {
-    reply(run, cfg, scope, event, now).into_answer(seq, scope)
+) -> Reply {
+    guard.with_run(scope, |cfg, run, now| {
+        apply_event(run, cfg, scope, event, now)
+    })
 }
 
-fn reply<'a, J: Json<'a>>(
+/// Applies one event to the state of its run: the one way into the engine for every front
+/// end that reads events (replay, the sidecar and its durable stores, the agent hooks,
+/// `scan`, the bindings' `applyEvent`). `run` must be the state of `scope`'s run (the
+/// event's ids, with a default agent applied) and `cfg` the config of its agent.
+///
+/// Each kind of event is one step of the engine: a `call` begins the call's [`Ticket`]
+/// ([`RunState::begin`]) and leaves it with the run as the call's pending record; a
+/// `result` resumes the ticket of the call it names ([`RunState::resume`]) and finishes
+/// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard. The engine
+/// logs each answer.
+pub fn apply_event<'a, J: Json<'a>>(
     run: &mut RunState,
     cfg: &EffectiveConfig,
     scope: &Scope<'_>,
@@ -182,14 +205,16 @@ fn reply<'a, J: Json<'a>>(
             batch,
             ..
         } => {
-            let print = match args {
-                Some(args) => CallPrint::for_config(tool, args, cfg),
-                None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
+            let ticket = match args {
+                Some(args) => run.begin(cfg, scope, &call_of(tool, args, call_id, batch), now),
+                None => run.begin(
+                    cfg,
+                    scope,
+                    &call_of(tool, &*EMPTY_ARGS, call_id, batch),
+                    now,
+                ),
             };
-            let call_id = call_id.and_then(loopguard::text::non_blank);
-            let verdict = run.before_call(cfg, &print, call_id, batch, now);
-            observe::verdict(scope, print.tool, &verdict);
-            Reply::Call(verdict)
+            Reply::Call(ticket.into_verdict())
         }
         EventRef::Result {
             call_id,
@@ -204,32 +229,30 @@ fn reply<'a, J: Json<'a>>(
                 (Some(_), Some(id)) if takes_pending_args(run, event) => Some(id),
                 _ => None,
             };
-            let recorded = match (by_id, tool) {
-                (Some(id), _) => match run.after_call_by_id(cfg, id, outcome, now) {
-                    Ok(recorded) => recorded,
-                    Err(e) => return Reply::Invalid(e.to_string()),
-                },
-                (None, Some(tool)) => {
-                    let print = match args {
-                        Some(args) => CallPrint::for_config(tool, args, cfg),
-                        None => CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
-                    };
-                    run.after_call(cfg, &print, call_id, outcome, now)
-                }
-                (None, None) => {
+            let ticket = match (by_id, tool, args) {
+                (Some(id), _, _) => run.resume(cfg, scope, CallRef::id(id)),
+                (None, Some(tool), Some(args)) => run.resume(
+                    cfg,
+                    scope,
+                    CallRef::Call(call_of(tool, args, call_id, None)),
+                ),
+                (None, Some(tool), None) => run.resume(
+                    cfg,
+                    scope,
+                    CallRef::Call(call_of(tool, &*EMPTY_ARGS, call_id, None)),
+                ),
+                (None, None, _) => {
                     return Reply::Invalid(
                         "result without tool needs the call_id of a pending call".into(),
                     )
                 }
             };
-            observe::recorded(scope, &recorded);
-            Reply::Result(recorded)
+            match run.finish(cfg, ticket, outcome, now) {
+                Ok(recorded) => Reply::Result(recorded),
+                Err(e) => Reply::Invalid(e.to_string()),
+            }
         }
-        EventRef::Compaction { .. } => {
-            let window = run.compaction(cfg, now);
-            observe::armed(scope, window);
-            Reply::Compaction(window)
-        }
+        EventRef::Compaction { .. } => Reply::Compaction(run.compaction(cfg, scope, now)),
     }
 }
 
@@ -237,7 +260,7 @@ fn reply<'a, J: Json<'a>>(
 /// `call_id`, a call of that tool still pending in `run`: the call's own fingerprint then
 /// stands for the arguments (a host that kept nothing else of the call can send that much).
 /// Any other result without arguments is read as having `{}`.
-pub fn takes_pending_args<'a, J: Json<'a>>(run: &RunState, event: &EventRef<'a, J>) -> bool {
+fn takes_pending_args<'a, J: Json<'a>>(run: &RunState, event: &EventRef<'a, J>) -> bool {
     let EventRef::Result {
         tool: Some(tool),
         args: None,

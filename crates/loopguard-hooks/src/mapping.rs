@@ -20,7 +20,7 @@
 
 use loopguard::json::Tape;
 use loopguard::{ConfigSet, Fingerprint, OutcomeOf, Verdict};
-use loopguard_events::{apply_event, Answer, EventRef, IdsRef, OwnedOutcome};
+use loopguard_events::{apply_event, EventRef, IdsRef, OwnedOutcome, Reply};
 use serde_json::Value;
 
 use crate::store::{HookTx, StoreError};
@@ -270,7 +270,7 @@ pub fn apply(
             let texts = [args, outcome.and_then(Outcome::json)]
                 .iter()
                 .any(|j| matches!(j, Some(Json::Text(_))));
-            let answer = if texts {
+            let reply = if texts {
                 // JSON a `Value` cannot hold: everything is read as raw text.
                 let args_text = args.map(Json::text);
                 let outcome_text = outcome.and_then(Outcome::json).map(Json::text);
@@ -280,20 +280,18 @@ pub fn apply(
                 let outcome = outcome.map(|o| o.with(outcome_json));
                 let replay_event = hook_event(event, ids, args, outcome);
                 tx.update_run(session, Some(&run), |state, now| {
-                    let scope = replay_event.scope(None);
-                    apply_event(state, cfg, &scope, 1, &replay_event, now)
+                    apply_event(state, cfg, &replay_event.scope(None), &replay_event, now)
                 })?
             } else {
                 let args = args.and_then(Json::value);
                 let outcome = outcome.map(|o| o.with(o.json().and_then(Json::value)));
                 let replay_event = hook_event(event, ids, args, outcome);
                 tx.update_run(session, Some(&run), |state, now| {
-                    let scope = replay_event.scope(None);
-                    apply_event(state, cfg, &scope, 1, &replay_event, now)
+                    apply_event(state, cfg, &replay_event.scope(None), &replay_event, now)
                 })?
             };
-            match (answer, event) {
-                (Answer::Call { verdict, .. }, HookEvent::ToolCall(call)) => {
+            match (reply, event) {
+                (Reply::Call(verdict), HookEvent::ToolCall(call)) => {
                     let reaction = reaction_to(&verdict);
                     if let (Reaction::Warn { note }, NoteDelivery::WithResult) =
                         (&reaction, delivery)
@@ -302,7 +300,7 @@ pub fn apply(
                     }
                     Ok(reaction)
                 }
-                (Answer::Result { recorded, .. }, HookEvent::ToolResult { call, .. }) => {
+                (Reply::Result(recorded), HookEvent::ToolResult { call, .. }) => {
                     let note = match delivery {
                         NoteDelivery::WithResult => {
                             tx.take_note(session, &run, &call.note_key())?
@@ -311,7 +309,7 @@ pub fn apply(
                     };
                     Ok(Reaction::Recorded {
                         note,
-                        abort: recorded.abort.map(|a| a.message),
+                        abort: recorded.ends_run().map(str::to_owned),
                     })
                 }
                 _ => Ok(Reaction::Proceed),

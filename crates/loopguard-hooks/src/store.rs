@@ -555,7 +555,7 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard::{CallPrint, ConfigSet, Outcome};
+    use loopguard::{Call, ConfigSet, Outcome};
     use serde_json::json;
 
     fn db() -> (tempfile::TempDir, HookDb) {
@@ -568,11 +568,12 @@ mod tests {
         let config = ConfigSet::enabled_defaults();
         let cfg = config.for_agent(None);
         let args = json!({"path": "/x"});
+        let scope = loopguard::Scope::new(session).with_run(Some(run));
         tx.update_run(session, Some(run), |state, now| {
-            let print = CallPrint::for_config("read", &args, cfg);
-            let verdict = state.before_call(cfg, &print, None, None, now);
-            state.after_call(cfg, &print, None, Outcome::Result(&json!("same")), now);
-            verdict.is_blocked()
+            let ticket = state.begin(cfg, &scope, &Call::new("read", &args), now);
+            let blocked = ticket.is_blocked();
+            let _ = state.finish(cfg, ticket, Outcome::Result(&json!("same")), now);
+            blocked
         })
         .unwrap()
     }

@@ -14,7 +14,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use loopguard::json::{to_value, Json, Raw, Tape};
-use loopguard::{Call, ConfigSet, Guard, OutcomeOf, Recorded, Scope, Signature, Verdict};
+use loopguard::{
+    Call, CallPrint, ConfigSet, Guard, OutcomeOf, Recorded, Scope, Signature, Ticket, Verdict,
+};
 use serde_json::{Map, Value};
 
 use crate::framing::{id_key, id_value, is_blank, kind, Kind};
@@ -24,20 +26,25 @@ use crate::outcome::{
 };
 
 /// A client request forwarded to the server and not answered yet.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Open {
     id: Value,
     call: Option<PendingCall>,
 }
 
-/// A forwarded `tools/call`.
-#[derive(Clone, Debug)]
+/// A forwarded `tools/call`: its ticket, finished with the server's response (dropped,
+/// the call did not run, when the client cancels it or the server cannot answer).
+#[derive(Debug)]
 struct PendingCall {
-    tool: String,
-    args: Args,
-    signature: Signature,
+    ticket: Ticket,
     /// The warning to append to its result.
     note: Option<String>,
+}
+
+impl PendingCall {
+    fn signature(&self) -> Signature {
+        self.ticket.signature()
+    }
 }
 
 /// A `tools/call` waiting for an identical call in flight to be answered.
@@ -51,8 +58,7 @@ struct Held {
     line: Vec<u8>,
 }
 
-/// A call's arguments, kept to fingerprint the call again (when held, and with its
-/// outcome).
+/// A held call's arguments, kept to judge the call when it is released.
 #[derive(Clone, Debug)]
 enum Args {
     Value(Value),
@@ -272,7 +278,10 @@ impl Relay {
                 out.to_client
                     .push(line_too_long(&open.id, len, max).to_string().into_bytes());
                 if let Some(call) = open.call {
-                    self.release(call.signature, &mut out);
+                    // The call ran, but its outcome is lost: its ticket goes unfinished.
+                    let signature = call.signature();
+                    call.ticket.cancel();
+                    self.release(signature, &mut out);
                 }
             }
             None => out.log.push(format!(
@@ -319,7 +328,7 @@ impl Relay {
                         });
                         return Route::Hold;
                     }
-                    match self.screen(&id, tool, args, signature, &mut out.log) {
+                    match self.screen(&id, &tool, &args, &mut out.log) {
                         Screened::Blocked(answer) => return Route::Answer(answer),
                         Screened::Allowed(call) => Some(call),
                     }
@@ -345,7 +354,9 @@ impl Relay {
                         call: Some(call), ..
                     }) = self.open.remove(&key)
                     {
-                        self.release(call.signature, out);
+                        let signature = call.signature();
+                        call.ticket.cancel();
+                        self.release(signature, out);
                     }
                 }
             }
@@ -397,22 +408,18 @@ impl Relay {
         }
     }
 
-    /// The call's signature under the config in force.
+    /// The call's signature under the config in force (to hold it behind an identical
+    /// call in flight before judging it).
     fn signature(&self, tool: &str, args: &Args) -> Signature {
-        let scope = self.scope();
-        with_args!(args, |a| {
-            self.guard
-                .prepare(&scope, &Call::with_args(tool, a))
-                .print()
-                .signature
-        })
+        let cfg = self.guard.config().for_agent(self.scope().agent());
+        with_args!(args, |a| CallPrint::for_config(tool, a, cfg).signature)
     }
 
     /// Whether a call with `signature` was forwarded and is not answered yet.
     fn in_flight(&self, signature: Signature) -> bool {
         self.open
             .values()
-            .any(|o| o.call.as_ref().is_some_and(|c| c.signature == signature))
+            .any(|o| o.call.as_ref().is_some_and(|c| c.signature() == signature))
     }
 
     /// Screens the calls held behind an identical call that is no longer in flight: the
@@ -425,7 +432,7 @@ impl Relay {
             let Some(held) = self.held.remove(at) else {
                 return;
             };
-            match self.screen(&held.id, held.tool, held.args, signature, &mut out.log) {
+            match self.screen(&held.id, &held.tool, &held.args, &mut out.log) {
                 Screened::Blocked(answer) => out.to_client.push(answer.to_string().into_bytes()),
                 Screened::Allowed(call) => {
                     self.open.insert(
@@ -441,22 +448,15 @@ impl Relay {
         }
     }
 
-    /// Asks the engine about a `tools/call`.
-    fn screen(
-        &mut self,
-        id: &Value,
-        tool: String,
-        args: Args,
-        signature: Signature,
-        log: &mut Vec<String>,
-    ) -> Screened {
+    /// Asks the engine about a `tools/call`: begins its ticket.
+    fn screen(&mut self, id: &Value, tool: &str, args: &Args, log: &mut Vec<String>) -> Screened {
         let key = id_key(id);
         let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
-        let verdict = with_args!(&args, |a| {
+        let ticket = with_args!(args, |a| {
             self.guard
-                .before_call(&scope, &Call::with_args(&tool, a).with_id(Some(&key)))
+                .begin(&scope, &Call::with_args(tool, a).with_id(Some(&key)))
         });
-        match &verdict {
+        match ticket.verdict() {
             Verdict::Block {
                 detection,
                 terminal,
@@ -470,16 +470,11 @@ impl Relay {
                 Screened::Blocked(blocked_response(id, &detection.message))
             }
             _ => {
-                let note = verdict.warning_note();
+                let note = ticket.warning_note();
                 if let Some(note) = &note {
                     log.push(format!("warned tools/call {tool}: {note}"));
                 }
-                Screened::Allowed(PendingCall {
-                    tool,
-                    args,
-                    signature,
-                    note,
-                })
+                Screened::Allowed(PendingCall { ticket, note })
             }
         }
     }
@@ -565,8 +560,9 @@ impl Relay {
             else {
                 continue;
             };
-            answered.push(call.signature);
+            answered.push(call.signature());
             let Some(response) = message.as_object() else {
+                call.ticket.cancel();
                 continue;
             };
             let mapped = map_raw_response(response);
@@ -576,18 +572,16 @@ impl Relay {
                 MappedText::Error(text) => outcome_tape.parse(text).ok().map(OutcomeOf::Error),
                 MappedText::Nothing => Some(OutcomeOf::Nothing),
             };
-            let recorded = self.record(&call, &key, outcome.unwrap_or(OutcomeOf::Nothing));
-            if call.note.is_some() || recorded.abort.is_some() {
+            let (tool, noted) = (call.ticket.tool().to_owned(), call.note.is_some());
+            let recorded = self.record(call, outcome.unwrap_or(OutcomeOf::Nothing));
+            if noted || recorded.abort.is_some() {
                 out.log.push(format!(
-                    "tools/call {}: a note for the model was not added to a response that is not a plain JSON value",
-                    call.tool
+                    "tools/call {tool}: a note for the model was not added to a response that is not a plain JSON value"
                 ));
             }
-            if let Some(abort) = &recorded.abort {
-                out.log.push(format!(
-                    "run stopped after tools/call {}: {}",
-                    call.tool, abort.message
-                ));
+            if let Some(reason) = recorded.ends_run() {
+                out.log
+                    .push(format!("run stopped after tools/call {tool}: {reason}"));
             }
         }
         out.to_client.push(line.to_vec());
@@ -597,21 +591,9 @@ impl Relay {
         out
     }
 
-    /// Records what a forwarded call returned.
-    fn record<'o, O: Json<'o>>(
-        &mut self,
-        call: &PendingCall,
-        key: &str,
-        outcome: OutcomeOf<O>,
-    ) -> Recorded {
-        let scope = Scope::new(&self.session).with_agent(self.agent.as_deref());
-        with_args!(&call.args, |a| {
-            self.guard.after_call(
-                &scope,
-                &Call::with_args(&call.tool, a).with_id(Some(key)),
-                outcome,
-            )
-        })
+    /// Records what a forwarded call returned: finishes its ticket.
+    fn record<'o, O: Json<'o>>(&mut self, call: PendingCall, outcome: OutcomeOf<O>) -> Recorded {
+        self.guard.finish(call.ticket, outcome)
     }
 
     /// Handles one message from the server; returns whether it was changed. The signature
@@ -627,30 +609,27 @@ impl Relay {
         };
         let key = id_key(id);
         let Some(Open {
-            call: Some(call), ..
+            call: Some(mut call),
+            ..
         }) = self.open.remove(&key)
         else {
             return false;
         };
-        answered.push(call.signature);
+        answered.push(call.signature());
         let Some(response) = message.as_object_mut() else {
+            call.ticket.cancel();
             return false;
         };
         let outcome = map_response(response);
-        let recorded = self.record(&call, &key, outcome.as_outcome());
+        let note = call.note.take();
+        let tool = call.ticket.tool().to_owned();
+        let recorded = self.record(call, outcome.as_outcome());
         let mut changed = false;
-        for text in call
-            .note
-            .iter()
-            .chain(recorded.abort.as_ref().map(|a| &a.message))
-        {
+        for text in note.iter().map(String::as_str).chain(recorded.ends_run()) {
             changed |= append_text(response, text);
         }
-        if let Some(abort) = &recorded.abort {
-            log.push(format!(
-                "run stopped after tools/call {}: {}",
-                call.tool, abort.message
-            ));
+        if let Some(reason) = recorded.ends_run() {
+            log.push(format!("run stopped after tools/call {tool}: {reason}"));
         }
         changed
     }

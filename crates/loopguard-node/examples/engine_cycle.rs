@@ -1,5 +1,5 @@
-//! The Rust side of `packages/node/bench/bench.mjs`: the host cycle (`before_call`, then
-//! `after_call` when the call may run) of the engine alone over the first N calls of a
+//! The Rust side of `packages/node/bench/bench.mjs`: the host cycle (`begin`, then
+//! `finish` when the call may run) of the engine alone over the first N calls of a
 //! workload, JSON already parsed, with the binding's config and clock. Prints the CPU time
 //! and the wall time per call: on a shared machine the CPU time is the comparable figure
 //! (the benchmark measures the Node side the same way).
@@ -41,8 +41,9 @@ fn cycle(guard: &mut Guard, pairs: &[Pair]) {
     for p in pairs {
         let scope = Scope::new("perf").with_run(Some(&p.run));
         let call = Call::new(&p.tool, &p.args).with_id(Some(&p.id));
-        if !guard.before_call(&scope, &call).is_blocked() {
-            std::hint::black_box(guard.after_call(&scope, &call, Outcome::Result(&p.result)));
+        let ticket = guard.begin(&scope, &call);
+        if !ticket.is_blocked() {
+            std::hint::black_box(guard.finish(ticket, Outcome::Result(&p.result)));
         }
     }
 }

@@ -69,6 +69,32 @@ pub fn push_str(value: &JsString<'_>, out: &mut String) -> Result<Range<usize>> 
     Ok(range)
 }
 
+/// Appends the Latin-1 of `value` to `out` (one byte a character: the bytes a string made
+/// by `napi_create_string_latin1` holds, such as a ticket's); returns where they are.
+pub fn push_latin1(value: &JsString<'_>, out: &mut Vec<u8>) -> Result<Range<usize>> {
+    let handle = value.value();
+    let (env, value) = (handle.env, handle.value);
+    let mut units = 0;
+    // SAFETY: as in `push_bytes` (a null buffer asks only for the length).
+    check(unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut units) })?;
+    let start = out.len();
+    out.reserve(units + 1);
+    let mut written = 0;
+    // SAFETY: `out` has `units + 1` bytes of spare capacity from `start`; N-API writes at
+    // most `units` bytes (one a character) and a NUL, and reports the bytes in `written`.
+    unsafe {
+        check(sys::napi_get_value_string_latin1(
+            env,
+            value,
+            out.as_mut_ptr().add(start).cast(),
+            units + 1,
+            &mut written,
+        ))?;
+        out.set_len(start + written);
+    }
+    Ok(start..start + written)
+}
+
 fn check(status: sys::napi_status) -> Result<()> {
     match status {
         sys::Status::napi_ok => Ok(()),

@@ -1,12 +1,15 @@
 //! The native half of `@loopguard/node`: the loopguard engine in a Node.js process.
 //!
-//! The binding is deliberately thin. Every call reaches the engine as an event of the
-//! replay protocol (SPEC §7) and goes through [`loopguard_events::Replayer`], so a call
+//! The binding is deliberately thin. A call reaches the engine as an event of the replay
+//! protocol (SPEC §7) and goes through the protocol crate ([`loopguard_events`]), so a call
 //! made from JavaScript is answered exactly as `loopguard replay` answers the same event:
-//! one definition of what an event means, in the protocol crate. This module only turns
-//! JavaScript values into events and answers into plain JavaScript objects; the
-//! idiomatic API (`Guard`, `beforeCall`, errors with config positions) is the
-//! package's `index.js` on top of it.
+//! one definition of what an event means. The package's `Guard.begin` hands out the
+//! engine's own [`Ticket`], kept in JavaScript as a string of its bytes
+//! ([`Ticket::to_bytes`]: a string costs a fifth of an object with a native finalizer, the
+//! only other way to keep a Rust value there), and `Ticket.finish` gives it back with the
+//! outcome alone. This module only turns JavaScript values into events and answers into
+//! plain JavaScript objects; the idiomatic API (`Guard`, `Ticket`, errors with config
+//! positions) is the package's `index.js` on top of it.
 //!
 //! Events arrive in one of two forms, both measured (`bench/bench.mjs` in the package):
 //! JSON text (written in JavaScript with `JSON.stringify`, V8's native serializer) or a
@@ -16,8 +19,9 @@
 //! no allocation per value, no depth limit, no recursion), exactly as `loopguard replay`
 //! reads a line. It is faster on every workload measured, and it fails with JavaScript's
 //! own clear errors on cycles and BigInt before anything reaches the engine. The answers
-//! are cheap too: an allowed call is `null` and a recorded outcome with nothing more to
-//! say is a boolean, which the package maps to shared frozen objects.
+//! are cheap too: an allowed call is its ticket alone (or `null`, for a call event) and a
+//! recorded outcome with nothing more to say is a boolean, which the package maps to
+//! shared frozen objects.
 
 #![deny(unsafe_code)]
 
@@ -26,11 +30,9 @@ mod lifted;
 
 use std::cell::{RefCell, RefMut};
 
-use loopguard::json::Tape;
-use loopguard::{Abort, ConfigSet, Detection, Guard, Recorded, Verdict};
-use loopguard_events::{
-    apply_event, from_value, parse_raw, takes_pending_args, Answer, EventRef, Replayer,
-};
+use loopguard::json::{Json, Object as _, Raw, Tape};
+use loopguard::{Abort, ConfigSet, Detection, Guard, OutcomeOf, Recorded, Ticket, Verdict};
+use loopguard_events::{apply_to_guard, from_value, parse_raw, Answer, EventRef, Replayer, Reply};
 use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
@@ -110,6 +112,8 @@ pub struct NativeGuard {
     event: Vec<u8>,
     /// Its outcome's lifted strings, likewise.
     lifted: lifted::Strings,
+    /// A ticket's bytes, going out or coming back.
+    ticket: Vec<u8>,
 }
 
 /// A guard over the JSON5 config document `text`; `origin` (a file name) prefixes
@@ -123,6 +127,7 @@ pub fn new_guard(text: String, origin: Option<String>) -> Result<External<RefCel
         tape: Tape::new(),
         event: Vec::new(),
         lifted: lifted::Strings::default(),
+        ticket: Vec::new(),
     })))
 }
 
@@ -150,7 +155,7 @@ pub fn call_object(
     let mut this = enter(guard)?;
     let this = &mut *this;
     let event = from_value(event).map_err(invalid)?;
-    match this.replayer.apply(0, &event) {
+    match this.replayer.apply(0, &event.as_ref()) {
         Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
         other => Err(unexpected(&other)),
     }
@@ -158,54 +163,99 @@ pub fn call_object(
 
 /// A result event as JSON text, its outcome's long strings lifted into `lifted` (see the
 /// `lifted` module; one string crosses by itself, cheaper than in an array): whether it
-/// was recorded, or an object when there is more to say
-/// (an abort, or one shadow mode would have made).
-///
-/// With `madeCall`, the event leaves out the arguments of a call the package saw made: it
-/// is answered only when that call is still pending (its fingerprint, made once, stands for
-/// the arguments); otherwise the answer is `null` and the package sends the event again
-/// with its arguments, so the answer is always the one `loopguard replay` gives the whole
-/// event.
+/// was recorded, or an object when there is more to say (an abort, or one shadow mode
+/// would have made).
 #[napi(
-    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string | string[], madeCall?: boolean"
+    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string, lifted?: string | string[]"
 )]
 pub fn result_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
     lifted: Option<Either<JsString, Array>>,
-    made_call: Option<bool>,
-) -> Result<Option<Either<bool, NativeRecorded>>> {
+) -> Result<Either<bool, NativeRecorded>> {
     let mut this = enter(guard)?;
     let this = &mut *this;
     this.read_event(&event)?;
-    this.lifted.clear();
-    match lifted {
-        None => {}
-        Some(Either::A(string)) => this
-            .lifted
-            .push_with(|text| js_text::push_str(&string, text).map(drop))?,
-        Some(Either::B(strings)) => {
-            for i in 0..strings.len() {
-                let string: JsString = strings
-                    .get(i)?
-                    .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
-                this.lifted
-                    .push_with(|text| js_text::push_str(&string, text).map(drop))?;
-            }
+    this.read_lifted(lifted)?;
+    let event = match parse_raw(&this.event, &mut this.tape) {
+        Ok(event) => lift(event, &this.lifted),
+        Err(error) => return Err(invalid(error)),
+    };
+    let scope = event.scope(None);
+    match apply_to_guard(this.replayer.guard_mut(), &scope, &event) {
+        Reply::Result(recorded) => Ok(native_recorded(recorded)),
+        Reply::Invalid(error) => Err(invalid(error)),
+        _ => Err(Error::from_reason(
+            "internal error: the event was answered as another kind",
+        )),
+    }
+}
+
+/// A call event as JSON text: judges the call and hands out its ticket. An allowed call
+/// answers the ticket alone, as a string of its bytes (one character a byte: the package's
+/// `Ticket` keeps it and gives it back to `finishText`); any other verdict answers the
+/// verdict's object with the ticket under `ticket`.
+#[napi(
+    ts_args_type = "guard: ExternalObject<NativeGuard>, event: string",
+    ts_return_type = "string | (NativeVerdict & { ticket: string })"
+)]
+pub fn begin_text<'env>(
+    env: &'env Env,
+    guard: &External<RefCell<NativeGuard>>,
+    event: JsString,
+) -> Result<Either<JsString<'env>, Object<'env>>> {
+    let mut this = enter(guard)?;
+    let this = &mut *this;
+    this.read_event(&event)?;
+    let ticket = this.replayer.begin_line(&this.event).map_err(invalid)?;
+    this.ticket.clear();
+    ticket.encode_into(&mut this.ticket);
+    let bytes = env.create_string_latin1(&this.ticket)?;
+    match native_verdict(ticket.verdict()) {
+        None => Ok(Either::A(bytes)),
+        Some(verdict) => {
+            let mut object = Object::from_unknown(verdict.into_unknown(env)?)?;
+            object.set_named_property("ticket", bytes)?;
+            Ok(Either::B(object))
         }
     }
-    let answer = apply_result(
-        &mut this.replayer,
-        &mut this.tape,
-        &this.event,
-        &this.lifted,
-        made_call == Some(true),
-    );
-    match answer {
-        None => Ok(None),
-        Some(Answer::Result { recorded, .. }) => Ok(Some(native_recorded(recorded))),
-        Some(other) => Err(unexpected(&other)),
-    }
+}
+
+/// Finishes a ticket from `beginText` with the outcome in `outcome`, the JSON text of an
+/// object with `result` or `error` (the error wins; neither records nothing), its long
+/// strings lifted as for `resultText`: whether it was recorded, or an object when there is
+/// more to say.
+#[napi(
+    ts_args_type = "guard: ExternalObject<NativeGuard>, ticket: string, outcome: string, lifted?: string | string[]"
+)]
+pub fn finish_text(
+    guard: &External<RefCell<NativeGuard>>,
+    ticket: JsString,
+    outcome: JsString,
+    lifted: Option<Either<JsString, Array>>,
+) -> Result<Either<bool, NativeRecorded>> {
+    let mut this = enter(guard)?;
+    let this = &mut *this;
+    this.ticket.clear();
+    js_text::push_latin1(&ticket, &mut this.ticket)?;
+    let ticket = Ticket::from_bytes(&this.ticket)
+        .ok_or_else(|| invalid("not a ticket of this guard".to_owned()))?;
+    this.read_event(&outcome)?;
+    this.read_lifted(lifted)?;
+    let text = std::str::from_utf8(&this.event)
+        .map_err(|_| invalid("the outcome is not UTF-8".to_owned()))?;
+    let root = this
+        .tape
+        .parse(text)
+        .map_err(|e| invalid(format!("the outcome is not JSON: {e}")))?;
+    let member = |key: &str| root.as_object().and_then(|o| o.get(key));
+    let outcome = match (member("error"), member("result")) {
+        (Some(error), _) => OutcomeOf::Error(lifted::Lifted::new(error, &this.lifted)),
+        (None, Some(result)) => OutcomeOf::Result(lifted::Lifted::new(result, &this.lifted)),
+        (None, None) => OutcomeOf::Nothing,
+    };
+    let recorded = this.replayer.guard_mut().finish(ticket, outcome);
+    Ok(native_recorded(recorded))
 }
 
 /// A result event as a JavaScript object.
@@ -217,7 +267,7 @@ pub fn result_object(
     let mut this = enter(guard)?;
     let this = &mut *this;
     let event = from_value(event).map_err(invalid)?;
-    match this.replayer.apply(0, &event) {
+    match this.replayer.apply(0, &event.as_ref()) {
         Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
         other => Err(unexpected(&other)),
     }
@@ -305,6 +355,27 @@ fn enter(guard: &External<RefCell<NativeGuard>>) -> Result<RefMut<'_, NativeGuar
 }
 
 impl NativeGuard {
+    /// Reads an outcome's lifted strings into the reused buffer.
+    fn read_lifted(&mut self, lifted: Option<Either<JsString, Array>>) -> Result<()> {
+        self.lifted.clear();
+        match lifted {
+            None => {}
+            Some(Either::A(string)) => self
+                .lifted
+                .push_with(|text| js_text::push_str(&string, text).map(drop))?,
+            Some(Either::B(strings)) => {
+                for i in 0..strings.len() {
+                    let string: JsString = strings
+                        .get(i)?
+                        .ok_or_else(|| invalid("lifted strings must be strings".into()))?;
+                    self.lifted
+                        .push_with(|text| js_text::push_str(&string, text).map(drop))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads an event's text into the reused buffer.
     fn read_event(&mut self, event: &JsString<'_>) -> Result<()> {
         self.event.clear();
@@ -318,37 +389,31 @@ impl NativeGuard {
 /// Buffers larger than this are given back after use.
 const KEEP_BYTES: usize = 16 << 20;
 
-/// [`Replayer::apply_line`] for a result event whose outcome's placeholders stand for
-/// `strings` (the replayer's guard, with a tape of its own). With `made_call`, `None` when
-/// the event does not [take its arguments from a pending call](takes_pending_args).
-fn apply_result(
-    replayer: &mut Replayer<loopguard::SystemClock>,
-    tape: &mut Tape,
-    event: &[u8],
-    strings: &lifted::Strings,
-    made_call: bool,
-) -> Option<Answer> {
-    let event = match parse_raw(event, tape) {
-        Ok(event) => lift(event, strings),
-        Err(error) => return Some(Answer::Invalid { seq: 0, error }),
-    };
-    let scope = event.scope(None);
-    replayer.guard_mut().with_run(&scope, |cfg, run, now| {
-        (!made_call || takes_pending_args(run, &event))
-            .then(|| apply_event(run, cfg, &scope, 0, &event, now))
-    })
-}
-
 /// An event read from text, its outcome read through `strings` (its arguments are never
 /// lifted).
 fn lift<'a>(
-    event: EventRef<'a, loopguard::json::Raw<'a>>,
+    event: EventRef<'a, Raw<'a>>,
     strings: &'a lifted::Strings,
 ) -> EventRef<'a, lifted::Lifted<'a>> {
     event.map_json(
         |args| lifted::Lifted::new(args, &lifted::NONE),
         |outcome| lifted::Lifted::new(outcome, strings),
     )
+}
+
+/// A `loopguard serve` answer to a call event (its JSON text) as the verdict `callText`
+/// gives (`null` for an allow): read back into the engine's own values by the protocol
+/// crate, so a sidecar's blocked result and warning note are the engine's. `tool` is the
+/// call's.
+#[napi]
+pub fn verdict_from_answer(answer: String, tool: String) -> Result<Option<NativeVerdict>> {
+    match Answer::from_json(answer.as_bytes(), &tool).map_err(invalid)? {
+        Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+        other => Err(invalid(format!(
+            "not the answer to a call: {}",
+            serde_json::to_string(&other).unwrap_or_default()
+        ))),
+    }
 }
 
 /// The problems of a config document with their positions, or `null` when it is valid.

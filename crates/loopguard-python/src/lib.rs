@@ -27,7 +27,7 @@ use std::sync::{Mutex, PoisonError, TryLockError};
 
 use std::cell::RefCell;
 
-use loopguard::{Call, ConfigSet, Guard, OutcomeOf, Scope};
+use loopguard::{Call, CallRef, ConfigSet, Guard, OutcomeOf, Scope};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -133,7 +133,7 @@ impl PyGuard {
             let call = Call::with_args(&names.tool, args.0.root())
                 .with_id(names.call_id.as_deref())
                 .with_batch(batch.as_deref());
-            engine.before_call(&names.scope(), &call)
+            engine.begin(&names.scope(), &call).into_verdict()
         });
         answers::verdict(py, verdict)
     }
@@ -173,7 +173,11 @@ impl PyGuard {
                 Some((true, value)) => OutcomeOf::Error(value.0.root()),
                 None => OutcomeOf::Nothing,
             };
-            engine.after_call(&names.scope(), &call, outcome)
+            let scope = names.scope();
+            engine.with_run(&scope, |cfg, run, now| {
+                let ticket = run.resume(cfg, &scope, CallRef::Call(call));
+                run.finish(cfg, ticket, outcome, now).unwrap_or_default()
+            })
         });
         answers::recorded(py, recorded)
     }

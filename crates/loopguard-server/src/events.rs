@@ -179,7 +179,7 @@ async fn ndjson<S: Store>(app: &App<S>, bytes: &[u8]) -> Result<Response, ApiErr
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub(crate) enum Out {
-    /// What `apply_to_run` answered (or an invalid line, in JSON Lines).
+    /// What `apply_event` answered (or an invalid line, in JSON Lines).
     Answer(Answer),
     /// Answered without the store (fail-open).
     Degraded(Degraded),
@@ -272,7 +272,9 @@ fn operation<'a>(
 ) {
     let scope = event.scope(default_agent);
     let cfg = config.for_agent(scope.agent());
-    let f = move |run: &mut RunState, now: Millis| apply_event(run, cfg, &scope, seq, event, now);
+    let f = move |run: &mut RunState, now: Millis| {
+        apply_event(run, cfg, &scope, event, now).into_answer(seq, &scope)
+    };
     (RunKey::of(&scope), f)
 }
 

@@ -382,7 +382,7 @@ async fn a_failure_mid_array_answers_each_event_with_its_outcome() {
         .enumerate()
         .map(|(i, line)| {
             let event = loopguard_events::parse_line(line.as_bytes()).unwrap();
-            serde_json::to_value(clean.apply(i as u64 + 1, &event)).unwrap()
+            serde_json::to_value(clean.apply(i as u64 + 1, &event.as_ref())).unwrap()
         })
         .collect();
     let mut got = answers[..2].to_vec();

@@ -462,7 +462,7 @@ mod tests {
         let m = Metrics::default();
         let mut replayer = loopguard_events::Replayer::new(loopguard::ConfigSet::default(), None);
         let event = parse_line(br#"{"type":"call","tool":"read"}"#).unwrap();
-        m.answer(&replayer.apply(1, &event));
+        m.answer(&replayer.apply(1, &event.as_ref()));
         m.invalid();
         m.request("/v1/events", 200, Duration::from_micros(300));
         m.request("/nope", 404, Duration::from_secs(20));

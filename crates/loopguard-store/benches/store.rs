@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loopguard::{ConfigSet, ManualClock, Millis, RunState};
-use loopguard_events::{apply_to_run, parse_line, scope_of, Event};
+use loopguard_events::{apply_event, parse_line, Event};
 use loopguard_store::{delta, Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
 
 /// A call and its ~1 KiB result, `n` times, in one run.
@@ -34,15 +34,15 @@ fn events(n: usize) -> Vec<Event> {
 fn full_state(config: &ConfigSet) -> RunState {
     let mut state = RunState::default();
     for (i, event) in events(30).iter().enumerate() {
-        let scope = scope_of(event, None);
-        apply_to_run(
+        let scope = event.as_ref().scope(None);
+        apply_event(
             &mut state,
             config.global(),
             &scope,
-            i as u64,
-            event,
+            &event.as_ref(),
             Millis::new(1000),
-        );
+        )
+        .into_answer(i as u64, &scope);
     }
     state
 }
@@ -65,8 +65,15 @@ fn encoding(c: &mut Criterion) {
         b.iter_batched(
             || state.clone(),
             |mut s| {
-                let scope = scope_of(call, None);
-                apply_to_run(&mut s, config.global(), &scope, 1, call, Millis::new(2000))
+                let scope = call.as_ref().scope(None);
+                apply_event(
+                    &mut s,
+                    config.global(),
+                    &scope,
+                    &call.as_ref(),
+                    Millis::new(2000),
+                )
+                .into_answer(1, &scope)
             },
             BatchSize::SmallInput,
         )
@@ -84,15 +91,15 @@ fn deltas(c: &mut Criterion) {
     let mut steps = vec![before.clone()];
     let mut next = state.clone();
     for (i, event) in events[60..].iter().enumerate() {
-        let scope = scope_of(event, None);
-        apply_to_run(
+        let scope = event.as_ref().scope(None);
+        apply_event(
             &mut next,
             config.global(),
             &scope,
-            61 + i as u64,
-            event,
+            &event.as_ref(),
             Millis::new(2000),
-        );
+        )
+        .into_answer(61 + i as u64, &scope);
         steps.push(next.to_bytes());
     }
     let mut group = c.benchmark_group("delta");
@@ -134,10 +141,11 @@ fn updates(c: &mut Criterion) {
         b.iter(|| {
             let event = &events[i % events.len()];
             i += 1;
-            let scope = scope_of(event, None);
+            let scope = event.as_ref().scope(None);
             runtime
                 .block_on(memory.update(RunKey::of(&scope), |run, now| {
-                    apply_to_run(run, config.global(), &scope, 1, event, now)
+                    apply_event(run, config.global(), &scope, &event.as_ref(), now)
+                        .into_answer(1, &scope)
                 }))
                 .unwrap()
         })
@@ -147,10 +155,11 @@ fn updates(c: &mut Criterion) {
         b.iter(|| {
             let event = &events[i % events.len()];
             i += 1;
-            let scope = scope_of(event, None);
+            let scope = event.as_ref().scope(None);
             runtime
                 .block_on(sqlite.update(RunKey::of(&scope), |run, now| {
-                    apply_to_run(run, config.global(), &scope, 1, event, now)
+                    apply_event(run, config.global(), &scope, &event.as_ref(), now)
+                        .into_answer(1, &scope)
                 }))
                 .unwrap()
         })

@@ -423,7 +423,7 @@ mod tests {
     /// Applies a compaction, which stamps the run's activity time.
     fn stamp(state: &mut RunState, now: Millis) -> u32 {
         let config = loopguard::ConfigSet::default();
-        state.compaction(config.global(), now)
+        state.compaction(config.global(), &loopguard::Scope::new("s"), now)
     }
 
     #[test]

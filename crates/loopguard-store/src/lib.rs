@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use loopguard::{ConfigSet, ManualClock, Millis};
-//! use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
+//! use loopguard_events::{apply_event, parse_line, Reply};
 //! use loopguard_store::{Limits, MemoryStore, RunKey, Store};
 //! use std::sync::Arc;
 //!
@@ -19,13 +19,13 @@
 //! let store = MemoryStore::new(Limits::default(), Arc::new(ManualClock::new(Millis::ZERO)));
 //! let config = ConfigSet::default();
 //! let event = parse_line(br#"{"type":"compaction","session":"s","run":"r"}"#).unwrap();
-//! let scope = scope_of(&event, None);
-//! let answer = store
+//! let scope = event.as_ref().scope(None);
+//! let reply = store
 //!     .update(RunKey::of(&scope), |run, now| {
-//!         apply_to_run(run, config.for_agent(scope.agent()), &scope, 1, &event, now)
+//!         apply_event(run, config.for_agent(scope.agent()), &scope, &event.as_ref(), now)
 //!     })
 //!     .await?;
-//! assert!(matches!(answer, Answer::Compaction { armed: 3, .. }));
+//! assert_eq!(reply, Reply::Compaction(3));
 //! # Ok::<(), loopguard_store::StoreError>(())
 //! # }).unwrap();
 //! ```

@@ -101,7 +101,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use loopguard::{ConfigSet, ManualClock, Millis};
-    use loopguard_events::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+    use loopguard_events::{apply_event, parse_line, Answer, Replayer};
     use std::sync::Arc;
 
     /// Events through the store answer exactly as through the engine's own replayer.
@@ -123,25 +123,25 @@ mod tests {
         for (i, line) in lines.iter().enumerate() {
             let seq = i as u64 + 1;
             let event = parse_line(line.as_bytes()).unwrap();
-            let scope = scope_of(&event, None);
+            let scope = event.as_ref().scope(None);
             let got = store
                 .update(RunKey::of(&scope), |run, now| {
-                    apply_to_run(
+                    apply_event(
                         run,
                         config.for_agent(scope.agent()),
                         &scope,
-                        seq,
-                        &event,
+                        &event.as_ref(),
                         now,
                     )
+                    .into_answer(seq, &scope)
                 })
                 .await
                 .unwrap();
-            let want = replayer.apply(seq, &event);
+            let want = replayer.apply(seq, &event.as_ref());
             assert_eq!(got, want, "line {seq}");
         }
         assert!(matches!(
-            replayer.apply(0, &parse_line(lines[0].as_bytes()).unwrap()),
+            replayer.apply(0, &parse_line(lines[0].as_bytes()).unwrap().as_ref()),
             Answer::Call { .. }
         ));
         assert_eq!(store.stats().sessions, 2);

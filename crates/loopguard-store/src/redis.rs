@@ -24,7 +24,7 @@
 //! 1. `GET` the run's value; decode it (missing, unreadable or idle past the TTL: a fresh
 //!    state);
 //! 2. apply the event to it in Rust (the closure given to [`Store::update`](crate::Store::update), which is
-//!    `loopguard_events::apply_to_run` in the server);
+//!    `loopguard_events::apply_event` in the server);
 //! 3. `EVALSHA` the compare-and-swap script with the tag read in 1: if the run still holds
 //!    that tag, the script stores the new value (with the idle TTL), updates the session's
 //!    run index (evicting its least recently active run beyond the per-session limit) and

@@ -9,7 +9,7 @@ mod common;
 
 use common::{apply, compaction, loop_lines, replay_all, run_names};
 use loopguard::{ConfigSet, ManualClock, Millis};
-use loopguard_events::{apply_to_run, parse_line, scope_of, Answer};
+use loopguard_events::{apply_event, parse_line, Answer};
 use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
 
 fn open(path: &Path, clock: &ManualClock) -> SqliteStore {
@@ -83,13 +83,13 @@ async fn batches_commit_together_and_answer_in_order() {
         .iter()
         .enumerate()
         .map(|(i, event)| {
-            let scope = scope_of(event, None);
+            let scope = event.as_ref().scope(None);
             let cfg = config.for_agent(scope.agent());
             let seq = i as u64 + 1;
             (
                 RunKey::of(&scope),
                 move |run: &mut loopguard::RunState, now| {
-                    apply_to_run(run, cfg, &scope, seq, event, now)
+                    apply_event(run, cfg, &scope, &event.as_ref(), now).into_answer(seq, &scope)
                 },
             )
         })

@@ -72,7 +72,7 @@ fn replay(events: &[Event]) -> (Verdicts, Vec<(u64, u32)>) {
         if matches!(event, Event::Call { .. }) {
             ordinal += 1;
         }
-        match replayer.apply(seq as u64 + 1, event) {
+        match replayer.apply(seq as u64 + 1, &event.as_ref()) {
             Answer::Call {
                 verdict: Verdict::Warn { detection, .. } | Verdict::Block { detection, .. },
                 ..

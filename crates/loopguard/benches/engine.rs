@@ -1,12 +1,12 @@
 //! Engine benchmarks on the project's workloads (`bench/workloads.sh` writes them into
 //! `target/bench-data`; `LOOPGUARD_BENCH_DATA` points elsewhere).
 //!
-//! - `per_call/{small,medium,large}`: the full host cycle `before_call` + `after_call`, JSON
-//!   already parsed into `serde_json` values; `…_prepared`: the same with the call
-//!   fingerprinted once (`PreparedCall`), as a host that keeps it does; `…_raw`: the cycle
-//!   from the JSON text of the arguments and the result, tokenized into reused tapes and
-//!   fingerprinted without a value tree (what replay, serve, the hooks and the MCP proxy
-//!   do; the comparison with OpenClaw's detector);
+//! - `per_call/{small,medium,large}`: the full host cycle `begin` + `finish` (the call
+//!   fingerprinted once, its ticket kept while the tool runs), JSON already parsed into
+//!   `serde_json` values; `…_raw`: the cycle from the JSON text of the arguments and the
+//!   result, tokenized into reused tapes and fingerprinted without a value tree (what
+//!   replay, serve, the hooks and the MCP proxy do; the comparison with OpenClaw's
+//!   detector);
 //! - `history/{30,300,5000}` and `history_one_run/{30,300,5000}`: the same on `small` with a
 //!   larger window, with the workload's runs of 1,000 calls and with every call in one run
 //!   (so that the window really fills);
@@ -119,22 +119,6 @@ fn new_guard(history: u32) -> Guard<ManualClock> {
     )
 }
 
-/// The host cycle with the call fingerprinted once (`Guard::prepare`).
-fn host_cycle_prepared(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
-    for p in pairs {
-        let scope = Scope::new("perf").with_run(Some(&p.run));
-        let call = guard.prepare(
-            &scope,
-            &Call::new(&p.tool, &p.args).with_id(Some(&p.call_id)),
-        );
-        let verdict = guard.before_prepared(&scope, &call);
-        if !verdict.is_blocked() {
-            black_box(guard.after_prepared(&scope, &call, Outcome::Result(&p.result)));
-        }
-        let _ = black_box(verdict);
-    }
-}
-
 /// The host cycle from JSON text, as front ends that read events run it: the arguments
 /// and the result are tokenized (into reused tapes, no value tree) and fingerprinted from
 /// the text.
@@ -143,26 +127,23 @@ fn host_cycle_raw(guard: &mut Guard<ManualClock>, pairs: &[Pair], tapes: &mut (T
         let scope = Scope::new("perf").with_run(Some(&p.run));
         let args = tapes.0.parse(&p.args_text).unwrap();
         let call = Call::with_args(&p.tool, args).with_id(Some(&p.call_id));
-        let call = guard.prepare(&scope, &call);
-        let verdict = guard.before_prepared(&scope, &call);
-        if !verdict.is_blocked() {
+        let ticket = guard.begin(&scope, &call);
+        if !ticket.is_blocked() {
             let result = tapes.1.parse(&p.result_text).unwrap();
-            black_box(guard.after_prepared(&scope, &call, OutcomeOf::Result(result)));
+            black_box(guard.finish(ticket, OutcomeOf::Result(result)));
         }
-        let _ = black_box(verdict);
     }
 }
 
-/// The host cycle for every pair: verdict, then (unless blocked) the outcome.
+/// The host cycle for every pair: the ticket, then (unless blocked) the outcome.
 fn host_cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair], one_run: bool) {
     for p in pairs {
         let scope = Scope::new("perf").with_run(Some(if one_run { "all" } else { &p.run }));
         let call = Call::new(&p.tool, &p.args).with_id(Some(&p.call_id));
-        let verdict = guard.before_call(&scope, &call);
-        if !verdict.is_blocked() {
-            black_box(guard.after_call(&scope, &call, Outcome::Result(&p.result)));
+        let ticket = guard.begin(&scope, &call);
+        if !ticket.is_blocked() {
+            black_box(guard.finish(ticket, Outcome::Result(&p.result)));
         }
-        let _ = black_box(verdict);
     }
 }
 
@@ -181,13 +162,6 @@ fn per_call(c: &mut Criterion) {
             b.iter_batched_ref(
                 || new_guard(30),
                 |guard| host_cycle(guard, &pairs, false),
-                BatchSize::PerIteration,
-            )
-        });
-        group.bench_function(format!("{name}_prepared"), |b| {
-            b.iter_batched_ref(
-                || new_guard(30),
-                |guard| host_cycle_prepared(guard, &pairs),
                 BatchSize::PerIteration,
             )
         });

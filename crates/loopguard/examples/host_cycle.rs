@@ -1,4 +1,4 @@
-//! Runs the host cycle (`before_call` + `after_call`) over the first N calls of a workload
+//! Runs the host cycle (`begin`, then `finish` when the call may run) over the first N calls of a workload
 //! and prints the time per call: a harness for profilers (`perf`, `valgrind --tool=callgrind`).
 //!
 //! ```sh
@@ -22,9 +22,9 @@ fn cycle(guard: &mut Guard<ManualClock>, pairs: &[Pair]) {
     for (run, id, tool, args, result) in pairs {
         let scope = Scope::new("perf").with_run(Some(run));
         let call = Call::new(tool, args).with_id(Some(id));
-        let verdict = guard.before_call(&scope, &call);
-        if !verdict.is_blocked() {
-            std::hint::black_box(guard.after_call(&scope, &call, Outcome::Result(result)));
+        let ticket = guard.begin(&scope, &call);
+        if !ticket.is_blocked() {
+            std::hint::black_box(guard.finish(ticket, Outcome::Result(result)));
         }
     }
 }

@@ -167,6 +167,11 @@ impl Answers {
         key: impl FnOnce(OutcomeRule) -> Option<OutcomeKey>,
     ) -> Option<Recorded> {
         let answered = self.newest(id)?;
+        // A call still open has no result to repeat: its outcome is not hashed for nothing
+        // (the common case: the result of the call just judged).
+        if answered.state == State::Open {
+            return None;
+        }
         let same = match (answered.state, key(answered.rule)?) {
             (State::RecordedVeto, OutcomeKey::Veto) => true,
             (State::Recorded, OutcomeKey::Hashed(fp)) => prefix(fp.as_u128()) == answered.outcome,

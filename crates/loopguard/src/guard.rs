@@ -1,86 +1,23 @@
 //! [`Guard`]: the engine with its state in memory, the API a host runtime calls around each
 //! tool call.
 
-use serde_json::Value;
-
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::ConfigSet;
-use crate::fingerprint::{CallPrint, OutcomeOf};
+use crate::fingerprint::OutcomeOf;
 use crate::json::Json;
-use crate::observe;
-use crate::run::{ResultError, RunState};
+use crate::run::RunState;
 use crate::scope::Scope;
 use crate::table::{Limits, SessionTable, WhenFull};
-use crate::verdict::{Recorded, Verdict};
-
-/// A tool call as the host sees it: its arguments as a `serde_json::Value`, or in any
-/// other [`Json`] view ([`Call::with_args`]; raw JSON text is [`crate::json::Raw`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Call<'a, J = &'a Value> {
-    /// The tool name (trimmed before use).
-    pub tool: &'a str,
-    /// The JSON arguments.
-    pub args: J,
-    /// The provider's call id, if any (matches the outcome to its call).
-    pub call_id: Option<&'a str>,
-    /// The batch of parallel calls (one assistant message) this call belongs to, if known.
-    pub batch: Option<&'a str>,
-}
-
-impl<'a> Call<'a> {
-    /// A call of `tool` with `args` and no call id.
-    pub fn new(tool: &'a str, args: &'a Value) -> Self {
-        Self::with_args(tool, args)
-    }
-}
-
-impl<'a, J> Call<'a, J> {
-    /// A call of `tool` with arguments in any [`Json`] view, and no call id.
-    pub fn with_args(tool: &'a str, args: J) -> Self {
-        Self {
-            tool,
-            args,
-            call_id: None,
-            batch: None,
-        }
-    }
-
-    /// The same call with a provider call id (a blank id counts as none).
-    pub fn with_id(mut self, call_id: Option<&'a str>) -> Self {
-        self.call_id = call_id.and_then(crate::text::non_blank);
-        self
-    }
-
-    /// The same call as part of batch `batch` (the parallel calls of one assistant
-    /// message share a batch id; a blank id counts as none).
-    pub fn with_batch(mut self, batch: Option<&'a str>) -> Self {
-        self.batch = batch.and_then(crate::text::non_blank);
-        self
-    }
-}
-
-/// A call fingerprinted once ([`Guard::prepare`]): a host that keeps it between
-/// [`Guard::before_prepared`] and [`Guard::after_prepared`] hashes the arguments once
-/// instead of twice.
-#[derive(Clone, Copy, Debug)]
-pub struct PreparedCall<'a> {
-    print: CallPrint<'a>,
-    call_id: Option<&'a str>,
-    batch: Option<&'a str>,
-}
-
-impl<'a> PreparedCall<'a> {
-    /// The call's fingerprints.
-    pub fn print(&self) -> &CallPrint<'a> {
-        &self.print
-    }
-}
+use crate::ticket::{Call, Called, Ticket};
+use crate::verdict::Recorded;
 
 /// The loop guard with its state in memory.
 ///
-/// Call [`Guard::before_call`] before each tool call and do not run a blocked call;
-/// call [`Guard::after_call`] with what the call returned; call [`Guard::on_compaction`]
-/// after compacting an overflowing context and retrying. See the crate docs for a host loop.
+/// For each tool call, [`Guard::begin`] hands out a [`Ticket`] with the verdict: do not run
+/// a blocked call; run any other and give the ticket back to [`Guard::finish`] with what
+/// the call returned. [`Guard::call`] does both around a closure that runs the tool. Call
+/// [`Guard::on_compaction`] after compacting an overflowing context and retrying. See the
+/// crate docs for a host loop.
 #[derive(Debug)]
 pub struct Guard<C: Clock = SystemClock> {
     config: ConfigSet,
@@ -125,92 +62,75 @@ impl<C: Clock> Guard<C> {
         self.config = config;
     }
 
-    /// The verdict on a call about to run. A blocked call must not run: give the model
-    /// [`Verdict::blocked_result`] instead.
-    pub fn before_call<'a, J: Json<'a>>(
+    /// Judges a call about to run: the [`Ticket`] says whether it may run
+    /// ([`Ticket::is_blocked`]; a blocked call gets [`Ticket::blocked_result`] instead)
+    /// and is given back to [`Guard::finish`] with the call's outcome.
+    pub fn begin<'a, J: Json<'a>>(&mut self, scope: &Scope<'_>, call: &Call<'a, J>) -> Ticket {
+        let (cfg, run, now) = self.enter(scope);
+        run.begin(cfg, scope, call, now)
+    }
+
+    /// Records what the call of `ticket` returned (also for warned calls; the outcome of a
+    /// blocked call is ignored). [`Recorded::ends_run`] says when the post-compaction guard
+    /// stopped the run. (A ticket resumed by id from a run's state that cannot take this
+    /// outcome, see [`RunState::finish`], records nothing.)
+    pub fn finish<'o, O: Json<'o>>(&mut self, ticket: Ticket, outcome: OutcomeOf<O>) -> Recorded {
+        let (cfg, run, now) = self.enter(&ticket.scope());
+        run.finish(cfg, ticket, outcome, now).unwrap_or_default()
+    }
+
+    /// Runs a tool call under the guard, tower-style: judges the call, runs `tool` unless
+    /// the call is blocked, and records what it returned (`Ok` as the result, `Err` as the
+    /// error, both JSON values of one type, such as `serde_json::Value`). The outcome cannot be forgotten; [`Called`] holds the tool's output with the
+    /// blocked result, the warning note and the end of the run to act on.
+    ///
+    /// ```
+    /// use loopguard::{Call, Called, ConfigSet, Guard, Scope};
+    /// use serde_json::{json, Value};
+    ///
+    /// let mut guard = Guard::new(ConfigSet::enabled_defaults());
+    /// let scope = Scope::new("s").with_run(Some("r"));
+    /// let args = json!({ "path": "/tmp/a" });
+    /// let called = guard.call(&scope, &Call::new("read", &args), || {
+    ///     Ok::<Value, Value>(json!("contents"))
+    /// });
+    /// assert!(matches!(called, Called::Ran { output: Ok(_), .. }));
+    /// assert_eq!(called.ends_run(), None);
+    /// ```
+    pub fn call<'a, J: Json<'a>, T>(
         &mut self,
         scope: &Scope<'_>,
         call: &Call<'a, J>,
-    ) -> Verdict {
-        let call = self.prepare(scope, call);
-        self.before_prepared(scope, &call)
-    }
-
-    /// Fingerprints a call under the config of the scope's agent, once, for
-    /// [`Guard::before_prepared`] and [`Guard::after_prepared`].
-    pub fn prepare<'a, J: Json<'a>>(
-        &self,
-        scope: &Scope<'_>,
-        call: &Call<'a, J>,
-    ) -> PreparedCall<'a> {
-        PreparedCall {
-            print: CallPrint::for_config(
-                call.tool,
-                call.args,
-                self.config.for_agent(scope.agent()),
-            ),
-            call_id: call.call_id,
-            batch: call.batch,
+        tool: impl FnOnce() -> Result<T, T>,
+    ) -> Called<T>
+    where
+        for<'v> &'v T: Json<'v>,
+    {
+        let ticket = self.begin(scope, call);
+        if ticket.is_blocked() {
+            return Called::Blocked {
+                verdict: ticket.into_verdict(),
+            };
         }
-    }
-
-    /// [`Guard::before_call`] for a call from [`Guard::prepare`].
-    pub fn before_prepared(&mut self, scope: &Scope<'_>, call: &PreparedCall<'_>) -> Verdict {
-        let (cfg, run, now) = self.enter(scope);
-        let verdict = run.before_call(cfg, &call.print, call.call_id, call.batch, now);
-        observe::verdict(scope, call.print.tool, &verdict);
-        verdict
-    }
-
-    /// Records what a call returned (also for warned calls; results of blocked calls are
-    /// ignored). Reports an abort when the post-compaction guard stops the run.
-    pub fn after_call<'a, 'o, J: Json<'a>, O: Json<'o>>(
-        &mut self,
-        scope: &Scope<'_>,
-        call: &Call<'a, J>,
-        outcome: OutcomeOf<O>,
-    ) -> Recorded {
-        let call = self.prepare(scope, call);
-        self.after_prepared(scope, &call, outcome)
-    }
-
-    /// [`Guard::after_call`] for a call from [`Guard::prepare`].
-    pub fn after_prepared<'o, O: Json<'o>>(
-        &mut self,
-        scope: &Scope<'_>,
-        call: &PreparedCall<'_>,
-        outcome: OutcomeOf<O>,
-    ) -> Recorded {
-        let (cfg, run, now) = self.enter(scope);
-        let recorded = run.after_call(cfg, &call.print, call.call_id, outcome, now);
-        observe::recorded(scope, &recorded);
-        recorded
-    }
-
-    /// Records what the call with id `call_id` returned, when the host no longer has the
-    /// call's tool and arguments at hand.
-    pub fn after_call_by_id<'o, O: Json<'o>>(
-        &mut self,
-        scope: &Scope<'_>,
-        call_id: &str,
-        outcome: OutcomeOf<O>,
-    ) -> Result<Recorded, ResultError> {
-        if self.run_state(scope).is_none() {
-            return Err(ResultError::UnknownCall);
+        let verdict = ticket.verdict().clone();
+        let output = tool();
+        let outcome = match &output {
+            Ok(result) => OutcomeOf::Result(result),
+            Err(error) => OutcomeOf::Error(error),
+        };
+        let recorded = self.finish(ticket, outcome);
+        Called::Ran {
+            output,
+            verdict,
+            recorded,
         }
-        let (cfg, run, now) = self.enter(scope);
-        let recorded = run.after_call_by_id(cfg, call_id, outcome, now)?;
-        observe::recorded(scope, &recorded);
-        Ok(recorded)
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
     /// the number of attempts it watches, or 0 when the guard is disabled.
     pub fn on_compaction(&mut self, scope: &Scope<'_>) -> u32 {
         let (cfg, run, now) = self.enter(scope);
-        let window = run.compaction(cfg, now);
-        observe::armed(scope, window);
-        window
+        run.compaction(cfg, scope, now)
     }
 
     /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
@@ -273,24 +193,19 @@ impl<C: Clock> Guard<C> {
 
     /// Runs `f` with the config for the scope's agent, the run's state (created if needed)
     /// and the clock's time: what a host needs to apply an event to the run with
-    /// [`RunState`]'s methods, as a durable store does, while the guard keeps the run.
-    /// `RunState` logs nothing; the [`observe`](crate::observe) functions log its answers
-    /// as the guard's own methods do.
+    /// [`RunState`]'s methods, as a durable store does, while the guard keeps the run
+    /// (the event protocol's crate applies its events to a guard this way).
     ///
     /// ```
-    /// use loopguard::{observe, CallPrint, ConfigSet, Guard, Scope};
+    /// use loopguard::{Call, ConfigSet, Guard, Scope};
     /// use serde_json::json;
     ///
     /// let mut guard = Guard::new(ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }")?);
     /// let scope = Scope::new("s").with_run(Some("r"));
     /// let args = json!({ "path": "a" });
-    /// let verdict = guard.with_run(&scope, |cfg, run, now| {
-    ///     let print = CallPrint::for_config("read", &args, cfg);
-    ///     let verdict = run.before_call(cfg, &print, Some("c1"), None, now);
-    ///     observe::verdict(&scope, print.tool, &verdict);
-    ///     verdict
-    /// });
-    /// assert!(!verdict.is_blocked());
+    /// let call = Call::new("read", &args).with_id(Some("c1"));
+    /// let ticket = guard.with_run(&scope, |cfg, run, now| run.begin(cfg, &scope, &call, now));
+    /// assert!(!ticket.is_blocked());
     /// # Ok::<(), loopguard::ConfigError>(())
     /// ```
     pub fn with_run<R>(
@@ -353,9 +268,9 @@ mod tests {
         };
         let (mut g, clock) = guard(limits);
         let args = json!({});
-        let _ = g.before_call(&Scope::new("a"), &Call::new("read", &args));
+        let _ = g.begin(&Scope::new("a"), &Call::new("read", &args));
         clock.advance(Duration::from_secs(30));
-        let _ = g.before_call(&Scope::new("b"), &Call::new("read", &args));
+        let _ = g.begin(&Scope::new("b"), &Call::new("read", &args));
         assert_eq!(g.session_count(), 2);
         clock.advance(Duration::from_secs(31));
         assert_eq!(g.evict_idle(), 1);
@@ -374,7 +289,7 @@ mod tests {
         let args = json!({});
         for s in ["a", "b", "c", "d"] {
             clock.advance(Duration::from_millis(10));
-            let _ = g.before_call(&Scope::new(s), &Call::new("read", &args));
+            let _ = g.begin(&Scope::new(s), &Call::new("read", &args));
         }
         assert_eq!(g.session_count(), 3);
         assert!(
@@ -383,7 +298,7 @@ mod tests {
         );
         for r in ["r1", "r2", "r3"] {
             clock.advance(Duration::from_millis(10));
-            let _ = g.before_call(
+            let _ = g.begin(
                 &Scope::new("d").with_run(Some(r)),
                 &Call::new("read", &args),
             );
@@ -397,10 +312,10 @@ mod tests {
         let (mut g, _) = guard(Limits::default());
         let args = json!({});
         let s = Scope::new("s").with_run(Some("r"));
-        let _ = g.before_call(&s, &Call::new("read", &args));
+        let _ = g.begin(&s, &Call::new("read", &args));
         assert!(g.end_run(&s));
         assert!(!g.end_run(&s));
-        let _ = g.before_call(&s, &Call::new("read", &args));
+        let _ = g.begin(&s, &Call::new("read", &args));
         assert!(g.end_session("s"));
         assert_eq!(g.session_count(), 0);
     }

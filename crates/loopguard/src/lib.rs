@@ -12,7 +12,7 @@
 //! ## A host loop
 //!
 //! ```
-//! use loopguard::{Call, ConfigSet, Guard, Outcome, Scope, Verdict};
+//! use loopguard::{Call, ConfigSet, Guard, Outcome, Scope};
 //! use serde_json::json;
 //!
 //! let config = ConfigSet::parse("{ tools: { loopDetection: { enabled: true } } }")?;
@@ -23,28 +23,29 @@
 //! let mut blocked_at = None;
 //! for attempt in 1..=25 {
 //!     let call = Call::new("read", &args).with_id(Some("call-x"));
-//!     match guard.before_call(&scope, &call) {
-//!         Verdict::Block { .. } => {
-//!             // Do not run the tool; the model gets `verdict.blocked_result()` instead.
-//!             blocked_at = Some(attempt);
-//!             break;
-//!         }
-//!         verdict => {
-//!             // Run the tool (here: it always fails the same way) ...
-//!             let error = json!("ENOENT: no such file");
-//!             let recorded = guard.after_call(&scope, &call, Outcome::Error(&error));
-//!             assert!(recorded.abort.is_none());
-//!             // ... and append the warning to the result the model sees, when asked to.
-//!             if let Some(note) = verdict.warning_note() {
-//!                 assert!(note.contains("read"));
-//!             }
-//!         }
+//!     // The ticket carries the verdict and everything the outcome is recorded by.
+//!     let ticket = guard.begin(&scope, &call);
+//!     if ticket.is_blocked() {
+//!         // Do not run the tool; the model gets `ticket.blocked_result()` instead.
+//!         blocked_at = Some(attempt);
+//!         break;
 //!     }
+//!     // Append the warning to the result the model sees, when there is one.
+//!     if let Some(note) = ticket.warning_note() {
+//!         assert!(note.contains("read"));
+//!     }
+//!     // Run the tool (here: it always fails the same way), then finish the ticket.
+//!     let error = json!("ENOENT: no such file");
+//!     let recorded = guard.finish(ticket, Outcome::Error(&error));
+//!     assert!(recorded.ends_run().is_none());
 //! }
 //! // 20 identical failures: the 21st attempt is blocked (generic_repeat, critical).
 //! assert_eq!(blocked_at, Some(21));
 //! # Ok::<(), loopguard::ConfigError>(())
 //! ```
+//!
+//! [`Guard::call`] does the same around a closure that runs the tool, so that the outcome
+//! cannot be forgotten.
 //!
 //! ## Where to start
 //!
@@ -58,8 +59,9 @@
 //! are in the source): `scope` → [`fingerprint`] (over [`canonical`] JSON and the
 //! [`policy`] tables) → `history` → `metrics` → `detectors` → `verdict` → `enforcement` →
 //! record, with the `compaction` guard watching outcomes. `run` holds the state of one
-//! (session, run) and applies the chain; [`Guard`] keeps runs in memory with an injectable
-//! [`Clock`]; durable stores keep [`RunState`] values instead.
+//! (session, run) and applies the chain to each [`Ticket`] (`ticket`: a call from its
+//! verdict to its outcome); [`Guard`] keeps runs in memory with an injectable [`Clock`];
+//! durable stores keep [`RunState`] values instead.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -78,20 +80,22 @@ mod history;
 pub mod json;
 pub mod masking;
 mod metrics;
-pub mod observe;
+mod observe;
 pub mod policy;
 mod run;
 mod scope;
 mod table;
 pub mod text;
+mod ticket;
 mod verdict;
 
 pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};
-pub use guard::{Call, Guard, PreparedCall};
+pub use guard::Guard;
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
 pub use scope::{Scope, DEFAULT_SESSION};
 pub use table::{Limits, SessionLimit, SessionTable, Touched, WhenFull};
+pub use ticket::{Call, CallRef, Called, Ticket};
 pub use verdict::{Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};

@@ -19,6 +19,9 @@ use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::json::Json;
+use crate::observe;
+use crate::scope::Scope;
+use crate::ticket::{Call, CallRef, Keys, Standing, Ticket};
 use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
 
 /// The warning threshold whose multiples surface a warning of `detector`.
@@ -33,6 +36,16 @@ fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -
         _ => None,
     }
     .unwrap_or(t.warning)
+}
+
+/// What a ticket for the call `print` (with call id hash `id`) records its outcome by.
+fn keys(print: &CallPrint<'_>, id: Option<u64>) -> Keys {
+    Keys {
+        signature: print.signature,
+        rule: print.rule,
+        target: print.target.map(|t| target_key(print.tool, t)),
+        call_id: id,
+    }
 }
 
 /// Why a run stopped: every later call of the run is blocked with this.
@@ -204,30 +217,40 @@ impl RunState {
             + self.added.ext.escalation.heap_bytes()
     }
 
-    /// The verdict on a call about to run, and its record.
-    pub fn before_call(
+    /// Judges a call about to run and records it: the [`Ticket`] carries the verdict, and
+    /// the call's record stays pending in the history until the ticket is finished. (Given
+    /// the id of the newest call of the run, with the same tool and arguments and no
+    /// outcome yet, this is a retry: the same verdict again, nothing changed.) The verdict
+    /// is logged ([`observe`]).
+    pub fn begin<'a, J: Json<'a>>(
         &mut self,
         cfg: &EffectiveConfig,
-        call: &CallPrint<'_>,
-        call_id: Option<&str>,
-        batch: Option<&str>,
+        scope: &Scope<'_>,
+        call: &Call<'a, J>,
         now: Millis,
-    ) -> Verdict {
+    ) -> Ticket {
+        let print = CallPrint::for_config(call.tool, call.args, cfg);
         self.last_active = now;
-        let id = call_id.map(call_id_hash);
-        let retried = id.and_then(|id| self.added.answers.retried_call(id, call.signature));
-        match retried {
+        let id = call.call_id.map(call_id_hash);
+        let retried = id.and_then(|id| self.added.answers.retried_call(id, print.signature));
+        let verdict = match retried {
             Some(verdict) => verdict,
             None => {
-                let verdict = self.verdict(cfg, call, id, batch, call_id, now);
+                let verdict = self.verdict(cfg, &print, id, call.batch, call.call_id, now);
                 if let Some(id) = id {
                     self.added
                         .answers
-                        .called(id, call.signature, call.rule, &verdict);
+                        .called(id, print.signature, print.rule, &verdict);
                 }
                 verdict
             }
-        }
+        };
+        observe::verdict(scope, print.tool, &verdict);
+        let standing = match verdict.is_blocked() {
+            true => Standing::Blocked,
+            false => Standing::Open,
+        };
+        Ticket::new(scope, print.tool, keys(&print, id), verdict, standing)
     }
 
     fn verdict(
@@ -498,64 +521,90 @@ impl RunState {
         None
     }
 
-    /// Records the outcome of a call given by tool and arguments.
-    pub fn after_call<'o, O: Json<'o>>(
-        &mut self,
+    /// The ticket of the call a result belongs to, for [`RunState::finish`]: a result on
+    /// the wire names its call by id ([`CallRef::Id`]: the pending call of that id, its
+    /// fingerprint taken from its record) or by its own tool and arguments
+    /// ([`CallRef::Call`]). Whether an outcome may be recorded against it is decided when
+    /// it is finished (a retried result is answered again whatever became of its record).
+    pub fn resume<'a, J: Json<'a>>(
+        &self,
         cfg: &EffectiveConfig,
-        call: &CallPrint<'_>,
-        call_id: Option<&str>,
-        outcome: OutcomeOf<O>,
-        now: Millis,
-    ) -> Recorded {
-        self.last_active = now;
-        let id = call_id.map(call_id_hash);
-        let target = call.target.map(|t| target_key(call.tool, t));
-        match id.and_then(|id| self.retried_result(cfg, id, outcome)) {
-            Some(recorded) => recorded,
-            None => self.settle(
-                cfg,
-                call.tool,
-                call.signature,
-                call.rule,
-                id,
-                target,
-                outcome,
-                now,
-            ),
-        }
+        scope: &Scope<'_>,
+        call: CallRef<'a, J>,
+    ) -> Ticket {
+        let call_id = match call {
+            CallRef::Call(call) => {
+                let print = CallPrint::for_config(call.tool, call.args, cfg);
+                let id = call.call_id.map(call_id_hash);
+                return Ticket::new(
+                    scope,
+                    print.tool,
+                    keys(&print, id),
+                    Verdict::Allow,
+                    Standing::Open,
+                );
+            }
+            CallRef::Id(call_id) => call_id,
+        };
+        let id = call_id_hash(call_id);
+        let Some(index) = self.history.by_call_id(id) else {
+            // Blocked long ago: its veto has left the window, its id is still known.
+            let standing = match self.added.answers.was_blocked(id) {
+                true => Standing::Blocked,
+                false => Standing::Unknown,
+            };
+            let keys = Keys {
+                signature: Signature::NONE,
+                rule: OutcomeRule::NONE,
+                target: None,
+                call_id: Some(id),
+            };
+            return Ticket::new(scope, "", keys, Verdict::Allow, standing);
+        };
+        let record = &self.history.records()[index];
+        let standing = match record.state() {
+            RecordState::Veto => Standing::Blocked,
+            RecordState::Done(_) => Standing::Recorded,
+            RecordState::Pending => Standing::Open,
+        };
+        let keys = Keys {
+            signature: record.signature(),
+            rule: record.rule(),
+            // A pending record: its target was recorded with the call.
+            target: None,
+            call_id: Some(id),
+        };
+        let tool = self.history.names().get(record.tool());
+        Ticket::new(scope, tool, keys, Verdict::Allow, standing)
     }
 
-    /// Records the outcome of the call with id `call_id`, which must be in the history.
-    pub fn after_call_by_id<'o, O: Json<'o>>(
+    /// Records what the call of `ticket` returned (also for warned calls; the outcome of
+    /// a blocked call is ignored), and logs an abort ([`observe`]). `Err` only for a
+    /// ticket resumed by id ([`RunState::resume`]) whose call already has another outcome,
+    /// or whose id the run does not know; a ticket from [`RunState::begin`] always
+    /// finishes.
+    pub fn finish<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
-        call_id: &str,
+        ticket: Ticket,
         outcome: OutcomeOf<O>,
         now: Millis,
     ) -> Result<Recorded, ResultError> {
         self.last_active = now;
-        let id = call_id_hash(call_id);
-        if let Some(recorded) = self.retried_result(cfg, id, outcome) {
-            return Ok(recorded);
-        }
-        let Some(index) = self.history.by_call_id(id) else {
-            // Blocked long ago: its veto has left the window, its id is still known.
-            return match self.added.answers.was_blocked(id) {
-                true => Ok(Recorded::default()),
-                false => Err(ResultError::UnknownCall),
-            };
+        let retried = ticket
+            .call_id
+            .and_then(|id| self.retried_result(cfg, id, outcome));
+        let recorded = match (retried, ticket.standing) {
+            (Some(recorded), _) => recorded,
+            (None, Standing::Open) => self.settle(cfg, &ticket, outcome, now),
+            (None, Standing::Blocked) => Recorded::default(),
+            (None, Standing::Recorded) => return Err(ResultError::AlreadyRecorded),
+            (None, Standing::Unknown) => return Err(ResultError::UnknownCall),
         };
-        let record = &self.history.records()[index];
-        match record.state() {
-            RecordState::Veto => Ok(Recorded::default()),
-            RecordState::Done(_) => Err(ResultError::AlreadyRecorded),
-            RecordState::Pending => {
-                let tool = self.history.names().get(record.tool()).to_owned();
-                let (signature, rule) = (record.signature(), record.rule());
-                // A pending record: its target was recorded with the call.
-                Ok(self.settle(cfg, &tool, signature, rule, Some(id), None, outcome, now))
-            }
+        if recorded.abort.is_some() {
+            observe::recorded(&ticket.scope(), &recorded);
         }
+        Ok(recorded)
     }
 
     /// The tool and args of the pending call with id `call_id`, when there is one: lets a
@@ -568,28 +617,30 @@ impl RunState {
             .then(|| (self.history.names().get(record.tool()), record.signature()))
     }
 
-    /// A compaction retry: arms the guard. Returns the window, or 0 when it is disabled.
-    pub fn compaction(&mut self, cfg: &EffectiveConfig, now: Millis) -> u32 {
+    /// A compaction retry in the run of `scope`: arms the post-compaction guard. Returns
+    /// the window, or 0 when the guard is disabled; the arming is logged ([`observe`]).
+    pub fn compaction(&mut self, cfg: &EffectiveConfig, scope: &Scope<'_>, now: Millis) -> u32 {
         self.last_active = now;
-        if !cfg.guard_enabled() {
-            return 0;
-        }
-        self.guard.arm(cfg.post_compaction_window);
-        cfg.post_compaction_window
+        let window = match cfg.guard_enabled() {
+            true => {
+                self.guard.arm(cfg.post_compaction_window);
+                cfg.post_compaction_window
+            }
+            false => 0,
+        };
+        observe::armed(scope, window);
+        window
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Records the outcome of an open ticket's call.
     fn settle<'o, O: Json<'o>>(
         &mut self,
         cfg: &EffectiveConfig,
-        tool: &str,
-        signature: Signature,
-        rule: OutcomeRule,
-        id: Option<u64>,
-        target: Option<u64>,
+        ticket: &Ticket,
         outcome: OutcomeOf<O>,
         now: Millis,
     ) -> Recorded {
+        let (signature, rule, id) = (ticket.signature, ticket.rule, ticket.call_id);
         let pending = self.history.pending_match(signature, id);
         if pending.is_none() && id.is_some_and(|id| self.was_blocked(id)) {
             // The result of a blocked call is ignored: the call never ran.
@@ -622,7 +673,7 @@ impl RunState {
                 let index = self.history.push(
                     cfg.history_size,
                     NewRecord {
-                        tool,
+                        tool: ticket.tool(),
                         signature,
                         call_id: id,
                         state,
@@ -633,12 +684,13 @@ impl RunState {
                         failed,
                     },
                 );
-                self.appended(cfg, index, target);
+                self.appended(cfg, index, ticket.target);
             }
         }
         let shadow = cfg.is_shadow();
         let abort = match state {
             RecordState::Done(fp) => self.guard.observe(signature, fp).map(|count| {
+                let tool = ticket.tool();
                 if self.stop.is_none() && !shadow {
                     self.stop = Some(Stop {
                         detector: Detector::CompactionLoopPersisted,
@@ -854,18 +906,62 @@ mod tests {
     use crate::Outcome;
     use serde_json::json;
 
+    /// The scope of every test run.
+    fn scope() -> Scope<'static> {
+        Scope::new("s").with_run(Some("r"))
+    }
+
+    /// A call event: the ticket is left with the run (as on the wire), its verdict kept.
+    fn call(
+        state: &mut RunState,
+        cfg: &EffectiveConfig,
+        call: &Call<'_>,
+        id: Option<&str>,
+        now: Millis,
+    ) -> Verdict {
+        state
+            .begin(cfg, &scope(), &call.with_id(id), now)
+            .into_verdict()
+    }
+
+    /// A result event naming its call by tool and arguments.
+    fn result(
+        state: &mut RunState,
+        cfg: &EffectiveConfig,
+        call: &Call<'_>,
+        id: Option<&str>,
+        outcome: Outcome<'_>,
+        now: Millis,
+    ) -> Recorded {
+        let ticket = state.resume(cfg, &scope(), CallRef::Call(call.with_id(id)));
+        state.finish(cfg, ticket, outcome, now).unwrap()
+    }
+
+    /// A result event naming its call by id only.
+    fn by_id(
+        state: &mut RunState,
+        cfg: &EffectiveConfig,
+        id: &str,
+        outcome: Outcome<'_>,
+        now: Millis,
+    ) -> Result<Recorded, ResultError> {
+        let ticket = state.resume(cfg, &scope(), CallRef::id(id));
+        state.finish(cfg, ticket, outcome, now)
+    }
+
     #[test]
     fn state_round_trips_through_bytes() {
         let set = ConfigSet::enabled_defaults();
         let cfg = set.global();
         let mut state = RunState::default();
         let args = json!({"path": "/x"});
-        let print = CallPrint::new("read", &args);
+        let print = Call::new("read", &args);
         for i in 0..12 {
             let id = format!("c{i}");
-            let _ = state.before_call(cfg, &print, Some(&id), None, Millis::new(i));
+            let _ = call(&mut state, cfg, &print, Some(&id), Millis::new(i));
             let out = json!("same");
-            state.after_call(
+            result(
+                &mut state,
                 cfg,
                 &print,
                 Some(&id),
@@ -873,7 +969,7 @@ mod tests {
                 Millis::new(i),
             );
         }
-        state.compaction(cfg, Millis::new(99));
+        state.compaction(cfg, &scope(), Millis::new(99));
         let bytes = state.to_bytes();
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
@@ -909,12 +1005,9 @@ mod tests {
             .chain((0..3).map(|i| ("edit".to_owned(), json!({"path": "a.py", "old": i}))))
             .collect();
         for (i, (tool, args)) in steps.iter().enumerate() {
-            let print = CallPrint::for_config(tool, args, cfg);
+            let print = Call::new(tool, args);
             let id = format!("c{i}");
-            if state
-                .before_call(cfg, &print, Some(&id), None, Millis::new(0))
-                .is_blocked()
-            {
+            if call(&mut state, cfg, &print, Some(&id), Millis::new(0)).is_blocked() {
                 continue;
             }
             let (failed, same) = (json!("old text not found"), json!("same"));
@@ -922,7 +1015,7 @@ mod tests {
                 "edit" => Outcome::Error(&failed),
                 _ => Outcome::Result(&same),
             };
-            state.after_call(cfg, &print, Some(&id), out, Millis::new(0));
+            result(&mut state, cfg, &print, Some(&id), out, Millis::new(0));
         }
         assert!(
             !state.added.ext.escalation.is_empty(),
@@ -932,9 +1025,9 @@ mod tests {
         assert_eq!(back, state);
         // Both go on the same way: the cycle's next step is escalated in each.
         let args = json!({"i": 0});
-        let print = CallPrint::for_config("read", &args, cfg);
-        let a = state.before_call(cfg, &print, Some("x"), None, Millis::new(0));
-        let b = back.before_call(cfg, &print, Some("x"), None, Millis::new(0));
+        let print = Call::new("read", &args);
+        let a = call(&mut state, cfg, &print, Some("x"), Millis::new(0));
+        let b = call(&mut back, cfg, &print, Some("x"), Millis::new(0));
         assert_eq!(a, b);
         assert_eq!(a.detection().unwrap().detector, Detector::Escalation);
     }
@@ -964,11 +1057,12 @@ mod tests {
         let set = small_window(4);
         let cfg = set.global();
         let args = json!({"p": "a"});
-        let print = CallPrint::new("read", &args);
-        let v = state.before_call(cfg, &print, Some("c4"), None, Millis::new(2000));
+        let print = Call::new("read", &args);
+        let v = call(&mut state, cfg, &print, Some("c4"), Millis::new(2000));
         assert!(v.is_blocked(), "{v:?}");
         let out = json!("same");
-        let r = state.after_call(
+        let r = result(
+            &mut state,
             cfg,
             &print,
             Some("c3"),
@@ -992,38 +1086,61 @@ mod tests {
         let empty = json!({});
         let same = json!("same");
         let (r, list, grep) = (
-            CallPrint::new("read", &read),
-            CallPrint::new("list", &empty),
-            CallPrint::new("grep", &empty),
+            Call::new("read", &read),
+            Call::new("list", &empty),
+            Call::new("grep", &empty),
         );
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &r, Some(id), None, Millis::new(0));
+            let _ = call(&mut state, cfg, &r, Some(id), Millis::new(0));
             assert!(
-                state
-                    .after_call(cfg, &r, Some(id), Outcome::Result(&same), Millis::new(0))
-                    .recorded
+                result(
+                    &mut state,
+                    cfg,
+                    &r,
+                    Some(id),
+                    Outcome::Result(&same),
+                    Millis::new(0)
+                )
+                .recorded
             );
         }
-        assert!(state
-            .before_call(cfg, &r, Some("c3"), None, Millis::new(0))
-            .is_blocked());
+        assert!(call(&mut state, cfg, &r, Some("c3"), Millis::new(0)).is_blocked());
         assert_eq!(
-            state.before_call(cfg, &list, Some("c4"), None, Millis::new(0)),
+            call(&mut state, cfg, &list, Some("c4"), Millis::new(0)),
             Verdict::Allow
         );
         assert_eq!(
-            state.before_call(cfg, &grep, Some("c5"), None, Millis::new(0)),
+            call(&mut state, cfg, &grep, Some("c5"), Millis::new(0)),
             Verdict::Allow
         );
         let before = state.history().clone();
-        let late = state.after_call(cfg, &r, Some("c3"), Outcome::Result(&same), Millis::new(0));
+        let late = result(
+            &mut state,
+            cfg,
+            &r,
+            Some("c3"),
+            Outcome::Result(&same),
+            Millis::new(0),
+        );
         assert_eq!(late, Recorded::default());
-        let by_id = state.after_call_by_id(cfg, "c3", Outcome::Result(&same), Millis::new(0));
-        assert_eq!(by_id, Ok(Recorded::default()));
+        let named = by_id(
+            &mut state,
+            cfg,
+            "c3",
+            Outcome::Result(&same),
+            Millis::new(0),
+        );
+        assert_eq!(named, Ok(Recorded::default()));
         assert_eq!(state.history(), &before);
         // An id never seen is still an error.
         assert_eq!(
-            state.after_call_by_id(cfg, "c9", Outcome::Result(&same), Millis::new(0)),
+            by_id(
+                &mut state,
+                cfg,
+                "c9",
+                Outcome::Result(&same),
+                Millis::new(0)
+            ),
             Err(ResultError::UnknownCall)
         );
     }
@@ -1035,24 +1152,42 @@ mod tests {
         let mut state = RunState::default();
         let (a, b) = (json!({"p": "a"}), json!({"p": "b"}));
         let same = json!("same");
-        let (ra, rb) = (CallPrint::new("read", &a), CallPrint::new("read", &b));
+        let (ra, rb) = (Call::new("read", &a), Call::new("read", &b));
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &ra, Some(id), None, Millis::new(0));
-            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), Millis::new(0));
+            let _ = call(&mut state, cfg, &ra, Some(id), Millis::new(0));
+            result(
+                &mut state,
+                cfg,
+                &ra,
+                Some(id),
+                Outcome::Result(&same),
+                Millis::new(0),
+            );
         }
-        assert!(state
-            .before_call(cfg, &ra, Some("x"), None, Millis::new(0))
-            .is_blocked());
+        assert!(call(&mut state, cfg, &ra, Some("x"), Millis::new(0)).is_blocked());
         // The host reuses "x" for another call, which runs; its result counts.
         assert_eq!(
-            state.before_call(cfg, &rb, Some("x"), None, Millis::new(0)),
+            call(&mut state, cfg, &rb, Some("x"), Millis::new(0)),
             Verdict::Allow
         );
         for filler in ["f1", "f2", "f3"] {
             let e = json!({});
-            let _ = state.before_call(cfg, &CallPrint::new(filler, &e), None, None, Millis::new(0));
+            let _ = call(
+                &mut state,
+                cfg,
+                &Call::new(filler, &e),
+                None,
+                Millis::new(0),
+            );
         }
-        let r = state.after_call(cfg, &rb, Some("x"), Outcome::Result(&same), Millis::new(0));
+        let r = result(
+            &mut state,
+            cfg,
+            &rb,
+            Some("x"),
+            Outcome::Result(&same),
+            Millis::new(0),
+        );
         assert!(r.recorded);
     }
 
@@ -1063,18 +1198,26 @@ mod tests {
         let mut state = RunState::default();
         let a = json!({"p": "a"});
         let same = json!("same");
-        let ra = CallPrint::new("read", &a);
+        let ra = Call::new("read", &a);
         for id in ["c1", "c2"] {
-            let _ = state.before_call(cfg, &ra, Some(id), None, Millis::new(0));
-            state.after_call(cfg, &ra, Some(id), Outcome::Result(&same), Millis::new(0));
+            let _ = call(&mut state, cfg, &ra, Some(id), Millis::new(0));
+            result(
+                &mut state,
+                cfg,
+                &ra,
+                Some(id),
+                Outcome::Result(&same),
+                Millis::new(0),
+            );
         }
         let blocked = crate::BLOCKED_IDS_KEPT + 10;
         for i in 0..blocked {
-            let v = state.before_call(cfg, &ra, Some(&format!("b{i}")), None, Millis::new(0));
+            let v = call(&mut state, cfg, &ra, Some(&format!("b{i}")), Millis::new(0));
             assert!(v.is_blocked());
         }
         let late = |state: &mut RunState, i: usize| {
-            state.after_call(
+            result(
+                state,
                 cfg,
                 &ra,
                 Some(&format!("b{i}")),
@@ -1096,46 +1239,78 @@ mod tests {
         let mut state = RunState::default();
         let a = json!({"p": "a"});
         let same = json!("same");
-        let ra = CallPrint::new("read", &a);
-        let first = state.before_call(cfg, &ra, Some("c1"), None, Millis::new(0));
+        let ra = Call::new("read", &a);
+        let first = call(&mut state, cfg, &ra, Some("c1"), Millis::new(0));
         let snapshot = state.clone();
         assert_eq!(
-            state.before_call(cfg, &ra, Some("c1"), None, Millis::new(0)),
+            call(&mut state, cfg, &ra, Some("c1"), Millis::new(0)),
             first
         );
         assert_eq!(state, snapshot);
-        let recorded =
-            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), Millis::new(0));
+        let recorded = result(
+            &mut state,
+            cfg,
+            &ra,
+            Some("c1"),
+            Outcome::Result(&same),
+            Millis::new(0),
+        );
         let snapshot = state.clone();
         // The result again, with its tool and arguments or by id only.
         assert_eq!(
-            state.after_call(cfg, &ra, Some("c1"), Outcome::Result(&same), Millis::new(0)),
+            result(
+                &mut state,
+                cfg,
+                &ra,
+                Some("c1"),
+                Outcome::Result(&same),
+                Millis::new(0)
+            ),
             recorded
         );
         assert_eq!(
-            state.after_call_by_id(cfg, "c1", Outcome::Result(&same), Millis::new(0)),
+            by_id(
+                &mut state,
+                cfg,
+                "c1",
+                Outcome::Result(&same),
+                Millis::new(0)
+            ),
             Ok(recorded)
         );
         assert_eq!(state, snapshot);
         // Another outcome for the same id is not a retry.
         let other = json!("other");
         assert_eq!(
-            state.after_call_by_id(cfg, "c1", Outcome::Result(&other), Millis::new(0)),
+            by_id(
+                &mut state,
+                cfg,
+                "c1",
+                Outcome::Result(&other),
+                Millis::new(0)
+            ),
             Err(ResultError::AlreadyRecorded)
         );
         // A warned call, retried, is warned again with the same words; once its result
         // is in, the same id and call again is a new call (hosts reusing ids stay guarded).
-        let warned = state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0));
+        let warned = call(&mut state, cfg, &ra, Some("c2"), Millis::new(0));
         assert!(matches!(warned, Verdict::Warn { .. }), "{warned:?}");
         assert_eq!(
-            state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0)),
+            call(&mut state, cfg, &ra, Some("c2"), Millis::new(0)),
             warned
         );
-        state.after_call(cfg, &ra, Some("c2"), Outcome::Result(&same), Millis::new(0));
-        let blocked = state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0));
+        result(
+            &mut state,
+            cfg,
+            &ra,
+            Some("c2"),
+            Outcome::Result(&same),
+            Millis::new(0),
+        );
+        let blocked = call(&mut state, cfg, &ra, Some("c2"), Millis::new(0));
         assert!(blocked.is_blocked(), "{blocked:?}");
         assert_eq!(
-            state.before_call(cfg, &ra, Some("c2"), None, Millis::new(0)),
+            call(&mut state, cfg, &ra, Some("c2"), Millis::new(0)),
             blocked
         );
         assert_eq!(state.history().len(), 3);

@@ -26,6 +26,19 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// A scope from ids already normalized (those of another scope), taken as they are.
+    pub(crate) fn from_normalized(
+        session: &'a str,
+        run: Option<&'a str>,
+        agent: Option<&'a str>,
+    ) -> Self {
+        Self {
+            session,
+            run,
+            agent,
+        }
+    }
+
     /// The same scope inside run `run` (records without a run form their own scope).
     pub fn with_run(mut self, run: Option<&'a str>) -> Self {
         self.run = run.and_then(non_blank);

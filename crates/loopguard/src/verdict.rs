@@ -364,6 +364,13 @@ impl Recorded {
             would_abort,
         }
     }
+
+    /// When this outcome ended the run (the post-compaction guard aborted it): the
+    /// message the run ends with. The host stops the run; every later call of it would
+    /// be blocked anyway.
+    pub fn ends_run(&self) -> Option<&str> {
+        self.abort.as_ref().map(|a| a.message.as_str())
+    }
 }
 
 /// The words of every message, in one place.

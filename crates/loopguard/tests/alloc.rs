@@ -12,14 +12,20 @@ struct Counting;
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 
+// A global allocator has no safe interface (workspace lints: Cargo.toml); this one
+// counts, then forwards every call to the system's with the caller's own arguments.
+#[allow(unsafe_code)]
+// SAFETY: every method forwards to `System`, which upholds `GlobalAlloc`'s contract.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -28,6 +34,7 @@ unsafe impl GlobalAlloc for Counting {
             new_size as isize - layout.size() as isize,
             Ordering::Relaxed,
         );
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -93,9 +100,9 @@ fn no_allocation_per_call_in_steady_state() {
     let data: Vec<_> = (0..4000).map(call_data).collect();
     let cycle = |g: &mut Guard<ManualClock>, d: &(String, Value, Value, String)| {
         let call = Call::new(&d.0, &d.1).with_id(Some(&d.3));
-        let verdict = g.before_call(&scope, &call);
-        assert!(matches!(verdict, Verdict::Allow), "{verdict:?}");
-        g.after_call(&scope, &call, Outcome::Result(&d.2));
+        let ticket = g.begin(&scope, &call);
+        assert!(matches!(ticket.verdict(), Verdict::Allow), "{ticket:?}");
+        g.finish(ticket, Outcome::Result(&d.2));
     };
     for d in &data[..2000] {
         cycle(&mut g, d);
@@ -119,8 +126,8 @@ fn bytes_per_live_run() {
         let scope = Scope::new(name).with_run(Some("run-0001"));
         for d in &data {
             let call = Call::new(&d.0, &d.1).with_id(Some(&d.3));
-            let _ = g.before_call(&scope, &call);
-            g.after_call(&scope, &call, Outcome::Result(&d.2));
+            let ticket = g.begin(&scope, &call);
+            g.finish(ticket, Outcome::Result(&d.2));
         }
     }
     let per_run = (LIVE_BYTES.load(Ordering::SeqCst) - before) as f64 / RUNS as f64;

@@ -2,7 +2,10 @@
 
 use loopguard::config::{ConfigSet, DetectorsBlock, LoopDetectionBlock};
 use loopguard::fingerprint::{args_fingerprint, Fingerprint};
-use loopguard::{Call, Detector, Guard, Limits, ManualClock, Millis, Outcome, Scope, Verdict};
+use loopguard::{
+    Call, CallRef, Detector, Guard, Limits, ManualClock, Millis, Outcome, Recorded, ResultError,
+    Scope, Verdict,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Number, Value};
@@ -175,8 +178,8 @@ proptest! {
                     let args = args_for(tool, *args);
                     let id = format!("c{i}");
                     let call = Call::new(tool, &args).with_id(Some(&id));
-                    let verdict = guard.before_call(&scope, &call);
-                    if let Verdict::Block { detection, .. } = &verdict {
+                    let ticket = guard.begin(&scope, &call);
+                    if let Verdict::Block { detection, .. } = ticket.verdict() {
                         prop_assert!(
                             !matches!(
                                 detection.detector,
@@ -194,7 +197,7 @@ proptest! {
                         "content": [{"type": "text", "text": format!("output {i}")}],
                         "details": {"status": "running", "aggregated": format!("{i}"), "ok": i},
                     });
-                    let recorded = guard.after_call(&scope, &call, Outcome::Result(&result));
+                    let recorded = guard.finish(ticket, Outcome::Result(&result));
                     prop_assert!(recorded.abort.is_none());
                 }
             }
@@ -215,8 +218,8 @@ proptest! {
         for i in 0..repeats {
             let id = format!("c{i}");
             let call = Call::new("read", &args).with_id(Some(&id));
-            let verdict = guard.before_call(&scope, &call);
-            match &verdict {
+            let ticket = guard.begin(&scope, &call);
+            match ticket.verdict() {
                 Verdict::Block { terminal, .. } => {
                     first_block.get_or_insert(i);
                     if stopped {
@@ -227,7 +230,8 @@ proptest! {
                 _ => prop_assert!(!stopped, "a stopped run allowed call {i}"),
             }
             let out = serde_json::json!("same");
-            guard.after_call(&scope, &call, Outcome::Result(&out));
+            // The outcome of a blocked call is ignored: finishing its ticket records nothing.
+            guard.finish(ticket, Outcome::Result(&out));
         }
         if repeats > 20 {
             prop_assert_eq!(first_block, Some(20));
@@ -287,7 +291,8 @@ fn verdicts(config: &ConfigSet, steps: &[ExtStep], changing: bool) -> Vec<Verdic
         let call = Call::new(tool, &args)
             .with_id(Some(&id))
             .with_batch(batch.as_deref());
-        let verdict = guard.before_call(&scope, &call);
+        let ticket = guard.begin(&scope, &call);
+        let verdict = ticket.verdict().clone();
         if !verdict.is_blocked() {
             let result = if changing {
                 // A meaningful change (a word count), not a volatile token.
@@ -295,7 +300,7 @@ fn verdicts(config: &ConfigSet, steps: &[ExtStep], changing: bool) -> Vec<Verdic
             } else {
                 serde_json::json!({"content": [{"type": "text", "text": format!("out {}", step.outcome)}]})
             };
-            guard.after_call(&scope, &call, Outcome::Result(&result));
+            guard.finish(ticket, Outcome::Result(&result));
         }
         out.push(verdict);
     }
@@ -433,7 +438,8 @@ proptest! {
                     let id = format!("c{i}");
                     let args_value = args_for(TOOLS[tool], args);
                     let call = Call::new(TOOLS[tool], &args_value).with_id(Some(&id));
-                    let blocked = guard.before_call(&scope, &call).is_blocked();
+                    // The ticket is left with the run, as a `call` event leaves it.
+                    let blocked = guard.begin(&scope, &call).is_blocked();
                     waiting.push((id, tool, args, blocked));
                 }
                 LateStep::Result { waiting: n, by_id } => {
@@ -443,12 +449,9 @@ proptest! {
                     let (id, tool, args, blocked) = waiting.remove(n % waiting.len());
                     let args_value = args_for(TOOLS[tool], args);
                     let result = serde_json::json!("same");
-                    let recorded = if by_id {
-                        guard.after_call_by_id(&scope, &id, Outcome::Result(&result))
-                    } else {
-                        let call = Call::new(TOOLS[tool], &args_value).with_id(Some(&id));
-                        Ok(guard.after_call(&scope, &call, Outcome::Result(&result)))
-                    };
+                    let call = Call::new(TOOLS[tool], &args_value).with_id(Some(&id));
+                    let named = if by_id { CallRef::Id(&id) } else { CallRef::Call(call) };
+                    let recorded = result_event(&mut guard, &scope, named, Outcome::Result(&result));
                     match recorded {
                         Ok(r) => prop_assert_eq!(r.recorded, !blocked, "step {}: result of {} (blocked: {})", i, id, blocked),
                         // By id only, a call that ran but left the window is unknown: it
@@ -462,6 +465,20 @@ proptest! {
             }
         }
     }
+}
+
+/// A `result` event as the protocol applies it: the ticket of the call it names, resumed
+/// from the run, finished with `outcome`.
+fn result_event(
+    guard: &mut Guard<ManualClock>,
+    scope: &Scope<'_>,
+    call: CallRef<'_>,
+    outcome: Outcome<'_>,
+) -> Result<Recorded, ResultError> {
+    guard.with_run(scope, |cfg, run, now| {
+        let ticket = run.resume(cfg, scope, call);
+        run.finish(cfg, ticket, outcome, now)
+    })
 }
 
 /// The recommended preset over SPEC's small thresholds, with the given escalation limit.
@@ -546,7 +563,8 @@ fn escalations(steps: &[(usize, usize, u8)], stop_after: u32) -> Result<usize, T
             .map(|p| format!("{tool}:{p}"));
         let id = format!("c{i}");
         let call = Call::new(tool, &args).with_id(Some(&id));
-        let verdict = guard.before_call(&scope, &call);
+        let ticket = guard.begin(&scope, &call);
+        let verdict = ticket.verdict().clone();
         let signature = loopguard::CallPrint::new(tool, &args).signature;
         if let (
             Verdict::Block {
@@ -589,7 +607,7 @@ fn escalations(steps: &[(usize, usize, u8)], stop_after: u32) -> Result<usize, T
             } else {
                 Outcome::Result(&value)
             };
-            guard.after_call(&scope, &call, out);
+            guard.finish(ticket, out);
         }
     }
     Ok(count)

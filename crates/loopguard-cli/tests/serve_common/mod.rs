@@ -617,7 +617,7 @@ pub fn replay_lines(config: &loopguard::ConfigSet, lines: &[String]) -> Vec<serd
         .iter()
         .map(|l| {
             let event = loopguard_events::parse_line(l.as_bytes()).unwrap();
-            serde_json::to_value(replayer.apply(1, &event)).unwrap()
+            serde_json::to_value(replayer.apply(1, &event.as_ref())).unwrap()
         })
         .collect()
 }

@@ -55,7 +55,11 @@ mod tests {
     fn round_trip_and_tag() {
         let mut state = RunState::default();
         let config = ConfigSet::default();
-        state.compaction(config.global(), Millis::new(1234));
+        state.compaction(
+            config.global(),
+            &loopguard::Scope::new("s"),
+            Millis::new(1234),
+        );
         let bytes = encode(0x0102_0304_0506_0708, &state);
         assert_eq!(bytes[0], LAYOUT_VERSION);
         assert_eq!(tag_of(&bytes), &[1, 2, 3, 4, 5, 6, 7, 8]);

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use loopguard::ConfigSet;
-use loopguard_events::{apply_to_run, parse_line, scope_of, Answer, Replayer};
+use loopguard_events::{apply_event, parse_line, Answer, Replayer};
 use loopguard_store::{RunKey, Store, StoreError};
 
 /// Applies one event line through `store`.
@@ -14,17 +14,17 @@ pub async fn apply(
     line: &str,
 ) -> Result<Answer, StoreError> {
     let event = parse_line(line.as_bytes()).expect("valid event");
-    let scope = scope_of(&event, None);
+    let scope = event.as_ref().scope(None);
     store
         .update(RunKey::of(&scope), |run, now| {
-            apply_to_run(
+            apply_event(
                 run,
                 config.for_agent(scope.agent()),
                 &scope,
-                seq,
-                &event,
+                &event.as_ref(),
                 now,
             )
+            .into_answer(seq, &scope)
         })
         .await
 }
@@ -47,7 +47,7 @@ pub fn replay_all(config: &ConfigSet, lines: &[String]) -> Vec<Answer> {
     lines
         .iter()
         .enumerate()
-        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap()))
+        .map(|(i, l)| replayer.apply(i as u64 + 1, &parse_line(l.as_bytes()).unwrap().as_ref()))
         .collect()
 }
 

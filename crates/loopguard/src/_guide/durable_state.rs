@@ -9,11 +9,14 @@
 //!
 //! [`Guard::with_run`](crate::Guard::with_run) hands a host the config, the run and the
 //! time together, to apply an event with the run's own methods; the same methods work on
-//! a state just read from a store. A run knows no scope, so its methods log nothing: the
-//! host logs their answers with [`observe`](crate::observe), as the guard does.
+//! a state just read from a store. They are the ticket's two ends, split over two events
+//! as the event protocol splits them: [`RunState::begin`](crate::RunState::begin) judges a
+//! call and leaves its record pending, and a later event resumes the call's ticket from
+//! that record ([`RunState::resume`](crate::RunState::resume), by the call's id) and
+//! finishes it ([`RunState::finish`](crate::RunState::finish)). Each logs what it answers.
 //!
 //! ```
-//! use loopguard::{observe, CallPrint, ConfigSet, Millis, Outcome, RunState, Scope};
+//! use loopguard::{Call, CallRef, ConfigSet, Millis, Outcome, RunState, Scope};
 //! use serde_json::json;
 //!
 //! let set = ConfigSet::parse("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }")?;
@@ -21,24 +24,34 @@
 //! let scope = Scope::new("s").with_run(Some("r"));
 //! let (args, result) = (json!({ "q": "x" }), json!("no results"));
 //!
-//! // One process per event: read the state, apply, write it back.
+//! // One process per event: read the state, apply the event, write the state back.
 //! let mut stored: Option<Vec<u8>> = None;
-//! let mut verdicts = Vec::new();
-//! for (i, now) in (0..4).zip((1_000..).map(Millis::new)) {
+//! let mut event = |apply: &mut dyn FnMut(&mut RunState)| {
 //!     let mut run = match &stored {
 //!         Some(bytes) => RunState::from_bytes(bytes).expect("a state this build wrote"),
 //!         None => RunState::default(),
 //!     };
-//!     let id = format!("c{i}");
-//!     let print = CallPrint::for_config("search", &args, cfg);
-//!     let verdict = run.before_call(cfg, &print, Some(&id), None, now);
-//!     observe::verdict(&scope, print.tool, &verdict);
-//!     if !verdict.is_blocked() {
-//!         let recorded = run.after_call(cfg, &print, Some(&id), Outcome::Result(&result), now);
-//!         observe::recorded(&scope, &recorded);
-//!     }
-//!     verdicts.push(verdict.is_blocked());
+//!     apply(&mut run);
 //!     stored = Some(run.to_bytes());
+//! };
+//! let mut verdicts = Vec::new();
+//! for (i, now) in (0..4).zip((1_000..).map(Millis::new)) {
+//!     let id = format!("c{i}");
+//!     let mut blocked = false;
+//!     // The call: judged, its ticket left with the run as the call's pending record.
+//!     event(&mut |run| {
+//!         let ticket = run.begin(cfg, &scope, &Call::new("search", &args).with_id(Some(&id)), now);
+//!         blocked = ticket.is_blocked();
+//!     });
+//!     if !blocked {
+//!         // Its result, in another process: the ticket resumed by the call's id.
+//!         event(&mut |run| {
+//!             let ticket = run.resume(cfg, &scope, CallRef::id(&id));
+//!             let recorded = run.finish(cfg, ticket, Outcome::Result(&result), now);
+//!             assert!(recorded.expect("a pending call").recorded);
+//!         });
+//!     }
+//!     verdicts.push(blocked);
 //! }
 //! assert_eq!(verdicts, [false, false, false, true]);
 //! assert!(RunState::from_bytes(b"not a state").is_err());

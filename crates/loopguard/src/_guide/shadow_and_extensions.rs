@@ -28,15 +28,15 @@
 //!     };
 //!     let id = format!("c{i}");
 //!     let call = Call::new(tool, &args).with_id(Some(&id));
-//!     let verdict = guard.before_call(&scope, &call);
-//!     assert!(!verdict.is_blocked(), "shadow mode never blocks");
-//!     if let Verdict::Shadow { detection, .. } = &verdict {
+//!     let ticket = guard.begin(&scope, &call);
+//!     assert!(!ticket.is_blocked(), "shadow mode never blocks");
+//!     if let Verdict::Shadow { detection, .. } = ticket.verdict() {
 //!         if detection.level.as_str() == "critical" && would_block.is_none() {
 //!             would_block = Some((i, detection.detector.as_str()));
 //!         }
 //!     }
 //!     let out = if tool == "bash" { json!("1 test failed") } else { json!("ok") };
-//!     let _ = guard.after_call(&scope, &call, Outcome::Result(&out));
+//!     let _ = guard.finish(ticket, Outcome::Result(&out));
 //! }
 //! let (at, detector) = would_block.expect("the cycle is caught");
 //! assert!(at < 40, "{detector} at call {at}");

@@ -45,6 +45,13 @@ pub(super) enum Shape {
 }
 
 impl OutcomeRule {
+    /// The rule of no call (what a ticket resumed by an unknown id holds).
+    pub(crate) const NONE: Self = Self {
+        shape: Shape::Default,
+        send: false,
+        tool_rule: NO_RULE,
+    };
+
     /// The rule for a call of `tool` (trimmed) with `args`.
     pub fn for_call<'a, J: Json<'a>>(tool: &str, args: J) -> Self {
         Self::with_class(tool, args, BUILTIN.classify(tool, args))

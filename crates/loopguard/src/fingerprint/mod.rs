@@ -115,6 +115,9 @@ digest_serde!(Fingerprint);
 digest_serde!(Signature);
 
 impl Signature {
+    /// No signature (what a ticket resumed by an unknown id holds: it records nothing).
+    pub(crate) const NONE: Self = Self(0);
+
     /// The signature of `tool` (already trimmed) called with arguments of fingerprint `args`.
     pub fn new(tool: &str, args: Fingerprint) -> Self {
         // The lg1 string of the tool, then the args digest; short names skip the digest

@@ -147,7 +147,7 @@ mod tests {
     use crate::config::{ConfigSet, LoopDetectionBlock};
     use crate::fingerprint::{CallPrint, Outcome};
     use crate::run::RunState;
-    use crate::Millis;
+    use crate::{Call, CallRef, Millis, Scope};
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
@@ -219,6 +219,7 @@ mod tests {
             );
             let cfg = set.global();
             let mut run = RunState::default();
+            let scope = Scope::new("s");
             for (now, step) in steps.iter().enumerate() {
                 let now = now as u64;
                 match step {
@@ -231,18 +232,20 @@ mod tests {
                         prop_assert_eq!(repeat_count(h, sig), reference::repeat_count(h, sig));
                         prop_assert_eq!(ping_pong(h, sig), reference::ping_pong(h, sig));
                         let id = format!("c{id}");
-                        let _ = run.before_call(cfg, &print, Some(&id), None, Millis::new(now));
+                        let call = Call::new(TOOLS[*tool as usize], &args).with_id(Some(&id));
+                        run.begin(cfg, &scope, &call, Millis::new(now)).cancel();
                     }
                     Step::Result { tool, args, id, outcome: n } => {
                         let args = json!({ "a": args });
-                        let print = CallPrint::new(TOOLS[*tool as usize], &args);
                         let (is_error, value) = outcome(*n);
                         let out = if is_error { Outcome::Error(&value) } else { Outcome::Result(&value) };
                         let id = id.map(|i| format!("c{i}"));
-                        run.after_call(cfg, &print, id.as_deref(), out, Millis::new(now));
+                        let call = Call::new(TOOLS[*tool as usize], &args).with_id(id.as_deref());
+                        let ticket = run.resume(cfg, &scope, CallRef::Call(call));
+                        prop_assert!(run.finish(cfg, ticket, out, Millis::new(now)).is_ok());
                     }
                     Step::Compaction => {
-                        run.compaction(cfg, Millis::new(now));
+                        run.compaction(cfg, &scope, Millis::new(now));
                     }
                 }
                 prop_assert!(run.history().len() <= history as usize);

@@ -329,7 +329,7 @@ impl Scanner {
             EventRef::Call { .. } => self.call(s, r, pos, event),
             EventRef::Result { .. } => self.result(s, r, pos, event),
             EventRef::Compaction { .. } => {
-                self.replayer.apply_ref(pos.line, event);
+                self.replayer.apply(pos.line, event);
                 let report = &mut self.sessions[s].report;
                 report.compactions += 1;
                 report.timeline.compactions.push(report.calls);
@@ -358,7 +358,7 @@ impl Scanner {
             };
             Signature::new(tool, fingerprint)
         };
-        let answer = self.replayer.apply_ref(pos.line, event);
+        let answer = self.replayer.apply(pos.line, event);
         let history = self.history;
         let state = &mut self.sessions[s];
         let report = &mut state.report;
@@ -509,7 +509,7 @@ impl Scanner {
             |(_, rule)| rule,
         );
         let failed = is_failure(rule, outcome);
-        let answer = self.replayer.apply_ref(pos.line, event);
+        let answer = self.replayer.apply(pos.line, event);
         let state = &mut self.sessions[s];
         let report = &mut state.report;
         let run = &mut state.runs[r];
