@@ -519,6 +519,7 @@ async fn run_with<S: Store>(
 /// free top of a heap beyond 8 MiB is returned at once), and after a large request the
 /// server asks `malloc_trim` for the free pages inside the heaps.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)] // glibc's allocator has no safe interface (workspace lints: Cargo.toml)
 fn release_memory() -> Option<fn()> {
     fn trim() {
         // SAFETY: `malloc_trim` takes no pointer; it only returns glibc's own free pages

@@ -12,16 +12,23 @@ struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+// A global allocator has no safe interface (workspace lints: Cargo.toml); this one
+// counts, then forwards every call to the system's with the caller's own arguments.
+#[allow(unsafe_code)]
+// SAFETY: every method forwards to `System`, which upholds `GlobalAlloc`'s contract.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's arguments, passed on as `GlobalAlloc` received them.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

@@ -281,6 +281,7 @@ pub fn install(guard: &Bound<'_, PyType>) -> PyResult<()> {
             // SAFETY: the cast CPython's own headers make: the flags tell the interpreter
             // the function's real signature.
             ml_meth: ffi::PyMethodDefPointer {
+                // SAFETY: as above.
                 PyCFunction: unsafe {
                     std::mem::transmute::<FastWithKeywords, ffi::PyCFunction>(function)
                 },
@@ -394,6 +395,7 @@ unsafe fn vectorcall<const N: usize, const E: usize>(
     method_body(|py| {
         // SAFETY: the caller's contract.
         let guard = unsafe { Borrowed::from_ptr(py, slf) }.cast::<PyGuard>()?;
+        // SAFETY: the caller's contract (the interpreter's vectorcall arguments).
         let slots = unsafe { signature.parse(py, args, nargs, kwnames)? };
         let [tool, args, session, run, agent, call_id] = first(&slots);
         let (Some(tool), Some(args), Some(session)) = (tool, args, session) else {
