@@ -2,13 +2,13 @@
 //! talks to `tracing` (target `loopguard`, fields `session`, `run`, `tool`, `detector`,
 //! `count`).
 //!
-//! [`RunState`](crate::RunState) knows no scope, so it logs nothing: whoever applies an
-//! event to a run and knows its scope logs the answer with these functions. [`Guard`]
-//! does, and so does the event protocol every store and sidecar applies events through;
-//! a host that drives a `RunState` itself ([`Guard::with_run`]) calls them the same way.
+//! The run logs what it answers, where it answers it: [`RunState::begin`] the verdict,
+//! [`RunState::finish`] an abort, [`RunState::compaction`] the arming. Every front end
+//! goes through those, so every answer is logged once, the same way.
 //!
-//! [`Guard`]: crate::Guard
-//! [`Guard::with_run`]: crate::Guard::with_run
+//! [`RunState::begin`]: crate::RunState::begin
+//! [`RunState::finish`]: crate::RunState::finish
+//! [`RunState::compaction`]: crate::RunState::compaction
 
 use crate::scope::Scope;
 use crate::verdict::{Abort, Recorded, Verdict};

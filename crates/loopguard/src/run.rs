@@ -221,7 +221,7 @@ impl RunState {
     /// the call's record stays pending in the history until the ticket is finished. (Given
     /// the id of the newest call of the run, with the same tool and arguments and no
     /// outcome yet, this is a retry: the same verdict again, nothing changed.) The verdict
-    /// is logged ([`observe`]).
+    /// is logged (`tracing`, target `loopguard`).
     pub fn begin<'a, J: Json<'a>>(
         &mut self,
         cfg: &EffectiveConfig,
@@ -579,7 +579,7 @@ impl RunState {
     }
 
     /// Records what the call of `ticket` returned (also for warned calls; the outcome of
-    /// a blocked call is ignored), and logs an abort ([`observe`]). `Err` only for a
+    /// a blocked call is ignored), and logs an abort (`tracing`, target `loopguard`). `Err` only for a
     /// ticket resumed by id ([`RunState::resume`]) whose call already has another outcome,
     /// or whose id the run does not know; a ticket from [`RunState::begin`] always
     /// finishes.
@@ -618,7 +618,7 @@ impl RunState {
     }
 
     /// A compaction retry in the run of `scope`: arms the post-compaction guard. Returns
-    /// the window, or 0 when the guard is disabled; the arming is logged ([`observe`]).
+    /// the window, or 0 when the guard is disabled; the arming is logged (`tracing`, target `loopguard`).
     pub fn compaction(&mut self, cfg: &EffectiveConfig, scope: &Scope<'_>, now: Millis) -> u32 {
         self.last_active = now;
         let window = match cfg.guard_enabled() {

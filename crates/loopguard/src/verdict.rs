@@ -107,6 +107,9 @@ pub enum Level {
 }
 
 impl Level {
+    /// Every level, lowest first.
+    pub const ALL: [Self; 2] = [Self::Warning, Self::Critical];
+
     /// `warning` or `critical`.
     pub fn as_str(self) -> &'static str {
         match self {

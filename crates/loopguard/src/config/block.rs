@@ -327,6 +327,14 @@ pub(crate) const SCOPE_BLOCKS: &[(&str, &[Field])] = &[
     ("loopguard", EXTENSIONS),
 ];
 
+/// The blocks of a scope (the document root or one agent) by path, each key with what it
+/// accepts: the table that config schemas and types written in other languages (the
+/// OpenClaw plugin's manifest, the bindings' type declarations) are generated from or
+/// checked against.
+pub fn schema() -> &'static [(&'static str, &'static [Field])] {
+    SCOPE_BLOCKS
+}
+
 /// Every key each block accepts, by the block's path inside a scope (the document root or
 /// one agent; `[]` stands for any element of an array): for config schemas written in other
 /// languages (the OpenClaw plugin's manifest), whose tests check them against this.

@@ -33,9 +33,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use block::{known_keys, DetectorsBlock, GuardBlock, LoopDetectionBlock};
+pub use block::{known_keys, schema, DetectorsBlock, GuardBlock, LoopDetectionBlock};
 use extensions::{Extensions, ExtensionsBlock};
 pub use locate::Position;
+pub use value::{Field, Kind as FieldKind};
 
 /// Default `historySize`.
 pub const DEFAULT_HISTORY_SIZE: u32 = 30;

@@ -24,7 +24,7 @@ pub const MAX_CYCLE_LENGTH: u32 = 1000;
 
 /// One key of a block: its name as written and what it accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Field {
+pub struct Field {
     /// The key as written (`historySize`).
     pub key: &'static str,
     /// What its value must be.
@@ -33,7 +33,8 @@ pub(crate) struct Field {
 
 /// What a key accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+#[non_exhaustive]
+pub enum Kind {
     /// `true` or `false`.
     Switch,
     /// An integer in `min..=max` (an integral float such as `10.0` is one).
