@@ -1,8 +1,11 @@
 'use strict';
 // @loopguard/node: the loopguard engine in process.
 //
-// Every method turns its argument into one event of loopguard's replay protocol (SPEC §7)
-// and hands it to the native engine, which answers it exactly as `loopguard replay` would.
+// `guard.begin(call)` hands out a Ticket: the engine's verdict on the call, kept with
+// everything its outcome is recorded by, which `ticket.finish({ result })` gives back
+// (`guard.call(call, tool)` does both around the tool). Every method turns its argument
+// into one event of loopguard's replay protocol (SPEC §7) and hands it to the native
+// engine, which answers it exactly as `loopguard replay` would.
 // Events cross into Rust as JSON text, which the engine fingerprints in place (no value
 // tree): measured faster than converting objects value by value (see bench/bench.mjs), and
 // JSON.stringify fails with clear errors on cycles and BigInt. Values are taken as
@@ -41,8 +44,9 @@ class ConfigError extends Error {
 function configSource(config) {
   if (config === undefined || config === null) return { text: '{}', origin: undefined };
   if (typeof config === 'string') {
-    // A document always holds an object, so a string with a brace is the document itself.
-    if (config.includes('{')) return { text: config, origin: undefined };
+    // A document starts with `{` after blanks and comments; a path never does (the Python
+    // binding's rule too: docs/decisions.md).
+    if (/^\s*(\{|\/\/|\/\*)/.test(config)) return { text: config, origin: undefined };
     let text;
     try {
       text = readFileSync(config, 'utf8');
@@ -78,10 +82,10 @@ function toJson(value, what) {
   return text;
 }
 
-/** What `afterCall` answers when there is nothing to say but whether the outcome counted
- * (shared, frozen, like ALLOW). */
-const RECORDED = Object.freeze({ recorded: true, abort: null });
-const NOT_RECORDED = Object.freeze({ recorded: false, abort: null });
+/** What `finish` and `afterCall` answer when there is nothing to say but whether the
+ * outcome counted (shared, frozen, like ALLOW). */
+const RECORDED = Object.freeze({ recorded: true, abort: null, endsRun: null });
+const NOT_RECORDED = Object.freeze({ recorded: false, abort: null, endsRun: null });
 
 // Events are written member by member rather than by JSON.stringify over an envelope
 // object: the same text (same members, same order), without building the envelope.
@@ -362,28 +366,105 @@ function verdictObject(v) {
 }
 
 function recordedObject(r) {
-  const out = { recorded: r.recorded, abort: r.abort ?? null };
+  if (r === true) return RECORDED;
+  if (r === false) return NOT_RECORDED;
+  const abort = r.abort ?? null;
+  const out = { recorded: r.recorded, abort, endsRun: abort?.message ?? null };
   if (r.shadowAbort) out.shadowAbort = r.shadowAbort;
   return out;
 }
 
-/** How many calls made and not yet answered `made` keeps (older ones are forgotten: their
- * outcomes then carry their arguments). */
-const MADE_MAX = 1024;
+/** The error text of an exception a tool threw (its message: an Error's JSON is `{}`). */
+function errorOutcome(error) {
+  return error instanceof Error ? `${error.name}: ${error.message}` : error;
+}
+
+/**
+ * One tool call between its verdict and its outcome (see `Guard.begin`). The engine's own
+ * ticket is kept as a string of its bytes: it holds the call's fingerprints, tool and
+ * scope, so `finish` sends the outcome alone.
+ */
+class Ticket {
+  #native;
+  #bytes;
+  #open = true;
+
+  constructor(native, bytes, verdict) {
+    this.#native = native;
+    this.#bytes = bytes;
+    /** The engine's verdict on the call (`ALLOW` for an unremarkable one). */
+    this.verdict = verdict;
+  }
+
+  /** Whether the call must not run: give the model `blockedResult` instead. */
+  get blocked() {
+    return this.verdict.verdict === 'block';
+  }
+
+  /** For a blocked call: the tool result to hand the model in place of running it. */
+  get blockedResult() {
+    return this.verdict.blockedResult;
+  }
+
+  /** For a warning to surface now: the note to append to the call's result. */
+  get warningNote() {
+    return this.verdict.warningNote;
+  }
+
+  /** When the verdict ends the run (a terminal block): the message it ends with. */
+  get endsRun() {
+    return this.verdict.terminal ? this.verdict.message : null;
+  }
+
+  /**
+   * Records what the call returned (`result`) or how it failed (`error`); neither records
+   * nothing. A blocked call has no outcome (its ticket records nothing). Once per ticket.
+   */
+  finish(outcome) {
+    if (outcome === null || typeof outcome !== 'object') {
+      throw new TypeError(`finish expects an object with result or error, not ${describe(outcome)}`);
+    }
+    checkJson(outcome.result, 'result', 'finish');
+    checkJson(outcome.error, 'error', 'finish');
+    if (!this.#open) throw new Error('this ticket was already finished or cancelled');
+    const member =
+      outcome.error !== undefined
+        ? outcomeMember('error', outcome.error, 'the outcome')
+        : outcomeMember('result', outcome.result, 'the outcome');
+    const strings = lifted.length === 0 ? undefined : lifted.length === 1 ? lifted[0] : lifted;
+    this.#open = false;
+    try {
+      return recordedObject(native.finishText(this.#native, this.#bytes, `{${member.slice(1)}}`, strings));
+    } finally {
+      if (lifted.length !== 0) lifted.length = 0;
+    }
+  }
+
+  /** The call did not run (the host decided against it): nothing is recorded, as when a
+   * ticket is dropped; written out, and `finish` refuses it afterwards. */
+  cancel() {
+    this.#open = false;
+  }
+}
+
+/** What `Guard.call` answers: the tool's output, or the blocked result in its place. */
+function called(ticket, ran, result, recorded) {
+  return {
+    verdict: ticket.verdict,
+    ran,
+    result,
+    recorded,
+    warningNote: ticket.warningNote,
+    endsRun: ticket.endsRun ?? recorded?.endsRun ?? null,
+  };
+}
 
 class Guard {
   #native;
   #seq = 0;
-  /**
-   * The calls beforeCall let run whose outcome has not come yet, by callId: their scope,
-   * tool and arguments object. An outcome given the same arguments object (===) leaves the
-   * arguments out of its event, and the engine takes the fingerprint it made of them once
-   * (when the call is no longer pending there, the event is sent again with them).
-   */
-  #made = new Map();
 
   /**
-   * @param config a JSON5 document (any string with a `{`), a file path, or a parsed
+   * @param config a JSON5 document (a string starting with `{` or a comment), a file path, or a parsed
    *   config object; omitted: the defaults (rolling detectors off, post-compaction guard on).
    */
   constructor(config) {
@@ -406,80 +487,91 @@ class Guard {
     }
   }
 
-  /** The verdict on a call about to run. A blocked call must not run. */
-  beforeCall(call) {
-    checkFields(call, 'beforeCall');
-    const event =
+  /** The event text of a call. */
+  #callEvent(call, method) {
+    checkFields(call, method);
+    return (
       '{"type":"call"' +
       idMembers(call) +
       toolMember(call.tool) +
       jsonMember('args', call.args, 'the call') +
       member('batch', call.batch) +
-      '}';
-    const verdict = native.callText(this.#native, event);
-    if (call.callId !== undefined && call.args !== undefined && verdict?.verdict !== 'block') {
-      this.#remember(call);
-    }
-    return verdict === null ? ALLOW : verdictObject(verdict);
-  }
-
-  #remember(call) {
-    const made = this.#made;
-    if (made.size >= MADE_MAX) made.delete(made.keys().next().value);
-    made.set(call.callId, {
-      session: call.session,
-      run: call.run,
-      agent: call.agent,
-      tool: call.tool,
-      args: call.args,
-    });
-  }
-
-  /** Whether `outcome` is that of a call remembered by #remember, with the same
-   * arguments object (forgets the call either way). */
-  #sameMadeCall(outcome) {
-    if (outcome.callId === undefined || this.#made.size === 0) return false;
-    const made = this.#made.get(outcome.callId);
-    if (made === undefined) return false;
-    this.#made.delete(outcome.callId);
-    return (
-      made.args === outcome.args &&
-      made.tool === outcome.tool &&
-      made.session === outcome.session &&
-      made.run === outcome.run &&
-      made.agent === outcome.agent
+      '}'
     );
   }
 
   /**
-   * Records what a call returned (`result`) or how it failed (`error`). Without `tool`,
-   * `callId` names the pending call (its tool and arguments are taken from it). Given the
-   * very `args` object its beforeCall had, the outcome is matched by the fingerprint made
-   * then: changes made to that object in between are not seen.
+   * Judges a call about to run and hands out its Ticket: do not run a blocked call (give
+   * the model `ticket.blockedResult`); run any other, then `ticket.finish({ result })` or
+   * `ticket.finish({ error })`, appending `ticket.warningNote` to what the model sees.
+   */
+  begin(call) {
+    const begun = native.beginText(this.#native, this.#callEvent(call, 'begin'));
+    if (typeof begun === 'string') return new Ticket(this.#native, begun, ALLOW);
+    return new Ticket(this.#native, begun.ticket, verdictObject(begun));
+  }
+
+  /**
+   * Runs a tool call under the guard: judges it, calls `tool()` unless it is blocked, and
+   * records what it returned or threw (a throw is recorded as the error, then thrown
+   * again). Answers `{ verdict, ran, result, recorded, warningNote, endsRun }`, where
+   * `result` is the tool's output or, for a blocked call, the result to hand the model;
+   * a promise of it when `tool` returns a promise.
+   */
+  call(call, tool) {
+    if (typeof tool !== 'function') {
+      throw new TypeError(`call: tool must be a function, not ${describe(tool)}`);
+    }
+    const ticket = this.begin(call);
+    if (ticket.blocked) return called(ticket, false, ticket.blockedResult, null);
+    let output;
+    try {
+      output = tool();
+    } catch (error) {
+      ticket.finish({ error: errorOutcome(error) });
+      throw error;
+    }
+    if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
+      return Promise.resolve(output).then(
+        (result) => called(ticket, true, result, ticket.finish({ result })),
+        (error) => {
+          ticket.finish({ error: errorOutcome(error) });
+          throw error;
+        },
+      );
+    }
+    return called(ticket, true, output, ticket.finish({ result: output }));
+  }
+
+  /** The verdict on a call about to run (a `call` event: the engine keeps the call
+   * pending, for an outcome that names it). A blocked call must not run. */
+  beforeCall(call) {
+    const verdict = native.callText(this.#native, this.#callEvent(call, 'beforeCall'));
+    return verdict === null ? ALLOW : verdictObject(verdict);
+  }
+
+  /**
+   * Records what a call returned (`result`) or how it failed (`error`): a `result` event.
+   * Without `tool`, `callId` names the pending call (its tool and arguments are taken from
+   * it); so does a `callId` with `tool` and no `args`. A ticket's `finish` needs neither.
    */
   afterCall(outcome) {
     checkFields(outcome, 'afterCall');
-    const head = '{"type":"result"' + idMembers(outcome) + toolMember(outcome.tool);
-    const tail =
+    const text =
+      '{"type":"result"' +
+      idMembers(outcome) +
+      toolMember(outcome.tool) +
+      jsonMember('args', outcome.args, 'the outcome') +
       (outcome.error !== undefined
         ? outcomeMember('error', outcome.error, 'the outcome')
-        : outcomeMember('result', outcome.result, 'the outcome')) + '}';
+        : outcomeMember('result', outcome.result, 'the outcome')) +
+      '}';
     const strings = lifted.length === 0 ? undefined : lifted.length === 1 ? lifted[0] : lifted;
-    let recorded = null;
     try {
-      if (this.#sameMadeCall(outcome)) {
-        recorded = native.resultText(this.#native, head + tail, strings, true);
-      }
-      if (recorded === null) {
-        const args = jsonMember('args', outcome.args, 'the outcome');
-        recorded = native.resultText(this.#native, head + args + tail, strings, false);
-      }
+      return recordedObject(native.resultText(this.#native, text, strings));
     } finally {
       if (lifted.length !== 0) lifted.length = 0;
     }
-    if (recorded === true) return RECORDED;
-    if (recorded === false) return NOT_RECORDED;
-    return recordedObject(recorded);
   }
 
   /** A compaction retry happened in this run: arms the post-compaction guard. Returns the
@@ -536,4 +628,15 @@ function configKeys() {
   return native.configKeys();
 }
 
-module.exports = { Guard, ConfigError, ALLOW, configKeys };
+/**
+ * A `loopguard serve` answer to a call event (the parsed object or its JSON text) as the
+ * verdict `beforeCall` gives: read back into the engine's own values, so its blocked result
+ * and warning note are the ones the engine builds. `tool` is the call's.
+ */
+function verdictFromAnswer(answer, tool) {
+  const text = typeof answer === 'string' ? answer : toJson(answer, 'the answer');
+  const verdict = native.verdictFromAnswer(text, tool);
+  return verdict === null ? ALLOW : verdictObject(verdict);
+}
+
+module.exports = { Guard, Ticket, ConfigError, ALLOW, configKeys, verdictFromAnswer };

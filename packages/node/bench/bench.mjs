@@ -5,9 +5,12 @@
 //                 process of its own, JSON already parsed)
 //   engine text   the Rust side of the binding alone: each event line parsed and applied
 //                 through the replay protocol (engine_cycle ... text)
-//   node          @loopguard/node as shipped: events cross as JSON text, the outcome's
-//                 long strings beside it, and an outcome given its call's args object
-//                 leaves them out (the engine fingerprinted them at the call)
+//   node          @loopguard/node as shipped, the host cycle a host writes with it:
+//                 `guard.begin(call)`, then `ticket.finish({ result })`; the call crosses
+//                 as JSON text, the ticket comes back as a string of its bytes, the
+//                 outcome crosses alone (its long strings beside its text)
+//   protocol      the same package through `beforeCall` and `afterCall` (a call event,
+//                 then a result event with the call's arguments again)
 //   JS share      the same package with its two native calls replaced by stubs that
 //                 answer at once: what the binding costs on the JavaScript side
 //   V8 reading    JSON.stringify of the call's args and of its result, nothing else: what
@@ -16,9 +19,10 @@
 //                 serde_json values
 //   openclaw      OpenClaw's own detector (detectToolCallLoop, recordToolCall,
 //                 recordToolCallOutcome from the installed openclaw package)
-//   baseline      with LOOPGUARD_BENCH_BASELINE=DIR: `node` through another build of
-//                 the package (DIR holds its index.js, native.js and libloopguard_node.so,
-//                 copied before a change), so that old and new alternate in one run
+//   baseline      with LOOPGUARD_BENCH_BASELINE=DIR: another build of the package (DIR
+//                 holds its index.js, native.js and libloopguard_node.so, copied before a
+//                 change), through `begin` when it has it, else `beforeCall`/`afterCall`,
+//                 so that old and new alternate in one run
 //
 // Times are CPU time per call (process.cpuUsage here, the thread's schedstat in
 // engine_cycle): on a shared, loaded machine wall time mostly measures the scheduler.
@@ -80,12 +84,20 @@ function workload(name, n) {
   return pairs;
 }
 
-function nodeText(pairs, GuardClass = Guard) {
+function nodeText(pairs, GuardClass = Guard, protocol = false) {
   const guard = new GuardClass(CONFIG);
+  if (protocol || typeof guard.begin !== 'function') {
+    return cpuPerCall(pairs.length, () => {
+      for (const p of pairs) {
+        const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
+        if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, tool: p.tool, args: p.args, result: p.result });
+      }
+    });
+  }
   return cpuPerCall(pairs.length, () => {
     for (const p of pairs) {
-      const v = guard.beforeCall({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
-      if (v.verdict !== 'block') guard.afterCall({ session: 'perf', run: p.run, callId: p.callId, tool: p.tool, args: p.args, result: p.result });
+      const ticket = guard.begin({ session: 'perf', run: p.run, tool: p.tool, args: p.args, callId: p.callId });
+      if (!ticket.blocked) ticket.finish({ result: p.result });
     }
   });
 }
@@ -95,7 +107,7 @@ function stubbedGuard() {
   const nativePath = require.resolve('../native.js');
   const indexPath = require.resolve('../index.js');
   const [real, realIndex] = [require.cache[nativePath], require.cache[indexPath]];
-  const stub = { ...real.exports, callText: () => null, resultText: () => true };
+  const stub = { ...real.exports, beginText: () => '', finishText: () => true, callText: () => null, resultText: () => true };
   require.cache[nativePath] = { ...real, exports: stub, loaded: true };
   delete require.cache[indexPath];
   try {
@@ -160,6 +172,7 @@ let Stubbed;
 /** The ways measured in JavaScript, each given the calls of a workload. */
 const WAYS = {
   node: (pairs) => nodeText(pairs),
+  protocol: (pairs) => nodeText(pairs, Guard, true),
   js: (pairs) => nodeText(pairs, (Stubbed ??= stubbedGuard())),
   v8: (pairs) => v8Reading(pairs),
   object: (pairs) => nodeObject(pairs),
@@ -215,11 +228,11 @@ const withBaseline = Boolean(process.env.LOOPGUARD_BENCH_BASELINE);
 await openclawDetector(); // fails early when OpenClaw is not installed
 console.log(`calls ${CALLS} per workload, ${ROUNDS} interleaved rounds, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 const baselineHead = withBaseline ? ' baseline node | node / baseline |' : '';
-console.log(`| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node | JS share | V8 reading | node object | OpenClaw detector | node / engine | OpenClaw / node | OpenClaw / 10 |${baselineHead}`);
-console.log(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${withBaseline ? '---:|---:|' : ''}`);
+console.log(`| workload (CPU µs per call) | engine (Rust) | engine text (Rust) | node | protocol | JS share | V8 reading | node object | OpenClaw detector | node / engine | OpenClaw / node | OpenClaw / 10 |${baselineHead}`);
+console.log(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${withBaseline ? '---:|---:|' : ''}`);
 for (const name of ['small', 'medium']) {
   const n = name === 'small' ? CALLS : Math.ceil(CALLS / 5);
-  const kinds = ['node', 'js', 'v8', 'object', 'openclaw', ...(withBaseline ? ['baseline'] : [])];
+  const kinds = ['node', 'protocol', 'js', 'v8', 'object', 'openclaw', ...(withBaseline ? ['baseline'] : [])];
   const times = { engine: [], engineText: [], ...Object.fromEntries(kinds.map((k) => [k, []])) };
   for (let r = 0; r < ROUNDS; r++) {
     times.engine.push(engine(name, n));
@@ -230,7 +243,7 @@ for (const name of ['small', 'medium']) {
   const us = (x) => `${x.toFixed(2)} µs`;
   const baseline = withBaseline ? ` ${us(m.baseline)} | ${(m.node / m.baseline).toFixed(2)}× |` : '';
   console.log(
-    `| ${name} (${n} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.node)} | ${us(m.js)} | ${us(m.v8)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.node / m.engine).toFixed(2)}× | ${(m.openclaw / m.node).toFixed(1)}× | ${us(m.openclaw / 10)} |${baseline}`,
+    `| ${name} (${n} calls) | ${us(m.engine)} | ${us(m.engineText)} | ${us(m.node)} | ${us(m.protocol)} | ${us(m.js)} | ${us(m.v8)} | ${us(m.object)} | ${us(m.openclaw)} | ${(m.node / m.engine).toFixed(2)}× | ${(m.openclaw / m.node).toFixed(1)}× | ${us(m.openclaw / 10)} |${baseline}`,
   );
 }
 console.log(`load after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);

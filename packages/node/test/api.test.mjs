@@ -67,7 +67,7 @@ test('answers have every documented field', () => {
   assert.equal(block.blockedResult.details.status, 'blocked');
   assert.equal(block.blockedResult.content[0].text, block.message);
   const after = guard.afterCall({ session: 's', run: 'r', callId: 'c21', result: 'x' });
-  assert.deepEqual(after, { recorded: false, abort: null }, 'results of blocked calls are ignored');
+  assert.deepEqual(after, { recorded: false, abort: null, endsRun: null }, 'results of blocked calls are ignored');
 });
 
 test('the global breaker is terminal and ends the run; other runs are untouched', () => {
@@ -182,7 +182,10 @@ test('bad input gets a clear error, never a crash', () => {
   assert.deepEqual(guard.afterCall({ ...call, callId: 'big', result: { content: [{ type: 'text', text: huge }] } }), {
     recorded: true,
     abort: null,
+    endsRun: null,
   });
+  const ticket = guard.begin({ ...call, callId: 'big2', args: { p: 2 } });
+  assert.equal(ticket.finish({ result: { content: [{ type: 'text', text: huge }] } }).recorded, true);
 
   // Not-quite-JSON values inside objects are taken as JSON.stringify takes them.
   const a = guard.beforeCall({ ...call, session: 't', callId: 'x1', args: { p: 1, f: () => 1, u: undefined } });
@@ -196,26 +199,31 @@ test('bad input gets a clear error, never a crash', () => {
 /**
  * Whether results `a` and `b` fingerprint alike: 21 calls of one tool with the same args,
  * their results alternating between `a` and `b`, are blocked at the 21st only if they do
- * (20 identical outcomes). Run through afterCall (long strings lifted out of the text) and
- * through applyEvent (the whole value as JSON text, as `loopguard replay` reads it): both
- * must answer alike.
+ * (20 identical outcomes). Run through tickets and through afterCall (long strings lifted
+ * out of the text) and through applyEvent (the whole value as JSON text, as `loopguard
+ * replay` reads it): all must answer alike.
  */
 function hashAlike(a, b) {
   const api = new Guard(ON);
+  const tickets = new Guard(ON);
   const text = new Guard(ON);
-  const verdicts = { api: [], text: [] };
+  const verdicts = { api: [], tickets: [], text: [] };
   for (let i = 1; i <= 21; i++) {
     const result = i % 2 ? a : b;
     const call = { session: 's', run: 'r', tool: 'read', args: { p: 1 }, callId: `c${i}` };
     const v = api.beforeCall(call);
     verdicts.api.push(v.verdict);
     if (v.verdict !== 'block') api.afterCall({ ...call, result });
+    const ticket = tickets.begin(call);
+    verdicts.tickets.push(ticket.verdict.verdict);
+    if (!ticket.blocked) ticket.finish({ result });
     const event = { session: 's', run: 'r', tool: 'read', args: { p: 1 }, call_id: `c${i}` };
     const t = text.applyEvent({ type: 'call', ...event });
     verdicts.text.push(t.verdict);
     if (t.verdict !== 'block') text.applyEvent({ type: 'result', ...event, result });
   }
   assert.deepEqual(verdicts.api, verdicts.text);
+  assert.deepEqual(verdicts.tickets, verdicts.text);
   return verdicts.api.at(-1) === 'block';
 }
 
@@ -274,47 +282,123 @@ test('long strings of a result cross beside its text and hash as inside it', () 
   assert.equal(guard.afterCall({ session: 'e', callId: 'c1', error: { message: long } }).recorded, true);
 });
 
-test('an outcome given its call\'s own args object is answered as if it carried a copy', () => {
-  // Two guards on the same host cycle: one given the call's args object back with each
-  // outcome (its events leave the arguments out), one given a fresh copy (its events carry
-  // them). Runs ended between a call and its outcome, retried outcomes and outcomes of
-  // blocked calls take the path that sends the arguments again: the answers never differ.
-  const shared = new Guard(ON);
-  const copied = new Guard(ON);
-  const answers = (guard, copy) => {
+test('a ticket is answered as the protocol answers its call and its result', () => {
+  // Two guards on the same host cycle: one through tickets (the outcome crosses alone, the
+  // call's fingerprint kept in the ticket), one through the protocol (a call event, then a
+  // result event with a copy of the arguments). Runs ended between a call and its outcome
+  // and retried outcomes included: the answers never differ. (A blocked call runs in
+  // neither: the host has no outcome for it.)
+  const tickets = new Guard(ON);
+  const protocol = new Guard(ON);
+  const answers = (guard, useTickets) => {
     const out = [];
     for (let i = 1; i <= 60; i++) {
       const scope = { session: 's', run: 'r' };
       const args = { path: i % 7 === 0 ? '/b' : '/a', opts: { n: 1 } };
       const call = { ...scope, tool: 'read', args, callId: `c${i}` };
-      const verdict = guard.beforeCall(call);
-      out.push(verdict.verdict, verdict.detector, verdict.count);
+      const ticket = useTickets ? guard.begin(call) : null;
+      const verdict = ticket ? ticket.verdict : guard.beforeCall(call);
+      out.push(verdict.verdict, verdict.detector, verdict.count, verdict.warningNote);
       if (i === 5 || i === 50) out.push(guard.endRun(scope));
-      const outcome = { ...call, args: copy ? structuredClone(args) : args, result: { text: 'same' } };
-      out.push(guard.afterCall(outcome).recorded);
+      if (verdict.verdict === 'block') continue;
+      const outcome = { ...call, args: structuredClone(args), result: { text: 'same' } };
+      out.push((ticket ? ticket.finish({ result: outcome.result }) : guard.afterCall(outcome)).recorded);
       if (i % 5 === 0) out.push(guard.afterCall(outcome).recorded); // a client retry
     }
     return out;
   };
-  const got = answers(shared, false);
-  assert.deepEqual(got, answers(copied, true));
+  const got = answers(tickets, true);
+  assert.deepEqual(got, answers(protocol, false));
   assert.ok(got.includes('block') && got.includes('warn'), 'the loop reaches both levels');
 
   // The arguments are those the call was made with: a change to the object in between
-  // is not seen (the copy below is of the arguments as they were at the call).
+  // is not seen.
   const a = new Guard(ON);
   const b = new Guard(ON);
   for (let i = 1; i <= 12; i++) {
     const args = { path: '/a' };
     const ids = { session: 's', tool: 'read', callId: `m${i}` };
-    a.beforeCall({ ...ids, args });
+    const ticket = a.begin({ ...ids, args });
     b.beforeCall({ ...ids, args: { path: '/a' } });
     args.path = `/changed${i}`;
-    a.afterCall({ ...ids, args, result: 'r' });
+    ticket.finish({ result: 'r' });
     b.afterCall({ ...ids, args: { path: '/a' }, result: 'r' });
   }
   const next = { session: 's', tool: 'read', args: { path: '/a' }, callId: 'm13' };
   assert.deepEqual(a.beforeCall(next), b.beforeCall(next));
+
+  // A blocked ticket records nothing, even when its run was ended since (the run no longer
+  // knows the call; the ticket still does).
+  const ended = new Guard('{ tools: { loopDetection: { enabled: true, warningThreshold: 1, criticalThreshold: 2 } } }');
+  let blocked;
+  for (let i = 1; i <= 3 && !blocked?.blocked; i++) {
+    blocked = ended.begin({ session: 'e', run: 'r', tool: 'read', args: {}, callId: `b${i}` });
+    if (!blocked.blocked) blocked.finish({ result: 'same' });
+  }
+  assert.equal(blocked.blocked, true);
+  ended.endRun({ session: 'e', run: 'r' });
+  assert.equal(blocked.finish({ result: 'same' }).recorded, false);
+
+  // A ticket finishes once; a cancelled one records nothing and cannot be finished.
+  const guard = new Guard(ON);
+  const once = guard.begin({ session: 'o', tool: 't', args: {} });
+  assert.deepEqual(once.finish({ result: 1 }), { recorded: true, abort: null, endsRun: null });
+  assert.throws(() => once.finish({ result: 1 }), /already finished or cancelled/);
+  const dropped = guard.begin({ session: 'o', tool: 't', args: {} });
+  dropped.cancel();
+  assert.throws(() => dropped.finish({ result: 1 }), /already finished or cancelled/);
+  assert.throws(() => guard.begin({ session: 'o', tool: 't' }).finish(null), /expects an object/);
+  assert.throws(() => guard.begin({ session: 'o', tool: 't' }).finish({ result: 1n }), /result is not a JSON value/);
+  const native = createRequire(import.meta.url)('../native.js');
+  const raw = native.newGuard(ON, undefined);
+  assert.throws(() => native.finishText(raw, 'not a ticket', '{"result":1}'), /not a ticket/);
+});
+
+test('guard.call runs the tool unless blocked, and records what it returned or threw', async () => {
+  const guard = new Guard('{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }');
+  const call = { session: 'c', run: 'r', tool: 'exec', args: { command: 'make' } };
+  let runs = 0;
+  const fails = () => {
+    runs += 1;
+    throw new Error('exit 2');
+  };
+  for (let i = 0; i < 3; i++) assert.throws(() => guard.call(call, fails), /exit 2/);
+  const blocked = guard.call(call, fails);
+  assert.equal(runs, 3, 'a blocked call does not run');
+  assert.equal(blocked.ran, false);
+  assert.equal(blocked.verdict.verdict, 'block');
+  assert.equal(blocked.result.details.status, 'blocked');
+  assert.equal(blocked.recorded, null);
+  // The same loop through the protocol, the error given as text.
+  const twin = new Guard('{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }');
+  for (let i = 0; i < 3; i++) {
+    twin.beforeCall(call);
+    twin.afterCall({ ...call, error: 'Error: exit 2' });
+  }
+  assert.deepEqual(twin.beforeCall(call), blocked.verdict);
+  const ok = await guard.call({ ...call, session: 'd' }, async () => ({ done: true }));
+  assert.deepEqual([ok.ran, ok.result, ok.recorded.recorded, ok.endsRun], [true, { done: true }, true, null]);
+  await assert.rejects(guard.call({ ...call, session: 'd' }, async () => Promise.reject(new Error('late'))), /late/);
+  assert.throws(() => guard.call(call, 'not a function'), /tool must be a function/);
+});
+
+test('a sidecar answer reads back as the verdict the engine gives', () => {
+  const { verdictFromAnswer } = createRequire(import.meta.url)('../index.js');
+  const guard = new Guard(ON);
+  for (let i = 1; i <= 21; i++) {
+    const event = { type: 'call', session: 's', tool: 'read', args: { p: 1 }, call_id: `c${i}` };
+    const answer = guard.applyEvent(event);
+    const twin = new Guard(ON);
+    for (let j = 1; j < i; j++) {
+      twin.beforeCall({ session: 's', tool: 'read', args: { p: 1 }, callId: `c${j}` });
+      twin.afterCall({ session: 's', tool: 'read', args: { p: 1 }, callId: `c${j}`, result: 'same' });
+    }
+    const want = twin.beforeCall({ session: 's', tool: 'read', args: { p: 1 }, callId: `c${i}` });
+    assert.deepEqual(verdictFromAnswer(answer, 'read'), want, `call ${i}`);
+    assert.deepEqual(verdictFromAnswer(JSON.stringify(answer), 'read'), want);
+    guard.applyEvent({ ...event, type: 'result', result: 'same' });
+  }
+  assert.throws(() => verdictFromAnswer({ seq: 1, type: 'result', recorded: true }, 'read'), /not the answer to a call/);
 });
 
 test('ids that need escaping in JSON keep their scopes apart', () => {

@@ -82,31 +82,29 @@ for (const name of vectors) {
       checkIdiomatic(guard, line, answers[i], `line ${seq}`);
     }
 
-    // 3. The same, as a host calls it: an outcome whose arguments are those of its call
-    // is given the call's very args object (so its event leaves them out, and the engine
-    // uses the fingerprint it made at the call, or gets them again when the call is no
-    // longer pending).
+    // 3. The same, as a host calls it: through tickets. A call begins a ticket, kept by
+    // its call_id; a result of that call with the call's own tool and arguments finishes
+    // the ticket (the outcome alone crosses); any other result is a result event.
     const host = guardFor(dir);
-    const argsById = new Map();
+    const tickets = new Map();
     for (const [i, { seq, line }] of input.entries()) {
-      checkIdiomatic(host, line, answers[i], `line ${seq} (args object shared)`, argsById);
+      checkIdiomatic(host, line, answers[i], `line ${seq} (tickets)`, tickets);
     }
   });
 }
 
-/** The args of result `event` replaced by those of the call event with its call_id when
- * they are the same JSON; call events' args are remembered in `argsById`. */
-function shareArgs(event, argsById) {
-  if (typeof event.call_id !== 'string' || event.args === undefined) return event.args;
-  if (event.type === 'call') {
-    argsById.set(event.call_id, event.args);
-    return event.args;
-  }
-  const made = argsById.get(event.call_id);
-  return made !== undefined && JSON.stringify(made) === JSON.stringify(event.args) ? made : event.args;
+/** The ticket a result `event` finishes: the one its call_id's call began, when the
+ * result names the same call (scope, tool and arguments); forgotten either way. */
+function ticketFor(event, tickets) {
+  if (typeof event.call_id !== 'string') return undefined;
+  const held = tickets.get(event.call_id);
+  tickets.delete(event.call_id);
+  if (held === undefined) return undefined;
+  const same = ['session', 'run', 'agent', 'tool'].every((k) => held.event[k] === event[k]);
+  return same && JSON.stringify(held.event.args ?? {}) === JSON.stringify(event.args ?? {}) ? held.ticket : undefined;
 }
 
-function checkIdiomatic(guard, line, answer, where, argsById) {
+function checkIdiomatic(guard, line, answer, where, tickets) {
   let event;
   try {
     event = JSON.parse(line.toString('utf8'));
@@ -126,7 +124,7 @@ function checkIdiomatic(guard, line, answer, where, argsById) {
     agent: event.agent,
     callId: event.call_id,
     tool: event.tool,
-    args: argsById ? shareArgs(event, argsById) : event.args,
+    args: event.args,
     batch: event.batch,
   };
   if (kind === 'result') {
@@ -135,12 +133,22 @@ function checkIdiomatic(guard, line, answer, where, argsById) {
     // The protocol's `"error": null` is an error outcome; the API's undefined is none.
     if (event.error === null) fields.error = null;
   }
-  const act = () =>
-    kind === 'call'
+  const ticket = tickets && kind === 'result' ? ticketFor(event, tickets) : undefined;
+  const act = () => {
+    if (kind === 'call' && tickets) {
+      const begun = guard.begin(fields);
+      if (typeof event.call_id === 'string') tickets.set(event.call_id, { event, ticket: begun });
+      return begun.verdict;
+    }
+    if (ticket !== undefined) {
+      return ticket.finish('error' in fields ? { error: fields.error } : { result: fields.result });
+    }
+    return kind === 'call'
       ? guard.beforeCall(fields)
       : kind === 'result'
         ? guard.afterCall(fields)
         : guard.onCompaction(fields);
+  };
   if ('error' in answer) {
     assert.throws(act, (e) => e instanceof Error, `${where}: replay answered ${answer.error}`);
     return;

@@ -1,0 +1,106 @@
+// The package's declarations (index.d.ts) as a host uses them, checked by `tsc --noEmit
+// --strict` in scripts/test (never run). The closed sets in index.d.ts (detectors, levels,
+// masking rules, config blocks) are generated from the engine's own tables
+// (crates/loopguard/tests/binding_types.rs); `advice` names every detector, so a detector
+// the engine adds fails this check until it is handled here, as a host's exhaustive code
+// would have to.
+import {
+  ALLOW,
+  Guard,
+  verdictFromAnswer,
+  type Called,
+  type Detector,
+  type GuardConfig,
+  type Level,
+  type Recorded,
+  type Ticket,
+  type Verdict,
+} from '../index';
+
+function assertNever(value: never): never {
+  throw new Error(`unexpected ${String(value)}`);
+}
+
+function advice(detector: Detector): string {
+  switch (detector) {
+    case 'generic_repeat':
+    case 'consecutive_repeat':
+    case 'stale_repeat':
+      return 'the same call again';
+    case 'known_poll_no_progress':
+      return 'a poll that does not move';
+    case 'ping_pong':
+    case 'cycle':
+      return 'calls going round';
+    case 'unknown_tool_repeat':
+      return 'a tool that does not exist';
+    case 'global_circuit_breaker':
+    case 'compaction_loop_persisted':
+    case 'escalation':
+      return 'the run is stopped';
+    case 'error_cascade':
+    case 'target_thrash':
+      return 'failures piling up';
+    case 'batch_duplicates':
+      return 'one call twice in a batch';
+    default:
+      return assertNever(detector);
+  }
+}
+
+function severity(level: Level): number {
+  switch (level) {
+    case 'warning':
+      return 1;
+    case 'critical':
+      return 2;
+    default:
+      return assertNever(level);
+  }
+}
+
+const config: GuardConfig = {
+  tools: { loopDetection: { enabled: true, warningThreshold: 5, detectors: { pingPong: true } } },
+  loopguard: { preset: 'recommended', mode: 'shadow', policy: { tools: [{ match: 'read*', class: 'read' }] } },
+  agents: { list: [{ id: 'ops', tools: { loopDetection: { criticalThreshold: 8 } } }] },
+  gateway: { port: 18789 },
+};
+const guard = new Guard(config);
+
+// The verdict is a tagged union: each branch has the fields of its kind.
+function describe(verdict: Verdict): string {
+  switch (verdict.verdict) {
+    case 'allow':
+      return verdict.shadow ? `would ${verdict.shadow.verdict}: ${advice(verdict.shadow.detector)}` : 'fine';
+    case 'warn':
+      return `${advice(verdict.detector)} (${severity(verdict.level)}): ${verdict.warningNote ?? verdict.message}`;
+    case 'block':
+      return `${verdict.blockedResult.content[0].text}${verdict.terminal ? ' (run over)' : ''}`;
+    default:
+      return assertNever(verdict);
+  }
+}
+
+const ticket: Ticket = guard.begin({ session: 's', run: 'r', tool: 'read', args: { path: 'a' }, callId: 'c1' });
+console.log(describe(ticket.verdict), ALLOW.verdict);
+if (!ticket.blocked) {
+  const recorded: Recorded = ticket.finish({ result: { content: [{ type: 'text', text: 'contents' }] } });
+  const end: string | null = recorded.endsRun ?? ticket.endsRun;
+  console.log(end);
+}
+
+const called: Called<{ ok: boolean }> = guard.call({ session: 's', tool: 'check', args: {} }, () => ({ ok: true }));
+if (called.ran) {
+  const ok: boolean = called.result.ok;
+  console.log(ok, called.recorded.recorded);
+} else {
+  console.log(called.result.details.detector);
+}
+async function later(): Promise<void> {
+  const done = await guard.call({ session: 's', tool: 'fetch', args: {} }, async () => 'page');
+  console.log(done.ran ? done.result.length : done.result.content[0].text);
+}
+void later();
+
+const fromSidecar: Verdict = verdictFromAnswer({ seq: 1, type: 'call', session: 's', run: null, verdict: 'allow' }, 'read');
+console.log(describe(fromSidecar), guard.beforeCall({ tool: 'read' }).verdict, guard.afterCall({ callId: 'c1', result: 1 }).recorded);
