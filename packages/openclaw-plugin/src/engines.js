@@ -1,9 +1,13 @@
-// The two engines behind the plugin, with one interface (beforeCall, afterCall,
-// onCompaction, endRun; answers shaped as @loopguard/node's):
+// The two engines behind the plugin, with one interface (begin, which hands out a ticket
+// with the verdict and `finish(outcome)`; afterCall, a result event for a call whose
+// ticket could not be had; onCompaction; endRun; answers shaped as @loopguard/node's):
 //
 // - in process: @loopguard/node, the engine compiled into the gateway process;
 // - sidecar: a `loopguard serve` reached over HTTP, for several gateways sharing one guard
 //   (its store, SQLite or Redis, keeps the state; its own --config sets the thresholds).
+//   A call is a call event, its ticket's outcome a result event; the sidecar's answer is
+//   read back by @loopguard/node into the engine's own verdict (its blocked result and
+//   warning note are the engine's).
 
 import { createRequire } from 'node:module';
 
@@ -28,8 +32,8 @@ export class InProcessEngine {
     this.guard = guard;
     this.kind = 'in-process';
   }
-  beforeCall(call) {
-    return this.guard.beforeCall(call);
+  begin(call) {
+    return this.guard.begin(call);
   }
   afterCall(outcome) {
     return this.guard.afterCall(outcome);
@@ -82,12 +86,13 @@ export class SidecarEngine {
     return { type, session: scope.session, run: scope.run, agent: scope.agent, ...fields };
   }
 
-  async beforeCall(call) {
+  async begin(call) {
     const answer = await this.#post(
       '/v1/events',
       this.#event('call', call, { call_id: call.callId, tool: call.tool, args: call.args }),
     );
-    return verdictOf(answer);
+    const { verdictFromAnswer } = require('@loopguard/node');
+    return new SidecarTicket(this, call, verdictFromAnswer(answer, call.tool));
   }
 
   async afterCall(outcome) {
@@ -95,7 +100,8 @@ export class SidecarEngine {
     if (outcome.error !== undefined) fields.error = outcome.error;
     else if (outcome.result !== undefined) fields.result = outcome.result;
     const answer = await this.#post('/v1/events', this.#event('result', outcome, fields));
-    return { recorded: answer.recorded, abort: answer.abort ?? null };
+    const abort = answer.abort ?? null;
+    return { recorded: answer.recorded, abort, endsRun: abort?.message ?? null };
   }
 
   async onCompaction(scope) {
@@ -109,30 +115,42 @@ export class SidecarEngine {
   }
 }
 
-/** A sidecar call answer in @loopguard/node's verdict shape (the same blocked result and
- * warning note the engine's Verdict builds: docs/serve.md, "The host loop"). */
-export function verdictOf(answer) {
-  const verdict = answer.verdict;
-  const detected = verdict === 'warn' || verdict === 'block';
-  const out = {
-    verdict,
-    level: answer.level ?? null,
-    detector: answer.detector ?? null,
-    count: answer.count ?? null,
-    message: answer.message ?? null,
-    notify: answer.notify ?? false,
-    terminal: answer.terminal ?? false,
-    pairedTool: answer.paired_tool ?? null,
-    blockedResult: null,
-    warningNote: null,
-  };
-  if (detected && verdict === 'block') {
-    out.blockedResult = {
-      content: [{ type: 'text', text: answer.message }],
-      details: { status: 'blocked', deniedReason: 'tool-loop', detector: answer.detector, count: answer.count },
-    };
+/** A call judged by the sidecar: its verdict, and its outcome sent as the result event of
+ * the same call (the sidecar fingerprints the arguments it is sent again). */
+class SidecarTicket {
+  #engine;
+  #call;
+  #open = true;
+
+  constructor(engine, call, verdict) {
+    this.#engine = engine;
+    this.#call = call;
+    this.verdict = verdict;
   }
-  if (verdict === 'warn' && answer.notify) out.warningNote = `[loopguard] ${answer.message}`;
-  if (answer.shadow) out.shadow = { ...answer.shadow, pairedTool: answer.shadow.paired_tool ?? null };
-  return out;
+
+  get blocked() {
+    return this.verdict.verdict === 'block';
+  }
+
+  get blockedResult() {
+    return this.verdict.blockedResult;
+  }
+
+  get warningNote() {
+    return this.verdict.warningNote;
+  }
+
+  get endsRun() {
+    return this.verdict.terminal ? this.verdict.message : null;
+  }
+
+  async finish(outcome) {
+    if (!this.#open) throw new Error('this ticket was already finished or cancelled');
+    this.#open = false;
+    return this.#engine.afterCall({ ...this.#call, ...outcome });
+  }
+
+  cancel() {
+    this.#open = false;
+  }
 }

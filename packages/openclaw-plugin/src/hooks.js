@@ -1,14 +1,16 @@
 // OpenClaw's hooks, wired to a loopguard engine.
 //
-// - before_tool_call asks the engine; a block returns {block, blockReason} (OpenClaw hands
-//   the reason to the model as the tool result) and a terminal block stops the run: every
-//   later call of it is blocked here, whatever the engine is.
-// - The tool-result middleware appends a warning the engine said to surface to the result
+// - before_tool_call begins the call's ticket with the engine; a block returns {block,
+//   blockReason} (OpenClaw hands the reason to the model as the tool result) and a
+//   terminal block stops the run: every later call of it is blocked here, whatever the
+//   engine is. The ticket is kept by toolCallId until the call's result.
+// - The tool-result middleware appends a warning the ticket says to surface to the result
 //   the model sees.
-// - after_tool_call records the outcome by toolCallId, with the appended warning taken off
-//   again (a result must hash the same whether or not a warning rode on it), and ignores
-//   the results of calls this plugin blocked. An abort (the loop survived a compaction)
-//   stops the run like a terminal block.
+// - after_tool_call finishes the ticket with the outcome, the appended warning taken off
+//   again (a result must hash the same whether or not a warning rode on it); the ticket
+//   holds the call as it was judged, so nothing of the call is sent again. Results of
+//   calls this plugin blocked are ignored. An abort (the loop survived a compaction) stops
+//   the run like a terminal block.
 // - after_compaction arms the post-compaction guard.
 //
 // OpenClaw does not await after_tool_call, so each run's engine requests go through one
@@ -52,7 +54,7 @@ export function withoutNote(result, note) {
  * answer (`allow`: fail open, or `block`).
  */
 export function createHooks({ engine, logger = console, onError = 'allow' }) {
-  const calls = new BoundedMap(); // run + toolCallId → { scope, blocked, note }
+  const calls = new BoundedMap(); // run + toolCallId → { scope, blocked, ticket, args }
   const stopped = new BoundedMap(); // run → the message every later call gets
   const queues = new BoundedMap(); // run → the tail of its request chain
   const activeRun = new BoundedMap(); // session → the run of its latest tool call
@@ -79,10 +81,10 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     // A stopped run stays stopped even when the engine no longer knows it (a sidecar that
     // restarted in memory): the engine's own answer is used when it has one.
     const stop = stopped.get(key);
-    let verdict;
+    let ticket;
     try {
-      verdict = await serialize(key, () =>
-        engine.beforeCall({ ...scope, tool: event.toolName, args: event.params, callId: event.toolCallId }),
+      ticket = await serialize(key, () =>
+        engine.begin({ ...scope, tool: event.toolName, args: event.params, callId: event.toolCallId }),
       );
     } catch (error) {
       failure(`judging ${event.toolName}`, error);
@@ -90,16 +92,19 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
         calls.set(callKey, { scope, blocked: true });
         return { block: true, blockReason: stop ?? `loopguard could not judge this call: ${error.message}` };
       }
-      calls.set(callKey, { scope, blocked: false, note: null, args: event.params });
+      // No ticket: the outcome goes as a result event with the call's arguments.
+      calls.set(callKey, { scope, blocked: false, ticket: null, args: event.params });
       return undefined;
     }
+    const verdict = ticket.verdict;
     if (verdict.verdict !== 'block' && stop !== undefined) {
+      ticket.cancel();
       calls.set(callKey, { scope, blocked: true });
       return { block: true, blockReason: stop };
     }
-    if (verdict.verdict === 'block') {
+    if (ticket.blocked) {
       calls.set(callKey, { scope, blocked: true });
-      if (verdict.terminal && !stopped.has(key)) stopped.set(key, verdict.message);
+      if (ticket.endsRun !== null && !stopped.has(key)) stopped.set(key, ticket.endsRun);
       logger.warn?.(
         `loopguard: blocked ${event.toolName} (${verdict.detector}, count ${verdict.count})` +
           `${verdict.terminal ? '; the run is stopped' : ''}`,
@@ -111,16 +116,16 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     } else if (verdict.shadow) {
       logger.info?.(`loopguard (shadow): would ${verdict.shadow.verdict} ${event.toolName}: ${verdict.shadow.message}`);
     }
-    calls.set(callKey, { scope, blocked: false, note: verdict.warningNote, args: event.params });
+    calls.set(callKey, { scope, blocked: false, ticket, args: event.params });
     return undefined;
   }
 
   function toolResultMiddleware(event, ctx) {
     const scope = scopeOf(event, ctx);
-    const entry = calls.get(`${runKey(scope)}\u0000${event.toolCallId ?? ''}`);
-    if (!entry?.note || !event.result) return undefined;
+    const note = calls.get(`${runKey(scope)}\u0000${event.toolCallId ?? ''}`)?.ticket?.warningNote;
+    if (!note || !event.result) return undefined;
     const content = Array.isArray(event.result.content) ? event.result.content : [];
-    return { result: { ...event.result, content: [...content, { type: 'text', text: entry.note }] } };
+    return { result: { ...event.result, content: [...content, { type: 'text', text: note }] } };
   }
 
   async function afterToolCall(event, ctx) {
@@ -130,20 +135,23 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     calls.delete(callKey);
     if (entry?.blocked) return; // the result of a call this plugin blocked
     const scope = entry?.scope ?? fallback;
-    // The arguments the call was judged with: OpenClaw hands after_tool_call a copy of the
-    // call's params (adjusted by any before_tool_call hook), and the call as judged is the
-    // one its outcome belongs to. The same object also lets the in-process engine use the
-    // fingerprint it made at the call.
-    const args = entry ? entry.args : event.params;
-    const outcome = { ...scope, callId: event.toolCallId, tool: event.toolName, args };
-    if (event.error !== undefined && event.error !== null) outcome.error = event.error;
-    else outcome.result = withoutNote(event.result, entry?.note) ?? null;
+    const note = entry?.ticket?.warningNote;
+    const outcome =
+      event.error !== undefined && event.error !== null
+        ? { error: event.error }
+        : { result: withoutNote(event.result, note) ?? null };
     const key = runKey(scope);
     try {
-      const recorded = await serialize(key, () => engine.afterCall(outcome));
-      if (recorded.abort) {
-        stopped.set(key, recorded.abort.message);
-        logger.error?.(`loopguard: ${recorded.abort.message}`);
+      const recorded = await serialize(key, () => {
+        if (entry?.ticket) return entry.ticket.finish(outcome);
+        // A call whose ticket could not be had (or that this plugin never saw): a result
+        // event with the arguments it was made with.
+        const args = entry ? entry.args : event.params;
+        return engine.afterCall({ ...scope, callId: event.toolCallId, tool: event.toolName, args, ...outcome });
+      });
+      if (recorded.endsRun) {
+        stopped.set(key, recorded.endsRun);
+        logger.error?.(`loopguard: ${recorded.endsRun}`);
       }
     } catch (error) {
       failure(`recording the outcome of ${event.toolName}`, error);
