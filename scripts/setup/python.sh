@@ -1,12 +1,15 @@
 # The Python package (crates/loopguard-python): a virtualenv under target/ with maturin, the
-# test tools and the agent frameworks the adapters are tested against, all pinned. Sourced
+# test tools and the agent frameworks the adapters are tested against, all pinned in the
+# package's `dev` dependency group (its pyproject.toml: the one list of them). Sourced
 # by scripts/test: idempotent, quick when the pinned set is already there (a stamp file
 # records it). Needs python3 >= 3.11 with venv (the frameworks need 3.11; installs Debian's
 # python3-venv when it is missing and this runs as root with apt-get; never uses sudo).
 # A failed install does not stop the Rust tests: scripts/test then reports the missing
 # venv and fails.
 lg_py_venv="$PWD/target/python-venv"
-lg_py_pins="maturin==1.16.0 pytest==9.2.0 hypothesis==6.170.15 mypy==2.4.1 langchain==1.5.0 langchain-core==1.8.1 langgraph==1.2.22 openai-agents==0.24.0 pydantic-ai-slim==2.68.0"
+lg_py_project="$PWD/crates/loopguard-python/pyproject.toml"
+# The stamp: the dependency groups as written (a changed pin installs again).
+lg_py_pins=$(sed -n '/^\[dependency-groups\]/,/^\[/p' "$lg_py_project" | tr -s ' \n' ' ')
 lg_py_ready() {
   [ -x "$lg_py_venv/bin/python" ] && [ "$(cat "$lg_py_venv/.loopguard-pins" 2>/dev/null)" = "$lg_py_pins" ]
 }
@@ -22,9 +25,9 @@ if ! lg_py_ready; then
       python3 -m venv "$lg_py_venv" >/dev/null 2>&1 || true
     fi
   fi
-  # shellcheck disable=SC2086
   if [ -x "$lg_py_venv/bin/pip" ] &&
-    "$lg_py_venv/bin/pip" install -q --disable-pip-version-check $lg_py_pins >&2; then
+    "$lg_py_venv/bin/pip" install -q --disable-pip-version-check 'pip>=25.1' >&2 &&
+    "$lg_py_venv/bin/pip" install -q --disable-pip-version-check --group "$lg_py_project:dev" >&2; then
     printf '%s' "$lg_py_pins" >"$lg_py_venv/.loopguard-pins"
   fi
   if lg_py_ready; then
@@ -37,5 +40,5 @@ if lg_py_ready; then
   LOOPGUARD_PYTHON_VENV="$lg_py_venv"
   export LOOPGUARD_PYTHON_VENV
 fi
-unset lg_py_venv lg_py_pins
+unset lg_py_venv lg_py_project lg_py_pins
 unset -f lg_py_ready

@@ -13,7 +13,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::convert::to_python;
 
@@ -50,6 +50,43 @@ impl PyVerdict {
             Verdict::Warn { detection, .. } | Verdict::Block { detection, .. } => Some(detection),
             _ => None,
         }
+    }
+
+    /// Whether the call must not run.
+    pub fn is_blocked(&self) -> bool {
+        self.inner.is_blocked()
+    }
+
+    /// The blocked result as a Python value.
+    pub fn blocked_result_value<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.inner
+            .blocked_result()
+            .map(|v| to_python(py, &v))
+            .transpose()
+    }
+
+    /// The warning note, when there is one to surface.
+    pub fn warning_note_text(&self) -> Option<String> {
+        self.inner.warning_note()
+    }
+
+    /// The message of a terminal block.
+    pub fn ends_run(&self) -> Option<String> {
+        match &self.inner {
+            Verdict::Block {
+                detection,
+                terminal: true,
+            } => Some(detection.message.clone()),
+            _ => None,
+        }
+    }
+
+    /// Its `repr()`.
+    pub fn repr(&self) -> String {
+        self.__repr__()
     }
 }
 
@@ -107,10 +144,7 @@ impl PyVerdict {
 
     #[getter]
     fn blocked_result<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.inner
-            .blocked_result()
-            .map(|v| to_python(py, &v))
-            .transpose()
+        self.blocked_result_value(py)
     }
 
     #[getter]
@@ -214,6 +248,13 @@ impl PyRecorded {
         self.inner.abort.clone().map(|inner| PyAbort { inner })
     }
 
+    /// When this outcome ended the run (the post-compaction guard aborted it): the
+    /// message it ends with.
+    #[getter]
+    fn ends_run(&self) -> Option<&str> {
+        self.inner.ends_run()
+    }
+
     /// Shadow mode: the abort that would have happened.
     #[getter]
     fn shadow_abort(&self) -> Option<PyAbort> {
@@ -308,67 +349,26 @@ fn answer_dict<'py>(py: Python<'py>, answer: &Answer) -> PyResult<Bound<'py, PyA
     Ok(dict)
 }
 
-/// A sidecar's answer to a call event (JSON text) as a verdict on a call of `tool`.
-///
-/// The answer carries what the engine's [`Detection`] holds except the signatures, which
-/// a host never sees; they are left zero. Reading it with the engine's own types keeps the
-/// blocked result and the warning note the engine's.
+/// A sidecar's answer to a call event (JSON text) as a verdict on a call of `tool`, read
+/// back into the engine's own values by the protocol crate ([`Answer::from_json`]), so
+/// that the blocked result and the warning note are the engine's.
 #[pyfunction]
 pub fn verdict_from_answer(py: Python<'_>, answer: &[u8], tool: &str) -> PyResult<Py<PyVerdict>> {
-    let answer: Value = serde_json::from_slice(answer).map_err(bad_answer)?;
-    let detection = |d: &Value| -> PyResult<Detection> {
-        serde_json::from_value(json!({
-            "level": d["level"], "detector": d["detector"], "count": d["count"],
-            "tool": tool, "paired_tool": d.get("paired_tool"), "message": d["message"],
-            "signature": "0", "paired_signature": d.get("paired_tool").map(|_| "0"),
-        }))
-        .map_err(bad_answer)
-    };
-    let flag = |d: &Value, key: &str| d[key].as_bool().unwrap_or(false);
-    let inner = match (answer["verdict"].as_str(), answer.get("shadow")) {
-        (Some("allow"), Some(shadow)) => Verdict::Shadow {
-            detection: detection(shadow)?,
-            terminal: flag(shadow, "terminal"),
-        },
-        (Some("allow"), None) => Verdict::Allow,
-        (Some("warn"), _) => Verdict::Warn {
-            detection: detection(&answer)?,
-            notify: flag(&answer, "notify"),
-        },
-        (Some("block"), _) => Verdict::Block {
-            detection: detection(&answer)?,
-            terminal: flag(&answer, "terminal"),
-        },
-        _ => return Err(bad_answer(format!("not a verdict: {answer}"))),
-    };
-    verdict(py, inner)
+    match Answer::from_json(answer, tool).map_err(bad_answer)? {
+        Answer::Call { verdict: inner, .. } => verdict(py, inner),
+        _ => Err(bad_answer("not the answer to a call")),
+    }
 }
 
 /// A sidecar's answer to a result event (JSON text).
 #[pyfunction]
 pub fn recorded_from_answer(py: Python<'_>, answer: &[u8]) -> PyResult<Py<PyRecorded>> {
-    let answer: Value = serde_json::from_slice(answer).map_err(bad_answer)?;
-    let abort = |a: Option<&Value>| -> PyResult<Option<Abort>> {
-        match a {
-            None | Some(Value::Null) => Ok(None),
-            Some(a) => serde_json::from_value(json!({
-                "tool": a["tool"], "count": a["count"], "message": a["message"], "signature": "0",
-            }))
-            .map(Some)
-            .map_err(bad_answer),
-        }
-    };
-    let Some(flag) = answer["recorded"].as_bool() else {
-        return Err(bad_answer(format!("not a result answer: {answer}")));
-    };
-    recorded(
-        py,
-        Recorded::new(
-            flag,
-            abort(answer.get("abort"))?,
-            abort(answer.get("shadow_abort"))?,
-        ),
-    )
+    match Answer::from_json(answer, "").map_err(bad_answer)? {
+        Answer::Result {
+            recorded: inner, ..
+        } => recorded(py, inner),
+        _ => Err(bad_answer("not the answer to a result")),
+    }
 }
 
 fn bad_answer(e: impl std::fmt::Display) -> PyErr {

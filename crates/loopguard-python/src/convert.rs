@@ -198,7 +198,7 @@ impl Walk<'_> {
     }
 
     fn string(&mut self, s: &Bound<'_, PyString>) -> Result<(), Failure> {
-        self.flat.string(&crate::abi::text(s)?);
+        self.flat.string(s.to_str()?);
         Ok(())
     }
 
@@ -220,12 +220,12 @@ impl Walk<'_> {
             }
             let Some((k, v)) = entries.next() else { break };
             let key = match k.cast::<PyString>() {
-                Ok(k) => crate::abi::text(k)?,
+                Ok(k) => k.to_str()?,
                 Err(_) => return Err(Problem::Key(type_name(&k)).into()),
             };
-            self.flat.string(&key);
+            self.flat.string(key);
             self.value(&v, depth + 1)
-                .map_err(|e| e.at(Step::Key(key.into_owned()), d))?;
+                .map_err(|e| e.at(Step::Key(key.to_owned()), d))?;
             count += 1;
         }
         self.flat.close(node, count);

@@ -1,12 +1,18 @@
 //! The native half of the `loopguard` Python package (`loopguard._native`): the engine in
 //! a Python process.
 //!
-//! The binding is thin. [`PyGuard`] is the engine's [`Guard`] behind a mutex; each method
-//! turns its Python arguments into the engine's [`Scope`], [`Call`] and [`OutcomeOf`]
-//! (`convert` walks Python values into a `flat` JSON view, in buffers reused from call to
-//! call), asks the engine, and wraps the engine's answer in a frozen object (`answers`).
-//! Everything a verdict says (words, blocked result, warning note) is read from the
-//! engine's own values.
+//! The binding is thin. [`PyGuard`] is the engine behind a mutex, driven through the event
+//! protocol's crate ([`loopguard_events::Replayer`]), as every front end is: `begin` hands
+//! out the engine's own [`Ticket`] ([`PyTicket`], whose `finish` records the outcome
+//! against the call as it was judged); `before_call`, `after_call` and `on_compaction` are
+//! the protocol's call, result and compaction events; `apply_event` takes any event.
+//! Python values are walked into a `flat` JSON view (`convert`, in buffers reused from
+//! call to call) and the engine's answers are wrapped in frozen objects (`answers`):
+//! every word a verdict says (message, blocked result, warning note) is the engine's.
+//!
+//! The methods are PyO3's own: with the stable ABI of Python 3.10 (the wheel's floor) they
+//! are vectorcall methods whose keyword names PyO3 matches without copying, and strings
+//! are read as UTF-8 in place.
 //!
 //! Threads: the guard is shared freely. An engine call on small values runs with the GIL
 //! held (releasing and taking it back would cost more than the call). A value heavier than
@@ -16,24 +22,22 @@
 
 #![deny(unsafe_code)]
 
-mod abi;
 mod answers;
 mod convert;
 mod flat;
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError, TryLockError};
 
 use std::cell::RefCell;
 
-use loopguard::{Call, CallRef, ConfigSet, Guard, OutcomeOf, Scope};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use loopguard::{Call, ConfigSet, Guard, OutcomeOf, SystemClock, Ticket};
+use loopguard_events::{from_value, EventRef, IdsRef, Replayer, Reply};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use abi::CallArgs;
 use answers::{PyAbort, PyRecorded, PyVerdict};
 use convert::{to_flat, to_python};
 use flat::Flat;
@@ -81,10 +85,52 @@ impl Drop for Converted {
     }
 }
 
+/// An outcome given as `result=` or `error=` (an exception is its text), converted.
+struct GivenOutcome(Option<(bool, Converted)>);
+
+impl GivenOutcome {
+    fn new(
+        result: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+        method: &str,
+    ) -> PyResult<Self> {
+        Ok(Self(match (result, error) {
+            (Some(_), Some(_)) => {
+                return Err(PyTypeError::new_err(format!(
+                    "{method} takes result= or error=, not both"
+                )))
+            }
+            (Some(result), None) => Some((false, Converted::new(result, "result")?)),
+            (None, Some(error)) if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
+                let mut text = Converted::empty();
+                text.0.clear();
+                text.0.string(&error.str()?.to_cow()?);
+                Some((true, text))
+            }
+            (None, Some(error)) => Some((true, Converted::new(error, "error")?)),
+            (None, None) => None,
+        }))
+    }
+
+    fn weight(&self) -> usize {
+        self.0.as_ref().map_or(0, |(_, o)| o.0.weight())
+    }
+
+    fn view(&self) -> OutcomeOf<flat::Value<'_>> {
+        match &self.0 {
+            Some((false, value)) => OutcomeOf::Result(value.0.root()),
+            Some((true, value)) => OutcomeOf::Error(value.0.root()),
+            None => OutcomeOf::Nothing,
+        }
+    }
+}
+
 /// The loop guard with its state in memory.
 #[pyclass(module = "loopguard", name = "Guard", frozen)]
 pub struct PyGuard {
-    engine: Mutex<Guard>,
+    engine: Mutex<Replayer<SystemClock>>,
+    /// The `seq` of `apply_event`'s last answer.
+    seq: Mutex<u64>,
 }
 
 /// An optional keyword argument that tells "not given" from `None` (`result=None` is a
@@ -106,7 +152,7 @@ impl PyGuard {
         &self,
         py: Python<'_>,
         heavy: bool,
-        op: impl FnOnce(&mut Guard) -> R + Send,
+        op: impl FnOnce(&mut Replayer<SystemClock>) -> R + Send,
     ) -> R {
         if !heavy {
             match self.engine.try_lock() {
@@ -117,107 +163,56 @@ impl PyGuard {
         }
         py.detach(|| op(&mut self.engine.lock().unwrap_or_else(PoisonError::into_inner)))
     }
-
-    /// `before_call`, however it was called.
-    fn judge(
-        &self,
-        py: Python<'_>,
-        call: &CallArgs<'_, '_>,
-        batch: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<PyVerdict>> {
-        let names = Names::of(call)?;
-        let batch = optional_text(batch, "batch")?;
-        let args = Converted::new(call.args, "args")?;
-        let heavy = args.0.weight() > HEAVY;
-        let verdict = self.with_engine(py, heavy, |engine| {
-            let call = Call::with_args(&names.tool, args.0.root())
-                .with_id(names.call_id.as_deref())
-                .with_batch(batch.as_deref());
-            engine.begin(&names.scope(), &call).into_verdict()
-        });
-        answers::verdict(py, verdict)
-    }
-
-    /// `after_call`, however it was called (`result` and `error` are `None` when not given).
-    fn record(
-        &self,
-        py: Python<'_>,
-        call: &CallArgs<'_, '_>,
-        result: Option<&Bound<'_, PyAny>>,
-        error: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<PyRecorded>> {
-        let names = Names::of(call)?;
-        let args = Converted::new(call.args, "args")?;
-        let outcome = match (result, error) {
-            (Some(_), Some(_)) => {
-                return Err(PyTypeError::new_err(
-                    "after_call takes result= or error=, not both",
-                ))
-            }
-            (Some(result), None) => Some((false, Converted::new(result, "result")?)),
-            (None, Some(error)) if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
-                let mut text = Converted::empty();
-                text.0.clear();
-                text.0.string(&error.str()?.to_cow()?);
-                Some((true, text))
-            }
-            (None, Some(error)) => Some((true, Converted::new(error, "error")?)),
-            (None, None) => None,
-        };
-        let heavy = args.0.weight() + outcome.as_ref().map_or(0, |(_, o)| o.0.weight()) > HEAVY;
-        let recorded = self.with_engine(py, heavy, |engine| {
-            let call =
-                Call::with_args(&names.tool, args.0.root()).with_id(names.call_id.as_deref());
-            let outcome = match &outcome {
-                Some((false, value)) => OutcomeOf::Result(value.0.root()),
-                Some((true, value)) => OutcomeOf::Error(value.0.root()),
-                None => OutcomeOf::Nothing,
-            };
-            let scope = names.scope();
-            engine.with_run(&scope, |cfg, run, now| {
-                let ticket = run.resume(cfg, &scope, CallRef::Call(call));
-                run.finish(cfg, ticket, outcome, now).unwrap_or_default()
-            })
-        });
-        answers::recorded(py, recorded)
-    }
 }
 
-/// The names a call carries, read from their Python strings (in place where the
-/// interpreter allows: `abi::text`).
+/// The names a call carries, read from their Python strings in place.
 struct Names<'a> {
-    tool: Cow<'a, str>,
-    session: Cow<'a, str>,
-    run: Option<Cow<'a, str>>,
-    agent: Option<Cow<'a, str>>,
-    call_id: Option<Cow<'a, str>>,
+    tool: &'a str,
+    session: &'a str,
+    run: Option<&'a str>,
+    agent: Option<&'a str>,
+    call_id: Option<&'a str>,
 }
 
 impl<'a> Names<'a> {
-    fn of(call: &CallArgs<'a, '_>) -> PyResult<Self> {
-        let tool = required_text(call.tool, "tool")?;
+    fn of(
+        tool: &'a Bound<'_, PyAny>,
+        session: &'a Bound<'_, PyAny>,
+        run: Option<&'a Bound<'_, PyAny>>,
+        agent: Option<&'a Bound<'_, PyAny>>,
+        call_id: Option<&'a Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let tool = required_text(tool, "tool")?;
         if tool.trim().is_empty() {
             return Err(PyValueError::new_err("tool must be a non-blank string"));
         }
         Ok(Self {
             tool,
-            session: required_text(call.session, "session")?,
-            run: optional_text(call.run, "run")?,
-            agent: optional_text(call.agent, "agent")?,
-            call_id: optional_text(call.call_id, "call_id")?,
+            session: required_text(session, "session")?,
+            run: optional_text(run, "run")?,
+            agent: optional_text(agent, "agent")?,
+            call_id: optional_text(call_id, "call_id")?,
         })
     }
 
-    fn scope(&self) -> Scope<'_> {
-        Scope::new(&self.session)
-            .with_run(self.run.as_deref())
-            .with_agent(self.agent.as_deref())
+    fn ids(&self) -> IdsRef<'a> {
+        IdsRef {
+            session: self.session,
+            run: self.run,
+            agent: self.agent,
+        }
+    }
+
+    fn scope(&self) -> loopguard::Scope<'a> {
+        loopguard::Scope::new(self.session)
+            .with_run(self.run)
+            .with_agent(self.agent)
     }
 }
 
-fn required_text<'a>(ob: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, str>> {
+fn required_text<'a>(ob: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
     match ob.cast::<PyString>() {
-        Ok(s) => abi::text(s),
+        Ok(s) => s.to_str(),
         Err(_) => Err(PyTypeError::new_err(format!(
             "{what} must be a str, not {}",
             ob.get_type()
@@ -229,13 +224,18 @@ fn required_text<'a>(ob: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, s
 }
 
 /// A string argument that may be `None`.
-fn optional_text<'a>(
-    ob: Option<&'a Bound<'_, PyAny>>,
-    what: &str,
-) -> PyResult<Option<Cow<'a, str>>> {
+fn optional_text<'a>(ob: Option<&'a Bound<'_, PyAny>>, what: &str) -> PyResult<Option<&'a str>> {
     match ob {
         Some(ob) if !ob.is_none() => required_text(ob, what).map(Some),
         _ => Ok(None),
+    }
+}
+
+/// The engine's reply to an event of the kind it was built as.
+fn unexpected(reply: Reply) -> PyErr {
+    match reply {
+        Reply::Invalid(error) => PyValueError::new_err(error),
+        _ => PyRuntimeError::new_err("internal error: the event was answered as another kind"),
     }
 }
 
@@ -252,12 +252,52 @@ impl PyGuard {
             Some(config) => load_config(py, config)?,
         };
         Ok(Self {
-            engine: Mutex::new(Guard::new(config)),
+            engine: Mutex::new(Replayer::with_guard(Guard::new(config), None)),
+            seq: Mutex::new(0),
         })
     }
 
-    /// The verdict on a call about to run. A blocked call must not run: hand the model
-    /// `verdict.blocked_result` (or `verdict.message`) instead.
+    /// Judges a call about to run and hands out its ticket: do not run a blocked call
+    /// (hand the model `ticket.blocked_result`); run any other, then
+    /// `ticket.finish(result=...)` (or `error=`). As a context manager, the ticket records
+    /// an exception raised inside the block as the call's error.
+    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn begin(
+        slf: &Bound<'_, Self>,
+        tool: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        session: &Bound<'_, PyAny>,
+        run: Option<&Bound<'_, PyAny>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        call_id: Option<&Bound<'_, PyAny>>,
+        batch: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyTicket>> {
+        let py = slf.py();
+        let names = Names::of(tool, session, run, agent, call_id)?;
+        let batch = optional_text(batch, "batch")?;
+        let args = Converted::new(args, "args")?;
+        let heavy = args.0.weight() > HEAVY;
+        let ticket = slf.get().with_engine(py, heavy, |engine| {
+            let call = Call::with_args(names.tool, args.0.root())
+                .with_id(names.call_id)
+                .with_batch(batch);
+            engine.guard_mut().begin(&names.scope(), &call)
+        });
+        let verdict = answers::verdict(py, ticket.verdict().clone())?;
+        Py::new(
+            py,
+            PyTicket {
+                guard: slf.clone().unbind(),
+                ticket: Mutex::new(Some(ticket)),
+                verdict,
+            },
+        )
+    }
+
+    /// The verdict on a call about to run (the protocol's `call` event: the engine keeps
+    /// the call pending, for a result that names it). A blocked call must not run: hand
+    /// the model `verdict.blocked_result` (or `verdict.message`) instead.
     #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None))]
     #[allow(clippy::too_many_arguments)]
     fn before_call(
@@ -271,13 +311,30 @@ impl PyGuard {
         call_id: Option<&Bound<'_, PyAny>>,
         batch: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyVerdict>> {
-        let call = CallArgs::new(tool, args, session, run, agent, call_id);
-        self.judge(py, &call, batch)
+        let names = Names::of(tool, session, run, agent, call_id)?;
+        let batch = optional_text(batch, "batch")?;
+        let args = Converted::new(args, "args")?;
+        let heavy = args.0.weight() > HEAVY;
+        let reply = self.with_engine(py, heavy, |engine| {
+            engine.reply(&EventRef::Call {
+                ids: names.ids(),
+                call_id: names.call_id,
+                tool: names.tool,
+                args: Some(args.0.root()),
+                batch,
+            })
+        });
+        match reply {
+            Reply::Call(verdict) => answers::verdict(py, verdict),
+            other => Err(unexpected(other)),
+        }
     }
 
-    /// Records what a call returned: `result=` (any JSON value, a pydantic model, a
-    /// dataclass) or `error=` (an exception, whose text is used, or a JSON value); neither
-    /// records nothing. Also for warned calls; results of blocked calls are ignored.
+    /// Records what a call returned (the protocol's `result` event, naming its call by
+    /// tool and arguments): `result=` (any JSON value, a pydantic model, a dataclass) or
+    /// `error=` (an exception, whose text is used, or a JSON value); neither records
+    /// nothing. Results of blocked calls are ignored. A ticket's `finish` needs neither
+    /// the tool nor the arguments again.
     #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, result = Given(None), error = Given(None)))]
     #[allow(clippy::too_many_arguments)]
     fn after_call(
@@ -292,8 +349,23 @@ impl PyGuard {
         result: Given<'_>,
         error: Given<'_>,
     ) -> PyResult<Py<PyRecorded>> {
-        let call = CallArgs::new(tool, args, session, run, agent, call_id);
-        self.record(py, &call, result.0.as_ref(), error.0.as_ref())
+        let names = Names::of(tool, session, run, agent, call_id)?;
+        let args = Converted::new(args, "args")?;
+        let outcome = GivenOutcome::new(result.0.as_ref(), error.0.as_ref(), "after_call")?;
+        let heavy = args.0.weight() + outcome.weight() > HEAVY;
+        let reply = self.with_engine(py, heavy, |engine| {
+            engine.reply(&EventRef::Result {
+                ids: names.ids(),
+                call_id: names.call_id,
+                tool: Some(names.tool),
+                args: Some(args.0.root()),
+                outcome: outcome.view(),
+            })
+        });
+        match reply {
+            Reply::Result(recorded) => answers::recorded(py, recorded),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
@@ -305,26 +377,82 @@ impl PyGuard {
         session: String,
         run: Option<String>,
         agent: Option<String>,
-    ) -> u32 {
-        self.with_engine(py, false, move |engine| {
-            let scope = Scope::new(&session)
-                .with_run(run.as_deref())
-                .with_agent(agent.as_deref());
-            engine.on_compaction(&scope)
-        })
+    ) -> PyResult<u32> {
+        let reply = self.with_engine(py, false, |engine| {
+            let event: EventRef<'_, flat::Value<'_>> = EventRef::Compaction {
+                ids: IdsRef {
+                    session: &session,
+                    run: run.as_deref(),
+                    agent: agent.as_deref(),
+                },
+            };
+            engine.reply(&event)
+        });
+        match reply {
+            Reply::Compaction(armed) => Ok(armed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Any event of the replay protocol (SPEC §7): a dict, or a line of JSON text (`str`
+    /// or `bytes`), answered as `loopguard replay` prints it (a dict; an invalid event is
+    /// answered `{"seq", "error"}`, not raised). `seq` defaults to one more than the last.
+    #[pyo3(signature = (event, seq = None))]
+    fn apply_event<'py>(
+        &self,
+        py: Python<'py>,
+        event: &Bound<'py, PyAny>,
+        seq: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let seq = {
+            let mut last = self.seq.lock().unwrap_or_else(PoisonError::into_inner);
+            *last = seq.unwrap_or(*last + 1);
+            *last
+        };
+        let answer = if let Ok(text) = event.cast::<PyString>() {
+            let line = text.to_str()?;
+            self.with_engine(py, line.len() > HEAVY, |engine| {
+                engine.apply_line(seq, line.as_bytes())
+            })
+        } else if let Ok(bytes) = event.cast::<PyBytes>() {
+            let line = bytes.as_bytes();
+            self.with_engine(py, line.len() > HEAVY, |engine| {
+                engine.apply_line(seq, line)
+            })
+        } else if event.is_instance_of::<PyDict>() {
+            let value = loopguard::json::to_value(Converted::new(event, "event")?.0.root())
+                .ok_or_else(|| PyValueError::new_err("event: nested too deep"))?;
+            match from_value(value) {
+                Ok(event) => {
+                    self.with_engine(py, false, |engine| engine.apply(seq, &event.as_ref()))
+                }
+                Err(error) => loopguard_events::Answer::Invalid { seq, error },
+            }
+        } else {
+            return Err(PyTypeError::new_err(
+                "event must be a dict, or a line of JSON text (str or bytes)",
+            ));
+        };
+        let value =
+            serde_json::to_value(&answer).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        to_python(py, &value)
     }
 
     /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
     #[pyo3(signature = (*, session, run))]
     fn end_run(&self, py: Python<'_>, session: String, run: Option<String>) -> bool {
         self.with_engine(py, false, move |engine| {
-            engine.end_run(&Scope::new(&session).with_run(run.as_deref()))
+            engine
+                .guard_mut()
+                .end_run(&loopguard::Scope::new(&session).with_run(run.as_deref()))
         })
     }
 
     /// Forgets a session and all its runs. Returns whether it existed.
     fn end_session(&self, py: Python<'_>, session: String) -> bool {
-        self.with_engine(py, false, move |engine| engine.end_session(&session))
+        self.with_engine(py, false, move |engine| {
+            engine.guard_mut().end_session(&session)
+        })
     }
 
     /// The settings in force for `agent` (the global ones without an agent, or for an
@@ -336,7 +464,7 @@ impl PyGuard {
         let agent = agent.filter(|a| !a.trim().is_empty());
         let agent = agent.as_deref().map(str::trim);
         let (own_block, effective) = self.with_engine(py, false, |engine| {
-            let set = engine.config();
+            let set = engine.guard().config();
             (
                 agent.is_some_and(|a| set.agents().any(|(id, _, _)| id == a)),
                 serde_json::to_value(set.for_agent(agent)),
@@ -369,6 +497,141 @@ impl PyGuard {
 
     fn __repr__(&self) -> String {
         "Guard(...)".to_owned()
+    }
+}
+
+/// One tool call between its verdict and its outcome (`Guard.begin`): the engine's own
+/// ticket, which holds the call as it was judged, so `finish` takes the outcome alone.
+#[pyclass(module = "loopguard", name = "Ticket", frozen)]
+pub struct PyTicket {
+    guard: Py<PyGuard>,
+    /// `None` once finished or cancelled.
+    ticket: Mutex<Option<Ticket>>,
+    verdict: Py<PyVerdict>,
+}
+
+impl PyTicket {
+    /// The ticket, taken out to be finished: `None` when it already was (or was
+    /// cancelled).
+    fn take(&self) -> Option<Ticket> {
+        self.ticket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    fn is_open(&self) -> bool {
+        self.ticket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn record(&self, py: Python<'_>, outcome: &GivenOutcome) -> PyResult<Py<PyRecorded>> {
+        let ticket = self.take().ok_or_else(|| {
+            PyRuntimeError::new_err("this ticket was already finished or cancelled")
+        })?;
+        let guard = self.guard.get();
+        let recorded = guard.with_engine(py, outcome.weight() > HEAVY, |engine| {
+            engine.guard_mut().finish(ticket, outcome.view())
+        });
+        answers::recorded(py, recorded)
+    }
+}
+
+#[pymethods]
+impl PyTicket {
+    /// The engine's verdict on the call.
+    #[getter]
+    fn verdict(&self, py: Python<'_>) -> Py<PyVerdict> {
+        self.verdict.clone_ref(py)
+    }
+
+    /// Whether the call must not run.
+    #[getter]
+    fn blocked(&self) -> bool {
+        self.verdict.get().is_blocked()
+    }
+
+    /// For a blocked call: the tool result to hand the model in its place.
+    #[getter]
+    fn blocked_result<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.verdict.get().blocked_result_value(py)
+    }
+
+    /// For a warning to surface now: the note to append to the call's result.
+    #[getter]
+    fn warning_note(&self) -> Option<String> {
+        self.verdict.get().warning_note_text()
+    }
+
+    /// When the verdict ends the run (a terminal block): the message it ends with.
+    #[getter]
+    fn ends_run(&self) -> Option<String> {
+        self.verdict.get().ends_run()
+    }
+
+    /// Records what the call returned (`result=`) or how it failed (`error=`: an
+    /// exception, whose text is used, or a JSON value); neither records nothing. A blocked
+    /// call's outcome is ignored. Once per ticket.
+    #[pyo3(signature = (*, result = Given(None), error = Given(None)))]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        result: Given<'_>,
+        error: Given<'_>,
+    ) -> PyResult<Py<PyRecorded>> {
+        if !self.is_open() {
+            return Err(PyRuntimeError::new_err(
+                "this ticket was already finished or cancelled",
+            ));
+        }
+        let outcome = GivenOutcome::new(result.0.as_ref(), error.0.as_ref(), "finish")?;
+        self.record(py, &outcome)
+    }
+
+    /// The call did not run: nothing is recorded (as when the ticket is dropped), and
+    /// `finish` refuses it afterwards.
+    fn cancel(&self) {
+        drop(self.take());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving a `with` block: an exception raised in it is the call's error (recorded,
+    /// then raised on). Leaving it without one, a call that may run must have its outcome
+    /// by then (`finish`) or have been called off (`cancel`); a blocked call has none.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+        _trace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if !self.is_open() || self.blocked() {
+            return Ok(false);
+        }
+        match error {
+            Some(error) if !error.is_none() => {
+                let outcome = GivenOutcome::new(None, Some(error), "finish")?;
+                self.record(py, &outcome)?;
+                Ok(false)
+            }
+            _ => {
+                self.cancel();
+                Err(PyRuntimeError::new_err(
+                    "the call's outcome was not given: call ticket.finish(result=...) inside \
+the with block (or ticket.cancel() when the call did not run)",
+                ))
+            }
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = if self.is_open() { "open" } else { "closed" };
+        format!("Ticket({}, {state})", self.verdict.bind(py).borrow().repr())
     }
 }
 
@@ -489,7 +752,7 @@ thread_local! {
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGuard>()?;
-    abi::install(&m.py().get_type::<PyGuard>())?;
+    m.add_class::<PyTicket>()?;
     m.add_class::<PyVerdict>()?;
     m.add_class::<PyRecorded>()?;
     m.add_class::<PyAbort>()?;
@@ -498,5 +761,17 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_convert_object, m)?)?;
     m.add_function(wrap_pyfunction!(_convert_text, m)?)?;
     m.add("MAX_NESTING", convert::MAX_NESTING)?;
+    // The engine's closed sets, for the stubs' test (`tests/test_typing.py`) to compare.
+    let names = |all: &[&str]| all.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let detectors: Vec<&str> = loopguard::Detector::ALL
+        .iter()
+        .map(|d| d.as_str())
+        .collect();
+    let levels: Vec<&str> = loopguard::Level::ALL.iter().map(|l| l.as_str()).collect();
+    m.add(
+        "DETECTORS",
+        pyo3::types::PyTuple::new(m.py(), names(&detectors))?,
+    )?;
+    m.add("LEVELS", pyo3::types::PyTuple::new(m.py(), names(&levels))?)?;
     Ok(())
 }

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from loopguard import AnyGuard
+from loopguard import AnyGuard, AnyTicket
 
 IDS = ("session", "run", "agent", "call_id", "tool", "batch")
 _UNSET: Any = object()
@@ -29,7 +29,25 @@ def _id(event: Dict[str, Any], key: str) -> Optional[str]:
     return value.strip() or None
 
 
-def answer(guard: AnyGuard, seq: int, event: Any) -> Dict[str, Any]:
+#: Tickets a driver in tickets mode holds: the call event that began each, by call id.
+Tickets = Dict[str, Tuple[Dict[str, Any], AnyTicket]]
+
+
+def _held(event: Dict[str, Any], tickets: Optional[Tickets]) -> Optional[AnyTicket]:
+    """The ticket a result event finishes: the one its call_id's call began, when the result
+    names the same call (scope, tool, arguments); forgotten either way."""
+    call_id = event.get("call_id")
+    if tickets is None or not isinstance(call_id, str) or call_id not in tickets:
+        return None
+    call, ticket = tickets.pop(call_id)
+    same = all(call.get(k) == event.get(k) for k in ("session", "run", "agent", "tool"))
+    return ticket if same and json.dumps(call.get("args", {}), sort_keys=True) == json.dumps(event.get("args", {}), sort_keys=True) else None
+
+
+def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = None) -> Dict[str, Any]:
+    """The answer to one event. With `tickets`, calls begin tickets (kept by call id) and a
+    result of the same call finishes its ticket: the engine's ticket path instead of the
+    protocol's call and result events."""
     if not isinstance(event, dict):
         return {"seq": seq, "error": "event must be a JSON object"}
     kind = event.get("type")
@@ -45,6 +63,11 @@ def answer(guard: AnyGuard, seq: int, event: Any) -> Dict[str, Any]:
         if tool is None:
             return {"seq": seq, "error": f"{kind} without tool"}
         args = event.get("args", {})
+        if kind == "call" and tickets is not None:
+            ticket = guard.begin(tool, args, call_id=ids["call_id"], batch=ids["batch"], **scope)
+            if isinstance(event.get("call_id"), str):
+                tickets[event["call_id"]] = (event, ticket)
+            return {**head, **ticket.verdict.to_dict()}
         if kind == "call":
             verdict = guard.before_call(tool, args, call_id=ids["call_id"], batch=ids["batch"], **scope)
             return {**head, **verdict.to_dict()}
@@ -53,13 +76,18 @@ def answer(guard: AnyGuard, seq: int, event: Any) -> Dict[str, Any]:
             outcome["error"] = event["error"]
         elif "result" in event:
             outcome["result"] = event["result"]
+        held = _held(event, tickets)
+        if held is not None:
+            return {**head, **held.finish(**outcome).to_dict()}
         recorded = guard.after_call(tool, args, call_id=ids["call_id"], **scope, **outcome)
         return {**head, **recorded.to_dict()}
     except (TypeError, ValueError) as e:
         return {"seq": seq, "error": str(e)}
 
 
-def drive(guard: AnyGuard, lines: Iterable[str]) -> List[Dict[str, Any]]:
+def drive(guard: AnyGuard, lines: Iterable[str], tickets: bool = False) -> List[Dict[str, Any]]:
+    """Every line's answer; with `tickets`, through the ticket path (see `answer`)."""
+    held: Optional[Tickets] = {} if tickets else None
     out = []
     for seq, line in enumerate(lines, 1):
         if not line.strip():
@@ -69,7 +97,7 @@ def drive(guard: AnyGuard, lines: Iterable[str]) -> List[Dict[str, Any]]:
         except ValueError:
             out.append({"seq": seq, "error": "invalid JSON"})
             continue
-        out.append(answer(guard, seq, event))
+        out.append(answer(guard, seq, event, held))
     return out
 
 

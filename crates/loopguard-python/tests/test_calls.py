@@ -1,13 +1,12 @@
-"""The two ways into `before_call` and `after_call`: on Python 3.10 and later they are
-vectorcall methods with their own argument parsing (`src/abi.rs`); the PyO3 methods that
-Python 3.9 gets stay reachable as `_before_call_compat` / `_after_call_compat`. Both take
-the same arguments, refuse the same mistakes and give the same answers."""
+"""The ways into the guard: `begin` and its ticket, and the protocol's `before_call` and
+`after_call`. PyO3's own methods (vectorcall with the stable ABI of Python 3.10) take
+every spelling of the arguments Python allows, refuse the same mistakes with Python's own
+messages, read strings beyond ASCII in place, and give the same answers either way."""
 
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import pytest
 from hypothesis import given, settings
@@ -20,56 +19,26 @@ from streams import CONFIG as STREAM_CONFIG, lines_of, steps
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}}}
 
 
-class Compat:
-    """A guard whose hot methods are the PyO3 ones (what Python 3.9 runs)."""
-
-    def __init__(self, guard: loopguard.Guard) -> None:
-        self.guard = guard
-
-    def before_call(self, *args: Any, **kwargs: Any) -> loopguard.Verdict:
-        return self.guard._before_call_compat(*args, **kwargs)  # type: ignore[attr-defined, no-any-return]
-
-    def after_call(self, *args: Any, **kwargs: Any) -> loopguard.Recorded:
-        return self.guard._after_call_compat(*args, **kwargs)  # type: ignore[attr-defined, no-any-return]
-
-    def on_compaction(self, **kwargs: Any) -> int:
-        return self.guard.on_compaction(**kwargs)
-
-
-def ways() -> List[Callable[[], Any]]:
-    return [lambda: loopguard.Guard(CONFIG), lambda: Compat(loopguard.Guard(CONFIG))]
-
-
-def test_vectorcall_is_used_where_the_stable_abi_has_it() -> None:
-    method = loopguard.Guard.before_call
-    compat = loopguard.Guard._before_call_compat  # type: ignore[attr-defined]
-    assert (method is not compat) == (sys.version_info >= (3, 10))
-    # help() and inspect show the same signature either way.
-    assert method.__text_signature__ == compat.__text_signature__
-    assert method.__doc__ == compat.__doc__
-
-
-def test_every_vector_is_answered_the_same_either_way() -> None:
+def test_every_vector_is_answered_the_same_through_tickets() -> None:
     cases = [p for suite in ("conformance", "extensions") for p in sorted((REPO / "spec" / suite).iterdir())]
     cases = [c for c in cases if (c / "events.jsonl").exists() and not (c / "expected-exit").exists()]
     assert cases
     for case in cases:
         config = case / "config.json5"
         events = (case / "events.jsonl").read_text().splitlines()
-        fast = drive(loopguard.Guard(config if config.exists() else None), events)
-        compat = drive(Compat(loopguard.Guard(config if config.exists() else None)), events)
-        assert views(fast, True) == views(compat, True), case.name
+        protocol = drive(loopguard.Guard(config if config.exists() else None), events)
+        tickets = drive(loopguard.Guard(config if config.exists() else None), events, tickets=True)
+        assert views(protocol, True) == views(tickets, True), case.name
 
 
-@pytest.mark.parametrize("way", ways(), ids=["vectorcall", "compat"])
-def test_every_spelling_of_the_arguments(way: Callable[[], Any]) -> None:
-    g = way()
+def test_every_spelling_of_the_arguments() -> None:
+    g = loopguard.Guard(CONFIG)
     # Keyword names built at run time are not the interned ones: matched by their text.
     run_time = {"".join(["ses", "sion"]): "s", "".join(["ru", "n"]): "r"}
     answers = [
         g.before_call("t", {"a": 1}, session="s", run="r"),
         g.before_call(tool="t", args={"a": 1}, session="s", run="r"),
-        g.before_call("t", args={"a": 1}, run="r", session="s", agent=None, call_id=None, batch=None),
+        g.begin("t", args={"a": 1}, run="r", session="s", agent=None, call_id=None, batch=None).verdict,
         g.before_call("t", {"a": 1}, **run_time),
     ]
     # The same call four times (generic repeats only warn).
@@ -95,33 +64,76 @@ MISTAKES: List[Dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("way", ways(), ids=["vectorcall", "compat"])
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[str(i) for i in range(len(MISTAKES))])
-def test_the_same_mistakes_are_refused(way: Callable[[], Any], mistake: Dict[str, Any]) -> None:
-    g = way()
-    for method in (g.before_call, g.after_call):
+def test_the_same_mistakes_are_refused(mistake: Dict[str, Any]) -> None:
+    g = loopguard.Guard(CONFIG)
+    for method in (g.before_call, g.after_call, g.begin):
         with pytest.raises(mistake["error"], match=mistake["match"]):
             method(*mistake["args"], **mistake["kwargs"])
     # The guard still answers afterwards.
     assert g.before_call("t", {}, session="s", run="r").verdict == "allow"
 
 
-@pytest.mark.parametrize("way", ways(), ids=["vectorcall", "compat"])
-def test_strings_that_are_not_ascii(way: Callable[[], Any]) -> None:
-    """Names and values beyond ASCII are read as UTF-8 either way (in place on 3.10+)."""
-    g = way()
+def test_strings_that_are_not_ascii() -> None:
+    """Names and values beyond ASCII are read as UTF-8, in place."""
+    g = loopguard.Guard(CONFIG)
     args = {"ключ": "значение 🚀", "k": ["ü" * 100]}
     for _ in range(2):
-        g.before_call("инструмент", args, session="сессия", run="☃")
-        g.after_call("инструмент", args, session="сессия", run="☃", result={"текст": "é"})
+        with g.begin("инструмент", args, session="сессия", run="☃") as ticket:
+            ticket.finish(result={"текст": "é"})
     # The keys in another order: the same call, a third time.
     assert g.before_call("инструмент", dict(reversed(list(args.items()))), session="сессия", run="☃").verdict == "warn"
 
 
+def test_a_ticket_finishes_once_and_a_with_block_records_what_it_raises() -> None:
+    g = loopguard.Guard(CONFIG)
+    scope: Dict[str, Any] = {"session": "t", "run": "r"}
+    ticket = g.begin("read", {"p": 1}, **scope)
+    assert ticket.verdict is g.begin("other", {}, **scope).verdict, "allow verdicts are one shared object"
+    assert ticket.finish(result="same").recorded is True
+    with pytest.raises(RuntimeError, match="already finished"):
+        ticket.finish(result="same")
+    with pytest.raises(TypeError, match="result= or error=, not both"):
+        g.begin("read", {"p": 1}, **scope).finish(result=1, error=2)
+    # An exception raised in the block is the call's error, and goes on.
+    with pytest.raises(OSError, match="disk full"):
+        with g.begin("write", {"p": 1}, **scope):
+            raise OSError("disk full")
+    # Leaving the block without an outcome is a mistake (the call was not cancelled).
+    with pytest.raises(RuntimeError, match="outcome was not given"):
+        with g.begin("write", {"p": 2}, **scope):
+            pass
+    with g.begin("write", {"p": 3}, **scope) as cancelled:
+        cancelled.cancel()
+    # A blocked ticket has no outcome: the block may end without one.
+    for _ in range(4):
+        with g.begin("loop", {}, **scope) as t:
+            if not t.blocked:
+                t.finish(result="same")
+    assert t.blocked and t.blocked_result is not None and t.ends_run is None
+    # The protocol records the same error for the same call.
+    twin = loopguard.Guard(CONFIG)
+    twin.before_call("write", {"p": 1}, **scope)
+    assert twin.after_call("write", {"p": 1}, **scope, error=OSError("disk full")).recorded
+    assert "Ticket(" in repr(t)
+
+
+def test_apply_event_answers_as_replay_prints() -> None:
+    g = loopguard.Guard(CONFIG)
+    assert g.apply_event({"type": "call", "tool": "read", "call_id": "c1"}) == {
+        "seq": 1, "type": "call", "session": "default", "run": None, "verdict": "allow",
+    }
+    assert g.apply_event('{"type":"result","call_id":"c1","result":"x"}')["recorded"] is True
+    assert g.apply_event(b'not json', seq=9)["seq"] == 9
+    assert "error" in g.apply_event({"type": "bogus"})
+    with pytest.raises(TypeError, match="dict, or a line"):
+        g.apply_event(5)  # type: ignore[arg-type]
+
+
 @settings(max_examples=60, deadline=None)
 @given(plan=steps)
-def test_random_streams_are_answered_the_same_either_way(plan: List[Dict[str, Any]]) -> None:
+def test_random_streams_are_answered_the_same_through_tickets(plan: List[Dict[str, Any]]) -> None:
     lines = lines_of(plan)
-    fast = drive(loopguard.Guard(STREAM_CONFIG), lines)
-    compat = drive(Compat(loopguard.Guard(STREAM_CONFIG)), lines)
-    assert json.dumps(fast) == json.dumps(compat)
+    protocol = drive(loopguard.Guard(STREAM_CONFIG), lines)
+    tickets = drive(loopguard.Guard(STREAM_CONFIG), lines, tickets=True)
+    assert json.dumps(protocol) == json.dumps(tickets)

@@ -6,9 +6,10 @@
 
     agent = create_agent(model, tools, middleware=[LoopGuardMiddleware(Guard("openclaw.json5"))])
 
-``wrap_tool_call`` asks the guard before each tool call. A blocked call does not run: the
-model gets a ``ToolMessage`` (status ``error``) with the guard's message instead. A warning
-to surface is appended to the tool's message. A terminal verdict (the global circuit
+``wrap_tool_call`` begins a ticket with the guard before each tool call. A blocked call does
+not run: the model gets a ``ToolMessage`` (status ``error``) with the guard's message
+instead. Otherwise the tool's message (or the exception it raised) finishes the ticket, and
+a warning to surface is appended to the message. A terminal verdict (the global circuit
 breaker) or a post-compaction abort ends the run: the agent jumps to its end with a final
 ``AIMessage`` saying why.
 
@@ -30,7 +31,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
-from . import AnyGuard, Verdict
+from . import AnyGuard, AnyTicket
 
 Result = Union[ToolMessage, Command[Any]]
 
@@ -70,61 +71,56 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
     def _scope(self, request: ToolCallRequest) -> Dict[str, Any]:
         return {"session": _session(), "run": request.state.get("loopguard_run"), "agent": self.agent}
 
-    def _before(self, request: ToolCallRequest) -> "tuple[Dict[str, Any], Verdict, Optional[Result]]":
+    def _before(self, request: ToolCallRequest) -> "tuple[AnyTicket, Optional[Result]]":
         call = request.tool_call
-        scope = self._scope(request)
-        verdict = self.guard.before_call(call["name"], call["args"], call_id=call.get("id"), **scope)
-        if not verdict.blocked:
-            return scope, verdict, None
+        ticket = self.guard.begin(call["name"], call["args"], call_id=call.get("id"), **self._scope(request))
+        if not ticket.blocked:
+            return ticket, None
         message = ToolMessage(
-            content=verdict.message or "", tool_call_id=call.get("id") or "", name=call["name"], status="error"
+            content=ticket.verdict.message or "", tool_call_id=call.get("id") or "", name=call["name"], status="error"
         )
-        if verdict.terminal:
-            return scope, verdict, Command(update={"messages": [message], "loopguard_stop": verdict.message})
-        return scope, verdict, message
+        if ticket.ends_run:
+            return ticket, Command(update={"messages": [message], "loopguard_stop": ticket.ends_run})
+        return ticket, message
 
-    def _after(self, request: ToolCallRequest, scope: Dict[str, Any], verdict: Verdict, out: Result) -> Result:
+    def _after(self, ticket: AnyTicket, out: Result) -> Result:
         if not isinstance(out, ToolMessage):
-            return out  # a Command from the tool: its result is not ours to read
-        call = request.tool_call
+            ticket.cancel()  # a Command from the tool: its result is not ours to read
+            return out
         outcome: Dict[str, Any] = {"error": out.content} if out.status == "error" else {"result": out.content}
-        recorded = self.guard.after_call(call["name"], call["args"], call_id=call.get("id"), **scope, **outcome)
-        note = verdict.warning_note
+        recorded = ticket.finish(**outcome)
+        note = ticket.warning_note
         if note:
             content: Any = out.content
             content = content + "\n\n" + note if isinstance(content, str) else [*content, {"type": "text", "text": note}]
             out = out.model_copy(update={"content": content})
-        if recorded.abort:
-            return Command(update={"messages": [out], "loopguard_stop": recorded.abort.message})
+        if recorded.ends_run:
+            return Command(update={"messages": [out], "loopguard_stop": recorded.ends_run})
         return out
 
-    def _failed(self, request: ToolCallRequest, scope: Dict[str, Any], error: Exception) -> None:
-        call = request.tool_call
-        self.guard.after_call(call["name"], call["args"], call_id=call.get("id"), error=error, **scope)
-
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Result]) -> Result:
-        scope, verdict, blocked = self._before(request)
+        ticket, blocked = self._before(request)
         if blocked is not None:
             return blocked
         try:
             out = handler(request)
         except Exception as e:
-            self._failed(request, scope, e)
+            ticket.finish(error=e)
             raise
-        return self._after(request, scope, verdict, out)
+        return self._after(ticket, out)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Result]]
     ) -> Result:
-        scope, verdict, blocked = self._before(request)
+        ticket, blocked = self._before(request)
         if blocked is not None:
             return blocked
         try:
             out = await handler(request)
         except Exception as e:
-            self._failed(request, scope, e)
+            ticket.finish(error=e)
             raise
-        return self._after(request, scope, verdict, out)
+        return self._after(ticket, out)
 
 
 def _session() -> str:

@@ -9,12 +9,14 @@
     with rails.run():                      # one run of the guard per Runner.run
         Runner.run_sync(agent, "write the report")
 
-The input guardrail asks the guard before each call of a protected function tool. A
-blocked call never runs: the guardrail rejects it and the model reads the guard's message
-as the tool's output. A terminal verdict (the global circuit breaker) trips the wire, so
-``Runner.run`` raises ``ToolInputGuardrailTripwireTriggered`` (``output.output_info`` is
-the verdict). The output guardrail records what the tool returned, appends a warning to
-surface to it, and trips the wire when the post-compaction guard aborts the run.
+The input guardrail begins a ticket with the guard before each call of a protected function
+tool. A blocked call never runs: the guardrail rejects it and the model reads the guard's
+message as the tool's output. A terminal verdict (the global circuit breaker) trips the
+wire, so ``Runner.run`` raises ``ToolInputGuardrailTripwireTriggered``
+(``output.output_info`` is the verdict). The output guardrail finishes the call's ticket
+with what the tool returned, appends a warning to surface to it, and trips the wire when
+the post-compaction guard aborts the run. (The SDK calls the two guardrails separately,
+so the tickets of calls in flight are kept by call id in between.)
 
 Runs: ``with rails.run():`` gives the calls inside it a run of their own (a fresh id, or
 the one given), and ends it on exit; calls outside any ``run()`` share the session's
@@ -40,7 +42,7 @@ from agents.tool_guardrails import (
     ToolOutputGuardrailData,
 )
 
-from . import AnyGuard, Verdict
+from . import AnyGuard, AnyTicket, Recorded
 
 Session = Union[str, Callable[[ToolContext[Any]], str]]
 
@@ -55,8 +57,8 @@ class LoopGuardrails:
         self.input: ToolInputGuardrail[Any] = ToolInputGuardrail(self._before, name="loopguard")
         self.output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._after, name="loopguard")
         self._run: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("loopguard_run", default=None)
-        # Verdicts waiting for their call's output, by call id (for the warning note).
-        self._pending: Dict[Tuple[str, str], Verdict] = {}
+        # Tickets of the calls in flight, by call id and tool, until their output.
+        self._pending: Dict[Tuple[str, str], AnyTicket] = {}
         self._lock = threading.Lock()
 
     def protect(self, *tools: FunctionTool) -> List[FunctionTool]:
@@ -94,27 +96,34 @@ class LoopGuardrails:
 
     def _before(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
-        verdict = self.guard.before_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, **self._scope(ctx))
-        if verdict.blocked:
-            if verdict.terminal:
+        ticket = self.guard.begin(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, **self._scope(ctx))
+        verdict = ticket.verdict
+        if ticket.blocked:
+            if ticket.ends_run:
                 return ToolGuardrailFunctionOutput.raise_exception(output_info=verdict)
             return ToolGuardrailFunctionOutput.reject_content(verdict.message or "", output_info=verdict)
         with self._lock:
-            self._pending[(ctx.tool_call_id, ctx.tool_name)] = verdict
+            self._pending[(ctx.tool_call_id, ctx.tool_name)] = ticket
         return ToolGuardrailFunctionOutput.allow(output_info=verdict)
 
     def _after(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
         with self._lock:
-            verdict = self._pending.pop((ctx.tool_call_id, ctx.tool_name), None)
-        scope = self._scope(ctx)
+            ticket = self._pending.pop((ctx.tool_call_id, ctx.tool_name), None)
         try:
-            recorded = self.guard.after_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, result=data.output, **scope)
+            recorded = self._record(ctx, ticket, data.output)
         except TypeError:  # an output that is not JSON: its text is what the model reads
-            recorded = self.guard.after_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, result=str(data.output), **scope)
+            recorded = self._record(ctx, ticket, str(data.output))
         if recorded.abort:
             return ToolGuardrailFunctionOutput.raise_exception(output_info=recorded.abort)
-        note = verdict.warning_note if verdict else None
-        if note:
-            return ToolGuardrailFunctionOutput.reject_content(f"{data.output}\n\n{note}", output_info=verdict)
+        note = ticket.warning_note if ticket else None
+        if ticket is not None and note:
+            return ToolGuardrailFunctionOutput.reject_content(f"{data.output}\n\n{note}", output_info=ticket.verdict)
         return ToolGuardrailFunctionOutput.allow()
+
+    def _record(self, ctx: ToolContext[Any], ticket: Optional[AnyTicket], output: Any) -> Recorded:
+        if ticket is not None:
+            return ticket.finish(result=output)
+        # A call the input guardrail did not see: its result event, with its arguments.
+        scope = self._scope(ctx)
+        return self.guard.after_call(ctx.tool_name, self._args(ctx), call_id=ctx.tool_call_id, result=output, **scope)

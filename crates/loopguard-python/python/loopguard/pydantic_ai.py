@@ -6,9 +6,10 @@
 
     agent = Agent(model, tools=[read_file], capabilities=[LoopGuardCapability(Guard("openclaw.json5"))])
 
-``wrap_tool_execute`` asks the guard before each tool call. A blocked call never runs: its
-result is the guard's message, which the model reads. A warning to surface is appended to
-the tool's result. A terminal verdict (the global circuit breaker) or a post-compaction
+``wrap_tool_execute`` begins a ticket with the guard before each tool call. A blocked call
+never runs: its result is the guard's message, which the model reads. Otherwise what the
+tool returns (or raises) finishes the ticket, and a warning to surface is appended to the
+tool's result. A terminal verdict (the global circuit breaker) or a post-compaction
 abort ends the run with :class:`RunStopped`.
 
 The session is the run's ``conversation_id`` (else ``"default"``), the run its ``run_id``;
@@ -64,24 +65,23 @@ class LoopGuardCapability(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         scope: Dict[str, Any] = {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
-        sent = call.args_as_dict()
-        verdict = self.guard.before_call(call.tool_name, sent, call_id=call.tool_call_id, **scope)
-        if verdict.blocked:
-            if verdict.terminal:
-                raise RunStopped(verdict)
-            return verdict.message
+        ticket = self.guard.begin(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, **scope)
+        if ticket.blocked:
+            if ticket.ends_run:
+                raise RunStopped(ticket.verdict)
+            return ticket.verdict.message
         try:
             result = await handler(args)
         except Exception as e:
-            self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, error=e, **scope)
+            ticket.finish(error=e)
             raise
         try:
-            recorded = self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, result=result, **scope)
+            recorded = ticket.finish(result=result)
         except TypeError:  # a result that is not JSON: its text is what the model reads
-            recorded = self.guard.after_call(call.tool_name, sent, call_id=call.tool_call_id, result=str(result), **scope)
+            recorded = ticket.finish(result=str(result))
         if recorded.abort:
             raise RunStopped(recorded.abort)
-        note = verdict.warning_note
+        note = ticket.warning_note
         if note:
             return f"{result}\n\n{note}" if not isinstance(result, (dict, list)) else {"result": result, "loopguard": note}
         return result

@@ -15,7 +15,8 @@ import http.client
 import json
 import threading
 import urllib.parse
-from typing import Any, Dict, Optional
+from types import TracebackType
+from typing import Any, Dict, Literal, Optional, Type, Union
 
 from . import _native
 from ._errors import RemoteError
@@ -65,7 +66,7 @@ class RemoteGuard:
             self._local.conn = conn
         return conn
 
-    def _request(self, method: str, path: str, body: Optional[str] = None) -> "tuple[int, bytes]":
+    def _request(self, method: str, path: str, body: Union[str, bytes, None] = None) -> "tuple[int, bytes]":
         conn = self._connection()
         try:
             conn.request(method, self._base + path, body=body, headers=self._headers)
@@ -92,6 +93,34 @@ class RemoteGuard:
             event["agent"] = agent
         event.update((k, v) for k, v in fields.items() if v is not None)
         return event
+
+    def begin(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session: str,
+        run: Optional[str],
+        agent: Optional[str] = None,
+        call_id: Optional[str] = None,
+        batch: Optional[str] = None,
+    ) -> "RemoteTicket":
+        """The call event, and a ticket whose ``finish`` sends the call's result event."""
+        verdict = self.before_call(tool, args, session=session, run=run, agent=agent, call_id=call_id, batch=batch)
+        call = {"tool": tool, "args": args, "session": session, "run": run, "agent": agent, "call_id": call_id}
+        return RemoteTicket(self, call, verdict)
+
+    def apply_event(self, event: Union[Dict[str, Any], str, bytes], seq: Optional[int] = None) -> Dict[str, Any]:
+        """Any event of the protocol, answered by the sidecar as ``loopguard replay`` prints it
+        (``seq`` is the request's)."""
+        text = event if isinstance(event, (str, bytes)) else _dumps(event)
+        status, data = self._request("POST", "/v1/events", text)
+        if status not in (200, 400, 422):
+            raise RemoteError(status, _error_text(data))
+        answer: Dict[str, Any] = json.loads(data)
+        if seq is not None:
+            answer["seq"] = seq
+        return answer
 
     def before_call(
         self,
@@ -164,6 +193,75 @@ class RemoteGuard:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+class RemoteTicket:
+    """A call judged by the sidecar (``RemoteGuard.begin``), with the interface of
+    :class:`loopguard.Ticket`: its ``finish`` sends the result event of the same call (the
+    sidecar fingerprints the arguments it is sent again)."""
+
+    def __init__(self, guard: RemoteGuard, call: Dict[str, Any], verdict: _native.Verdict) -> None:
+        self._guard = guard
+        self._call: Optional[Dict[str, Any]] = call
+        self.verdict = verdict
+
+    def __repr__(self) -> str:
+        return f"RemoteTicket({self.verdict!r}, {'open' if self._call else 'closed'})"
+
+    @property
+    def blocked(self) -> bool:
+        return self.verdict.blocked
+
+    @property
+    def blocked_result(self) -> Optional[Dict[str, Any]]:
+        return self.verdict.blocked_result
+
+    @property
+    def warning_note(self) -> Optional[str]:
+        return self.verdict.warning_note
+
+    @property
+    def ends_run(self) -> Optional[str]:
+        return self.verdict.message if self.verdict.terminal else None
+
+    def finish(self, *, result: Any = _UNSET, error: Any = _UNSET) -> _native.Recorded:
+        call = self._call
+        if call is None:
+            raise RuntimeError("this ticket was already finished or cancelled")
+        outcome: Dict[str, Any] = {}
+        if result is not _UNSET:
+            outcome["result"] = result
+        if error is not _UNSET:
+            outcome["error"] = error
+        ids = {k: v for k, v in call.items() if k not in ("tool", "args")}
+        # Closed once the sidecar has the outcome: a refused value or a failed request can
+        # be given again (a retried result counts once).
+        recorded = self._guard.after_call(call["tool"], call["args"], **ids, **outcome)
+        self._call = None
+        return recorded
+
+    def cancel(self) -> None:
+        self._call = None
+
+    def __enter__(self) -> "RemoteTicket":
+        return self
+
+    def __exit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        error: Optional[BaseException],
+        trace: Optional[TracebackType],
+    ) -> Literal[False]:
+        if self._call is None or self.blocked:
+            return False
+        if error is not None:
+            self.finish(error=error)
+            return False
+        self.cancel()
+        raise RuntimeError(
+            "the call's outcome was not given: call ticket.finish(result=...) inside the with "
+            "block (or ticket.cancel() when the call did not run)"
+        )
 
 
 def _check_tool(tool: str) -> None:
