@@ -380,20 +380,22 @@ function errorOutcome(error) {
 }
 
 /**
- * One tool call between its verdict and its outcome (see `Guard.begin`). The engine's own
- * ticket is kept as a string of its bytes: it holds the call's fingerprints, tool and
- * scope, so `finish` sends the outcome alone.
+ * One tool call between its verdict and its outcome (see `Guard.begin`). `settle(token,
+ * outcome)` records an outcome for the ticket's `token`: for a `Guard`, the engine's own
+ * ticket kept as a string of its bytes (its call's fingerprints, tool and scope), so that
+ * `finish` sends the outcome alone. Other engines (the OpenClaw plugin's sidecar) make
+ * tickets with a `settle` of their own.
  */
 class Ticket {
-  #native;
-  #bytes;
+  #settle;
+  #token;
   #open = true;
 
-  constructor(native, bytes, verdict) {
-    this.#native = native;
-    this.#bytes = bytes;
+  constructor(verdict, settle, token) {
     /** The engine's verdict on the call (`ALLOW` for an unremarkable one). */
     this.verdict = verdict;
+    this.#settle = settle;
+    this.#token = token;
   }
 
   /** Whether the call must not run: give the model `blockedResult` instead. */
@@ -418,7 +420,8 @@ class Ticket {
 
   /**
    * Records what the call returned (`result`) or how it failed (`error`); neither records
-   * nothing. A blocked call has no outcome (its ticket records nothing). Once per ticket.
+   * nothing. A blocked call has no outcome (its ticket records nothing). Once per ticket
+   * (an outcome refused as not JSON can be given again).
    */
   finish(outcome) {
     if (outcome === null || typeof outcome !== 'object') {
@@ -427,17 +430,9 @@ class Ticket {
     checkJson(outcome.result, 'result', 'finish');
     checkJson(outcome.error, 'error', 'finish');
     if (!this.#open) throw new Error('this ticket was already finished or cancelled');
-    const member =
-      outcome.error !== undefined
-        ? outcomeMember('error', outcome.error, 'the outcome')
-        : outcomeMember('result', outcome.result, 'the outcome');
-    const strings = lifted.length === 0 ? undefined : lifted.length === 1 ? lifted[0] : lifted;
+    const recorded = this.#settle(this.#token, outcome);
     this.#open = false;
-    try {
-      return recordedObject(native.finishText(this.#native, this.#bytes, `{${member.slice(1)}}`, strings));
-    } finally {
-      if (lifted.length !== 0) lifted.length = 0;
-    }
+    return recorded;
   }
 
   /** The call did not run (the host decided against it): nothing is recorded, as when a
@@ -459,9 +454,25 @@ function called(ticket, ran, result, recorded) {
   };
 }
 
+/** Records `outcome` for the engine's ticket `bytes` in `guard` (a native guard). */
+function settleNative(guard, bytes, outcome) {
+  const member =
+    outcome.error !== undefined
+      ? outcomeMember('error', outcome.error, 'the outcome')
+      : outcomeMember('result', outcome.result, 'the outcome');
+  const strings = lifted.length === 0 ? undefined : lifted.length === 1 ? lifted[0] : lifted;
+  try {
+    return recordedObject(native.finishText(guard, bytes, `{${member.slice(1)}}`, strings));
+  } finally {
+    if (lifted.length !== 0) lifted.length = 0;
+  }
+}
+
 class Guard {
   #native;
   #seq = 0;
+  /** `settleNative` for this guard: made once, shared by its tickets. */
+  #settle;
 
   /**
    * @param config a JSON5 document (a string starting with `{` or a comment), a file path, or a parsed
@@ -471,6 +482,8 @@ class Guard {
     const { text, origin } = configSource(config);
     try {
       this.#native = native.newGuard(text, origin);
+      const handle = this.#native;
+      this.#settle = (bytes, outcome) => settleNative(handle, bytes, outcome);
     } catch (error) {
       const issues = native.configIssues(text, origin);
       if (!issues) throw error;
@@ -507,8 +520,8 @@ class Guard {
    */
   begin(call) {
     const begun = native.beginText(this.#native, this.#callEvent(call, 'begin'));
-    if (typeof begun === 'string') return new Ticket(this.#native, begun, ALLOW);
-    return new Ticket(this.#native, begun.ticket, verdictObject(begun));
+    if (typeof begun === 'string') return new Ticket(ALLOW, this.#settle, begun);
+    return new Ticket(verdictObject(begun), this.#settle, begun.ticket);
   }
 
   /**

@@ -91,9 +91,13 @@ export class SidecarEngine {
       '/v1/events',
       this.#event('call', call, { call_id: call.callId, tool: call.tool, args: call.args }),
     );
-    const { verdictFromAnswer } = require('@loopguard/node');
-    return new SidecarTicket(this, call, verdictFromAnswer(answer, call.tool));
+    const { Ticket, verdictFromAnswer } = require('@loopguard/node');
+    return new Ticket(verdictFromAnswer(answer, call.tool), this.#settle, call);
   }
+
+  /** A ticket's outcome: the result event of its call (the sidecar fingerprints the
+   * arguments it is sent again). */
+  #settle = (call, outcome) => this.afterCall({ ...call, ...outcome });
 
   async afterCall(outcome) {
     const fields = { call_id: outcome.callId, tool: outcome.tool, args: outcome.args };
@@ -112,45 +116,5 @@ export class SidecarEngine {
   async endRun(scope) {
     const answer = await this.#post('/v1/runs/end', { session: scope.session, run: scope.run });
     return answer.ended;
-  }
-}
-
-/** A call judged by the sidecar: its verdict, and its outcome sent as the result event of
- * the same call (the sidecar fingerprints the arguments it is sent again). */
-class SidecarTicket {
-  #engine;
-  #call;
-  #open = true;
-
-  constructor(engine, call, verdict) {
-    this.#engine = engine;
-    this.#call = call;
-    this.verdict = verdict;
-  }
-
-  get blocked() {
-    return this.verdict.verdict === 'block';
-  }
-
-  get blockedResult() {
-    return this.verdict.blockedResult;
-  }
-
-  get warningNote() {
-    return this.verdict.warningNote;
-  }
-
-  get endsRun() {
-    return this.verdict.terminal ? this.verdict.message : null;
-  }
-
-  async finish(outcome) {
-    if (!this.#open) throw new Error('this ticket was already finished or cancelled');
-    this.#open = false;
-    return this.#engine.afterCall({ ...this.#call, ...outcome });
-  }
-
-  cancel() {
-    this.#open = false;
   }
 }
