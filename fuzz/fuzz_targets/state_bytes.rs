@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use loopguard::{CallPrint, ConfigSet, Outcome, RunState, Scope};
+use loopguard::{Call, ConfigSet, Millis, Outcome, RunState, Scope};
 
 static PRESET: LazyLock<ConfigSet> = LazyLock::new(|| {
     ConfigSet::parse(
@@ -26,10 +26,10 @@ fuzz_target!(|data: &[u8]| {
         let args = serde_json::json!({"path": "/a"});
         let failed = serde_json::json!("failed");
         for i in 0..3u64 {
-            let print = CallPrint::for_config("edit", &args, cfg);
             let id = format!("f{i}");
-            let _ = state.before_call(cfg, &scope, &print, Some(&id), None, i);
-            state.after_call(cfg, &scope, &print, Some(&id), Outcome::Error(&failed), i);
+            let call = Call::new("edit", &args).with_id(Some(&id));
+            let ticket = state.begin(cfg, &scope, &call, Millis::new(i));
+            let _ = state.finish(cfg, ticket, Outcome::Error(&failed), Millis::new(i));
         }
     }
 });

@@ -470,6 +470,43 @@ mod tests {
         assert_eq!(Names::from_parts(&names.text, names.ends), None);
     }
 
+    proptest::proptest! {
+        /// Any bytes: refused, or a ticket that encodes to bytes that read back the same
+        /// and that a run finishes without a panic (what the fuzz target `binding_inputs`
+        /// checks at length).
+        #[test]
+        fn any_bytes_are_refused_or_a_ticket(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96),
+            flip in proptest::prelude::any::<(usize, u8)>(),
+        ) {
+            // Random bytes, and a real ticket's bytes with one byte changed.
+            let scope = Scope::new("s").with_run(Some("r"));
+            let keys = Keys {
+                signature: Signature::NONE,
+                rule: OutcomeRule::NONE,
+                target: Some(3),
+                call_id: Some(4),
+            };
+            let mut real = Ticket::new(&scope, "read", keys, Verdict::Allow, Standing::Open).to_bytes();
+            let at = flip.0 % real.len();
+            real[at] ^= flip.1;
+            for bytes in [bytes, real] {
+            if let Some(ticket) = Ticket::from_bytes(&bytes) {
+                let again = ticket.to_bytes();
+                proptest::prop_assert_eq!(Ticket::from_bytes(&again).map(|t| t.to_bytes()), Some(again));
+                let set = crate::ConfigSet::enabled_defaults();
+                let result = serde_json::json!("same");
+                let _ = crate::RunState::default().finish(
+                    set.global(),
+                    ticket,
+                    crate::Outcome::Result(&result),
+                    crate::Millis::new(1),
+                );
+            }
+            }
+        }
+    }
+
     #[test]
     fn names_round_trip_through_the_buffer() {
         let scope = Scope::new("session-1")
