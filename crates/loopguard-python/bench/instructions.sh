@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Instructions per call (before_call + after_call on the small workload) of the Rust engine
+# Instructions per call (the host cycle on the small workload: a ticket, `begin` then
+# `finish`; and the protocol's `before_call` then `after_call`) of the Rust engine
 # (`host_cycle`) and of the Python binding that `python` imports, counted by valgrind's
 # callgrind: unlike time, the count does not move with the machine's other load, so two
 # builds can be compared on a busy machine. Each figure is the count of a run with 3 passes
@@ -33,14 +34,17 @@ import sys
 sys.path.insert(0, "bench")
 import loopguard
 import timing
-calls, passes = int(sys.argv[1]), int(sys.argv[2])
+calls, passes, protocol = int(sys.argv[2]), int(sys.argv[3]), sys.argv[1] == "protocol"
 pairs = timing.load(calls)
 for _ in range(passes):
-    timing.cycle(loopguard.Guard({"tools": {"loopDetection": {"enabled": True, "historySize": 30}}}), pairs)
+    timing.cycle(loopguard.Guard({"tools": {"loopDetection": {"enabled": True, "historySize": 30}}}), pairs, protocol=protocol)
 EOF
 
 engine=$(per_call "$repo/target/release/examples/host_cycle" "$data/small.jsonl" "$calls" 30)
-binding=$(per_call "$python" "$driver" "$calls")
+tickets=$(per_call "$python" "$driver" tickets "$calls")
+protocol=$(per_call "$python" "$driver" protocol "$calls")
+ratio() { awk "BEGIN { printf \"%.2f\", $1 / $engine }"; }
 echo "instructions per call, small workload, $calls calls:"
 echo "| Rust engine (host_cycle) | $engine |"
-echo "| Python binding, in process | $binding (+$((binding - engine)), $(awk "BEGIN { printf \"%.2f\", $binding / $engine }")× the engine) |"
+echo "| Python binding, tickets (begin + finish) | $tickets (+$((tickets - engine)), $(ratio "$tickets")× the engine) |"
+echo "| Python binding, before_call + after_call | $protocol (+$((protocol - engine)), $(ratio "$protocol")× the engine) |"

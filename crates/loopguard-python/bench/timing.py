@@ -11,10 +11,11 @@ release build of the CLI and of the engine's `host_cycle` example:
     cargo build --release -p loopguard-cli --example host_cycle -p loopguard
 
 Each round measures, interleaved: the Rust engine alone (`host_cycle`, the same calls),
-the binding in process, the binding through `Guard.remote` to `loopguard serve --memory`,
+the binding in process (through tickets, and through the protocol's `before_call` and
+`after_call`), the binding through `Guard.remote` to `loopguard serve --memory`,
 and the two ways of getting a value across (walking the Python objects, or `json.dumps`
 then parsing the text in Rust). Every figure is the median over the rounds, per call
-(`before_call` + `after_call`, as a host does it). With `--best-of N`, each round takes the
+(`begin` + `finish`, as a host does it). With `--best-of N`, each round takes the
 fastest of N passes for the engine and the in-process binding alike (each pass a fresh
 guard over the same calls), which shows the cost of the code rather than the machine's
 other load when it is busy. With `--cpu-time`, the engine and the in-process binding are
@@ -56,12 +57,20 @@ def load(calls: int) -> List[Pair]:
     return pairs
 
 
-def cycle(guard: Any, pairs: List[Pair], clock: Callable[[], float] = time.perf_counter) -> float:
+def cycle(guard: Any, pairs: List[Pair], clock: Callable[[], float] = time.perf_counter, protocol: bool = False) -> float:
+    """Seconds per call of the host cycle: a ticket (`begin`, then `finish` unless blocked),
+    or with `protocol` (or a build without tickets) `before_call` then `after_call`."""
     start = clock()
-    for run, call_id, tool, args, result in pairs:
-        verdict = guard.before_call(tool, args, session="perf", run=run, call_id=call_id)
-        if not verdict.blocked:
-            guard.after_call(tool, args, session="perf", run=run, call_id=call_id, result=result)
+    if protocol or not hasattr(guard, "begin"):
+        for run, call_id, tool, args, result in pairs:
+            verdict = guard.before_call(tool, args, session="perf", run=run, call_id=call_id)
+            if not verdict.blocked:
+                guard.after_call(tool, args, session="perf", run=run, call_id=call_id, result=result)
+    else:
+        for run, call_id, tool, args, result in pairs:
+            ticket = guard.begin(tool, args, session="perf", run=run, call_id=call_id)
+            if not ticket.blocked:
+                ticket.finish(result=result)
     return (clock() - start) / len(pairs)
 
 
@@ -95,9 +104,9 @@ def rust_engine_cpu(calls: int, passes: int) -> float:
     return (spent[1] - spent[0]) / passes / calls
 
 
-def python_cpu(config: Any, pairs: List[Pair], passes: int) -> float:
+def python_cpu(config: Any, pairs: List[Pair], passes: int, protocol: bool = False) -> float:
     """CPU time per call of this thread, averaged over `passes` passes."""
-    return statistics.mean(cycle(loopguard.Guard(config), pairs, time.thread_time) for _ in range(passes))
+    return statistics.mean(cycle(loopguard.Guard(config), pairs, time.thread_time, protocol) for _ in range(passes))
 
 
 def convert_objects(values: List[Any]) -> float:
@@ -136,15 +145,17 @@ def main() -> None:
     assert server.stdout
     url = re.search(r"listening on (http://\S+)", server.stdout.readline())
     assert url
-    samples: Dict[str, List[float]] = {k: [] for k in ("rust", "python", "sidecar", "objects", "text")}
+    samples: Dict[str, List[float]] = {k: [] for k in ("rust", "python", "protocol", "sidecar", "objects", "text")}
     try:
         for r in range(a.rounds):
             if a.cpu_time:
                 samples["rust"].append(rust_engine_cpu(a.calls, a.best_of))
                 samples["python"].append(python_cpu(config, pairs, a.best_of))
+                samples["protocol"].append(python_cpu(config, pairs, a.best_of, protocol=True))
             else:
                 samples["rust"].append(rust_engine(a.calls, a.best_of))
                 samples["python"].append(min(cycle(loopguard.Guard(config), pairs) for _ in range(a.best_of)))
+                samples["protocol"].append(min(cycle(loopguard.Guard(config), pairs, protocol=True) for _ in range(a.best_of)))
             remote = loopguard.Guard.remote(url.group(1))
             # A session per round: the sidecar keeps state between rounds.
             remote_pairs = [(f"{run}-{r}", cid, tool, args, res) for run, cid, tool, args, res in pairs[: a.sidecar_calls]]
@@ -164,7 +175,8 @@ def main() -> None:
     print("| path | µs per call (median) |")
     print("|---|---|")
     print(f"| Rust engine (`host_cycle`) | {med['rust']:.2f} |")
-    print(f"| Python binding, in process | {med['python']:.2f} (+{med['python'] - med['rust']:.2f} over Rust) |")
+    print(f"| Python binding, in process, tickets | {med['python']:.2f} (+{med['python'] - med['rust']:.2f} over Rust) |")
+    print(f"| Python binding, in process, `before_call` + `after_call` | {med['protocol']:.2f} (+{med['protocol'] - med['rust']:.2f} over Rust) |")
     print(f"| Python, `Guard.remote` to `loopguard serve --memory` | {med['sidecar']:.1f} ({med['sidecar'] / med['python']:.0f}× the in-process binding) |")
     print(f"| value across, walking the objects (per args or result) | {med['objects']:.2f} |")
     print(f"| value across, `json.dumps` + the tape in Rust | {med['text']:.2f} |")
