@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use loopguard::config::ConfigSet;
-use loopguard::fingerprint::{is_failure, Fingerprint, OutcomeOf, OutcomePrint};
+use loopguard::fingerprint::{failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint};
 use loopguard::json::Tape;
 use loopguard::CallPrint;
 
@@ -71,7 +71,8 @@ fuzz_target!(|data: &[u8]| {
                 OutcomePrint::for_config(b.rule, r, cfg),
                 "{tool}: {text}"
             );
-            assert_eq!(is_failure(a.rule, v), is_failure(b.rule, r));
+            assert_eq!(is_failure(tool, v), is_failure(tool, r));
+            assert_eq!(failure_of(tool, v), failure_of(tool, r));
         }
     }
 });

@@ -249,7 +249,7 @@ mod tests {
                     loopguard::fingerprint::OutcomePrint::new(rule, OutcomeOf::Result(view)),
                     loopguard::fingerprint::OutcomePrint::new(rule, OutcomeOf::Result(&value)),
                 );
-                assert!(!is_failure(rule, OutcomeOf::Result(view)));
+                assert!(!is_failure("read", OutcomeOf::Result(view)));
                 assert_eq!(
                     loopguard::canonical::json_text(view),
                     loopguard::canonical::json_text(&value)

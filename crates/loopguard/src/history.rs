@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Millis;
 use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
+use crate::policy::FailureClass;
 
 /// Windows longer than this keep a signature index; shorter ones are scanned, which is as
 /// fast and uses less memory.
@@ -102,8 +103,10 @@ const PENDING: u8 = 0;
 const DONE: u8 = 1;
 const VETO: u8 = 2;
 const STATE_BITS: u8 = 0b11;
-/// The outcome was a failure (an error, `isError`, a non-zero exit, `status: "error"`).
+/// The outcome was a failure (an error, or a result the policy's failure table says failed).
 const FAILED: u8 = 0b100;
+/// The failure was a retryable one (a timeout, a rate limit).
+const RETRYABLE: u8 = 0b1000;
 
 const NO_NAME: u32 = u32::MAX;
 
@@ -168,6 +171,15 @@ impl Record {
         self.flags & FAILED != 0
     }
 
+    /// The outcome's failure class, when it failed.
+    pub fn failure(&self) -> Option<FailureClass> {
+        match (self.failed(), self.flags & RETRYABLE != 0) {
+            (false, _) => None,
+            (true, false) => Some(FailureClass::Permanent),
+            (true, true) => Some(FailureClass::Retryable),
+        }
+    }
+
     /// For errors naming an unavailable tool: that tool's id.
     pub fn unknown_tool(&self) -> Option<NameId> {
         (self.unknown_tool != NO_NAME).then_some(NameId(self.unknown_tool))
@@ -188,13 +200,18 @@ impl Record {
         self.at
     }
 
-    fn set_state(&mut self, state: RecordState, failed: bool) {
+    fn set_state(&mut self, state: RecordState, failure: Option<FailureClass>) {
         let (bits, outcome) = match state {
             RecordState::Pending => (PENDING, Fingerprint::from_u128(0)),
             RecordState::Done(fp) => (DONE, fp),
             RecordState::Veto => (VETO, Fingerprint::from_u128(0)),
         };
-        self.flags = bits | if failed { FAILED } else { 0 };
+        self.flags = bits
+            | match failure {
+                None => 0,
+                Some(FailureClass::Permanent) => FAILED,
+                Some(FailureClass::Retryable) => FAILED | RETRYABLE,
+            };
         self.outcome = outcome;
     }
 }
@@ -216,8 +233,8 @@ pub(crate) struct NewRecord<'a> {
     pub now_ms: Millis,
     /// The signature's newest record, when the caller already looked it up.
     pub newest: Option<Option<usize>>,
-    /// The outcome was a failure.
-    pub failed: bool,
+    /// The outcome's failure, when it failed.
+    pub failure: Option<FailureClass>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -355,7 +372,7 @@ impl History {
             flags: PENDING,
             rule: new.rule,
         };
-        record.set_state(new.state, new.failed);
+        record.set_state(new.state, new.failure);
         if let Some(index) = &mut self.index {
             let head = index.entry(new.signature).or_default();
             head.newest = self.base + len as u64;
@@ -414,11 +431,11 @@ impl History {
         index: usize,
         state: RecordState,
         unknown_tool: Option<&str>,
-        failed: bool,
+        failure: Option<FailureClass>,
     ) {
         let unknown = unknown_tool.map_or(NO_NAME, |n| self.names.acquire(n).0);
         if let Some(r) = self.records.get_mut(index) {
-            r.set_state(state, failed);
+            r.set_state(state, failure);
             let old = std::mem::replace(&mut r.unknown_tool, unknown);
             if old != NO_NAME {
                 self.names.release(NameId(old));
@@ -475,7 +492,7 @@ mod tests {
                 rule,
                 now_ms: Millis::ZERO,
                 newest: None,
-                failed: false,
+                failure: None,
             },
         );
     }

@@ -48,6 +48,114 @@ pub struct SendRule {
     pub matches: SendMatch,
 }
 
+/// Which tools a [`FailureRule`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolNames {
+    /// Every tool.
+    Any,
+    /// The tool of this name.
+    Exact(&'static str),
+    /// Tools whose name starts with this (`sessions_`).
+    Prefix(&'static str),
+}
+
+impl ToolNames {
+    fn matches(self, tool: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Exact(name) => tool == name,
+            Self::Prefix(prefix) => tool.starts_with(prefix),
+        }
+    }
+}
+
+/// Where a [`FailureRule`] looks in a result object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultKey {
+    /// A key of the result object itself.
+    Top(&'static str),
+    /// A key of its `details` object (the structured result OpenClaw tools return).
+    Details(&'static str),
+}
+
+/// What the value at a [`ResultKey`] must be for a [`FailureRule`] to hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureTest {
+    /// `true`.
+    True,
+    /// `false`.
+    False,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    /// A number other than 0.
+    NonZero,
+    /// A number at least this large (an HTTP status).
+    AtLeast(i64),
+    /// A string with something besides whitespace.
+    NonBlank,
+}
+
+/// How a tool's result says that the call failed, when the result is not an error: a key
+/// of the result (or of its `details`) and the values that mean failure.
+#[derive(Clone, Copy, Debug)]
+pub struct FailureRule {
+    /// The tools it is for.
+    pub tools: ToolNames,
+    /// Where it looks.
+    pub key: ResultKey,
+    /// What the value must be.
+    pub test: FailureTest,
+    /// A failure that may go away by itself when retried (a timeout), as opposed to one
+    /// that a retry with the same arguments meets again (a missing file, a refusal).
+    pub retryable: bool,
+    /// Result texts starting with one of these are successes whatever the key says (a
+    /// tool that labelled a successful action `failed`).
+    pub unless_text: &'static [&'static str],
+}
+
+impl FailureTest {
+    fn holds<'a, J: Json<'a>>(self, value: J) -> bool {
+        match self {
+            Self::True => value.as_bool() == Some(true),
+            Self::False => value.as_bool() == Some(false),
+            Self::OneOf(values) => value.as_str().is_some_and(|v| values.contains(&v)),
+            Self::NonZero => value
+                .as_number()
+                .is_some_and(|n| n.canonical() != crate::json::Canonical::Int(0)),
+            Self::AtLeast(min) => value
+                .as_number()
+                .and_then(|n| n.as_f64())
+                .is_some_and(|n| n >= min as f64),
+            Self::NonBlank => value.as_string().is_some_and(|s| s.non_blank().is_some()),
+        }
+    }
+}
+
+/// Whether the result's first text block starts with one of `prefixes`.
+fn starts_with_any<'a, O: crate::json::Object<'a>>(result: O, prefixes: &[&str]) -> bool {
+    let first = result
+        .get("content")
+        .and_then(Json::as_array)
+        .and_then(|mut items| items.next())
+        .and_then(|item| item.get("text"))
+        .and_then(Json::as_string);
+    first.is_some_and(|text| {
+        let text = text.trim().as_bytes();
+        prefixes.iter().any(|p| text.starts_with(p.as_bytes()))
+    })
+}
+
+/// What the built-in tables say about a result: failed or not, and whether a retry may
+/// help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// The same call would fail the same way again.
+    Permanent,
+    /// A transient failure: a timeout, a rate limit, an overloaded or unreachable service,
+    /// a call cancelled because a sibling failed.
+    Retryable,
+}
+
 /// The built-in policy tables.
 #[derive(Debug)]
 pub struct Policy {
@@ -61,6 +169,11 @@ pub struct Policy {
     /// is removed too: a string `id`, a string `text`, and one of string `direction`,
     /// `senderId`, `accountId` or an object `conversation`.
     delivered_message: MessageShape,
+    /// How results say they failed, beyond errors (first matching rule wins).
+    pub failures: &'static [FailureRule],
+    /// Phrases (ASCII, matched ignoring case) that make a failure retryable when its
+    /// salient error line contains one.
+    pub retryable_text: &'static [&'static str],
     /// The rules above grouped by tool name, built on first use: one lookup per call.
     by_tool: OnceLock<HashMap<&'static str, ToolRules, foldhash::fast::FixedState>>,
 }
@@ -165,8 +278,135 @@ pub static BUILTIN: Policy = Policy {
         any_string: &["direction", "senderId", "accountId"],
         any_object: &["conversation"],
     },
+    failures: FAILURES,
+    retryable_text: &[
+        "timed out",
+        "timeout",
+        "429",
+        "rate limit",
+        "rate-limit",
+        "too many requests",
+        "temporarily",
+        "try again",
+        "econnreset",
+        "econnrefused",
+        "etimedout",
+        "eai_again",
+        "502",
+        "503",
+        "504",
+        "bad gateway",
+        "service unavailable",
+        "gateway timeout",
+        "overloaded",
+        "connection reset",
+        "connection refused",
+        "resource busy",
+        "cancelled: parallel tool call",
+    ],
     by_tool: OnceLock::new(),
 };
+
+const fn failure(tools: ToolNames, key: ResultKey, test: FailureTest) -> FailureRule {
+    FailureRule {
+        tools,
+        key,
+        test,
+        retryable: false,
+        unless_text: &[],
+    }
+}
+
+const fn retryable(rule: FailureRule) -> FailureRule {
+    FailureRule {
+        retryable: true,
+        ..rule
+    }
+}
+
+/// OpenClaw's `process` answers a successful `kill` or `remove` with these texts; builds
+/// before 2026.4 labelled them `status: "failed"` (`src/agents/bash-tools.process.ts`).
+const PROCESS_DONE: &[&str] = &[
+    "Killed session ",
+    "Termination requested for session ",
+    "Removed session ",
+];
+
+/// The failure table (docs/extensions.md, "Failures"). Errors are failures before any of
+/// these is read. OpenClaw's sources, under `src/agents/`:
+///
+/// - every tool whose `execute` throws: `pi-tool-definition-adapter.ts` returns
+///   `{status: "error", tool, error}` as the result (`isError` stays false);
+/// - `tools/common.ts` `failedTextResult`: `details.status: "failed"` (`exec`,
+///   `process`, many plugin tools);
+/// - `bash-tools.exec.ts`: `details.exitCode`, `details.timedOut`;
+/// - `bash-tools.process.ts`: `details.status: "failed"` for a poll of an unknown or
+///   failed session, `exitCode` of a finished one;
+/// - `tools/web-fetch.ts`: errors thrown (above); `details.status` is the HTTP status
+///   of the page fetched (Firecrawl passes a 404 through);
+/// - `tools/browser-tool.ts`: the browser server's `{ok: false, error}`;
+/// - `tools/sessions-send-tool.ts` and the other `sessions_*` tools:
+///   `details.status` `error`, `forbidden` or `timeout`, with `error`;
+/// - `web_search` without a key: `{error: "missing_brave_api_key", message}`.
+const FAILURES: &[FailureRule] = &[
+    // Tool-specific rules first: the first rule that holds decides the class.
+    retryable(failure(
+        ToolNames::Exact("exec"),
+        ResultKey::Details("timedOut"),
+        FailureTest::True,
+    )),
+    failure(
+        ToolNames::Exact("exec"),
+        ResultKey::Details("exitCode"),
+        FailureTest::NonZero,
+    ),
+    failure(
+        ToolNames::Exact("process"),
+        ResultKey::Details("exitCode"),
+        FailureTest::NonZero,
+    ),
+    failure(
+        ToolNames::Exact("web_fetch"),
+        ResultKey::Details("status"),
+        FailureTest::AtLeast(400),
+    ),
+    retryable(failure(
+        ToolNames::Prefix("sessions_"),
+        ResultKey::Details("status"),
+        FailureTest::OneOf(&["timeout"]),
+    )),
+    failure(
+        ToolNames::Prefix("sessions_"),
+        ResultKey::Details("status"),
+        FailureTest::OneOf(&["forbidden"]),
+    ),
+    failure(ToolNames::Any, ResultKey::Top("isError"), FailureTest::True),
+    failure(
+        ToolNames::Any,
+        ResultKey::Top("status"),
+        FailureTest::OneOf(&["error"]),
+    ),
+    FailureRule {
+        unless_text: PROCESS_DONE,
+        ..failure(
+            ToolNames::Any,
+            ResultKey::Details("status"),
+            FailureTest::OneOf(&["error", "failed"]),
+        )
+    },
+    failure(ToolNames::Any, ResultKey::Top("ok"), FailureTest::False),
+    failure(ToolNames::Any, ResultKey::Details("ok"), FailureTest::False),
+    failure(
+        ToolNames::Any,
+        ResultKey::Top("error"),
+        FailureTest::NonBlank,
+    ),
+    failure(
+        ToolNames::Any,
+        ResultKey::Details("error"),
+        FailureTest::NonBlank,
+    ),
+];
 
 impl Policy {
     fn by_tool(&self) -> &HashMap<&'static str, ToolRules, foldhash::fast::FixedState> {
@@ -215,6 +455,32 @@ impl Policy {
     /// Whether a result key is a volatile per-delivery id of a send.
     pub fn is_volatile_send_key(&self, key: &str) -> bool {
         self.volatile_send_keys.contains(&key)
+    }
+
+    /// The first failure rule of `tool` that holds for `result`, if any.
+    pub fn failed_result<'a, J: Json<'a>>(&self, tool: &str, result: J) -> Option<&FailureRule> {
+        let object = result.as_object()?;
+        let details = object.get("details").and_then(Json::as_object);
+        self.failures.iter().find(|rule| {
+            if !rule.tools.matches(tool) {
+                return false;
+            }
+            let value = match rule.key {
+                ResultKey::Top(key) => object.get(key),
+                ResultKey::Details(key) => details.and_then(|d| d.get(key)),
+            };
+            value.is_some_and(|v| rule.test.holds(v))
+                && (rule.unless_text.is_empty() || !starts_with_any(object, rule.unless_text))
+        })
+    }
+
+    /// Whether a failure whose salient error line is `line` is retryable by its words.
+    pub fn retryable_line(&self, line: &str) -> bool {
+        self.retryable_text.iter().any(|phrase| {
+            line.as_bytes()
+                .windows(phrase.len())
+                .any(|w| w.eq_ignore_ascii_case(phrase.as_bytes()))
+        })
     }
 
     /// What a send's outcome leaves out, for the canonical encoder's filter.

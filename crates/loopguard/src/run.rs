@@ -10,13 +10,14 @@ use crate::answers::{Answers, OutcomeKey};
 use crate::clock::Millis;
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
+use crate::detectors::cascade::FailureTrack;
 use crate::detectors::escalation::{Escalation, Members};
 use crate::detectors::extensions::Context;
 use crate::detectors::period::PeriodTrack;
 use crate::detectors::thrash::{target_key, Targets};
 use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
-use crate::fingerprint::{CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
+use crate::fingerprint::{failure_of, CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
 use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::json::Json;
 use crate::observe;
@@ -87,11 +88,13 @@ pub enum StateDecodeError {
 
 /// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
 /// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
-/// fields of `Added3` to version 2's encoding; version 2 states still read.
-pub const STATE_FORMAT_VERSION: u8 = 3;
+/// fields of `Added3` to version 2's encoding, version 4 those of `Added4` after them;
+/// version 2 and 3 states still read.
+pub const STATE_FORMAT_VERSION: u8 = 4;
 
-/// The format version whose states [`RunState::from_bytes`] still reads.
+/// The older format versions whose states [`RunState::from_bytes`] still reads.
 const STATE_FORMAT_V2: u8 = 2;
+const STATE_FORMAT_V3: u8 = 3;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +109,16 @@ pub struct RunState {
     /// Encoded after the fields above (see [`STATE_FORMAT_VERSION`]).
     #[serde(skip)]
     added: Added3,
+    /// Encoded after `added`.
+    #[serde(skip)]
+    added4: Added4,
+}
+
+/// The fields state format version 4 added, encoded after those of version 3.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Added4 {
+    /// What `error_cascade` keeps per record: what each call worked on, how it failed.
+    failures: FailureTrack,
 }
 
 /// The fields state format version 3 added, encoded after version 2's so that version 2
@@ -179,17 +192,23 @@ impl RunState {
         if let Ok(bytes) = postcard::to_extend(&self.added, std::mem::take(out)) {
             *out = bytes;
         }
+        if let Ok(bytes) = postcard::to_extend(&self.added4, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
         let corrupt = |e: postcard::Error| StateDecodeError::Corrupt(e.to_string());
         match bytes.split_first() {
-            Some((&version @ (STATE_FORMAT_V2 | STATE_FORMAT_VERSION), rest)) => {
+            Some((&version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_VERSION), rest)) => {
                 let (mut state, mut left): (Self, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(corrupt)?;
-                if version == STATE_FORMAT_VERSION {
+                if version >= STATE_FORMAT_V3 {
                     (state.added, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
+                if version >= STATE_FORMAT_VERSION {
+                    (state.added4, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
                     return Err(StateDecodeError::Corrupt(format!(
@@ -215,6 +234,7 @@ impl RunState {
             + self.added.ext.period.heap_bytes()
             + self.added.ext.targets.heap_bytes()
             + self.added.ext.escalation.heap_bytes()
+            + self.added4.failures.heap_bytes()
     }
 
     /// Judges a call about to run and records it: the [`Ticket`] carries the verdict, and
@@ -307,6 +327,7 @@ impl RunState {
                 max_period,
                 targets: &self.added.ext.targets,
                 target,
+                failures: &self.added4.failures,
             };
             let extended = detectors::extensions::detect(ext, &cx);
             finding = detectors::decide(finding, extended);
@@ -658,16 +679,20 @@ impl RunState {
                 OutcomeKey::Hashed(fingerprint),
             ),
         };
-        // Failures are tracked for `error_cascade` only.
-        let failed = cfg.extensions.is_some() && crate::fingerprint::is_failure(rule, outcome);
-        match pending {
+        // Failures are tracked for the extension detectors only.
+        let failure = match cfg.extensions.as_deref() {
+            Some(_) => failure_of(ticket.tool(), outcome),
+            None => None,
+        };
+        let class = failure.map(|f| f.class);
+        let index = match pending {
             Some(index) => {
-                self.history
-                    .settle(index, state, unknown.as_deref(), failed);
+                self.history.settle(index, state, unknown.as_deref(), class);
                 self.added
                     .ext
                     .period
                     .settle(self.history.seq_of(index), state);
+                index
             }
             None => {
                 let index = self.history.push(
@@ -681,11 +706,17 @@ impl RunState {
                         rule,
                         now_ms: now,
                         newest: None,
-                        failed,
+                        failure: class,
                     },
                 );
                 self.appended(cfg, index, ticket.target);
+                index
             }
+        };
+        if let Some(f) = failure.filter(|f| f.signature != 0) {
+            self.added4
+                .failures
+                .settle(self.history.seq_of(index), f.signature);
         }
         let shadow = cfg.is_shadow();
         let abort = match state {
@@ -769,7 +800,7 @@ impl RunState {
                 rule: call.rule,
                 now_ms: now,
                 newest,
-                failed: false,
+                failure: None,
             },
         );
         self.appended(cfg, index, target);
@@ -794,6 +825,13 @@ impl RunState {
                 .ext
                 .period
                 .appended(seq, r.signature(), r.state());
+        }
+        if ext.error_cascade.is_some() {
+            // What the call works on: its (tool, target), else the call itself.
+            let work = target.unwrap_or_else(|| {
+                (self.history.records()[index].signature().as_u128() as u64).max(1)
+            });
+            self.added4.failures.push(&self.history, seq, work);
         }
     }
 
@@ -834,7 +872,9 @@ impl RunState {
             (Detector::ErrorCascade, Level::Warning) => {
                 messages::error_cascade_warning(tool, n, f.spread)
             }
-            (Detector::ErrorCascade, _) => messages::error_cascade_critical(tool, n, f.spread),
+            (Detector::ErrorCascade, _) => {
+                messages::error_cascade_critical(tool, n, f.spread, f.repeated)
+            }
             (Detector::StaleRepeat, Level::Warning) => messages::stale_warning(tool, n, f.failed),
             (Detector::StaleRepeat, _) => messages::stale_critical(tool, n, f.failed),
             (Detector::TargetThrash, level) => {

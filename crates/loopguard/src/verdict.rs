@@ -466,10 +466,20 @@ pub(crate) mod messages {
         )
     }
 
-    pub fn error_cascade_critical(tool: &str, n: u32, spread: Option<u32>) -> String {
+    pub fn error_cascade_critical(
+        tool: &str,
+        n: u32,
+        spread: Option<u32>,
+        repeated: Option<u32>,
+    ) -> String {
         let what = failures(n, spread);
+        let same = match repeated {
+            Some(r) if r == n => ", all with the same error".to_owned(),
+            Some(r) => format!(", {r} of them with the same error"),
+            None => String::new(),
+        };
         format!(
-            "CRITICAL: {what}. This {tool} call was blocked: stop calling tools and report what went wrong."
+            "CRITICAL: {what}{same}. This {tool} call was blocked: stop calling tools and report what went wrong."
         )
     }
 

@@ -6,7 +6,9 @@
 
 use loopguard::canonical::json_text;
 use loopguard::config::ConfigSet;
-use loopguard::fingerprint::{args_fingerprint, is_failure, Fingerprint, OutcomeOf, OutcomePrint};
+use loopguard::fingerprint::{
+    args_fingerprint, failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint,
+};
 use loopguard::json::{Raw, Tape};
 use loopguard::CallPrint;
 use proptest::prelude::*;
@@ -326,7 +328,8 @@ proptest! {
                 OutcomePrint::for_config(by_raw.rule, r, cfg),
                 "{} {} -> {}", tool, args_text, result_text
             );
-            prop_assert_eq!(is_failure(by_value.rule, v), is_failure(by_raw.rule, r));
+            prop_assert_eq!(is_failure(tool, v), is_failure(tool, r));
+            prop_assert_eq!(failure_of(tool, v), failure_of(tool, r));
         }
     }
 }

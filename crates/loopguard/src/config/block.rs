@@ -226,6 +226,10 @@ blocks! {
         "criticalThreshold" => critical_threshold: Option<u32> = count(MAX_THRESHOLD),
         /// Successful calls allowed between two failures of one run (0: strictly in a row).
         "maxGap" => max_gap: Option<u32> = gap(MAX_WINDOW),
+        /// Failures with one error a run needs before it blocks (0: the count alone).
+        "repeats" => repeats: Option<u32> = gap(MAX_THRESHOLD),
+        /// Failures at which a run blocks when the error it repeats is permanent.
+        "permanentThreshold" => permanent_threshold: Option<u32> = count(MAX_THRESHOLD),
     }
 
     /// The `staleRepeat` block, as written.

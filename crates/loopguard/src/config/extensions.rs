@@ -48,6 +48,8 @@ pub const DEFAULT_CONSECUTIVE: (u32, u32) = (6, 12);
 pub const DEFAULT_CYCLE: (u32, u32, u32, u32) = (2, 16, 3, 5);
 /// Default `errorCascade` thresholds and gap (0: failures strictly in a row).
 pub const DEFAULT_ERROR_CASCADE: (u32, u32, u32) = (5, 10, 0);
+/// Default `errorCascade.repeats`: failures sharing one error a run needs to block.
+pub const DEFAULT_CASCADE_REPEATS: u32 = 3;
 /// Default `staleRepeat` thresholds: warning, critical, critical when the repeated outcome
 /// is a failure.
 pub const DEFAULT_STALE_REPEAT: (u32, u32, u32) = (3, 4, 3);
@@ -128,6 +130,8 @@ fn recommended() -> ExtensionsBlock {
             warning_threshold: Some(5),
             critical_threshold: Some(8),
             max_gap: Some(3),
+            repeats: Some(3),
+            permanent_threshold: Some(5),
         }),
         stale_repeat: Some(StaleBlock {
             enabled: None,
@@ -361,6 +365,12 @@ pub struct Cascade {
     pub levels: Levels,
     /// Successful calls allowed between two failures of one run.
     pub max_gap: u32,
+    /// Failures with one error (one failure signature) a run needs before it blocks; 0:
+    /// the count alone blocks.
+    pub repeats: u32,
+    /// Failures at which a run blocks when the error it repeats is a permanent one (at
+    /// most the critical threshold).
+    pub permanent_threshold: u32,
 }
 
 /// Effective `staleRepeat` settings.
@@ -454,12 +464,18 @@ impl Extensions {
             .filter(|b| on(b.enabled))
             .map(|b| {
                 let (w, c, gap) = DEFAULT_ERROR_CASCADE;
+                let levels = Levels::new(
+                    b.warning_threshold.unwrap_or(w),
+                    b.critical_threshold.unwrap_or(c),
+                );
                 Cascade {
-                    levels: Levels::new(
-                        b.warning_threshold.unwrap_or(w),
-                        b.critical_threshold.unwrap_or(c),
-                    ),
+                    levels,
                     max_gap: b.max_gap.unwrap_or(gap),
+                    repeats: b.repeats.unwrap_or(DEFAULT_CASCADE_REPEATS),
+                    permanent_threshold: b
+                        .permanent_threshold
+                        .unwrap_or(levels.critical)
+                        .min(levels.critical),
                 }
             });
         let stale_repeat = block

@@ -5,12 +5,12 @@
 //!   (known polls exempt);
 //! - `stale_repeat`: the same call returning the same outcome again and again, other calls
 //!   in between (SPEC's no-progress streak at a threshold for agents, and lower still when
-//!   the outcome is a failure; known polls exempt);
+//!   the outcome is a permanent failure; known polls exempt unless they keep failing);
 //! - `cycle`: the newest calls repeat a period of calls, whatever its steps ([`period`]);
 //!   critical only when every position of the period keeps its outcome;
 //! - `target_thrash`: failures piling up on one (tool, target) ([`thrash`]);
-//! - `error_cascade`: a run of failed outcomes across any tools, strictly in a row or with
-//!   at most `maxGap` successes between two failures;
+//! - `error_cascade`: a run of failed outcomes across any tools that repeats one failure
+//!   ([`cascade`]);
 //! - `batch_duplicates`: a call identical to an earlier one of the same parallel batch.
 //!
 //! Each walks back from the newest record and stops at the first record that breaks its
@@ -18,13 +18,16 @@
 //!
 //! [`period`]: super::period
 //! [`thrash`]: super::thrash
+//! [`cascade`]: super::cascade
 
+use super::cascade::{self, FailureTrack};
 use super::period::PeriodTrack;
 use super::thrash::Targets;
 use super::Finding;
-use crate::config::extensions::{Cascade, CycleLevels, Extensions, Levels, StaleLevels};
+use crate::config::extensions::{CycleLevels, Extensions, Levels, StaleLevels};
 use crate::fingerprint::{CallPrint, Signature};
 use crate::history::History;
+use crate::policy::FailureClass;
 use crate::verdict::{Detector, Level};
 
 /// What the extension detectors look at for one call.
@@ -42,6 +45,9 @@ pub(crate) struct Context<'a> {
     /// The (tool, target) keys of the history's records, and the call's.
     pub targets: &'a Targets,
     pub target: Option<u64>,
+    /// What the calls of the history worked on and how they failed (when `error_cascade`
+    /// is on).
+    pub failures: &'a FailureTrack,
 }
 
 /// Runs the extension detectors: the first critical finding, else the first warning.
@@ -67,8 +73,11 @@ pub(crate) fn detect(ext: &Extensions, cx: &Context<'_>) -> Option<Finding> {
             return Some(f);
         }
     }
-    if let Some(levels) = ext.stale_repeat.filter(|_| !call.known_poll) {
-        if let Some(f) = consider(stale(cx.history, cx.newest, levels)) {
+    if let Some(levels) = ext.stale_repeat {
+        // A known poll may return the same "still running" many times; one that keeps
+        // failing the same way is a failing repeat like any other call.
+        let finding = stale(cx.history, cx.newest, levels).filter(|f| !call.known_poll || f.failed);
+        if let Some(f) = consider(finding) {
             return Some(f);
         }
     }
@@ -84,7 +93,7 @@ pub(crate) fn detect(ext: &Extensions, cx: &Context<'_>) -> Option<Finding> {
         }
     }
     if let Some(c) = ext.error_cascade {
-        if let Some(f) = consider(cascade(cx.history, c)) {
+        if let Some(f) = consider(cascade::cascade(cx.history, cx.failures, c)) {
             return Some(f);
         }
     }
@@ -114,27 +123,28 @@ pub(crate) fn consecutive(history: &History, signature: Signature) -> u32 {
 
 /// Earlier calls of the signature that returned its newest outcome, in a row (pending
 /// calls and vetoes skipped, other calls in between ignored); blocks sooner when that
-/// outcome is a failure: an identical error does not go away by itself.
+/// outcome is a permanent failure: an identical error does not go away by itself (a
+/// timeout may).
 fn stale(history: &History, newest: Option<usize>, levels: StaleLevels) -> Option<Finding> {
     let mut latest = None;
-    let mut failed = false;
+    let mut failure = None;
     let mut n = 0;
     for (_, r) in history.chain_from(newest) {
         let Some(fp) = r.outcome() else { continue };
         match latest {
             None => {
                 latest = Some(fp);
-                failed = r.failed();
+                failure = r.failure();
             }
             Some(l) if l != fp => break,
             Some(_) => {}
         }
         n += 1;
     }
-    let critical = if failed {
-        levels.failure_critical
-    } else {
-        levels.levels.critical
+    let failed = failure.is_some();
+    let critical = match failure {
+        Some(FailureClass::Permanent) => levels.failure_critical,
+        _ => levels.levels.critical,
     };
     let level = if n >= critical {
         Level::Critical
@@ -145,40 +155,6 @@ fn stale(history: &History, newest: Option<usize>, levels: StaleLevels) -> Optio
     };
     let mut f = Finding::new(level, Detector::StaleRepeat, n);
     f.failed = failed;
-    Some(f)
-}
-
-/// A run of failures, newest first (pending records and vetoes skipped): it is live while
-/// the newest outcome failed, and goes back across at most `max_gap` successes at a time.
-/// Returns the failures, the outcomes they span and the sequence number of the oldest.
-pub(crate) fn failures(history: &History, max_gap: u32) -> (u32, u32, u64) {
-    let (mut n, mut spread, mut start) = (0, 0, 0);
-    let (mut seen, mut gap) = (0u32, 0u32);
-    for (i, r) in history.records().iter().enumerate().rev() {
-        if r.outcome().is_none() {
-            continue;
-        }
-        seen += 1;
-        if r.failed() {
-            n += 1;
-            spread = seen;
-            start = history.seq_of(i);
-            gap = 0;
-        } else {
-            gap += 1;
-            if n == 0 || gap > max_gap {
-                break;
-            }
-        }
-    }
-    (n, spread, start)
-}
-
-fn cascade(history: &History, c: Cascade) -> Option<Finding> {
-    let (n, spread, start) = failures(history, c.max_gap);
-    let mut f = leveled(Detector::ErrorCascade, n, c.levels)?;
-    f.cascade_start = start;
-    f.spread = (spread > n).then_some(spread);
     Some(f)
 }
 

@@ -2,6 +2,7 @@
 //! then loopguard's own detectors ([`extensions`]) when the `loopguard` block turns them
 //! on. A critical finding beats a warning; between two of the same level, SPEC's wins.
 
+pub(crate) mod cascade;
 pub(crate) mod escalation;
 pub(crate) mod extensions;
 pub(crate) mod period;
@@ -32,6 +33,8 @@ pub(crate) struct Finding {
     /// Error cascade: the outcomes its failures are spread over, when successes came in
     /// between.
     pub spread: Option<u32>,
+    /// Error cascade: the failures that share its most frequent error, when several do.
+    pub repeated: Option<u32>,
     /// Stale repeat: the repeated outcome is a failure.
     pub failed: bool,
 }
@@ -48,6 +51,7 @@ impl Finding {
             cycle_len: 0,
             cascade_start: 0,
             spread: None,
+            repeated: None,
             failed: false,
         }
     }

@@ -263,7 +263,7 @@ mod tests {
                 rule: OutcomeRule::for_call(&tool, &json!({})),
                 now_ms: crate::Millis::ZERO,
                 newest: None,
-                failed: false,
+                failure: None,
             },
         );
     }
@@ -382,7 +382,7 @@ mod tests {
             last,
             RecordState::Done(Fingerprint::from_u128(9999)),
             None,
-            false,
+            None,
         );
         t.settle(
             h.seq_of(last),

@@ -84,11 +84,6 @@ impl OutcomeRule {
     pub fn tool_rule(self) -> Option<u8> {
         (self.tool_rule != NO_RULE).then_some(self.tool_rule)
     }
-
-    /// Whether the call is an `exec` (whose non-zero exit codes are failures).
-    pub(crate) fn is_exec(self) -> bool {
-        self.shape == Shape::Exec
-    }
 }
 
 /// A call reduced to what the engine needs: computed once, used by the verdict and by the
@@ -106,7 +101,7 @@ pub struct CallPrint<'a> {
     /// Whether this is a known polling call.
     pub known_poll: bool,
     /// What the call works on (a path, a URL), when the `loopguard` block's
-    /// `targetThrash` is on and an argument names one.
+    /// `targetThrash` or `errorCascade` is on and an argument names one.
     pub target: Option<&'a str>,
 }
 
@@ -153,9 +148,11 @@ impl<'a> CallPrint<'a> {
         };
         let mut rule = OutcomeRule::with_class(tool, args, classified.class);
         rule.tool_rule = classified.rule.unwrap_or(NO_RULE);
-        let target = ext
-            .target_thrash
-            .and_then(|_| ext.policy.target(classified.rule, args));
+        // `target_thrash` counts failures per target; `error_cascade` ends a run at a
+        // success on the target of one of its failures.
+        let target = (ext.target_thrash.is_some() || ext.error_cascade.is_some())
+            .then(|| ext.policy.target(classified.rule, args))
+            .flatten();
         Self {
             tool,
             args: args_fp,

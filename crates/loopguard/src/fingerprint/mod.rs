@@ -11,6 +11,7 @@
 
 mod call;
 mod error_text;
+mod failure;
 mod outcome;
 
 use std::fmt;
@@ -22,7 +23,8 @@ use crate::json::Json;
 
 pub use call::{args_fingerprint, CallPrint, OutcomeRule};
 pub use error_text::{error_text, unknown_tool_name, ErrorText};
-pub use outcome::{is_failure, Outcome, OutcomeOf, OutcomePrint, RawOutcome};
+pub use failure::{failure_of, is_failure, Failure, MIN_SIGNATURE_BYTES};
+pub use outcome::{Outcome, OutcomeOf, OutcomePrint, RawOutcome};
 
 /// Version of the canonical encoding and of the outcome rules. Persisted fingerprints
 /// from another version must not be compared with these.

@@ -8,7 +8,7 @@ use super::error_text::{error_text, unknown_tool_in};
 use super::{Fingerprint, OutcomeRule};
 use crate::canonical::{hash_with, Digest, Filter, PathSet};
 use crate::config::EffectiveConfig;
-use crate::json::{Canonical, Json, Object, Raw, Str};
+use crate::json::{Json, Object, Raw, Str};
 use crate::masking::MaskSet;
 use crate::policy::BUILTIN;
 use crate::text::is_js_space;
@@ -117,32 +117,6 @@ impl OutcomePrint {
             },
         }
     }
-}
-
-/// Whether an outcome is a failure, for `error_cascade`: an error; a result with
-/// `isError: true`; an `exec` with a non-zero numeric `exitCode`; `status: "error"` at the
-/// top of the result or in its details.
-pub fn is_failure<'a, J: Json<'a>>(rule: OutcomeRule, outcome: OutcomeOf<J>) -> bool {
-    let result = match outcome {
-        OutcomeOf::Error(_) => return true,
-        OutcomeOf::Nothing => return false,
-        OutcomeOf::Result(result) => match result.as_object() {
-            Some(result) => result,
-            None => return false,
-        },
-    };
-    let details = result.get("details").and_then(Json::as_object);
-    let status_error = |m: Option<J::Object>| {
-        m.and_then(|m| m.get("status")).and_then(Json::as_str) == Some("error")
-    };
-    result.get("isError").and_then(Json::as_bool) == Some(true)
-        || status_error(Some(result))
-        || status_error(details)
-        || (rule.is_exec()
-            && details
-                .and_then(|d| d.get("exitCode"))
-                .and_then(Json::as_number)
-                .is_some_and(|code| code.canonical() != Canonical::Int(0)))
 }
 
 /// Rules 2–9 for a result value; `None` for a loop veto.

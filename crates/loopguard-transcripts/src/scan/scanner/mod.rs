@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::mem::size_of;
 
-use loopguard::fingerprint::{args_fingerprint, is_failure, OutcomeRule};
+use loopguard::fingerprint::{args_fingerprint, is_failure};
 use loopguard::json::Json;
 use loopguard::{
     ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, Millis, RunState, Signature,
@@ -98,7 +98,8 @@ struct RunTrack {
     key: Option<String>,
     label: Option<String>,
     /// Unanswered calls: id → (position in the session, how its outcome is read).
-    pending: HashMap<String, (u64, OutcomeRule)>,
+    /// Calls waiting for their result, by call id: call index and tool.
+    pending: HashMap<String, (u64, Box<str>)>,
     pending_order: VecDeque<String>,
     batch_calls: u32,
     batch_blocked: u32,
@@ -375,14 +376,10 @@ impl Scanner {
             add += RECORD_BYTES;
         }
         if let Some(id) = call_id {
-            let rule = match args {
-                Some(args) => OutcomeRule::for_call(tool, args),
-                None => OutcomeRule::for_call(tool, &empty),
-            };
-            match run.pending.insert(id.to_owned(), (index, rule)) {
+            match run.pending.insert(id.to_owned(), (index, tool.into())) {
                 Some(_) => report.unpaired_calls += 1,
                 None => {
-                    add += PENDING_BYTES + id.len();
+                    add += PENDING_BYTES + id.len() + tool.len();
                     run.pending_order.push_back(id.to_owned());
                     if run.pending_order.len() > 2 * MAX_PENDING {
                         // Answered calls stay in the queue until here: drop them.
@@ -393,8 +390,8 @@ impl Scanner {
             }
             if run.pending.len() > MAX_PENDING {
                 while let Some(old) = run.pending_order.pop_front() {
-                    if run.pending.remove(&old).is_some() {
-                        remove += PENDING_BYTES + old.len();
+                    if let Some((_, tool)) = run.pending.remove(&old) {
+                        remove += PENDING_BYTES + old.len() + tool.len();
                         report.unpaired_calls += 1;
                         break;
                     }
@@ -500,15 +497,17 @@ impl Scanner {
             state.report.orphan_results += 1;
             return;
         }
-        let freed = call_id
-            .filter(|_| pending.is_some())
-            .map_or(0, |id| PENDING_BYTES + id.len());
-        let call_index = pending.map(|(index, _)| index);
-        let rule = pending.map_or_else(
-            || OutcomeRule::for_call(tool.unwrap_or(""), &Value::Null),
-            |(_, rule)| rule,
-        );
-        let failed = is_failure(rule, outcome);
+        let freed = match (call_id, &pending) {
+            (Some(id), Some((_, tool))) => PENDING_BYTES + id.len() + tool.len(),
+            _ => 0,
+        };
+        let call_index = pending.as_ref().map(|(index, _)| *index);
+        let tool = pending
+            .as_ref()
+            .map(|(_, tool)| &**tool)
+            .or(tool)
+            .unwrap_or("");
+        let failed = is_failure(tool, outcome);
         let answer = self.replayer.apply(pos.line, event);
         let state = &mut self.sessions[s];
         let report = &mut state.report;
