@@ -1,8 +1,12 @@
-//! The labelled sessions of the shared corpus (`corpus/labels.json`), scanned in place by
-//! the real `loopguard scan` with the `recommended` preset: every labelled loop gets at
-//! least a warning inside its call range, no healthy session gets a critical, and no
-//! labelled file is read as nothing. Prints one line per label and the number of loops
-//! blocked; at least 12 of the 14 loops must be (the preset's corpus target).
+//! The labelled sessions of both shared corpora (`corpus/labels.json`,
+//! `corpus2/labels.json`), scanned in place by the real `loopguard scan` with the
+//! `recommended` preset: every confident loop is blocked inside its call range (or its run
+//! was already stopped before it), no confident-healthy session gets a critical, and no
+//! labelled file is read as nothing. Prints one line per label.
+//!
+//! The two files label alike with different keys: the first corpus marks its uncertain
+//! labels in the note ("Low confidence"), the second with `"assert": false` and selects
+//! sessions with `match` rules (its README).
 
 mod common;
 
@@ -12,71 +16,136 @@ use std::path::Path;
 use common::{run, shared_dir};
 use serde_json::Value;
 
-/// Loops that must be blocked inside their range (or by a run already stopped).
-const MIN_BLOCKED: usize = 12;
-
-/// Loops the preset does not even warn about, each with the reason. The test fails when
-/// one of them gets caught (take it off the list) or another loop is missed.
-const KNOWN_MISSES: &[(&str, &str)] = &[(
-    "claude-code/7ef4b236-d946-48a6-a856-e45b02af7be7.jsonl",
-    "low-confidence label: 13 searches with different commands that find nothing; the \
-     outcomes are successes ('(Bash completed with no output)', 'No files found'), and \
-     'the same empty answer from different calls' also fires on healthy edit runs \
-     (identical 'Successfully modified file' acknowledgements)",
-)];
-
 const PRESET: &str =
     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }";
 
+/// A label of either corpus, read into one shape.
 struct Label {
+    name: String,
     file: String,
-    session: Option<String>,
+    /// Which sessions of the file.
+    select: Select,
     loop_: bool,
     calls: Option<(u64, u64)>,
-    kind: String,
+    /// Checked (a confident label), or only reported.
+    confident: bool,
 }
 
-fn labels(corpus: &Path) -> Vec<Label> {
+enum Select {
+    /// The first corpus: the file's only session, or the one the label names.
+    Session(Option<String>),
+    /// The second corpus: `*`, `id:`, `contains:`, `nth:` rules, OR-ed.
+    Match(Vec<String>),
+}
+
+fn first_corpus_labels(corpus: &Path) -> Vec<Label> {
     let text = std::fs::read_to_string(corpus.join("labels.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     doc.as_array()
         .unwrap()
         .iter()
         .map(|l| Label {
+            name: l["file"].as_str().unwrap().to_owned(),
             file: l["file"].as_str().unwrap().to_owned(),
-            session: l["session"].as_str().map(str::to_owned),
+            select: Select::Session(l["session"].as_str().map(str::to_owned)),
             loop_: l["label"] == "loop",
-            calls: l["calls"]
-                .as_array()
-                .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap())),
-            kind: l["kind"].as_str().unwrap().to_owned(),
+            calls: range(&l["calls"]),
+            confident: !l["note"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Low confidence"),
         })
         .collect()
 }
 
-/// The sessions of `doc` read from `file` (a file, or a directory given with a trailing
-/// slash), narrowed to the label's session when the file holds several.
+fn second_corpus_labels(corpus: &Path) -> Vec<Label> {
+    let text = std::fs::read_to_string(corpus.join("labels.json")).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    doc["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| Label {
+            name: format!(
+                "{} {}",
+                l["id"].as_str().unwrap(),
+                l["file"].as_str().unwrap()
+            ),
+            file: l["file"].as_str().unwrap().to_owned(),
+            select: Select::Match(
+                l["match"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.as_str().unwrap().to_owned())
+                    .collect(),
+            ),
+            loop_: l["kind"] == "loop",
+            calls: range(&l["calls"]),
+            confident: l["assert"] == true,
+        })
+        .collect()
+}
+
+fn range(v: &Value) -> Option<(u64, u64)> {
+    v.as_array()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
+}
+
+/// The sessions of `doc` a label selects.
 fn sessions<'a>(doc: &'a Value, corpus: &Path, label: &Label) -> Vec<&'a Value> {
     let path = corpus.join(&label.file);
-    let path = path.to_str().unwrap().trim_end_matches('/');
+    let path = path.to_str().unwrap().trim_end_matches('/').to_owned();
     let of_file: Vec<&Value> = doc["sessions"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["file"].as_str().unwrap().starts_with(path))
+        .filter(|s| s["file"].as_str().unwrap().trim_end_matches('/') == path)
         .collect();
-    if of_file.len() <= 1 {
-        return of_file;
-    }
-    match &label.session {
-        Some(id) => of_file
-            .into_iter()
-            .filter(|s| {
-                let sid = s["session"].as_str().unwrap();
-                sid == id || sid.ends_with(id.as_str()) || id.ends_with(sid)
-            })
-            .collect(),
-        None => of_file,
+    match &label.select {
+        Select::Session(_) if of_file.len() <= 1 => of_file,
+        Select::Session(None) => of_file,
+        Select::Session(Some(id)) => {
+            let id = id.replace(" / agent ", "/agent-");
+            of_file
+                .into_iter()
+                .filter(|s| {
+                    let sid = s["session"].as_str().unwrap();
+                    sid == id || sid.ends_with(id.as_str()) || id.ends_with(sid)
+                })
+                .collect()
+        }
+        Select::Match(rules) => {
+            let mut found: Vec<&Value> = Vec::new();
+            for rule in rules {
+                let chosen: Vec<&Value> = if rule == "*" {
+                    of_file.clone()
+                } else if let Some(id) = rule.strip_prefix("id:") {
+                    of_file
+                        .iter()
+                        .copied()
+                        .filter(|s| s["session"] == id)
+                        .collect()
+                } else if let Some(part) = rule.strip_prefix("contains:") {
+                    of_file
+                        .iter()
+                        .copied()
+                        .filter(|s| s["session"].as_str().unwrap().contains(part))
+                        .collect()
+                } else if let Some(k) = rule.strip_prefix("nth:") {
+                    let k: usize = k.parse().unwrap();
+                    of_file.get(k - 1).copied().into_iter().collect()
+                } else {
+                    panic!("unknown match rule {rule}")
+                };
+                for s in chosen {
+                    if !found.iter().any(|f| std::ptr::eq(*f, s)) {
+                        found.push(s);
+                    }
+                }
+            }
+            found
+        }
     }
 }
 
@@ -96,17 +165,13 @@ fn findings(session: &Value) -> Vec<(String, String, u64)> {
         .collect()
 }
 
-#[test]
-fn labelled_loops_are_caught_and_healthy_sessions_get_no_critical() {
-    let Some(shared) = shared_dir() else {
-        println!("SKIPPED: shared folder not found (set LOOPGUARD_SHARED_DIR)");
-        return;
-    };
-    let corpus = shared.join("corpus");
-    let labels = labels(&corpus);
-    assert_eq!(labels.len(), 27, "labels.json changed: review this test");
-
-    let config = std::env::temp_dir().join(format!("lg-preset-{}.json5", std::process::id()));
+/// Scans the labelled files of `corpus` with the preset.
+fn scan(corpus: &Path, labels: &[Label]) -> Value {
+    let config = std::env::temp_dir().join(format!(
+        "lg-preset-{}-{}.json5",
+        std::process::id(),
+        corpus.file_name().unwrap().to_string_lossy()
+    ));
     std::fs::write(&config, PRESET).unwrap();
     let files: BTreeSet<String> = labels
         .iter()
@@ -123,14 +188,17 @@ fn labelled_loops_are_caught_and_healthy_sessions_get_no_critical() {
     args.extend(files.iter().map(String::as_str));
     let out = run(&args, b"");
     std::fs::remove_file(&config).unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}); stderr: {}",
             String::from_utf8_lossy(&out.stderr)
         )
-    });
+    })
+}
 
-    // No labelled file is read as nothing.
+/// What the labels found: the problems, and (blocked, confident) loop counts.
+fn check(corpus: &Path, labels: &[Label]) -> (Vec<String>, usize, usize) {
+    let doc = scan(corpus, labels);
     let mut problems = Vec::new();
     for f in doc["files"].as_array().unwrap() {
         if f["status"] != "scanned" {
@@ -140,16 +208,15 @@ fn labelled_loops_are_caught_and_healthy_sessions_get_no_critical() {
             ));
         }
     }
-
-    let mut blocked = 0;
-    let mut loops = 0;
-    for label in &labels {
-        let found = sessions(&doc, &corpus, label);
-        let name = format!(
-            "{} {}",
-            label.file,
-            label.session.as_deref().unwrap_or_default()
-        );
+    let (mut blocked, mut loops) = (0, 0);
+    for label in labels {
+        let found = sessions(&doc, corpus, label);
+        let name = &label.name;
+        let tag = if label.confident {
+            ""
+        } else {
+            " [low confidence]"
+        };
         if found.is_empty() {
             problems.push(format!("{name}: no session read"));
             continue;
@@ -161,20 +228,24 @@ fn labelled_loops_are_caught_and_healthy_sessions_get_no_critical() {
         if !label.loop_ {
             let critical: Vec<_> = all.iter().filter(|f| f.1 == "critical").collect();
             println!(
-                "healthy {name}: {} findings, {} critical",
+                "healthy {name}{tag}: {} findings, {} critical",
                 all.len(),
                 critical.len()
             );
-            if !critical.is_empty() {
+            if label.confident && !critical.is_empty() {
                 problems.push(format!("{name}: healthy but {critical:?}"));
             }
             continue;
         }
-        loops += 1;
         let (lo, hi) = label.calls.unwrap();
-        let inside: Vec<_> = all.iter().filter(|f| (lo..=hi).contains(&f.2)).collect();
-        // A loop of a run already stopped before its range never happens under the guard:
-        // every call of it is blocked.
+        let first_block = all
+            .iter()
+            .find(|f| f.1 == "critical" && (lo..=hi).contains(&f.2));
+        let first_warning = all
+            .iter()
+            .find(|f| f.1 == "warning" && (lo..=hi).contains(&f.2));
+        // A loop of a run already stopped before its range never happens under the
+        // guard: every call of it is blocked.
         let stopped_before = found.iter().any(|s| {
             s["loops"].as_array().unwrap().iter().any(|l| {
                 l["stopped_run"] == true
@@ -183,33 +254,55 @@ fn labelled_loops_are_caught_and_healthy_sessions_get_no_critical() {
                         .is_some_and(|at| at < lo)
             })
         });
-        let first_warning = inside.iter().find(|f| f.1 == "warning");
-        let first_block = inside.iter().find(|f| f.1 == "critical");
         let is_blocked = first_block.is_some() || stopped_before;
         println!(
-            "loop {name} {lo}-{hi} ({}): first warning {:?}, first block {:?}{}",
-            label.kind,
-            first_warning,
-            first_block,
+            "loop {name}{tag} {lo}-{hi}: first warning {first_warning:?}, first block {first_block:?}{}",
             if stopped_before {
                 ", run stopped before the range"
             } else {
                 ""
             }
         );
-        blocked += usize::from(is_blocked);
-        let known_miss = KNOWN_MISSES.iter().any(|(f, _)| *f == label.file);
-        let caught = !inside.is_empty() || stopped_before;
-        match (caught, known_miss) {
-            (false, false) => problems.push(format!("{name}: loop {lo}-{hi} not even warned")),
-            (true, true) => problems.push(format!("{name}: now caught, take it off KNOWN_MISSES")),
-            _ => {}
+        if label.confident {
+            loops += 1;
+            blocked += usize::from(is_blocked);
+            if !is_blocked {
+                problems.push(format!("{name}: loop {lo}-{hi} not blocked"));
+            }
         }
     }
-    println!("{blocked} of {loops} labelled loops blocked");
+    (problems, blocked, loops)
+}
+
+#[test]
+fn first_corpus_confident_loops_are_blocked_and_healthy_sessions_get_no_critical() {
+    let Some(shared) = shared_dir() else {
+        println!("SKIPPED: shared folder not found (set LOOPGUARD_SHARED_DIR)");
+        return;
+    };
+    let corpus = shared.join("corpus");
+    let labels = first_corpus_labels(&corpus);
+    assert_eq!(labels.len(), 27, "labels.json changed: review this test");
+    let (problems, blocked, loops) = check(&corpus, &labels);
+    println!("{blocked} of {loops} confident loops blocked");
+    assert_eq!(loops, 12, "confident loops of the first corpus");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    assert!(
-        blocked >= MIN_BLOCKED,
-        "{blocked} of {loops} loops blocked, want at least {MIN_BLOCKED}"
+}
+
+#[test]
+fn second_corpus_confident_loops_are_blocked_and_healthy_sessions_get_no_critical() {
+    let Some(shared) = shared_dir() else {
+        println!("SKIPPED: shared folder not found (set LOOPGUARD_SHARED_DIR)");
+        return;
+    };
+    let corpus = shared.join("corpus2");
+    let labels = second_corpus_labels(&corpus);
+    assert_eq!(labels.len(), 27, "labels.json changed: review this test");
+    let (problems, blocked, loops) = check(&corpus, &labels);
+    println!("{blocked} of {loops} confident loops blocked");
+    assert_eq!(
+        loops, 10,
+        "confident loops of the second corpus (its README)"
     );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

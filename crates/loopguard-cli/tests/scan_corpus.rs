@@ -1,6 +1,7 @@
-//! `loopguard scan` over the whole shared corpus, read in place: no file with entries is
-//! read as nothing, and every labelled session of `labels.json` is where the label says,
-//! with at least the calls its range names (prints SKIPPED when the corpus is absent).
+//! `loopguard scan` over both shared corpora, read in place: no file with entries is read
+//! as nothing, and every labelled session of the first corpus's `labels.json` is where the
+//! label says, with at least the calls its range names (prints SKIPPED when the corpus is
+//! absent).
 
 mod common;
 
@@ -137,4 +138,39 @@ fn every_label_lands_on_a_session_with_its_calls() {
             assert_eq!(calls, last, "{file}: a healthy label covers every call");
         }
     }
+}
+
+/// The second corpus (`corpus2/`): every one of its 23 transcripts is scanned and yields
+/// calls (the text-mode mini-swe-agent list included); only its metadata is not read.
+#[test]
+fn every_second_corpus_file_is_read() {
+    let Some(shared) = shared_dir() else {
+        eprintln!("SKIPPED: no shared corpus");
+        return;
+    };
+    let corpus = shared.join("corpus2");
+    let doc = scan_corpus(&corpus);
+    let root = corpus.display().to_string();
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for s in doc["sessions"].as_array().unwrap() {
+        let file = relative(s["file"].as_str().unwrap(), &root).to_owned();
+        *calls.entry(file).or_default() += s["calls"].as_u64().unwrap();
+    }
+    let mut transcripts = 0;
+    for f in doc["files"].as_array().unwrap() {
+        let file = relative(f["file"].as_str().unwrap(), &root);
+        let status = f["status"].as_str().unwrap();
+        if file == "labels.json" {
+            assert_eq!(status, "unknown_format", "{file}");
+            continue;
+        }
+        transcripts += 1;
+        assert_eq!(status, "scanned", "{file}: {f}");
+        let n = calls.get(file).copied().unwrap_or(0);
+        assert!(n > 0, "{file} is read as nothing: {f}");
+    }
+    assert_eq!(transcripts, 23);
+    assert_eq!(doc["summary"]["unread_files"], 0);
+    // The three Markdown files (README, SOURCES, LABELS) are the only ones left aside.
+    assert_eq!(doc["summary"]["ignored_files"], 3);
 }

@@ -244,6 +244,8 @@ fn by_shape(shape: &Shape, text: &[u8]) -> Option<Detection> {
                 || shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action"))
             {
                 Some(T(Format::OpenHands))
+            } else if shape.has(2, "role") && mini_text_mode(text) {
+                Some(T(Format::MiniSweAgent))
             } else if shape.has(2, "role")
                 || shape.has(2, "traj")
                 || shape.has(2, "messages")
@@ -333,6 +335,14 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     } else {
         None
     }
+}
+
+/// A bare message list of mini-swe-agent's text mode: its answers carry the command in a
+/// ```` ```mswea_bash_command ```` block and the observations start with a
+/// `<returncode>` tag, and no message has tool calls.
+fn mini_text_mode(text: &[u8]) -> bool {
+    let has = |needle: &[u8]| text.windows(needle.len()).any(|w| w == needle);
+    has(b"```mswea_bash_command") && has(b"<returncode>") && !has(b"\"tool_calls\"")
 }
 
 /// OpenAI or Anthropic, by the tool-call markers in the messages seen.

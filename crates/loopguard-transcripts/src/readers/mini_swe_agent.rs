@@ -1,6 +1,6 @@
 //! mini-swe-agent trajectories (`<instance>.traj.json`, FORMATS §14.1): one JSON document
-//! `{info, messages, trajectory_format, instance_id}`, read as a stream (one message in
-//! memory at a time). The file is one session (`instance_id`, which mini-swe-agent writes
+//! `{info, messages, trajectory_format, instance_id}`, or the bare message list (text-mode
+//! test data), read as a stream (one message in memory at a time). The file is one session (`instance_id`, which mini-swe-agent writes
 //! last, so a first pass skims the document for it; else the file name) and one run.
 //!
 //! | message | item |
@@ -80,6 +80,8 @@ impl Walker for Trajectory<'_> {
             [] => Want::Descend,
             [Seg::Key(k)] if k == "messages" => Want::Descend,
             [Seg::Key(k), Seg::Index(_)] if k == "messages" => Want::Whole,
+            // A bare message list (text-mode test data writes only the messages).
+            [Seg::Index(_)] => Want::Whole,
             _ => Want::Skip,
         }
     }
