@@ -49,11 +49,13 @@ pub enum Format {
     /// Per-call streams pulled out of OpenClaw sessions (`anchor-call-streams.json`).
     #[serde(rename = "openclaw-calls")]
     OpenClawCalls,
+    /// aider chat history (`.aider.chat.history.md`, Markdown).
+    Aider,
 }
 
 impl Format {
     /// Every format, in the order `--help` lists them and detection tries them.
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 13] = [
         Self::OpenClaw,
         Self::ClaudeCode,
         Self::CodexRollout,
@@ -66,6 +68,7 @@ impl Format {
         Self::MiniSweAgent,
         Self::OpenHands,
         Self::OpenClawCalls,
+        Self::Aider,
     ];
 
     /// The name used on the command line and in reports.
@@ -83,6 +86,7 @@ impl Format {
             Self::MiniSweAgent => "mini-swe-agent",
             Self::OpenHands => "openhands",
             Self::OpenClawCalls => "openclaw-calls",
+            Self::Aider => "aider",
         }
     }
 
@@ -171,6 +175,9 @@ pub fn detect(prefix: &[u8], file_name: Option<&str>) -> Detection {
     if text.contains(&0) {
         return unknown("binary data");
     }
+    if is_aider_history(text) {
+        return Detection::Transcript(Format::Aider);
+    }
     if !matches!(text[0], b'{' | b'[') {
         return unknown("not JSON or JSON Lines");
     }
@@ -210,6 +217,15 @@ pub fn detect(prefix: &[u8], file_name: Option<&str>) -> Detection {
             keys.join(", ")
         ))
     }
+}
+
+/// An aider chat history: Markdown with a line that starts a session
+/// (`# aider chat started at …`) near the top.
+fn is_aider_history(text: &[u8]) -> bool {
+    let header = crate::readers::aider::SESSION_HEADER.as_bytes();
+    text.split(|&b| b == b'\n')
+        .take(PROBE_LINES * 4)
+        .any(|line| line.starts_with(header))
 }
 
 /// An unknown file: why, and which readers detection tried.

@@ -5,6 +5,7 @@
 //! line or element it cannot use is counted in the [`ReadStats`] it returns, with the
 //! reason. [`read()`] dispatches on the [`Format`].
 
+pub mod aider;
 pub mod anthropic_messages;
 pub(crate) mod chat;
 pub mod claude_code;
@@ -75,5 +76,6 @@ pub fn read<R: BufRead + Seek>(
         Format::MiniSweAgent => mini_swe_agent::read(input, options, sink),
         Format::OpenHands => openhands::read(input, options, sink),
         Format::OpenClawCalls => openclaw_calls::read(input, options, sink),
+        Format::Aider => aider::read(input, options, sink),
     }
 }
