@@ -51,11 +51,15 @@ pub enum Format {
     OpenClawCalls,
     /// aider chat history (`.aider.chat.history.md`, Markdown).
     Aider,
+    /// Cline and Roo Code task history (`tasks/<id>/api_conversation_history.json`).
+    Cline,
+    /// Cline and Roo Code task UI log (`tasks/<id>/ui_messages.json`).
+    ClineUi,
 }
 
 impl Format {
     /// Every format, in the order `--help` lists them and detection tries them.
-    pub const ALL: [Format; 13] = [
+    pub const ALL: [Format; 15] = [
         Self::OpenClaw,
         Self::ClaudeCode,
         Self::CodexRollout,
@@ -69,6 +73,8 @@ impl Format {
         Self::OpenHands,
         Self::OpenClawCalls,
         Self::Aider,
+        Self::Cline,
+        Self::ClineUi,
     ];
 
     /// The name used on the command line and in reports.
@@ -87,6 +93,8 @@ impl Format {
             Self::OpenHands => "openhands",
             Self::OpenClawCalls => "openclaw-calls",
             Self::Aider => "aider",
+            Self::Cline => "cline",
+            Self::ClineUi => "cline-ui",
         }
     }
 
@@ -131,6 +139,9 @@ pub enum Companion {
     /// Gemini CLI prompt log (`~/.gemini/tmp/<project>/logs.json`): the user's prompts
     /// only, no tool calls; the chats beside it are the transcripts.
     GeminiCliLogs,
+    /// Cline or Roo Code UI log (`ui_messages.json`) beside its task's
+    /// `api_conversation_history.json`, which is the transcript scanned.
+    ClineUiMessages,
 }
 
 impl Companion {
@@ -141,6 +152,7 @@ impl Companion {
             Self::OpenClawTrajectoryPointer => "openclaw-trajectory-pointer",
             Self::OpenClawSessionStore => "openclaw-session-store",
             Self::GeminiCliLogs => "gemini-cli-logs",
+            Self::ClineUiMessages => "cline-ui-messages",
         }
     }
 }
@@ -256,6 +268,10 @@ fn by_shape(shape: &Shape, text: &[u8]) -> Option<Detection> {
         _ => {
             if shape.has(2, "sessionId") && shape.has(2, "messageId") && !shape.has(2, "role") {
                 Some(C(Companion::GeminiCliLogs))
+            } else if shape.has(2, "ts") && (shape.has(2, "say") || shape.has(2, "ask")) {
+                Some(T(Format::ClineUi))
+            } else if shape.has(2, "role") && cline_history(text) {
+                Some(T(Format::Cline))
             } else if shape.has(2, "kind") && shape.has(2, "source")
                 || shape.has(2, "source") && (shape.has(2, "observation") || shape.has(2, "action"))
             {
@@ -353,11 +369,18 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     }
 }
 
+/// Cline and Roo Code messages: their user messages carry the editor's state in an
+/// `<environment_details>` block, and tool results as `[tool for '…'] Result:` text.
+fn cline_history(text: &[u8]) -> bool {
+    let has = |needle: &[u8]| memchr::memmem::find(text, needle).is_some();
+    has(b"<environment_details>") || (has(b"<task>") && has(b"] Result:"))
+}
+
 /// A bare message list of mini-swe-agent's text mode: its answers carry the command in a
 /// ```` ```mswea_bash_command ```` block and the observations start with a
 /// `<returncode>` tag, and no message has tool calls.
 fn mini_text_mode(text: &[u8]) -> bool {
-    let has = |needle: &[u8]| text.windows(needle.len()).any(|w| w == needle);
+    let has = |needle: &[u8]| memchr::memmem::find(text, needle).is_some();
     has(b"```mswea_bash_command") && has(b"<returncode>") && !has(b"\"tool_calls\"")
 }
 

@@ -296,6 +296,29 @@ impl FailureRules {
         (Format::CodexExec, field("/status", equals("failed"))),
         (Format::CodexExec, field("/error", When::Present)),
         (Format::ClaudeCode, text(r"\A\s*<tool_use_error>")),
+        (
+            Format::Cline,
+            text(r"(?m)^The tool execution failed with the following error:"),
+        ),
+        (Format::Cline, text(r"(?m)^The user denied this operation")),
+        (
+            Format::Cline,
+            text(r"Missing value for required parameter '"),
+        ),
+        (
+            Format::Cline,
+            text(r"is blocked by the \.(?:cline|roo)ignore file settings"),
+        ),
+        (
+            Format::Cline,
+            text(r"(?m)^This tool cannot be used in PLAN MODE"),
+        ),
+        (
+            Format::Cline,
+            text(r"SEARCH block content doesn't match exactly"),
+        ),
+        (Format::Cline, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
+        (Format::ClineUi, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
     ];
 
     /// The built-in rules ([`FailureRules::BUILTIN`]), shared.

@@ -147,3 +147,26 @@ fn aider_chat_history() {
         "2024-08-07",
     );
 }
+
+/// The start of a Cline task (native tool calling): one answer asks for four files at
+/// once, Cline runs the first and answers "Tool [read_file] was not executed" for the
+/// three others, then one read per answer.
+#[test]
+fn cline_api_conversation_history() {
+    golden(
+        "cline/1769064454592/api_conversation_history.json",
+        Format::Cline,
+        "1769064454592",
+    );
+}
+
+/// The same task's UI log, up to its fifth file read: the reads with the paths Cline
+/// showed, and each request's tokens and cost.
+#[test]
+fn cline_ui_messages() {
+    golden(
+        "cline-ui/1769064454592/ui_messages.json",
+        Format::ClineUi,
+        "1769064454592",
+    );
+}

@@ -8,6 +8,8 @@
 pub mod aider;
 pub mod anthropic_messages;
 pub(crate) mod chat;
+pub mod cline;
+pub mod cline_ui;
 pub mod claude_code;
 pub mod codex_exec;
 pub mod codex_rollout;
@@ -77,5 +79,7 @@ pub fn read<R: BufRead + Seek>(
         Format::OpenHands => openhands::read(input, options, sink),
         Format::OpenClawCalls => openclaw_calls::read(input, options, sink),
         Format::Aider => aider::read(input, options, sink),
+        Format::Cline => cline::read(input, options, sink),
+        Format::ClineUi => cline_ui::read(input, options, sink),
     }
 }

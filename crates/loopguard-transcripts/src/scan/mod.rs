@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYTES};
 use crate::failures::FailureRules;
 use crate::readers::openclaw::{self, RunWindows};
-use crate::readers::openhands;
+use crate::readers::{cline, cline_ui, openhands};
 use crate::stats::ReadStats;
 use crate::{read, ReadOptions, DEFAULT_MAX_LINE};
 
@@ -363,6 +363,11 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
             }
         }
     };
+    if format == Format::ClineUi && path.with_file_name(cline::FILE_NAME).is_file() {
+        // The task's API history is the transcript; this is what the UI showed of it.
+        let kind = Companion::ClineUiMessages;
+        return FileScan::not_scanned(shown, FileStatus::Companion { kind }, size);
+    }
     if let Err(e) = file.seek(SeekFrom::Start(0)) {
         return unreadable(e, size);
     }
@@ -373,7 +378,8 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         }),
         _ => None,
     };
-    let mut read_options = ReadOptions::new(session_hint(&name));
+    let hint = task_directory(path, &name).unwrap_or_else(|| session_hint(&name).to_owned());
+    let mut read_options = ReadOptions::new(&hint);
     read_options.max_line = options.max_line;
     read_options.failures = &options.failures;
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
@@ -423,6 +429,16 @@ fn scan_conversation(root: &Path, shown: String, options: &ScanOptions) -> FileS
             size,
         ),
     }
+}
+
+/// The task directory's name, for the files agents name the same in every task
+/// (Cline and Roo Code keep `tasks/<task id>/api_conversation_history.json`).
+fn task_directory(path: &Path, name: &str) -> Option<String> {
+    if name != cline::FILE_NAME && name != cline_ui::FILE_NAME {
+        return None;
+    }
+    let parent = std::fs::canonicalize(path).ok()?.parent()?.file_name()?.to_owned();
+    Some(parent.to_string_lossy().into_owned())
 }
 
 /// The session name a file gives: its name up to the first dot.
