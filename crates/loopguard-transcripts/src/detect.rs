@@ -55,11 +55,13 @@ pub enum Format {
     Cline,
     /// Cline and Roo Code task UI log (`tasks/<id>/ui_messages.json`).
     ClineUi,
+    /// Continue session (`~/.continue/sessions/<id>.json`).
+    Continue,
 }
 
 impl Format {
     /// Every format, in the order `--help` lists them and detection tries them.
-    pub const ALL: [Format; 15] = [
+    pub const ALL: [Format; 16] = [
         Self::OpenClaw,
         Self::ClaudeCode,
         Self::CodexRollout,
@@ -75,6 +77,7 @@ impl Format {
         Self::Aider,
         Self::Cline,
         Self::ClineUi,
+        Self::Continue,
     ];
 
     /// The name used on the command line and in reports.
@@ -95,6 +98,7 @@ impl Format {
             Self::Aider => "aider",
             Self::Cline => "cline",
             Self::ClineUi => "cline-ui",
+            Self::Continue => "continue",
         }
     }
 
@@ -142,6 +146,10 @@ pub enum Companion {
     /// Cline or Roo Code UI log (`ui_messages.json`) beside its task's
     /// `api_conversation_history.json`, which is the transcript scanned.
     ClineUiMessages,
+    /// Continue's index of its sessions (`~/.continue/sessions/sessions.json`).
+    ContinueSessionIndex,
+    /// Cline or Roo Code task metadata (`task_metadata.json`: files in context, models).
+    ClineTaskMetadata,
 }
 
 impl Companion {
@@ -153,6 +161,8 @@ impl Companion {
             Self::OpenClawSessionStore => "openclaw-session-store",
             Self::GeminiCliLogs => "gemini-cli-logs",
             Self::ClineUiMessages => "cline-ui-messages",
+            Self::ContinueSessionIndex => "continue-session-index",
+            Self::ClineTaskMetadata => "cline-task-metadata",
         }
     }
 }
@@ -268,6 +278,8 @@ fn by_shape(shape: &Shape, text: &[u8]) -> Option<Detection> {
         _ => {
             if shape.has(2, "sessionId") && shape.has(2, "messageId") && !shape.has(2, "role") {
                 Some(C(Companion::GeminiCliLogs))
+            } else if shape.has(2, "sessionId") && shape.has(2, "dateCreated") {
+                Some(C(Companion::ContinueSessionIndex))
             } else if shape.has(2, "ts") && (shape.has(2, "say") || shape.has(2, "ask")) {
                 Some(T(Format::ClineUi))
             } else if shape.has(2, "role") && cline_history(text) {
@@ -327,6 +339,12 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     }
     if has("trajectory") {
         return Some(T(Format::SweAgent));
+    }
+    if has("sessionId") && has("history") && (has("workspaceDirectory") || has("title")) {
+        return Some(T(Format::Continue));
+    }
+    if has("files_in_context") || (has("model_usage") && has("environment_history")) {
+        return Some(C(Companion::ClineTaskMetadata));
     }
     let mini = shape
         .value(1, "trajectory_format")

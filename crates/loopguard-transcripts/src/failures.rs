@@ -319,6 +319,8 @@ impl FailureRules {
         ),
         (Format::Cline, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
         (Format::ClineUi, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
+        (Format::Continue, text(r"\A\w+ failed with the message: ")),
+        (Format::Continue, text(r"\AError executing tool ")),
     ];
 
     /// The built-in rules ([`FailureRules::BUILTIN`]), shared.

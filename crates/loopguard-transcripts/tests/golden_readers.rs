@@ -170,3 +170,14 @@ fn cline_ui_messages() {
         "1769064454592",
     );
 }
+
+/// A Continue agent-mode session: glob searches, a terminal command the user canceled
+/// (no result), a `read_file` Continue refused ("errored"), user turns in between.
+#[test]
+fn continue_session() {
+    golden(
+        "continue/8c3cc493-0ef9-462d-94cd-b5e558b00fe4.json",
+        Format::Continue,
+        "8c3cc493-0ef9-462d-94cd-b5e558b00fe4",
+    );
+}

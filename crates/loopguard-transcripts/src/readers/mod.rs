@@ -13,6 +13,7 @@ pub mod cline_ui;
 pub mod claude_code;
 pub mod codex_exec;
 pub mod codex_rollout;
+pub mod continue_dev;
 pub mod gemini_cli;
 pub(crate) mod lines;
 pub mod loopguard;
@@ -81,5 +82,6 @@ pub fn read<R: BufRead + Seek>(
         Format::Aider => aider::read(input, options, sink),
         Format::Cline => cline::read(input, options, sink),
         Format::ClineUi => cline_ui::read(input, options, sink),
+        Format::Continue => continue_dev::read(input, options, sink),
     }
 }
