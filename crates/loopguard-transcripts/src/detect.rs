@@ -57,11 +57,16 @@ pub enum Format {
     ClineUi,
     /// Continue session (`~/.continue/sessions/<id>.json`).
     Continue,
+    /// Goose session JSONL (`~/.local/share/goose/sessions/<id>.jsonl`).
+    Goose,
+    /// OpenCode session export (`opencode export <id>`).
+    #[serde(rename = "opencode")]
+    OpenCode,
 }
 
 impl Format {
     /// Every format, in the order `--help` lists them and detection tries them.
-    pub const ALL: [Format; 16] = [
+    pub const ALL: [Format; 18] = [
         Self::OpenClaw,
         Self::ClaudeCode,
         Self::CodexRollout,
@@ -78,6 +83,8 @@ impl Format {
         Self::Cline,
         Self::ClineUi,
         Self::Continue,
+        Self::Goose,
+        Self::OpenCode,
     ];
 
     /// The name used on the command line and in reports.
@@ -99,6 +106,8 @@ impl Format {
             Self::Cline => "cline",
             Self::ClineUi => "cline-ui",
             Self::Continue => "continue",
+            Self::Goose => "goose",
+            Self::OpenCode => "opencode",
         }
     }
 
@@ -340,6 +349,20 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     if has("trajectory") {
         return Some(T(Format::SweAgent));
     }
+    if goose_line(shape) {
+        return Some(T(Format::Goose));
+    }
+    if has("info") && has("messages") && (shape.has(3, "parts") || shape.has(2, "projectID")) {
+        return Some(T(Format::OpenCode));
+    }
+    if has("sessionID") && (has("messageID") || has("role")) {
+        return Some(Detection::Unknown(
+            "one message or part of an OpenCode session from its storage directory, not a \
+             transcript by itself; `opencode export <session id>` writes the whole session \
+             as one file this reads (format opencode)"
+                .into(),
+        ));
+    }
     if has("sessionId") && has("history") && (has("workspaceDirectory") || has("title")) {
         return Some(T(Format::Continue));
     }
@@ -385,6 +408,25 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     } else {
         None
     }
+}
+
+/// A line of a goose session: its first line (the session's metadata: `working_dir`,
+/// `message_count`, …) or a message (`role`, `created`, and content blocks of goose's own
+/// types or goose's `userVisible` metadata).
+fn goose_line(shape: &Shape) -> bool {
+    let metadata = shape.has(1, "working_dir")
+        && (shape.has(1, "message_count") || shape.has(1, "description"));
+    let message = shape.has(1, "role")
+        && shape.has(1, "created")
+        && (shape.keys.iter().any(|k| {
+            k.depth == 3
+                && k.name == "type"
+                && matches!(
+                    k.value.as_deref(),
+                    Some("toolRequest" | "toolResponse" | "toolConfirmationRequest")
+                )
+        }) || shape.has(2, "userVisible"));
+    metadata || message
 }
 
 /// Cline and Roo Code messages: their user messages carry the editor's state in an
@@ -675,6 +717,32 @@ mod tests {
             format("{\n  \"kind\": \"ObservationEvent\",\n  \"id\": \"x\",\n  \"source\": \"environment\""),
             Format::OpenHands
         );
+    }
+
+    #[test]
+    fn goose_and_opencode() {
+        assert_eq!(
+            format("{\"working_dir\":\"/p\",\"description\":\"d\",\"schedule_id\":null,\"message_count\":2}\n{\"role\":\"user\"}\n"),
+            Format::Goose
+        );
+        assert_eq!(
+            format("{\"id\":\"m\",\"role\":\"assistant\",\"created\":1,\"content\":[{\"type\":\"toolRequest\",\"id\":\"t\"}]}\n"),
+            Format::Goose
+        );
+        assert_eq!(
+            format("{\"role\":\"user\",\"created\":1,\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"metadata\":{\"userVisible\":true}}\n"),
+            Format::Goose
+        );
+        assert_eq!(
+            format("{\n  \"info\": {\"id\": \"ses_1\", \"projectID\": \"p\"},\n  \"messages\": [{\"info\": {\"role\": \"user\"}, \"parts\": []}]}"),
+            Format::OpenCode
+        );
+        match t(
+            "{\"id\":\"prt_1\",\"sessionID\":\"ses_1\",\"messageID\":\"msg_1\",\"type\":\"tool\"}",
+        ) {
+            Detection::Unknown(why) => assert!(why.contains("opencode export"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -317,10 +317,20 @@ impl FailureRules {
             Format::Cline,
             text(r"SEARCH block content doesn't match exactly"),
         ),
-        (Format::Cline, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
-        (Format::ClineUi, text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b"))),
+        (
+            Format::Cline,
+            text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b")),
+        ),
+        (
+            Format::ClineUi,
+            text(concat!(r"(?m)Exit code: ", nonzero!(), r"\b")),
+        ),
         (Format::Continue, text(r"\A\w+ failed with the message: ")),
         (Format::Continue, text(r"\AError executing tool ")),
+        (
+            Format::OpenCode,
+            field("/state/metadata/exit", When::NonZero),
+        ),
     ];
 
     /// The built-in rules ([`FailureRules::BUILTIN`]), shared.

@@ -243,9 +243,9 @@ impl History {
             .filter_map(|l| l.strip_prefix("Applied edit to "))
             .map(str::trim)
             .collect();
-        let others_applied = lines.iter().any(|l| {
-            l.starts_with("# The other ") && l.contains("were applied successfully")
-        });
+        let others_applied = lines
+            .iter()
+            .any(|l| l.starts_with("# The other ") && l.contains("were applied successfully"));
         if failed.is_empty() && !malformed && applied.is_empty() {
             return;
         }
@@ -386,7 +386,8 @@ struct Failed {
 
 /// The `## SearchReplaceNoExactMatch` sections of a failure report.
 fn failed_blocks(lines: &[String]) -> Vec<Failed> {
-    const HEADER: &str = "## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in ";
+    const HEADER: &str =
+        "## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in ";
     let mut failed = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let Some(path) = line.strip_prefix(HEADER) else {
@@ -598,7 +599,10 @@ Hi!
         );
         assert_eq!(block_path(&lines(&["Here is the change:", "```"])), None);
         assert_eq!(block_path(&[]), None);
-        assert_eq!(usage("Tokens: 2.5k sent, 1 received.").unwrap().tokens, 2501);
+        assert_eq!(
+            usage("Tokens: 2.5k sent, 1 received.").unwrap().tokens,
+            2501
+        );
         assert!(usage("Tokens: none").is_none());
     }
 }

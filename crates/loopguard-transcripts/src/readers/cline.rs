@@ -364,7 +364,10 @@ mod tests {
         let calls = r.call_list();
         assert_eq!(calls.len(), 4);
         assert_eq!(calls[2].1, "execute_command");
-        assert_eq!(calls[2].2, json!({"command": "npm test", "requires_approval": "false"}));
+        assert_eq!(
+            calls[2].2,
+            json!({"command": "npm test", "requires_approval": "false"})
+        );
         let results: Vec<(String, bool)> = r
             .items
             .iter()
@@ -403,14 +406,23 @@ mod tests {
 
     #[test]
     fn headers() {
-        assert_eq!(result_header("[read_file for 'a'] Result:\nx"), Some("read_file"));
-        assert_eq!(result_header("[load_mcp_documentation] Result:\n"), Some("load_mcp_documentation"));
+        assert_eq!(
+            result_header("[read_file for 'a'] Result:\nx"),
+            Some("read_file")
+        );
+        assert_eq!(
+            result_header("[load_mcp_documentation] Result:\n"),
+            Some("load_mcp_documentation")
+        );
         assert_eq!(
             result_header("[execute_command for 'echo [x]'] Result:\n"),
             Some("execute_command")
         );
         assert_eq!(result_header("[NOTE] something"), None);
-        assert_eq!(not_executed("Tool [read_file] was not executed because"), Some("read_file"));
+        assert_eq!(
+            not_executed("Tool [read_file] was not executed because"),
+            Some("read_file")
+        );
         assert_eq!(not_executed("Tool output"), None);
         assert!(xml_calls("<thinking>x</thinking> <read_file>").is_empty());
     }

@@ -115,7 +115,9 @@ impl Walker for Log<'_> {
             }
             "api_req_started" => {
                 self.close();
-                let usage = serde_json::from_str::<Value>(text).ok().and_then(|v| usage(&v));
+                let usage = serde_json::from_str::<Value>(text)
+                    .ok()
+                    .and_then(|v| usage(&v));
                 self.sink.push(
                     pos,
                     Item::Turn {
@@ -148,7 +150,12 @@ impl Walker for Log<'_> {
             }
             "command" => {
                 self.close();
-                self.open_call(pos, "execute_command", json!({ "command": text }), String::new());
+                self.open_call(
+                    pos,
+                    "execute_command",
+                    json!({ "command": text }),
+                    String::new(),
+                );
             }
             "task" | "resume_task" | "resume_completed_task" => {
                 self.close();
@@ -193,8 +200,13 @@ impl Log<'_> {
         } else {
             let mut outcome = OwnedOutcome::Result(item::text_result(&text, None));
             let record = Value::Object(Map::new());
-            self.rules
-                .judge(Format::ClineUi, &record, &text, &mut outcome, &mut self.stats);
+            self.rules.judge(
+                Format::ClineUi,
+                &record,
+                &text,
+                &mut outcome,
+                &mut self.stats,
+            );
             outcome
         };
         self.sink

@@ -202,8 +202,13 @@ impl Session<'_> {
             OwnedOutcome::Error(Value::String(text))
         } else {
             let mut outcome = OwnedOutcome::Result(item::text_result(&text, None));
-            self.rules
-                .judge(Format::Continue, message, &text, &mut outcome, &mut self.stats);
+            self.rules.judge(
+                Format::Continue,
+                message,
+                &text,
+                &mut outcome,
+                &mut self.stats,
+            );
             outcome
         };
         self.sink.push(pos, item::result(&self.ids, id, outcome));

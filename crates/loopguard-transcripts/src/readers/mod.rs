@@ -8,19 +8,21 @@
 pub mod aider;
 pub mod anthropic_messages;
 pub(crate) mod chat;
+pub mod claude_code;
 pub mod cline;
 pub mod cline_ui;
-pub mod claude_code;
 pub mod codex_exec;
 pub mod codex_rollout;
 pub mod continue_dev;
 pub mod gemini_cli;
+pub mod goose;
 pub(crate) mod lines;
 pub mod loopguard;
 pub mod mini_swe_agent;
 pub mod openai_chat;
 pub mod openclaw;
 pub mod openclaw_calls;
+pub mod opencode;
 pub mod openhands;
 pub mod swe_agent;
 pub(crate) mod walk;
@@ -83,5 +85,7 @@ pub fn read<R: BufRead + Seek>(
         Format::Cline => cline::read(input, options, sink),
         Format::ClineUi => cline_ui::read(input, options, sink),
         Format::Continue => continue_dev::read(input, options, sink),
+        Format::Goose => goose::read(input, options, sink),
+        Format::OpenCode => opencode::read(input, options, sink),
     }
 }

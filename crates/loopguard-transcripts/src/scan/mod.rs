@@ -437,7 +437,11 @@ fn task_directory(path: &Path, name: &str) -> Option<String> {
     if name != cline::FILE_NAME && name != cline_ui::FILE_NAME {
         return None;
     }
-    let parent = std::fs::canonicalize(path).ok()?.parent()?.file_name()?.to_owned();
+    let parent = std::fs::canonicalize(path)
+        .ok()?
+        .parent()?
+        .file_name()?
+        .to_owned();
     Some(parent.to_string_lossy().into_owned())
 }
 
