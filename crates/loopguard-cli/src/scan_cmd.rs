@@ -239,7 +239,7 @@ pub fn run(args: ScanArgs) -> u8 {
         }
         if collector.ignored > 0 {
             why.push(format!(
-                "{} files ignored (not *.jsonl, *.json, *.traj or an OpenClaw archive)",
+                "{} files ignored (no transcript by their name or their first bytes)",
                 collector.ignored
             ));
         }

@@ -1,9 +1,12 @@
 //! What `loopguard scan` reads: the files and directories given (or, with none, the usual
 //! transcript folders of the agents on this machine), walked for transcripts.
 //!
-//! - **Names.** Inside directories, only `*.jsonl`, `*.json`, `*.traj` and OpenClaw
-//!   archive names are transcripts; other files are counted, not read. A file named on the
-//!   command line is always read.
+//! - **Names.** Inside directories, `*.jsonl`, `*.json`, `*.traj` and OpenClaw archive
+//!   names are transcripts, and so are the files agents keep under other names
+//!   ([`agent_files`]: aider's `.aider.chat.history.md`, goose's and OpenCode's session
+//!   databases, listed as unread with the reason) and text files (`.md`, `.txt`, `.log`,
+//!   no extension) whose first bytes are a transcript's; other files are counted, not
+//!   read. A file named on the command line is always read.
 //! - **OpenHands conversation directories** are one transcript each.
 //! - **Symbolic links** are followed, files and directories alike, with loop protection:
 //!   a link back to a directory above it is listed as skipped, not followed, and a file or
@@ -15,9 +18,11 @@
 //!   [`skip_overlapping_copies`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use loopguard_transcripts::agent_files;
 use loopguard_transcripts::readers::openclaw::{self, CopyKind};
 use loopguard_transcripts::readers::openhands;
 use loopguard_transcripts::FileStatus;
@@ -258,7 +263,7 @@ impl Collector {
             if !entry.file_type().is_file() {
                 continue;
             }
-            if !looks_like_transcript(path) {
+            if !looks_like_transcript(path) && !agent_transcript(path) {
                 self.ignored += 1;
                 continue;
             }
@@ -303,6 +308,32 @@ pub fn looks_like_transcript(path: &Path) -> bool {
         || name.ends_with(".json")
         || name.ends_with(".traj")
         || openclaw::classify(name).is_some()
+}
+
+/// Whether a file whose name is not a transcript's is an agent's file all the same: a
+/// name agents use (`.aider.chat.history.md`, goose's `sessions.db`, …; listed as read,
+/// companion or unread, never passed over), or text whose first bytes detection
+/// recognises as a transcript.
+pub fn agent_transcript(path: &Path) -> bool {
+    if agent_files::agent_file(path).is_some() {
+        return true;
+    }
+    if !agent_files::sniff_extension(path) {
+        return false;
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut prefix = Vec::new();
+    if file
+        .take(agent_files::SNIFF_BYTES as u64)
+        .read_to_end(&mut prefix)
+        .is_err()
+    {
+        return false;
+    }
+    let name = path.file_name().and_then(|n| n.to_str());
+    agent_files::sniffs_like_transcript(&prefix, name)
 }
 
 /// Among OpenClaw copies of one session in one directory, keeps the live transcript, or

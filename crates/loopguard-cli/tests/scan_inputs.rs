@@ -218,3 +218,69 @@ fn symbolic_links_are_followed_once_and_loops_are_listed() {
     assert_eq!(doc["summary"]["scanned_files"], 2);
     let _ = fs::remove_dir_all(&root);
 }
+
+/// Agents' files under names that are not transcript names are never passed over: aider's
+/// history is read (by its name, or by its first line under another name), goose's and
+/// OpenCode's databases are listed as unread with the reason (exit 2, `unread_files`),
+/// aider's prompt history is a companion; only files that are no transcript by name or
+/// content are ignored.
+#[test]
+fn agent_files_under_other_names_are_read_or_listed_unread() {
+    let root = tempdir("agents");
+    let tree = root.join("tree");
+    let aider = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../loopguard-transcripts/tests/fixtures/aider/2024-08-07.aider.chat.history.md");
+    copy(&aider, &tree.join("project/.aider.chat.history.md"));
+    copy(&aider, &tree.join("notes/chat-log.txt"));
+    fs::write(
+        tree.join("project/.aider.input.history"),
+        "\n# 2024-08-07\n+/add a.py\n",
+    )
+    .unwrap();
+    fs::write(tree.join("project/README.md"), "# project\n").unwrap();
+    let sqlite = b"SQLite format 3\0\x10\0\x01\x01\0\x40\x20\x20";
+    fs::create_dir_all(tree.join("goose/sessions")).unwrap();
+    fs::write(tree.join("goose/sessions/sessions.db"), sqlite).unwrap();
+    fs::create_dir_all(tree.join("opencode")).unwrap();
+    fs::write(tree.join("opencode/opencode.db"), sqlite).unwrap();
+    let (out, doc) = scan_in(&root, &root, &[tree.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let file = |name: &str| -> Value {
+        doc["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["file"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("{name} is listed: {doc}"))
+            .clone()
+    };
+    for name in [".aider.chat.history.md", "chat-log.txt"] {
+        let f = file(name);
+        assert_eq!(
+            (f["status"].as_str(), f["format"].as_str()),
+            (Some("scanned"), Some("aider")),
+            "{f}"
+        );
+    }
+    assert_eq!(file(".aider.input.history")["status"], "companion");
+    for (name, says) in [("sessions.db", "goose"), ("opencode.db", "opencode export")] {
+        let f = file(name);
+        assert_eq!(f["status"], "unread", "{f}");
+        assert!(f["reason"].as_str().unwrap().contains(says), "{f}");
+    }
+    assert_eq!(doc["summary"]["unread_files"], 2);
+    assert_eq!(doc["summary"]["ignored_files"], 1, "README.md only");
+
+    // Named alone, the database gets the same reason on the terminal's report.
+    let db = tree.join("goose/sessions/sessions.db");
+    let mut cmd = bin();
+    cmd.arg("scan")
+        .arg(&db)
+        .current_dir(&root)
+        .env("HOME", &root);
+    let out = run_command(cmd, b"");
+    assert_eq!(out.status.code(), Some(2));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(text.contains("goose's session database"), "{text}");
+    let _ = fs::remove_dir_all(&root);
+}

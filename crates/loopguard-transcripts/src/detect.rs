@@ -159,6 +159,11 @@ pub enum Companion {
     ContinueSessionIndex,
     /// Cline or Roo Code task metadata (`task_metadata.json`: files in context, models).
     ClineTaskMetadata,
+    /// Cline or Roo Code context history (`context_history.json`: how the context window
+    /// was trimmed).
+    ClineContextHistory,
+    /// aider's prompt history (`.aider.input.history`): the user's inputs only.
+    AiderInputHistory,
 }
 
 impl Companion {
@@ -172,6 +177,8 @@ impl Companion {
             Self::ClineUiMessages => "cline-ui-messages",
             Self::ContinueSessionIndex => "continue-session-index",
             Self::ClineTaskMetadata => "cline-task-metadata",
+            Self::ClineContextHistory => "cline-context-history",
+            Self::AiderInputHistory => "aider-input-history",
         }
     }
 }

@@ -30,7 +30,8 @@
 //!
 //! ## Pieces
 //!
-//! - [`detect()`] tells a file's [`Format`] from its first bytes.
+//! - [`detect()`] tells a file's [`Format`] from its first bytes; [`agent_files`] knows
+//!   the names agents give their files, so that a directory scan passes none over.
 //! - One reader per format, in [`readers`], turns a file into [`Item`]s with their
 //!   [`Pos`]itions, streaming (one line or one JSON element in memory at a time);
 //!   [`read()`] picks the right one.
@@ -46,6 +47,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent_files;
 pub mod detect;
 mod error;
 pub mod failures;

@@ -28,11 +28,9 @@ fn shorten(value: &Value) -> Value {
             Value::String(format!("{head}… ({} bytes)", s.len()))
         }
         Value::Array(items) => Value::Array(items.iter().map(shorten).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), shorten(v)))
-                .collect(),
-        ),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shorten(v))).collect())
+        }
         other => other.clone(),
     }
 }

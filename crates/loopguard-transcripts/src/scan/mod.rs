@@ -22,6 +22,7 @@ use std::sync::Arc;
 use loopguard::ConfigSet;
 use serde::Serialize;
 
+use crate::agent_files;
 use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYTES};
 use crate::failures::FailureRules;
 use crate::readers::openclaw::{self, RunWindows};
@@ -335,8 +336,20 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         Err(e) => return unreadable(e, 0),
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+
     // Whatever happens below, the file counts its size once in the progress total.
     let progress = Progress::new(options.progress.as_deref(), size);
+    // Files agents keep under known names: a database no reader takes, a companion.
+    match agent_files::agent_file(path).map(|f| f.kind) {
+        Some(agent_files::Kind::Unread(reason)) => {
+            let reason = reason.to_owned();
+            return FileScan::not_scanned(shown, FileStatus::Unread { reason }, size);
+        }
+        Some(agent_files::Kind::Companion(kind)) => {
+            return FileScan::not_scanned(shown, FileStatus::Companion { kind }, size);
+        }
+        _ => {}
+    }
     let name = match Path::new(name).file_name() {
         _ if name == "-" => "stdin".to_owned(),
         Some(n) => n.to_string_lossy().into_owned(),
