@@ -256,6 +256,77 @@ case("error-cascade-max-gap",
      "maxGap 2: failures separated by at most 2 successes are one run, live while the newest outcome failed. The 6th call warns (3 of the last 5 failed); a success makes the run quiet; 3 successes in a row end it; the second run warns at the 13th call (3 of the last 4), then blocks the 15th (5 of the last 6) and every call after it (thresholds 3/5).",
      "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 3, criticalThreshold: 5, maxGap: 2 } } } }" % ON, ev)
 
+ev, n = [], 0
+for cmd in ["git status", "ls", "pytest -x", "python -c 'import app'", "make test", "cat setup.py", "pwd"]:
+    n += 1
+    a = {"command": cmd}
+    ev += [call(n, "exec", a), result(n, "exec", a, error="sh: 0: getcwd() failed: No such file or directory")]
+case("error-cascade-same-error-different-commands",
+     "The agent deleted its working directory: every command after that fails with the same permanent error (getcwd: No such file or directory). With the recommended preset (errorCascade 5/8, repeats 3, permanentThreshold 5) the 6th command is blocked (5 failures, all with the same permanent error), not the 9th; the 7th is blocked too (escalation: it goes on with the loop). No repeat detector sees it: every command differs.",
+     "{ %s, loopguard: { preset: 'recommended' } }" % ON, ev)
+
+ev, n = [], 0
+probes = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo"]
+for word in probes:
+    n += 1
+    a = {"command": f"python -m {word}"}
+    ev += [call(n, "exec", a), result(n, "exec", a, error=f"ModuleNotFoundError: No module named '{word}'")]
+case("error-cascade-changing-errors-only-warn",
+     "Eleven different commands fail with eleven different errors (an agent finding out which module exists): a count alone is no evidence of a loop, so error_cascade only warns (from the 6th call: 5 failures) and never blocks, past the critical count of 8, because no error repeats (repeats 3).",
+     "{ %s, loopguard: { preset: 'recommended' } }" % ON, ev)
+
+ev, n = [], 0
+for k in range(4):
+    n += 1
+    a = {"path": "src/app.py", "old": f"def run(self, arg{'_' * k}):", "new": "def run(self, args):"}
+    ev += [call(n, "edit", a), result(n, "edit", a, error="Could not find the exact text in src/app.py")]
+n += 1
+a = {"path": "src/app.py", "old": "def run(self, *args):", "new": "def run(self, args):"}
+ev += [call(n, "edit", a), result(n, "edit", a, text("Successfully replaced text in src/app.py"))]
+for k, err in enumerate(["AssertionError: expected 2, got 3", "TypeError: run() missing 1 required positional argument"]):
+    n += 1
+    a = {"command": f"pytest tests/test_app.py -k case{k}"}
+    ev += [call(n, "exec", a), result(n, "exec", a, error=err)]
+n += 1
+ev += [call(n, "exec", {"command": "pytest tests/test_app.py"})]
+case("error-cascade-iteration-ends-in-success",
+     "Four failed edits of src/app.py (the same error) then one that succeeds on the same file: the failures were iteration towards that success and the run ends there. Two test failures after it make a new run of 2: the 8th call is allowed. Counted across the success instead (maxGap 3), they would make 6 failures, 4 with the same error: a block. The 4th and 5th edits are warned (3 and 4 failures; thresholds 3/5).",
+     "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 3, criticalThreshold: 5, maxGap: 3, repeats: 3 } } } }" % ON, ev)
+
+ev, n = [], 0
+for k in range(10):
+    n += 1
+    a = {"url": f"https://api.example.test/items?page={'abcdefghij'[k]}"}
+    ev += [call(n, "web_fetch", a), result(n, "web_fetch", a, error="503 Service Unavailable")]
+case("error-cascade-retryable-waits-for-critical",
+     "Ten fetches of different pages fail with the same retryable error (503 Service Unavailable): a retry may pass, so permanentThreshold (5) does not apply; the run is warned from the 4th call (3 failures) and blocked at the 9th (8 failures, all with the same error; thresholds 3/8).",
+     "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 3, criticalThreshold: 8, permanentThreshold: 5 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 7):
+    a = {"action": "poll", "sessionId": "warm-otter"}
+    ev += [call(i, "process", a), result(i, "process", a, text("No session found for warm-otter", {"status": "failed"}))]
+case("stale-repeat-failing-poll-blocks",
+     "A known poll (process poll) is exempt from the repeat detectors while it reports progress, but one that keeps failing identically (OpenClaw's process tool: details.status failed, `No session found`) is a failing repeat: stale_repeat warns at the 3rd poll and blocks the 4th (3 earlier identical failures; failureThreshold 3), like any call.",
+     "{ %s, loopguard: { detectors: { staleRepeat: { warningThreshold: 2 } } } }" % ON, ev)
+
+ev, n = [], 0
+steps = [
+    ("process", {"action": "kill", "sessionId": "p1"}, text("Killed session p1.", {"status": "failed", "sessionId": "p1"})),
+    ("web_fetch", {"url": "https://example.test/missing"}, text("Not Found", {"status": 404, "url": "https://example.test/missing"})),
+    ("process", {"action": "poll", "sessionId": "p2"}, text("No session found for p2", {"status": "failed"})),
+    ("browser", {"action": "snapshot", "targetId": "t9"}, {"ok": False, "error": "tab not found"}),
+    ("sessions_send", {"sessionKey": "agent:ops", "message": "status?"}, text("", {"status": "forbidden", "error": "not allowed"})),
+]
+for tool, args, res in steps:
+    n += 1
+    ev += [call(n, tool, args), result(n, tool, args, res)]
+n += 1
+ev += [call(n, "exec", {"command": "ls"})]
+case("failure-from-structured-results",
+     "Failures read from OpenClaw's structured results (the policy's failure table), none of them flagged isError: web_fetch details.status 404, process details.status failed, browser ok false, sessions_send status forbidden. A process kill that reports status failed with `Killed session` did what it was asked and is no failure: the call after it is allowed although error_cascade warns from 1 failure. The next three calls are warned (1, 2, 3 failures) and the 6th is blocked (4; thresholds 1/4, repeats 0: every error differs).",
+     "{ %s, loopguard: { detectors: { errorCascade: { warningThreshold: 1, criticalThreshold: 4, repeats: 0 } } } }" % ON, ev)
+
 # digits masking ------------------------------------------------------------------------
 def page(i):
     return text(f"[{1230 + i}]<button>Submit</button> [{1231 + i}]<a>Reports</a> scroll {i * 40}px")
