@@ -12,12 +12,12 @@ fuzz_target!(|data: &[u8]| {
         Ok(set) => {
             // Effective configs are always ordered after clamping.
             for (_, _, cfg) in set.agents() {
-                assert!(cfg.critical_threshold > cfg.warning_threshold);
-                assert!(cfg.global_circuit_breaker_threshold > cfg.critical_threshold);
+                assert!(cfg.critical_threshold() > cfg.warning_threshold());
+                assert!(cfg.global_circuit_breaker_threshold() > cfg.critical_threshold());
             }
             let g = set.global();
-            assert!(g.critical_threshold > g.warning_threshold);
-            assert!(g.global_circuit_breaker_threshold > g.critical_threshold);
+            assert!(g.critical_threshold() > g.warning_threshold());
+            assert!(g.global_circuit_breaker_threshold() > g.critical_threshold());
         }
         Err(e) => {
             assert!(!e.issues.is_empty());
