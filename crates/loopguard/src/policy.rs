@@ -474,12 +474,23 @@ impl Policy {
         })
     }
 
-    /// Whether a failure whose salient error line is `line` is retryable by its words.
+    /// Whether a failure whose salient error line is `line` is retryable by its words
+    /// (ignoring case; a status code such as `503` only as a whole number, not inside
+    /// `15034`).
     pub fn retryable_line(&self, line: &str) -> bool {
+        // The phrases are lower case.
+        let lower = line.to_ascii_lowercase();
+        let bytes = lower.as_bytes();
         self.retryable_text.iter().any(|phrase| {
-            line.as_bytes()
-                .windows(phrase.len())
-                .any(|w| w.eq_ignore_ascii_case(phrase.as_bytes()))
+            if !phrase.bytes().all(|b| b.is_ascii_digit()) {
+                return lower.contains(phrase);
+            }
+            lower.match_indices(phrase).any(|(at, _)| {
+                let before = at.checked_sub(1).map(|i| bytes[i]);
+                let after = bytes.get(at + phrase.len()).copied();
+                !before.is_some_and(|b| b.is_ascii_digit())
+                    && !after.is_some_and(|b| b.is_ascii_digit())
+            })
         })
     }
 
@@ -831,6 +842,16 @@ pub(crate) fn action<'a, J: Json<'a>>(args: J) -> Option<&'a str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn retryable_phrases_are_lower_case() {
+        for phrase in BUILTIN.retryable_text {
+            assert_eq!(*phrase, phrase.to_ascii_lowercase());
+        }
+        assert!(BUILTIN.retryable_line("HTTP 503 Service Unavailable"));
+        assert!(BUILTIN.retryable_line("Rate Limit exceeded"));
+        assert!(!BUILTIN.retryable_line("expected 15034 rows"));
+    }
 
     #[test]
     fn polls() {

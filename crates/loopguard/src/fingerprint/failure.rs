@@ -96,7 +96,8 @@ pub fn failure_of<'a, J: Json<'a>>(tool: &str, outcome: OutcomeOf<J>) -> Option<
         }
     };
     let normalised = line.as_deref().map(normalise).unwrap_or_default();
-    let retryable = structured_retry || BUILTIN.retryable_line(&normalised);
+    // Read on the line as written: normalising masks the status codes (`503`).
+    let retryable = structured_retry || line.as_deref().is_some_and(|l| BUILTIN.retryable_line(l));
     let signature = if normalised.len() >= MIN_SIGNATURE_BYTES {
         xxhash_rust::xxh3::xxh3_64(normalised.as_bytes()).max(1)
     } else {
@@ -397,6 +398,17 @@ mod tests {
                 "web_fetch",
                 json!({"details": {"status": "error", "error": "Web fetch failed (404): Not Found"}})
             ),
+            FailureClass::Permanent
+        );
+        // Status codes count as whole numbers only.
+        let bare = json!("HTTP 429 from upstream");
+        assert_eq!(
+            failure("fetch", OutcomeOf::Error(&bare)).unwrap().class,
+            FailureClass::Retryable
+        );
+        let line = json!("error at line 4290: unexpected token");
+        assert_eq!(
+            failure("fetch", OutcomeOf::Error(&line)).unwrap().class,
             FailureClass::Permanent
         );
         let cancelled = json!(
