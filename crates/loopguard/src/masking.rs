@@ -410,21 +410,45 @@ fn mask_token(bytes: &[u8], start: usize, token: &str, set: MaskSet) -> Option<S
         }
         let Some(re) = &patterns[i] else { continue };
         let input = current.as_deref().unwrap_or(token);
-        let mut hit = false;
-        let replaced = re.replace_all(input, |caps: &regex::Captures<'_>| {
-            let m = &caps[0];
-            if accepts(rule, m) {
-                hit = true;
-                rule.placeholder.to_owned()
-            } else {
-                m.to_owned()
+        if !may_match(rule, input.as_bytes()) {
+            continue;
+        }
+        // Every match the rule accepts becomes its placeholder (as `replace_all`, without
+        // the capture groups it would fill).
+        let mut replaced: Option<String> = None;
+        let mut copied = 0;
+        for m in re.find_iter(input) {
+            if accepts(rule, m.as_str()) {
+                let out = replaced.get_or_insert_with(|| String::with_capacity(input.len()));
+                out.push_str(&input[copied..m.start()]);
+                out.push_str(rule.placeholder);
+                copied = m.end();
             }
-        });
-        if hit {
-            current = Some(replaced.into_owned());
+        }
+        if let Some(mut out) = replaced {
+            out.push_str(&input[copied..]);
+            current = Some(out);
         }
     }
     current
+}
+
+/// Whether a token can hold a match of the rule at all: the shortest text each pattern
+/// matches, and the punctuation it needs (a cheap test that spares most tokens the regex).
+fn may_match(rule: &MaskRule, token: &[u8]) -> bool {
+    let has = |b: u8| token.contains(&b);
+    match rule.name {
+        "uuid" => token.len() >= 36 && has(b'-'),
+        "iso8601" => token.len() >= 10 && has(b'-'),
+        "clock" => token.len() >= 7 && has(b':'),
+        "epoch_ms" => token.len() >= 13,
+        "duration" => token.len() >= 2,
+        "pid" => token.len() >= 5 && (has(b'=') || has(b':')),
+        "request_id" => token.len() >= 12 && has(b'_'),
+        "hex" => token.len() >= 16,
+        "base64" => token.len() >= 24,
+        _ => true,
+    }
 }
 
 /// Extra conditions a pattern cannot say: a base64 nonce mixes upper case, lower case and
@@ -445,6 +469,39 @@ fn accepts(rule: &MaskRule, m: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each rule's pre-test never turns down a token its pattern matches in: every
+    /// example of every rule, and tokens built to sit just on the minimum lengths.
+    #[test]
+    fn the_pre_test_keeps_every_match() {
+        let mut texts: Vec<String> = MASK_RULES.iter().map(|r| r.example.0.to_owned()).collect();
+        texts.extend(
+            [
+                "1s",
+                "5ms",
+                "pid=1",
+                "PID:9",
+                "req_abcdefgh",
+                "0:00:00",
+                "2026-01-01",
+                "1700000000000",
+                "deadbeefdeadbeef",
+                "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY",
+                "550e8400-e29b-41d4-a716-446655440000",
+            ]
+            .map(str::to_owned),
+        );
+        for text in &texts {
+            for token in text.split(|c: char| c == ' ' || c == '(' || c == ')') {
+                for (i, rule) in MASK_RULES.iter().enumerate() {
+                    let Some(re) = &PATTERNS[i] else { continue };
+                    if re.is_match(token) {
+                        assert!(may_match(rule, token.as_bytes()), "{} {token}", rule.name);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_rule_masks_its_example_alone() {
