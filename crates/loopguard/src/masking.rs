@@ -492,7 +492,7 @@ mod tests {
             .map(str::to_owned),
         );
         for text in &texts {
-            for token in text.split(|c: char| c == ' ' || c == '(' || c == ')') {
+            for token in text.split([' ', '(', ')']) {
                 for (i, rule) in MASK_RULES.iter().enumerate() {
                     let Some(re) = &PATTERNS[i] else { continue };
                     if re.is_match(token) {
