@@ -131,6 +131,20 @@ impl FailureTest {
     }
 }
 
+/// The fields the failure table reads, at the top of a result or in its `details`.
+const FAILURE_FIELDS: &[&str] = &[
+    "details", "isError", "status", "ok", "error", "exitCode", "timedOut",
+];
+
+/// The bit of a field of [`FAILURE_FIELDS`] (0 for any other key: a rule on such a field
+/// is looked up whatever the bits say).
+fn field_bit(key: &[u8]) -> u16 {
+    FAILURE_FIELDS
+        .iter()
+        .position(|f| f.as_bytes() == key)
+        .map_or(0, |i| 1 << i)
+}
+
 /// Whether the result's first text block starts with one of `prefixes`.
 fn starts_with_any<'a, O: crate::json::Object<'a>>(result: O, prefixes: &[&str]) -> bool {
     let first = result
@@ -460,9 +474,31 @@ impl Policy {
     /// The first failure rule of `tool` that holds for `result`, if any.
     pub fn failed_result<'a, J: Json<'a>>(&self, tool: &str, result: J) -> Option<&FailureRule> {
         let object = result.as_object()?;
-        let details = object.get("details").and_then(Json::as_object);
+        // One pass over the keys of the result (and of its details) says which of the
+        // fields the rules read are there: most results have none of them, and a rule
+        // whose field is absent is passed over without a lookup.
+        let mut top = 0u16;
+        object.each_key(|k| top |= field_bit(k));
+        if top == 0 {
+            return None;
+        }
+        let details = (top & field_bit(b"details") != 0)
+            .then(|| object.get("details").and_then(Json::as_object))
+            .flatten();
+        let mut inner = 0u16;
+        if let Some(d) = details {
+            d.each_key(|k| inner |= field_bit(k));
+        }
         self.failures.iter().find(|rule| {
             if !rule.tools.matches(tool) {
+                return false;
+            }
+            let (present, key) = match rule.key {
+                ResultKey::Top(key) => (top, key),
+                ResultKey::Details(key) => (inner, key),
+            };
+            let bit = field_bit(key.as_bytes());
+            if bit != 0 && present & bit == 0 {
                 return false;
             }
             let value = match rule.key {
@@ -842,6 +878,16 @@ pub(crate) fn action<'a, J: Json<'a>>(args: J) -> Option<&'a str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `failed_result` skips a result without any of these fields: every rule's field
+    /// must be one.
+    #[test]
+    fn every_failure_rule_reads_a_listed_field() {
+        for rule in BUILTIN.failures {
+            let (ResultKey::Top(key) | ResultKey::Details(key)) = rule.key;
+            assert_ne!(field_bit(key.as_bytes()), 0, "{key}");
+        }
+    }
 
     #[test]
     fn retryable_phrases_are_lower_case() {
