@@ -147,6 +147,10 @@ export interface LoopguardDetectorsErrorCascadeConfig {
   criticalThreshold?: number;
   /** an integer from 0 to 1000000. */
   maxGap?: number;
+  /** an integer from 0 to 1000000000. */
+  repeats?: number;
+  /** an integer from 1 to 1000000000. */
+  permanentThreshold?: number;
 }
 
 /** `loopguard.detectors.staleRepeat` as written (every key optional). */

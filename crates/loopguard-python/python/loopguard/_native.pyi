@@ -92,6 +92,8 @@ class LoopguardDetectorsErrorCascadeConfig(TypedDict, total=False):
     warningThreshold: int  # an integer from 1 to 1000000000
     criticalThreshold: int  # an integer from 1 to 1000000000
     maxGap: int  # an integer from 0 to 1000000
+    repeats: int  # an integer from 0 to 1000000000
+    permanentThreshold: int  # an integer from 1 to 1000000000
 
 class LoopguardDetectorsStaleRepeatConfig(TypedDict, total=False):
     """``loopguard.detectors.staleRepeat`` as written (every key optional)."""
