@@ -77,6 +77,28 @@ impl Read {
             .collect()
     }
 
+    /// Every result, in order: the id of its call, and whether it failed (an error, or a
+    /// result marked `isError`).
+    pub fn result_list(&self) -> Vec<(String, bool)> {
+        use loopguard_events::{Event, OwnedOutcome};
+        self.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Result {
+                    call_id, outcome, ..
+                }) => Some((
+                    call_id.clone().unwrap_or_default(),
+                    match outcome {
+                        OwnedOutcome::Error(_) => true,
+                        OwnedOutcome::Result(v) => v["isError"] == true,
+                        OwnedOutcome::Nothing => false,
+                    },
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The 1-based numbers (in call order) of the calls whose result failed: an error, or
     /// a result marked `isError`.
     pub fn failed_calls(&self) -> Vec<usize> {

@@ -466,7 +466,6 @@ mod tests {
     use super::*;
     use crate::testing::read_bytes;
     use crate::Format;
-    use loopguard_events::Event;
 
     const HISTORY: &str = "
 # aider chat started at 2024-08-07 13:24:55
@@ -545,19 +544,7 @@ Hi!
         assert_eq!(calls[0].2["path"], "aider/repo.py");
         assert_eq!(calls[1].2["command"], "/tmp/lint.sh aider/main.py");
         assert_eq!(calls[2].2["search"], "from aider.repo import GitRepo");
-        let outcomes: Vec<(String, bool)> = r
-            .items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result {
-                    call_id, outcome, ..
-                }) => Some((
-                    call_id.clone().unwrap(),
-                    matches!(outcome, OwnedOutcome::Error(_)),
-                )),
-                _ => None,
-            })
-            .collect();
+        let outcomes = r.result_list();
         assert_eq!(
             outcomes,
             [

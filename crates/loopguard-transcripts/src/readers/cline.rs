@@ -25,7 +25,7 @@ use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink};
 use crate::readers::anthropic_messages::{judged_outcome, tool_results, tool_uses};
-use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
@@ -84,7 +84,9 @@ pub fn read<R: BufRead + Seek>(
         sink,
     };
     let mut stats = ReadStats::default();
-    walk::walk(input, &mut task, &mut stats)?;
+    walk::elements(input, None, &mut stats, |pos, value| {
+        task.message(pos, value)
+    })?;
     stats.absorb(task.stats);
     Ok(stats)
 }
@@ -101,16 +103,9 @@ struct Task<'a> {
     sink: &'a mut dyn Sink,
 }
 
-impl Walker for Task<'_> {
-    fn want(&mut self, path: &[Seg]) -> Want {
-        match path {
-            [] => Want::Descend,
-            [Seg::Index(_)] => Want::Whole,
-            _ => Want::Skip,
-        }
-    }
-
-    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+impl Task<'_> {
+    /// One element of the array.
+    fn message(&mut self, pos: Pos, message: Value) {
         let content = message.get("content").unwrap_or(&Value::Null);
         match message.get("role").and_then(Value::as_str) {
             Some("assistant") => {
@@ -339,7 +334,6 @@ fn xml_params(inner: &str) -> Map<String, Value> {
 mod tests {
     use super::*;
     use crate::testing::read_bytes;
-    use loopguard_events::Event;
     use serde_json::json;
 
     #[test]
@@ -368,23 +362,7 @@ mod tests {
             calls[2].2,
             json!({"command": "npm test", "requires_approval": "false"})
         );
-        let results: Vec<(String, bool)> = r
-            .items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result {
-                    call_id, outcome, ..
-                }) => Some((
-                    call_id.clone().unwrap(),
-                    match outcome {
-                        OwnedOutcome::Error(_) => true,
-                        OwnedOutcome::Result(v) => v["isError"] == true,
-                        OwnedOutcome::Nothing => false,
-                    },
-                )),
-                _ => None,
-            })
-            .collect();
+        let results = r.result_list();
         assert_eq!(
             results,
             [

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
-use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
@@ -47,7 +47,9 @@ pub fn read<R: BufRead + Seek>(
         sink,
     };
     let mut stats = ReadStats::default();
-    walk::walk(input, &mut log, &mut stats)?;
+    walk::elements(input, None, &mut stats, |pos, value| {
+        log.message(pos, value)
+    })?;
     log.close();
     stats.absorb(log.stats);
     Ok(stats)
@@ -71,16 +73,9 @@ struct Log<'a> {
     sink: &'a mut dyn Sink,
 }
 
-impl Walker for Log<'_> {
-    fn want(&mut self, path: &[Seg]) -> Want {
-        match path {
-            [] => Want::Descend,
-            [Seg::Index(_)] => Want::Whole,
-            _ => Want::Skip,
-        }
-    }
-
-    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+impl Log<'_> {
+    /// One element of the array.
+    fn message(&mut self, pos: Pos, message: Value) {
         if message.get("partial").and_then(Value::as_bool) == Some(true) {
             self.stats.record();
             return;

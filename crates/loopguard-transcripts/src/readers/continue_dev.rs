@@ -26,7 +26,7 @@ use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink};
 use crate::readers::chat::content_text;
-use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
@@ -47,7 +47,9 @@ pub fn read<R: BufRead + Seek>(
         sink,
     };
     let mut stats = ReadStats::default();
-    walk::walk(input, &mut walker, &mut stats)?;
+    walk::elements(input, Some("history"), &mut stats, |pos, value| {
+        walker.entry(pos, value)
+    })?;
     walker.settle_errored();
     stats.absorb(walker.stats);
     Ok(stats)
@@ -73,17 +75,9 @@ struct Session<'a> {
     sink: &'a mut dyn Sink,
 }
 
-impl Walker for Session<'_> {
-    fn want(&mut self, path: &[Seg]) -> Want {
-        match path {
-            [] => Want::Descend,
-            [Seg::Key(k)] if k == "history" => Want::Descend,
-            [Seg::Key(k), Seg::Index(_)] if k == "history" => Want::Whole,
-            _ => Want::Skip,
-        }
-    }
-
-    fn whole(&mut self, _path: &[Seg], pos: Pos, entry: Value) {
+impl Session<'_> {
+    /// One element of the array.
+    fn entry(&mut self, pos: Pos, entry: Value) {
         let message = entry.get("message").unwrap_or(&Value::Null);
         match message.get("role").and_then(Value::as_str) {
             Some("user") => {
@@ -248,7 +242,6 @@ fn output_text(output: &Value) -> String {
 mod tests {
     use super::*;
     use crate::testing::read_bytes;
-    use loopguard_events::Event;
 
     #[test]
     fn calls_results_and_states() {
@@ -272,19 +265,7 @@ mod tests {
         ]});
         let r = read_bytes(Format::Continue, doc.to_string().as_bytes(), "file");
         assert_eq!(r.calls(), 4);
-        let results: Vec<(String, bool)> = r
-            .items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result {
-                    call_id, outcome, ..
-                }) => Some((
-                    call_id.clone().unwrap(),
-                    matches!(outcome, OwnedOutcome::Error(_)),
-                )),
-                _ => None,
-            })
-            .collect();
+        let results = r.result_list();
         assert_eq!(
             results,
             [

@@ -25,7 +25,7 @@ use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
 use crate::readers::chat::content_text;
-use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
@@ -47,7 +47,9 @@ pub fn read<R: BufRead + Seek>(
         sink,
     };
     let mut stats = ReadStats::default();
-    walk::walk(input, &mut walker, &mut stats)?;
+    walk::elements(input, Some("messages"), &mut stats, |pos, value| {
+        walker.message(pos, value)
+    })?;
     stats.absorb(walker.stats);
     Ok(stats)
 }
@@ -60,17 +62,9 @@ struct Session<'a> {
     sink: &'a mut dyn Sink,
 }
 
-impl Walker for Session<'_> {
-    fn want(&mut self, path: &[Seg]) -> Want {
-        match path {
-            [] => Want::Descend,
-            [Seg::Key(k)] if k == "messages" => Want::Descend,
-            [Seg::Key(k), Seg::Index(_)] if k == "messages" => Want::Whole,
-            _ => Want::Skip,
-        }
-    }
-
-    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+impl Session<'_> {
+    /// One message of the session.
+    fn message(&mut self, pos: Pos, message: Value) {
         let kind = message.get("type").and_then(Value::as_str);
         match kind {
             Some("user") => {

@@ -211,7 +211,6 @@ fn response(
 mod tests {
     use super::*;
     use crate::testing::read_bytes;
-    use loopguard_events::Event;
 
     #[test]
     fn requests_and_responses() {
@@ -235,19 +234,7 @@ mod tests {
         let r = read_bytes(Format::Goose, text.as_bytes(), "20250513_161823");
         assert_eq!(r.calls(), 3);
         assert_eq!(r.call_list()[1].1, "(unparsed)");
-        let results: Vec<(String, bool)> = r
-            .items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result {
-                    call_id, outcome, ..
-                }) => Some((
-                    call_id.clone().unwrap(),
-                    matches!(outcome, OwnedOutcome::Error(_)),
-                )),
-                _ => None,
-            })
-            .collect();
+        let results = r.result_list();
         assert_eq!(
             results,
             [

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
-use crate::readers::walk::{self, Seg, Walker, Want};
+use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
@@ -52,7 +52,9 @@ pub fn read<R: BufRead + Seek>(
         sink,
     };
     let mut stats = ReadStats::default();
-    walk::walk(input, &mut walker, &mut stats)?;
+    walk::elements(input, Some("messages"), &mut stats, |pos, value| {
+        walker.message(pos, value)
+    })?;
     stats.absorb(walker.stats);
     Ok(stats)
 }
@@ -65,17 +67,9 @@ struct Export<'a> {
     sink: &'a mut dyn Sink,
 }
 
-impl Walker for Export<'_> {
-    fn want(&mut self, path: &[Seg]) -> Want {
-        match path {
-            [] => Want::Descend,
-            [Seg::Key(k)] if k == "messages" => Want::Descend,
-            [Seg::Key(k), Seg::Index(_)] if k == "messages" => Want::Whole,
-            _ => Want::Skip,
-        }
-    }
-
-    fn whole(&mut self, _path: &[Seg], pos: Pos, message: Value) {
+impl Export<'_> {
+    /// One element of the array.
+    fn message(&mut self, pos: Pos, message: Value) {
         let info = message.get("info").unwrap_or(&Value::Null);
         match info.get("role").and_then(Value::as_str) {
             Some("user") => {
@@ -185,7 +179,6 @@ fn usage(info: &Value) -> Option<Usage> {
 mod tests {
     use super::*;
     use crate::testing::read_bytes;
-    use loopguard_events::Event;
 
     #[test]
     fn tool_parts_and_compactions() {
@@ -206,19 +199,10 @@ mod tests {
         });
         let r = read_bytes(Format::OpenCode, doc.to_string().as_bytes(), "file");
         assert_eq!((r.calls(), r.results(), r.compactions()), (3, 2, 1));
-        let failed: Vec<bool> = r
-            .items
-            .iter()
-            .filter_map(|(_, i)| match i {
-                Item::Event(Event::Result { outcome, .. }) => Some(match outcome {
-                    OwnedOutcome::Error(_) => true,
-                    OwnedOutcome::Result(v) => v["isError"] == true,
-                    OwnedOutcome::Nothing => false,
-                }),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(failed, [true, true]);
+        assert_eq!(
+            r.result_list(),
+            [("toolu_1".to_owned(), true), ("toolu_2".to_owned(), true)]
+        );
         assert_eq!(r.runs(), [("ses_1".to_owned(), Some("run-1".to_owned()))]);
         assert!(matches!(
             r.items

@@ -90,6 +90,36 @@ pub(crate) fn walk<R: BufRead>(
     }
 }
 
+/// Walks the elements of an array of the document in `input`: the root array (`key`
+/// `None`) or the array at the root member `key`, handing each to `each` whole, one in
+/// memory at a time; everything else is skipped unbuilt.
+pub(crate) fn elements<R: BufRead>(
+    input: R,
+    key: Option<&str>,
+    stats: &mut ReadStats,
+    each: impl FnMut(Pos, Value),
+) -> io::Result<()> {
+    struct Elements<'k, F> {
+        key: Option<&'k str>,
+        each: F,
+    }
+    impl<F: FnMut(Pos, Value)> Walker for Elements<'_, F> {
+        fn want(&mut self, path: &[Seg]) -> Want {
+            match (self.key, path) {
+                (_, []) => Want::Descend,
+                (None, [Seg::Index(_)]) => Want::Whole,
+                (Some(key), [Seg::Key(k)]) if k == key => Want::Descend,
+                (Some(key), [Seg::Key(k), Seg::Index(_)]) if k == key => Want::Whole,
+                _ => Want::Skip,
+            }
+        }
+        fn whole(&mut self, _: &[Seg], pos: Pos, value: Value) {
+            (self.each)(pos, value);
+        }
+    }
+    walk(input, &mut Elements { key, each }, stats)
+}
+
 /// The members `keys` of the root object of the document in `input`, taken whole; every
 /// other member is skipped unbuilt. For formats that name their session at the end of the
 /// document (mini-swe-agent writes `instance_id` last): a first pass finds the name, the
