@@ -31,6 +31,20 @@ fn scan_corpus(corpus: &Path) -> Value {
 }
 
 /// The file's path inside the corpus.
+/// The scan of the shared corpus `name`, its root as the report writes it, and the calls
+/// of each file (by its path under the root); `None` without the shared folder.
+fn scan_with_calls(name: &str) -> Option<(Value, String, BTreeMap<String, u64>)> {
+    let corpus = shared_dir()?.join(name);
+    let doc = scan_corpus(&corpus);
+    let root = corpus.display().to_string();
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for s in doc["sessions"].as_array().unwrap() {
+        let file = relative(s["file"].as_str().unwrap(), &root).to_owned();
+        *calls.entry(file).or_default() += s["calls"].as_u64().unwrap();
+    }
+    Some((doc, root, calls))
+}
+
 fn relative<'a>(file: &'a str, corpus: &str) -> &'a str {
     file.strip_prefix(corpus)
         .unwrap_or(file)
@@ -39,18 +53,10 @@ fn relative<'a>(file: &'a str, corpus: &str) -> &'a str {
 
 #[test]
 fn no_corpus_file_with_entries_is_read_as_nothing() {
-    let Some(shared) = shared_dir() else {
+    let Some((doc, root, calls)) = scan_with_calls("corpus") else {
         eprintln!("SKIPPED: no shared corpus");
         return;
     };
-    let corpus = shared.join("corpus");
-    let doc = scan_corpus(&corpus);
-    let root = corpus.display().to_string();
-    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
-    for s in doc["sessions"].as_array().unwrap() {
-        let file = relative(s["file"].as_str().unwrap(), &root).to_owned();
-        *calls.entry(file).or_default() += s["calls"].as_u64().unwrap();
-    }
     let mut transcripts = 0;
     for f in doc["files"].as_array().unwrap() {
         let file = relative(f["file"].as_str().unwrap(), &root);
@@ -144,18 +150,10 @@ fn every_label_lands_on_a_session_with_its_calls() {
 /// calls (the text-mode mini-swe-agent list included); only its metadata is not read.
 #[test]
 fn every_second_corpus_file_is_read() {
-    let Some(shared) = shared_dir() else {
+    let Some((doc, root, calls)) = scan_with_calls("corpus2") else {
         eprintln!("SKIPPED: no shared corpus");
         return;
     };
-    let corpus = shared.join("corpus2");
-    let doc = scan_corpus(&corpus);
-    let root = corpus.display().to_string();
-    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
-    for s in doc["sessions"].as_array().unwrap() {
-        let file = relative(s["file"].as_str().unwrap(), &root).to_owned();
-        *calls.entry(file).or_default() += s["calls"].as_u64().unwrap();
-    }
     let mut transcripts = 0;
     for f in doc["files"].as_array().unwrap() {
         let file = relative(f["file"].as_str().unwrap(), &root);
