@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # The Python package (crates/loopguard-python): a virtualenv under target/ with maturin, the
 # test tools and the agent frameworks the adapters are tested against, all pinned in the
 # package's `dev` dependency group (its pyproject.toml: the one list of them). Sourced
