@@ -1,20 +1,13 @@
 'use strict';
-// Loads the native addon: the library named by LOOPGUARD_NODE_ADDON (a development build,
-// for example target/debug/libloopguard_node.so), else the file `napi build --platform`
-// writes beside this one, else the per-platform package npm installed.
+// Loads the native addon, the first found of:
+// 1. the library LOOPGUARD_NODE_ADDON names (a development build, for example
+//    target/debug/libloopguard_node.so);
+// 2. `loopguard.<platform>.node` beside this file (what `npm run build` writes, and what
+//    the tarballs of scripts/npm-pack carry);
+// 3. the per-platform package `@loopguard/node-<platform>` npm installed.
 const { existsSync } = require('node:fs');
 const { join } = require('node:path');
-
-function platformTriple() {
-  const { platform, arch } = process;
-  if (platform === 'linux') {
-    const report = typeof process.report?.getReport === 'function' ? process.report.getReport() : null;
-    const glibc = report?.header?.glibcVersionRuntime;
-    return `linux-${arch}-${glibc ? 'gnu' : 'musl'}`;
-  }
-  if (platform === 'win32') return `win32-${arch}-msvc`;
-  return `${platform}-${arch}`;
-}
+const { platformTriple } = require('./platform.js');
 
 function load() {
   const explicit = process.env.LOOPGUARD_NODE_ADDON;
