@@ -19,10 +19,13 @@ use crate::startup::{self, config_error};
 /// (isError: true) carrying the loop message and never reaches the server; a warned call
 /// is forwarded and the warning is appended to its result; every result is recorded.
 /// Notifications, cancellations, progress, batches and server requests pass untouched.
-/// One proxy process is one session. When the server exits, open requests are answered
-/// with a "Connection closed" error and the proxy exits with the server's status; when
-/// the client goes away, the server's stdin is closed (then SIGTERM, then SIGKILL).
-/// SIGTERM, SIGINT and SIGHUP sent to the proxy are passed on to the server.
+/// One proxy process is one session. Every request is answered: when the client's input
+/// ends, held calls are still screened and forwarded, the server's stdin is closed after the
+/// last one, and the proxy waits for the server's answers before stopping it (stdin closed,
+/// then SIGTERM, then SIGKILL). A request the server leaves unanswered (it exits first) gets
+/// a "Connection closed" error. Exit status: the server's, or 1 when it exited with 0 but
+/// left requests unanswered. SIGTERM, SIGINT and SIGHUP sent to the proxy are passed on to
+/// the server.
 ///
 /// Without a config file (--config or LOOPGUARD_CONFIG), detection is on with the default
 /// thresholds. At start the proxy says on stderr which config it runs with.
@@ -44,8 +47,9 @@ pub struct McpProxyArgs {
     /// Session id for the calls of this proxy (default: mcp-proxy-PID).
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// When the client goes away: how long the server gets to exit after its stdin is
-    /// closed, and again after SIGTERM, before SIGKILL (milliseconds).
+    /// When the client is done (and what it asked is answered) or gone: how long the server
+    /// gets to exit after its stdin is closed, and again after SIGTERM, before SIGKILL
+    /// (milliseconds).
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     shutdown_grace_ms: u64,
     /// Longest line read from either side; a longer request is answered with an error

@@ -377,3 +377,92 @@ fn a_request_too_long_to_read_is_answered() {
     let received = std::fs::read_to_string(log).unwrap();
     assert!(!received.contains("w-1"), "the server never sees it");
 }
+
+/// The ids of the JSON-RPC responses among `lines`, in order.
+fn answered_ids(lines: &[String]) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|answer| answer["id"].as_u64())
+        .collect()
+}
+
+fn identical_call(id: u64) -> String {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"read","arguments":{"path":"/x"}}}).to_string()
+}
+
+/// 25 identical calls sent at once, then the end of the client's input: the calls held
+/// behind the one in flight are still screened as the answers come, and every id is
+/// answered exactly once before the proxy exits, as the server alone would answer them.
+#[test]
+fn pipelined_calls_then_eof_are_each_answered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, log) = server("echo", &dir);
+    let mut p = Proxy::start(&[], &refs(&cmd));
+    for id in 1..=25 {
+        p.send(&identical_call(id));
+    }
+    p.close();
+    let lines = p.rest(Duration::from_secs(60));
+    let mut ids = answered_ids(&lines);
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=25).collect::<Vec<_>>(), "{lines:#?}");
+    // The default thresholds: 20 reach the server, the 11th is warned, 21 to 25 blocked.
+    let answers: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let blocked = answers
+        .iter()
+        .filter(|a| a["result"]["isError"] == true)
+        .map(|a| a["id"].as_u64().unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(blocked, (21..=25).collect::<Vec<_>>());
+    let (code, _) = p.wait(Duration::from_secs(20));
+    assert_eq!(code, 0);
+    let received = std::fs::read_to_string(log).unwrap();
+    assert_eq!(received.matches("tools/call").count(), 20, "{received}");
+}
+
+/// A server that dies with calls still held: each of them, and the one in flight, is
+/// answered with the closed-connection error, and the proxy exits with the server's status.
+#[test]
+fn calls_held_at_eof_are_answered_when_the_server_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, _) = server("die-on-call", &dir);
+    let mut p = Proxy::start(&[], &refs(&cmd));
+    for id in 1..=3 {
+        p.send(&identical_call(id));
+    }
+    p.close();
+    let lines = p.rest(Duration::from_secs(30));
+    let mut ids = answered_ids(&lines);
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3], "{lines:#?}");
+    for line in &lines {
+        let answer: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    }
+    assert_eq!(p.wait(Duration::from_secs(10)).0, 3);
+}
+
+/// A server that exits with 0 but answered nothing: the requests get the closed-connection
+/// error, stderr counts them, and the exit status says that not everything was answered.
+#[test]
+fn a_clean_exit_that_left_requests_unanswered_is_not_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, _) = server("quit-on-call", &dir);
+    let mut p = Proxy::start(&[], &refs(&cmd));
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(p.recv_json()["id"], 1);
+    for id in 2..=3 {
+        p.send(&identical_call(id));
+    }
+    p.close();
+    let lines = p.rest(Duration::from_secs(30));
+    assert_eq!(answered_ids(&lines), vec![2, 3], "{lines:#?}");
+    p.stderr_contains(
+        "2 requests the MCP server did not answer were answered with a Connection closed error",
+    );
+    assert_eq!(p.wait(Duration::from_secs(10)).0, 1);
+}

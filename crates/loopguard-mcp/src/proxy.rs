@@ -3,17 +3,25 @@
 //! - the **client thread** reads the client's lines and hands them to the relay; what the
 //!   relay forwards goes to the server's stdin, what it answers itself to the client;
 //! - the **server thread** reads the server's stdout the same way, towards the client;
-//! - the **calling thread** waits for either side to finish and shuts down: when the
-//!   client goes away (end of its input, or its output closed), the server's stdin is
-//!   closed, the server gets `shutdown_grace` to exit, then SIGTERM, then as long again,
-//!   then SIGKILL (the MCP stdio shutdown sequence); when the server goes away, every
-//!   request it left unanswered is answered with a "Connection closed" error (code
-//!   -32000, what the MCP SDKs report for a closed connection) and the proxy ends.
+//! - the **calling thread** waits for either side to finish and shuts down.
+//!
+//! **Every request the proxy accepted is answered.** When the client's input ends, the
+//! calls held behind an identical call in flight are still screened as the answers come
+//! (forwarded, or answered with their block), and the server's stdin is closed once none is
+//! held: the server then sees the end of its input after the last request, as it would
+//! without the proxy. The proxy waits for the server's answers to everything forwarded, then
+//! stops the server the MCP stdio way (its stdin closed, `shutdown_grace` to exit, then
+//! SIGTERM, as long again, then SIGKILL). When the server goes away first, every request it
+//! left unanswered is answered with a "Connection closed" error (code -32000, what the MCP
+//! SDKs report for a closed connection). When the client closes its output instead, nothing
+//! more can reach it, and the server is stopped at once.
 //!
 //! The server's stderr is the proxy's stderr. The proxy's exit status is the server's
-//! (128 + N when a signal N ended it). With [`ProxyOptions::forward_signals`], SIGTERM,
-//! SIGINT and SIGHUP sent to the proxy are passed on to the server, and the proxy ends
-//! when the server does (so a client stopping the proxy stops the server the same way).
+//! (128 + N when a signal N ended it), except that a server that exits with 0 but left a
+//! request unanswered gives 1 ([`ProxyExit::unanswered`] counts them). With
+//! [`ProxyOptions::forward_signals`], SIGTERM, SIGINT and SIGHUP sent to the proxy are passed
+//! on to the server, and the proxy ends when the server does (so a client stopping the proxy
+//! stops the server the same way).
 
 use std::io::{self, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -88,11 +96,14 @@ pub enum ProxyError {
 /// How the proxy ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyExit {
-    /// The exit status to end with: the server's (128 + N for signal N), or 1 when it
-    /// cannot be known.
+    /// The exit status to end with: the server's (128 + N for signal N); 1 when it cannot be
+    /// known, or when the server exited with 0 but left requests unanswered.
     pub code: i32,
     /// What ended the session.
     pub reason: String,
+    /// Requests the server never answered, which the proxy answered with a "Connection
+    /// closed" error.
+    pub unanswered: usize,
 }
 
 enum Event {
@@ -105,6 +116,41 @@ enum Event {
 }
 
 type Shared<T> = Arc<Mutex<T>>;
+
+/// The way to the server: its stdin, until the proxy closes it.
+struct Upstream {
+    stdin: Option<ChildStdin>,
+    /// The client's input ended: the stdin is closed as soon as no call is held.
+    client_done: bool,
+}
+
+impl Upstream {
+    /// Writes `lines` to the server's stdin, each with its newline; a failed write means
+    /// the server is going away (its end is reported by the server thread).
+    fn send(&mut self, lines: &[Vec<u8>]) {
+        for line in lines {
+            let Some(pipe) = self.stdin.as_mut() else {
+                return;
+            };
+            let sent = pipe
+                .write_all(line)
+                .and_then(|()| pipe.write_all(b"\n"))
+                .and_then(|()| pipe.flush());
+            if sent.is_err() {
+                self.stdin = None;
+            }
+        }
+    }
+
+    /// After the client's last line, closes the server's stdin once the relay holds no
+    /// call: nothing more will be forwarded. Called with the lock that sends, so that a
+    /// call released by an answer is written before the stdin can close.
+    fn close_when_drained(&mut self, relay: &Mutex<Relay>) {
+        if self.client_done && lock(relay).held_calls() == 0 {
+            self.stdin = None;
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -168,7 +214,10 @@ where
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|source| ProxyError::Spawn { program, source })?;
-    let server_in: Shared<Option<ChildStdin>> = Arc::new(Mutex::new(child.stdin.take()));
+    let upstream = Arc::new(Mutex::new(Upstream {
+        stdin: child.stdin.take(),
+        client_done: false,
+    }));
     let Some(server_out) = child.stdout.take() else {
         return Err(ProxyError::Spawn {
             program: server.get_program().to_string_lossy().into_owned(),
@@ -189,10 +238,10 @@ where
 
     // Client → server.
     {
-        let (relay, client, server_in, log, events) = (
+        let (relay, client, upstream, log, events) = (
             Arc::clone(&relay),
             Arc::clone(&client),
-            Arc::clone(&server_in),
+            Arc::clone(&upstream),
             Arc::clone(&log),
             events.clone(),
         );
@@ -217,7 +266,12 @@ where
                             return;
                         }
                     }
-                    send_to_server(&server_in, &routed.to_server);
+                    lock(&upstream).send(&routed.to_server);
+                }
+                {
+                    let mut upstream = lock(&upstream);
+                    upstream.client_done = true;
+                    upstream.close_when_drained(&relay);
                 }
                 let _ = events.send(Event::ClientEof);
             })
@@ -226,10 +280,10 @@ where
 
     // Server → client.
     {
-        let (relay, client, server_in, log, events) = (
+        let (relay, client, upstream, log, events) = (
             Arc::clone(&relay),
             Arc::clone(&client),
-            Arc::clone(&server_in),
+            Arc::clone(&upstream),
             Arc::clone(&log),
             events.clone(),
         );
@@ -238,12 +292,22 @@ where
             .spawn(move || {
                 let mut input = BufReader::new(server_out);
                 loop {
-                    let routed = match read_line(&mut input, max) {
-                        Ok(Line::Data(line)) => lock(&relay).from_server(&line),
-                        Ok(Line::TooLong { len, head }) => {
-                            lock(&relay).server_line_too_long(&head, len, max)
-                        }
+                    let line = match read_line(&mut input, max) {
+                        Ok(Line::Data(line)) => Ok(line),
+                        Ok(Line::TooLong { len, head }) => Err((len, head)),
                         Ok(Line::Eof) | Err(_) => break,
+                    };
+                    let routed = {
+                        // Held calls an answer releases go to the server under the same
+                        // lock, so that the stdin stays open for them.
+                        let mut upstream = lock(&upstream);
+                        let routed = match line {
+                            Ok(line) => lock(&relay).from_server(&line),
+                            Err((len, head)) => lock(&relay).server_line_too_long(&head, len, max),
+                        };
+                        upstream.send(&routed.to_server);
+                        upstream.close_when_drained(&relay);
+                        routed
                     };
                     for entry in &routed.log {
                         say(&log, entry);
@@ -254,8 +318,6 @@ where
                             // Keep draining, so that the server never blocks on a full pipe.
                         }
                     }
-                    // Held calls an answer released.
-                    send_to_server(&server_in, &routed.to_server);
                 }
                 let _ = events.send(Event::ServerEof);
             })
@@ -263,64 +325,78 @@ where
     }
     drop(events);
 
-    let first = finished.recv().unwrap_or(Event::ServerEof);
-    // Stop forwarding before the server is reaped: after that its pid may be reused.
-    drop(forwarding);
-    let exit = match first {
-        Event::ServerEof => {
-            // The server closed its stdout: it is exiting (or has crashed). Give it the
-            // grace period to finish, then make sure.
-            let status = wait_or_stop(&mut child, &server_in, options.shutdown_grace);
-            let why = format!("the MCP server exited ({})", describe(status));
-            let answers = lock(&relay).close(&why);
-            let mut client = lock(&client);
-            for answer in &answers {
-                client.send(answer);
-            }
-            say(&log, &why);
-            ProxyExit {
-                code: exit_code(status),
-                reason: why,
-            }
-        }
-        Event::ClientEof | Event::ClientGone => {
-            let status = wait_or_stop(&mut child, &server_in, options.shutdown_grace);
-            // The server's last words (answers to requests the client may still read).
-            let deadline = Instant::now() + options.shutdown_grace;
-            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                match finished.recv_timeout(left) {
-                    Ok(Event::ServerEof) | Err(_) => break,
-                    Ok(_) => {}
+    let mut first = finished.recv().unwrap_or(Event::ServerEof);
+    if matches!(first, Event::ClientEof) {
+        // The client has said everything: what it asked is answered before the server is
+        // stopped. Held calls go on as the answers come, the server's stdin closes after
+        // the last one, and the server answers the rest as it would without the proxy.
+        first = loop {
+            {
+                let relay = lock(&relay);
+                if relay.held_calls() == 0 && relay.open_requests() == 0 {
+                    break Event::ClientEof;
                 }
             }
-            ProxyExit {
-                code: exit_code(status),
-                reason: format!("the client went away; the MCP server {}", describe(status)),
+            match finished.recv_timeout(Duration::from_millis(20)) {
+                Ok(Event::ClientEof) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(event) => break event,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Event::ServerEof,
+            }
+        };
+    }
+    // Stop forwarding before the server is reaped: after that its pid may be reused.
+    drop(forwarding);
+    let status = wait_or_stop(&mut child, &upstream, options.shutdown_grace);
+    if !matches!(first, Event::ServerEof) {
+        // The server's last words (answers to requests the client may still read).
+        let deadline = Instant::now() + options.shutdown_grace;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match finished.recv_timeout(left) {
+                Ok(Event::ServerEof) | Err(_) => break,
+                Ok(_) => {}
             }
         }
-    };
-    Ok(exit)
-}
-
-/// Writes `lines` to the server's stdin, each with its newline; a failed write means the
-/// server is going away (its end is reported by the server thread).
-fn send_to_server(server_in: &Mutex<Option<ChildStdin>>, lines: &[Vec<u8>]) {
-    if lines.is_empty() {
-        return;
     }
-    let mut server_in = lock(server_in);
-    for line in lines {
-        let Some(pipe) = server_in.as_mut() else {
-            return;
-        };
-        let sent = pipe
-            .write_all(line)
-            .and_then(|()| pipe.write_all(b"\n"))
-            .and_then(|()| pipe.flush());
-        if sent.is_err() {
-            *server_in = None;
+    let reason = match first {
+        Event::ServerEof => format!("the MCP server exited ({})", describe(status)),
+        Event::ClientEof => format!(
+            "the client's input ended; the MCP server {}",
+            describe(status)
+        ),
+        Event::ClientGone => format!("the client went away; the MCP server {}", describe(status)),
+    };
+    // Whatever the server left unanswered (its answers are all in: its stdout ended, or
+    // it was stopped) gets the closed-connection error.
+    let answers = lock(&relay).close(&reason);
+    let unanswered = answers.len();
+    {
+        let mut client = lock(&client);
+        for answer in &answers {
+            client.send(answer);
         }
     }
+    if matches!(first, Event::ServerEof) {
+        say(&log, &reason);
+    }
+    if unanswered > 0 {
+        say(
+            &log,
+            &format!(
+                "{unanswered} request{} the MCP server did not answer {} answered with a Connection closed error",
+                if unanswered == 1 { "" } else { "s" },
+                if unanswered == 1 { "was" } else { "were" },
+            ),
+        );
+    }
+    let code = match exit_code(status) {
+        0 if unanswered > 0 => 1,
+        code => code,
+    };
+    Ok(ProxyExit {
+        code,
+        reason,
+        unanswered,
+    })
 }
 
 fn say(log: &Mutex<Box<dyn Write + Send>>, message: &str) {
@@ -333,10 +409,10 @@ fn say(log: &Mutex<Box<dyn Write + Send>>, message: &str) {
 /// again, then SIGKILL.
 fn wait_or_stop(
     child: &mut Child,
-    server_in: &Mutex<Option<ChildStdin>>,
+    upstream: &Mutex<Upstream>,
     grace: Duration,
 ) -> Option<ExitStatus> {
-    *lock(server_in) = None;
+    lock(upstream).stdin = None;
     if let Some(status) = wait_for(child, grace) {
         return Some(status);
     }

@@ -92,6 +92,24 @@ impl Proxy {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
     }
 
+    /// Every line the proxy writes until its stdout ends (fails after `limit`).
+    pub fn rest(&self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(RecvTimeoutError::Disconnected) => return lines,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "the proxy's stdout did not end within {limit:?} ({} lines); stderr: {}",
+                    lines.len(),
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
     /// Whether the proxy's stdout ended without another line within `within`.
     pub fn ends_within(&self, within: Duration) -> bool {
         matches!(
