@@ -1,15 +1,15 @@
 // The manifest's config schema against the engine (every block has exactly the keys the
-// engine reads), and against a real OpenClaw: `openclaw plugins install --link` and
-// `enable` as the docs say, then `openclaw config validate` accepts the documented seed
+// engine reads), and against a real OpenClaw: the plugin installed and enabled as
+// docs/openclaw-plugin.md says, then `openclaw config validate` accepts the documented seed
 // config and refuses a typo with a clear message.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { engineDocument } from '../src/config.js';
-import { openclaw, openclawConfig, openclawHome } from './openclaw.mjs';
+import { installDocumented, openclaw, openclawConfig, openclawHome } from './openclaw.mjs';
 import { openclawEntry, pluginDir } from './support.mjs';
 
 const require = createRequire(import.meta.url);
@@ -86,28 +86,13 @@ const DOCUMENTED = {
   loopguard: { mode: 'enforce', detectors: { cycle: {} } },
 };
 
-test('openclaw plugins install --link, enable, and config validate', { skip: !existsSync(openclawEntry) && 'OpenClaw missing' }, async () => {
+test('the documented install, then openclaw config validate', { skip: !existsSync(openclawEntry) && 'OpenClaw missing' }, async () => {
   const home = openclawHome();
-  const write = (pluginConfig) =>
-    writeFileSync(
-      home.configPath,
-      JSON.stringify({ ...openclawConfig({ modelUrl: 'http://127.0.0.1:9/v1', workspace: home.workspace, loadPlugin: false }), ...(pluginConfig && { plugins: { entries: { loopguard: { enabled: true, config: pluginConfig } } } }) }, null, 2),
-    );
-  write(null);
-  // What npm would install: the plugin with its dependency inside it (OpenClaw refuses a
-  // dependency linked from outside the plugin's directory). The native build itself comes
-  // from LOOPGUARD_NODE_ADDON, as everywhere in these tests.
-  const plugin = join(home.root, 'openclaw-plugin-loopguard');
-  for (const part of ['package.json', 'openclaw.plugin.json', 'index.js', 'src']) {
-    cpSync(join(pluginDir, part), join(plugin, part), { recursive: true });
-  }
-  for (const part of ['package.json', 'index.js', 'index.d.ts', 'native.js']) {
-    cpSync(join(pluginDir, '../node', part), join(plugin, 'node_modules/@loopguard/node', part));
-  }
-  const install = await openclaw(home, ['plugins', 'install', '--link', plugin, '--force', '--accept-capabilities']);
-  assert.equal(install.code, 0, install.stderr);
-  const enable = await openclaw(home, ['plugins', 'enable', 'loopguard']);
-  assert.equal(enable.code, 0, enable.stderr);
+  writeFileSync(
+    home.configPath,
+    JSON.stringify(openclawConfig({ modelUrl: 'http://127.0.0.1:9/v1', workspace: home.workspace }), null, 2),
+  );
+  await installDocumented(home);
 
   // Keep what install and enable wrote; set the plugin's config.
   const written = JSON.parse(readFileSync(home.configPath, 'utf8'));

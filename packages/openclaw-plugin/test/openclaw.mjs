@@ -1,12 +1,95 @@
 // Drives a real OpenClaw (`openclaw agent --local --json`) against a scripted model, with
-// this plugin loaded: no network, no real model. Each run gets its own home, state
-// directory and config.
+// this plugin installed the way docs/openclaw-plugin.md says: no network, no real model.
+// Each run gets its own home, state directory and config.
+import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { openclawEntry, pluginDir, scriptedModel } from './support.mjs';
+import { openclawEntry, repoRoot, scriptedModel } from './support.mjs';
+
+/** The marker before the block of docs/openclaw-plugin.md that this file runs. */
+const MARKER = '<!-- doc-test: by packages/openclaw-plugin/test/openclaw.mjs -->';
+
+/**
+ * The install block of docs/openclaw-plugin.md, as written: `build`, the lines run in the
+ * checkout (they make the plugin's tarball), and `install`, the `openclaw` commands (their
+ * arguments) that install it into an OpenClaw.
+ */
+export function documentedInstall() {
+  const text = readFileSync(join(repoRoot, 'docs/openclaw-plugin.md'), 'utf8');
+  const at = text.indexOf(`${MARKER}\n\`\`\`sh\n`);
+  assert.ok(at >= 0, `docs/openclaw-plugin.md has no sh block after ${MARKER}`);
+  const start = at + MARKER.length + '\n```sh\n'.length;
+  const lines = text
+    .slice(start, text.indexOf('\n```', start))
+    .split('\n')
+    .map((line) => line.replace(/\s+#.*$/, '').trim())
+    .filter(Boolean);
+  for (const line of lines) assert.doesNotMatch(line, /['"\\$`]/, `no shell quoting in ${line}`);
+  return {
+    build: lines.filter((line) => !line.startsWith('openclaw ')),
+    install: lines.filter((line) => line.startsWith('openclaw ')).map((line) => line.split(/\s+/).slice(1)),
+  };
+}
+
+/** The environment of a user's shell: none of the tests' overrides of the native build. */
+function userEnv(extra = {}) {
+  const env = { ...process.env, ...extra };
+  delete env.LOOPGUARD_NODE_ADDON;
+  return env;
+}
+
+function run(file, args, options) {
+  return new Promise((ok) => {
+    execFile(file, args, { maxBuffer: 64 << 20, ...options }, (error, stdout, stderr) =>
+      ok({ code: error ? (error.code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+let built = null;
+
+/**
+ * Runs the block's build lines in the checkout, once per process. Test files run in
+ * processes of their own, so a lock directory keeps two builds from overlapping.
+ */
+export function buildDocumented() {
+  built ??= (async () => {
+    const lock = join(repoRoot, 'target/npm/.test-lock');
+    mkdirSync(join(repoRoot, 'target/npm'), { recursive: true });
+    for (;;) {
+      try {
+        mkdirSync(lock);
+        break;
+      } catch {
+        // Left by a killed run when it is older than any build.
+        if (Date.now() - statSync(lock, { throwIfNoEntry: false })?.mtimeMs > 3600_000) rmSync(lock, { recursive: true, force: true });
+        await new Promise((ok) => setTimeout(ok, 1000));
+      }
+    }
+    try {
+      for (const line of documentedInstall().build) {
+        const done = await run('bash', ['-c', line], { cwd: repoRoot, env: userEnv(), timeout: 3600_000 });
+        assert.equal(done.code, 0, `${line} failed:\n${done.stdout}\n${done.stderr}`);
+      }
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  })();
+  return built;
+}
+
+/** Installs the plugin into the OpenClaw of `home` with the block's `openclaw` commands,
+ * run in the checkout, as typed. */
+export async function installDocumented(home) {
+  await buildDocumented();
+  for (const args of documentedInstall().install) {
+    const done = await openclaw(home, args, { cwd: repoRoot });
+    assert.equal(done.code, 0, `openclaw ${args.join(' ')} failed:\n${done.stdout}\n${done.stderr}`);
+  }
+}
 
 /** A fresh directory for one OpenClaw installation. */
 export function openclawHome() {
@@ -18,10 +101,10 @@ export function openclawHome() {
   return { root, home, state, workspace, configPath: join(state, 'openclaw.json') };
 }
 
-/** OpenClaw's config: the scripted model as a custom provider, agents `main` and `ops`, the
- * fixed detector off, and this plugin loaded from the repository. */
-export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin = true, contextWindow = 128000 }) {
-  const config = {
+/** OpenClaw's config: the scripted model as a custom provider, agents `main` and `ops`, and
+ * the fixed detector off. The plugin's entry is what installing it writes. */
+export function openclawConfig({ modelUrl, workspace, contextWindow = 128000 }) {
+  return {
     models: {
       mode: 'replace',
       providers: {
@@ -49,35 +132,22 @@ export function openclawConfig({ modelUrl, workspace, pluginConfig, loadPlugin =
     },
     tools: { loopDetection: { enabled: false } },
   };
-  if (loadPlugin) {
-    config.plugins = {
-      load: { paths: [pluginDir] },
-      entries: { loopguard: { enabled: true, config: pluginConfig ?? {} } },
-    };
-  }
-  return config;
 }
 
-/** Runs the OpenClaw CLI in `home` with `args`; resolves { code, stdout, stderr }. */
-export function openclaw(home, args, { timeoutMs = 480_000 } = {}) {
-  return new Promise((ok) => {
-    execFile(
-      process.execPath,
-      [openclawEntry, ...args],
-      {
-        cwd: home.workspace,
-        timeout: timeoutMs,
-        maxBuffer: 64 << 20,
-        env: {
-          ...process.env,
-          HOME: home.home,
-          OPENCLAW_STATE_DIR: home.state,
-          OPENCLAW_CONFIG_PATH: home.configPath,
-          NO_COLOR: '1',
-        },
-      },
-      (error, stdout, stderr) => ok({ code: error ? (error.code ?? 1) : 0, stdout, stderr }),
-    );
+/**
+ * Runs the OpenClaw CLI in `home` with `args` (in its workspace, or `cwd`); resolves
+ * { code, stdout, stderr }. The plugin loads its own native build, as for a user.
+ */
+export function openclaw(home, args, { timeoutMs = 480_000, cwd = home.workspace } = {}) {
+  return run(process.execPath, [openclawEntry, ...args], {
+    cwd,
+    timeout: timeoutMs,
+    env: userEnv({
+      HOME: home.home,
+      OPENCLAW_STATE_DIR: home.state,
+      OPENCLAW_CONFIG_PATH: home.configPath,
+      NO_COLOR: '1',
+    }),
   });
 }
 
@@ -90,8 +160,13 @@ export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare
   try {
     const home = openclawHome();
     prepare?.(home);
-    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, pluginConfig, contextWindow });
-    writeFileSync(home.configPath, JSON.stringify(config, null, 2));
+    // Installed as the docs say; then the test's model, agents and the plugin's config,
+    // over what install and enable wrote.
+    await installDocumented(home);
+    const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
+    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, contextWindow });
+    installed.plugins.entries.loopguard.config = pluginConfig ?? {};
+    writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, plugins: installed.plugins }, null, 2));
     const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--message', 'go']);
     let envelope = null;
     try {
