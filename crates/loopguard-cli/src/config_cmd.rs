@@ -72,6 +72,11 @@ fn check(file: PathBuf) -> u8 {
         }
     };
     let mut warnings = 0;
+    let origin = file.display().to_string();
+    for warning in set.warnings() {
+        warnings += 1;
+        println!("warning: {}", warning.located(Some(&origin)));
+    }
     for (label, cfg) in scopes(&set, None) {
         for clamp in cfg.clamps() {
             warnings += 1;

@@ -134,6 +134,9 @@ fn run_hook(agent: Agent, settings: HookSettings) -> u8 {
                     &format!("sqlite {}", db.display())
                 )
             );
+            for warning in startup::config_warnings(&loaded) {
+                eprintln!("loopguard hook {}: {warning}", agent.name());
+            }
         }
         eprintln!(
             "loopguard hook {}: waiting for one hook payload (JSON) on stdin, as the agent \

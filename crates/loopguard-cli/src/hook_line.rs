@@ -62,6 +62,9 @@ pub(crate) fn checked_config(
     allow_detection_off: bool,
 ) -> Result<Loaded, u8> {
     let loaded = startup::load("hook", config).map_err(|e| startup::config_error(&e))?;
+    for warning in startup::config_warnings(&loaded) {
+        eprintln!("loopguard {command}: {warning}");
+    }
     if let Some(notice) = startup::detection_off_notice(&loaded) {
         eprintln!("loopguard {command}: {notice}");
         if !allow_detection_off {

@@ -79,6 +79,9 @@ pub fn run(args: McpProxyArgs) -> u8 {
         "{}",
         startup::startup_line("mcp-proxy", &loaded, &format!("memory (session {session})"))
     );
+    for warning in startup::config_warnings(&loaded) {
+        eprintln!("loopguard mcp-proxy: {warning}");
+    }
     if let Some(notice) = startup::detection_off_notice(&loaded) {
         eprintln!("loopguard mcp-proxy: {notice}");
     }

@@ -59,6 +59,9 @@ pub fn run(args: ReplayArgs) -> u8 {
             "{}",
             startup::startup_line("replay", &loaded, "memory (this replay only)")
         );
+        for warning in startup::config_warnings(&loaded) {
+            eprintln!("loopguard replay: {warning}");
+        }
         if let Some(notice) = startup::detection_off_notice(&loaded) {
             eprintln!("loopguard replay: {notice}");
         }

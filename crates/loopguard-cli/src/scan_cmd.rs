@@ -158,6 +158,9 @@ fn failure_rules(args: &ScanArgs) -> Result<FailureRules, String> {
 pub fn run(args: ScanArgs) -> u8 {
     let (config, source) = match crate::startup::load("scan", args.config.clone()) {
         Ok(loaded) => {
+            for warning in crate::startup::config_warnings(&loaded) {
+                eprintln!("loopguard scan: {warning}");
+            }
             let source = match loaded.source.path() {
                 None => ConfigSource::Defaults,
                 Some(_) => ConfigSource::File(loaded.source.to_string()),

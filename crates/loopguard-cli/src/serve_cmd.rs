@@ -269,6 +269,7 @@ pub fn run(args: ServeArgs) -> u8 {
 struct Announce {
     config: String,
     detection: String,
+    warnings: Vec<String>,
     notice: Option<String>,
 }
 
@@ -305,6 +306,7 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
     let announce = Announce {
         config: loaded.source.to_string(),
         detection: startup::detection_summary(loaded.config.global()),
+        warnings: startup::config_warnings(loaded),
         notice: startup::detection_off_notice(loaded),
     };
     let token = match (&args.token_file, std::env::var(TOKEN_ENV)) {
@@ -495,6 +497,9 @@ async fn run_with<S: Store>(
         token = app.token().is_some(),
         "loopguard serve started"
     );
+    for warning in &announce.warnings {
+        tracing::warn!(target: "loopguard::server", "{warning}");
+    }
     if let Some(notice) = &announce.notice {
         tracing::warn!(target: "loopguard::server", "{notice}");
     }

@@ -186,6 +186,18 @@ pub fn startup_line(command: &str, loaded: &Loaded, store: &str) -> String {
     line
 }
 
+/// The config's warnings, one line each (`warning: FILE:LINE:COLUMN: …`): keys that look
+/// like a misspelt block name, which nothing reads.
+pub fn config_warnings(loaded: &Loaded) -> Vec<String> {
+    let origin = loaded.source.path().map(|p| p.display().to_string());
+    loaded
+        .config
+        .warnings()
+        .iter()
+        .map(|w| format!("warning: {}", w.located(origin.as_deref())))
+        .collect()
+}
+
 /// When the rolling detectors are off because `enabled` is not set (a config file with no
 /// block at all or a block without it, or SPEC §7's defaults), the sentence that says so
 /// and gives the line that turns them on. `None` when they are on or explicitly off.

@@ -160,6 +160,55 @@ fn config_check_says_whether_detection_runs() {
     );
 }
 
+/// A typo in the block's own name: the document is valid (it may hold anything else), but
+/// `config check` and every command that loads it warn with the key, where it is, and the
+/// name it resembles.
+#[test]
+fn a_misspelt_block_name_is_warned_about_wherever_the_config_is_loaded() {
+    let dir = temp();
+    for (name, text, said) in [
+        (
+            "lower.json5",
+            "{ tools: {\n  loopdetection: { enabled: true } } }",
+            ":2:3: unknown key `loopdetection` in tools (did you mean `loopDetection`?)",
+        ),
+        (
+            "tool.json5",
+            "{ tool: { loopDetection: { enabled: true } } }",
+            ":1:3: unknown key `tool` (did you mean `tools`?): the loopDetection block in it is not read",
+        ),
+    ] {
+        let config = write(&dir, name, text);
+        let file = config.to_str().unwrap();
+        let warning = format!("warning: {file}{said}");
+        let out = lg(&["config", "check", file], &[], b"");
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(&warning), "{text}");
+        assert!(text.contains("valid (0 agent blocks, 1 warning)"), "{text}");
+        // The commands that load a config say it on stderr.
+        for args in [
+            vec!["mcp-proxy", "--config", file, "--", "true"],
+            vec!["hook", "claude-code", "--print-config", "--config", file],
+            vec!["scan", "--config", file, "-", "--format", "loopguard"],
+        ] {
+            let out = lg(&args, &[], b"");
+            assert!(stderr(&out).contains(&warning), "{args:?}: {}", stderr(&out));
+        }
+        let server = Server::start_with_env(
+            &["--memory", "--config", file],
+            &[("LOOPGUARD_LOG", "info")],
+        );
+        // The log is read by a thread of its own: give it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !server.stderr().contains(&warning) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(server.stderr().contains(&warning), "{}", server.stderr());
+        server.stop();
+    }
+}
+
 #[test]
 fn replay_keeps_spec_defaults_and_reads_loopguard_config() {
     let example = repo_root().join("examples/stuck-read.jsonl");

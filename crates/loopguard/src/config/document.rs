@@ -20,6 +20,8 @@ pub const MAX_DEPTH: usize = 128;
 pub(crate) struct Blocks {
     pub global: ScopeBlocks,
     pub agents: Vec<(String, ScopeBlocks)>,
+    /// Keys that look like a misspelt block name ([`IssueKind::MisspeltBlock`]).
+    pub warnings: Vec<ConfigIssue>,
 }
 
 /// Parses a document and extracts its blocks, or every problem found.
@@ -52,9 +54,10 @@ pub(crate) fn read(text: &str, origin: Option<&str>) -> Result<Blocks, ConfigErr
         }])
     })?;
     let mut checker = Checker::new(text);
-    let blocks = extract(&root, &mut checker);
-    let issues = checker.into_issues();
+    let mut blocks = extract(&root, &mut checker);
+    let (issues, warnings) = checker.into_issues();
     if issues.is_empty() {
+        blocks.warnings = warnings;
         Ok(blocks)
     } else {
         Err(fail(issues))
@@ -116,6 +119,7 @@ fn extract(root: &Node, checker: &mut Checker<'_>) -> Blocks {
 /// The `tools.loopDetection` and `loopguard` blocks of the object at `base` (the document
 /// root or an agent), or `None` when it has neither.
 fn scope_blocks(node: &Node, base: &[Segment], checker: &mut Checker<'_>) -> Option<ScopeBlocks> {
+    misspelt_blocks(node, base, checker);
     let at = |tail: &[&str]| -> Vec<Segment> {
         base.iter()
             .cloned()
@@ -133,6 +137,67 @@ fn scope_blocks(node: &Node, base: &[Segment], checker: &mut Checker<'_>) -> Opt
             .unwrap_or_default(),
         extensions: extensions.map(|b| parse_extensions(b, &at(&["loopguard"]), checker)),
     })
+}
+
+/// Warns of the keys of the object at `base` that look like a misspelt block name:
+/// `tools.loopdetection`, `loop_guard`, or `tool` holding a `loopDetection`. Neither
+/// loopguard nor OpenClaw reads them, so without a warning the block would silently do
+/// nothing (a config document has many other keys, so unknown keys here are no error).
+fn misspelt_blocks(node: &Node, base: &[Segment], checker: &mut Checker<'_>) {
+    let Node::Object(members) = node else {
+        return;
+    };
+    let holds_detection = |v: &Node| matches!(v, Node::Object(m) if m.iter().any(|(k, _)| near_miss(k, DETECTION).is_some()));
+    for (k, v) in members {
+        let meant = if near_miss(k, "loopguard") == Some(false) {
+            Some("loopguard")
+        } else if near_miss(k, "tools") == Some(false) && holds_detection(v) {
+            Some("tools")
+        } else {
+            None
+        };
+        if let Some(meant) = meant {
+            let kind = IssueKind::MisspeltBlock {
+                key: k.clone(),
+                meant,
+            };
+            checker.warn(&child(base, k), kind);
+        }
+    }
+    if let Some(Node::Object(tools)) = node.get("tools") {
+        let at = child(base, "tools");
+        for (k, _) in tools {
+            if near_miss(k, DETECTION) == Some(false) {
+                let kind = IssueKind::MisspeltBlock {
+                    key: k.clone(),
+                    meant: DETECTION,
+                };
+                checker.warn(&child(&at, k), kind);
+            }
+        }
+    }
+}
+
+/// OpenClaw's block name.
+const DETECTION: &str = "loopDetection";
+
+/// `Some(true)` when `key` is `name`, `Some(false)` when it looks like a misspelling of it
+/// (the same letters in another case or with separators, `loopdetection`,
+/// `loop_detection`; or a typo or two away, `loopDetecton`, and one for a short name,
+/// `tool`), `None` otherwise.
+fn near_miss(key: &str, name: &str) -> Option<bool> {
+    if key == name {
+        return Some(true);
+    }
+    let fold = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !matches!(c, '_' | '-' | ' ' | '.'))
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let (key, name) = (fold(key), fold(name));
+    let typos = if name.len() >= 8 { 2 } else { 1 };
+    (strsim::damerau_levenshtein(&key, &name) <= typos).then_some(false)
 }
 
 /// Parses a `loopguard` block.

@@ -376,6 +376,7 @@ struct Scoped {
 pub struct ConfigSet {
     global: Scoped,
     agents: BTreeMap<String, Scoped>,
+    warnings: Vec<ConfigIssue>,
 }
 
 impl ConfigSet {
@@ -387,7 +388,9 @@ impl ConfigSet {
     /// Reads a JSON5 document; `origin` (a file name) prefixes every error.
     pub fn parse_named(text: &str, origin: Option<&str>) -> Result<Self, ConfigError> {
         let blocks = document::read(text, origin)?;
-        Ok(Self::from_scopes(blocks.global, blocks.agents))
+        let mut set = Self::from_scopes(blocks.global, blocks.agents);
+        set.warnings = blocks.warnings;
+        Ok(set)
     }
 
     /// Builds a set from `tools.loopDetection` blocks already in hand.
@@ -431,7 +434,16 @@ impl ConfigSet {
                 blocks: global,
             },
             agents,
+            warnings: Vec::new(),
         }
+    }
+
+    /// What the document holds that is not wrong but does nothing: a key that looks like a
+    /// misspelt block name (`tools.loopdetection`, `tool: { loopDetection: … }`,
+    /// `loopGuard`), which neither loopguard nor OpenClaw reads. Front ends print them
+    /// wherever they load a config.
+    pub fn warnings(&self) -> &[ConfigIssue] {
+        &self.warnings
     }
 
     /// Detection on with default thresholds, as if the document were
@@ -492,15 +504,7 @@ impl fmt::Display for ConfigError {
             if i > 0 {
                 writeln!(f)?;
             }
-            if let Some(origin) = &self.origin {
-                write!(f, "{origin}:")?;
-            }
-            if let Some(p) = issue.position {
-                write!(f, "{}:{}: ", p.line, p.column)?;
-            } else if self.origin.is_some() {
-                write!(f, " ")?;
-            }
-            write!(f, "{issue}")?;
+            write!(f, "{}", issue.located(self.origin.as_deref()))?;
         }
         Ok(())
     }
@@ -516,6 +520,35 @@ pub struct ConfigIssue {
     pub position: Option<Position>,
     /// What is wrong.
     pub kind: IssueKind,
+}
+
+impl ConfigIssue {
+    /// The issue with where it is: `FILE:LINE:COLUMN: …` (what is known of it).
+    pub fn located<'a>(&'a self, origin: Option<&'a str>) -> impl fmt::Display + 'a {
+        Located {
+            issue: self,
+            origin,
+        }
+    }
+}
+
+struct Located<'a> {
+    issue: &'a ConfigIssue,
+    origin: Option<&'a str>,
+}
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = self.origin {
+            write!(f, "{origin}:")?;
+        }
+        if let Some(p) = self.issue.position {
+            write!(f, "{}:{}: ", p.line, p.column)?;
+        } else if self.origin.is_some() {
+            write!(f, " ")?;
+        }
+        write!(f, "{}", self.issue)
+    }
 }
 
 impl fmt::Display for ConfigIssue {
@@ -564,6 +597,21 @@ impl fmt::Display for ConfigIssue {
                 write!(f, "{at}{value} is outside {min}..={max}")
             }
             IssueKind::MissingKey { key } => write!(f, "{at}`{key}` is required"),
+            IssueKind::MisspeltBlock { key, meant } => {
+                let parent = self
+                    .path
+                    .rsplit_once('.')
+                    .map_or(String::new(), |(p, _)| format!(" in {p}"));
+                let what = if *meant == "tools" {
+                    "the loopDetection block in it is not read"
+                } else {
+                    "it is not read"
+                };
+                write!(
+                    f,
+                    "unknown key `{key}`{parent} (did you mean `{meant}`?): {what}, so its settings do not apply"
+                )
+            }
         }
     }
 }
@@ -659,6 +707,14 @@ pub enum IssueKind {
     MissingKey {
         /// The key.
         key: &'static str,
+    },
+    /// A key that looks like a misspelt block name (`loopdetection`, `tool`, `loopGuard`):
+    /// a warning, since a config document holds many keys loopguard does not read.
+    MisspeltBlock {
+        /// The key as written.
+        key: String,
+        /// The block name it resembles.
+        meant: &'static str,
     },
 }
 
@@ -971,5 +1027,55 @@ mod tests {
         // NaN and Infinity are not positive integers.
         assert!(ConfigSet::parse("{tools:{loopDetection:{historySize: NaN}}}").is_err());
         assert!(ConfigSet::parse("{tools:{loopDetection:{historySize: Infinity}}}").is_err());
+    }
+
+    /// A misspelt block name is read as nothing, as OpenClaw reads it; it is not an error
+    /// (documents hold many other keys) but a warning that names the key, where it is, and
+    /// the name it resembles.
+    #[test]
+    fn misspelt_block_names_are_warnings() {
+        let warned = |text: &str| -> Vec<String> {
+            let set = ConfigSet::parse_named(text, Some("c.json5")).unwrap();
+            set.warnings()
+                .iter()
+                .map(|w| w.located(Some("c.json5")).to_string())
+                .collect()
+        };
+        assert_eq!(
+            warned("{ tools: {\n  loopdetection: { enabled: true } } }"),
+            ["c.json5:2:3: unknown key `loopdetection` in tools (did you mean `loopDetection`?): it is not read, so its settings do not apply"]
+        );
+        assert_eq!(
+            warned("{ tool: { loopDetection: { enabled: true } } }"),
+            ["c.json5:1:3: unknown key `tool` (did you mean `tools`?): the loopDetection block in it is not read, so its settings do not apply"]
+        );
+        for text in [
+            "{ tools: { loop_detection: {} } }",
+            "{ tools: { loopDetecton: {} } }",
+            "{ Tools: { loopDetection: {} } }",
+            "{ loopGuard: { preset: 'recommended' } }",
+            "{ agents: { list: [ { id: 'a', tools: { LoopDetection: {} } } ] } }",
+            "{ agents: { entries: { a: { tool: { loopDetection: {} } } } } }",
+        ] {
+            assert_eq!(warned(text).len(), 1, "{text}");
+        }
+        let set = ConfigSet::parse("{ tools: { loopdetection: { enabled: true } } }").unwrap();
+        assert!(
+            !set.global().detectors_enabled(),
+            "the misspelt block is not read"
+        );
+        // The right names, and other keys of a real config, are quiet.
+        for text in [
+            "{ tools: { loopDetection: { enabled: true }, exec: {}, web: {} }, loopguard: {} }",
+            "{ tool: { exec: {} }, talk: {}, tools2: {}, gateway: { port: 1 } }",
+            "{ agents: { list: [ { id: 'a', tools: { profile: 'x' } } ] } }",
+        ] {
+            assert_eq!(warned(text), Vec::<String>::new(), "{text}");
+        }
+        // A document with problems reports those, as before.
+        assert!(ConfigSet::parse(
+            "{ tool: { loopDetection: {} }, tools: { loopDetection: { x: 1 } } }"
+        )
+        .is_err());
     }
 }

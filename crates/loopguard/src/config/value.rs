@@ -179,10 +179,12 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
 }
 
-/// Collects problems while walking the document.
+/// Collects problems while walking the document: errors, which refuse it, and warnings
+/// (keys that do nothing, such as a misspelt block name), which do not.
 pub(crate) struct Checker<'t> {
     text: &'t str,
     issues: Vec<ConfigIssue>,
+    warnings: Vec<ConfigIssue>,
 }
 
 impl<'t> Checker<'t> {
@@ -191,20 +193,31 @@ impl<'t> Checker<'t> {
         Self {
             text,
             issues: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
-    /// The problems found.
-    pub(crate) fn into_issues(self) -> Vec<ConfigIssue> {
-        self.issues
+    /// The problems found: the errors, then the warnings.
+    pub(crate) fn into_issues(self) -> (Vec<ConfigIssue>, Vec<ConfigIssue>) {
+        (self.issues, self.warnings)
     }
 
-    pub(crate) fn issue(&mut self, path: &[Segment], kind: IssueKind) {
-        self.issues.push(ConfigIssue {
+    fn at(&self, path: &[Segment], kind: IssueKind) -> ConfigIssue {
+        ConfigIssue {
             path: render_path(path),
             position: locate(self.text, path),
             kind,
-        });
+        }
+    }
+
+    pub(crate) fn issue(&mut self, path: &[Segment], kind: IssueKind) {
+        let issue = self.at(path, kind);
+        self.issues.push(issue);
+    }
+
+    pub(crate) fn warn(&mut self, path: &[Segment], kind: IssueKind) {
+        let warning = self.at(path, kind);
+        self.warnings.push(warning);
     }
 }
 
