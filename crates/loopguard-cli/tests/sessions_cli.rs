@@ -185,3 +185,58 @@ fn show_and_reset_through_a_running_server() {
     assert!(!nowhere.exists());
     server.stop();
 }
+
+/// `sessions reset` on the SQLite file while `loopguard serve` runs on it: the server's
+/// `GET /v1/sessions/{id}` shows the reset at once, not the state it last saw, and the
+/// next event of the run starts clean.
+#[test]
+fn a_reset_in_the_file_shows_in_the_running_server_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("guard.db");
+    let config = dir.path().join("c.json5");
+    std::fs::write(&config, "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }").unwrap();
+    let server = Server::start(&[
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let mut client = server.client();
+    let call = |client: &mut serve_common::Client, run: &str, i: usize| {
+        let v = client.post("/v1/events", &json!({"type": "call", "session": "s1", "run": run, "call_id": format!("{run}{i}"), "tool": "read", "args": {"p": 1}}).to_string()).json();
+        client.post("/v1/events", &json!({"type": "result", "session": "s1", "run": run, "call_id": format!("{run}{i}"), "result": "same"}).to_string());
+        v["verdict"].as_str().unwrap().to_owned()
+    };
+    for i in 0..4 {
+        call(&mut client, "r1", i);
+        call(&mut client, "r2", i);
+    }
+    let runs = |client: &mut serve_common::Client| -> Vec<String> {
+        let got = client.get("/v1/sessions/s1");
+        if got.status == 404 {
+            return Vec::new();
+        }
+        let mut runs: Vec<String> = got.json()["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run"].as_str().unwrap().to_owned())
+            .collect();
+        runs.sort();
+        runs
+    };
+    assert_eq!(runs(&mut client), ["r1", "r2"]);
+    let reset = json_of(&lg(&["sessions", "reset", "s1", "--run", "r1"], &db));
+    assert_eq!(reset["removed_runs"], 1);
+    assert_eq!(
+        runs(&mut client),
+        ["r2"],
+        "the server reads the reset at once"
+    );
+    // The run starts clean: its next identical call is allowed, not blocked.
+    assert_eq!(call(&mut client, "r1", 9), "allow");
+    assert_eq!(runs(&mut client), ["r1", "r2"]);
+    json_of(&lg(&["sessions", "reset", "s1"], &db));
+    assert_eq!(client.get("/v1/sessions/s1").status, 404);
+    server.stop();
+}

@@ -221,14 +221,36 @@ impl Cache {
 
     /// The live runs of a session, most recently active first.
     pub(crate) fn snapshot(&self, session: &str) -> Vec<RunSnapshot> {
-        let cutoff = self.limits.cutoff(self.clock.now_ms());
         let shard = self.shard(session);
-        let mut out: Vec<RunSnapshot> = shard
+        let runs = shard
             .runs_of(session)
-            .filter(|(_, s)| s.state.last_active() >= cutoff)
-            .map(|(run, s)| RunSnapshot {
-                run: (!run.is_empty()).then(|| run.to_owned()),
-                state: s.state.clone(),
+            .map(|(run, s)| (run.to_owned(), s.state.clone()));
+        self.live_first(runs.collect())
+    }
+
+    /// [`Cache::snapshot`] of states read from the backend (run column, state bytes),
+    /// without touching the map; unreadable states are skipped.
+    pub(crate) fn snapshot_of<'a>(
+        &self,
+        session: &str,
+        rows: impl Iterator<Item = (&'a str, &'a [u8])>,
+    ) -> Vec<RunSnapshot> {
+        let runs = rows.filter_map(|(run, bytes)| {
+            let key = RunKey::new(session, (!run.is_empty()).then_some(run));
+            Some((run.to_owned(), decode(key, bytes)?))
+        });
+        self.live_first(runs.collect())
+    }
+
+    /// The runs (run column, state) that are not expired, most recently active first.
+    fn live_first(&self, runs: Vec<(String, RunState)>) -> Vec<RunSnapshot> {
+        let cutoff = self.limits.cutoff(self.clock.now_ms());
+        let mut out: Vec<RunSnapshot> = runs
+            .into_iter()
+            .filter(|(_, state)| state.last_active() >= cutoff)
+            .map(|(run, state)| RunSnapshot {
+                run: (!run.is_empty()).then_some(run),
+                state,
             })
             .collect();
         out.sort_by(|a, b| {

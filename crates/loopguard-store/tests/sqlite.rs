@@ -136,6 +136,48 @@ async fn two_stores_on_one_file_never_lose_an_update() {
     assert_eq!(c.session("s").await.unwrap()[0].state.history().len(), 12);
 }
 
+/// A session changed in the file by another process (`loopguard sessions reset`, a hook)
+/// is read as the file has it at once, not as the map last saw it; alone on its file, the
+/// store answers from the map.
+#[tokio::test]
+async fn sessions_read_what_other_processes_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let clock = ManualClock::new(Millis::new(1_000));
+    let config = ConfigSet::enabled_defaults();
+    let store = open(&path, &clock);
+    for (i, line) in loop_lines("s", "r", 6).iter().enumerate() {
+        apply(&store, &config, i as u64 + 1, line).await.unwrap();
+    }
+    for (i, line) in loop_lines("s", "other", 2).iter().enumerate() {
+        apply(&store, &config, i as u64 + 1, line).await.unwrap();
+    }
+    assert_eq!(run_names(&store, "s").await, ["other", "r"]);
+
+    // Another connection forgets run r, as `loopguard sessions reset s --run r` does.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    loopguard_store::sqlite_file::fold_deltas(&other).unwrap();
+    other
+        .execute("DELETE FROM runs WHERE session = 's' AND run = 'r'", [])
+        .unwrap();
+    assert_eq!(run_names(&store, "s").await, ["other"]);
+    // And the whole session.
+    other
+        .execute("DELETE FROM runs WHERE session = 's'", [])
+        .unwrap();
+    assert!(store.session("s").await.unwrap().is_empty());
+    // Events go on from what the file holds: the run starts afresh.
+    let answer = apply(&store, &config, 1, &loop_lines("s", "r", 1)[0])
+        .await
+        .unwrap();
+    assert!(matches!(answer.verdict(), Some(loopguard::Verdict::Allow)));
+    assert_eq!(
+        store.session("s").await.unwrap()[0].state.history().len(),
+        1
+    );
+    store.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_failed_transaction_is_refused_and_leaves_no_trace() {
     let dir = tempfile::tempdir().unwrap();

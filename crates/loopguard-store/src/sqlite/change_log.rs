@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
-use super::file::{as_sql, fold_deltas, read_run, replace_row, DELTA_TABLES};
+use super::file::{as_sql, fold_deltas, read_run, replace_row, StoredRun, DELTA_TABLES};
 use crate::cache::Reload;
 use crate::delta;
 
@@ -48,7 +48,12 @@ pub(super) enum Landed {
     Ok,
     Conflict(Reload),
     Rows(usize),
+    Read(SessionRows),
 }
+
+/// The runs of one session as the file holds them (run column, stored run): `None` when
+/// no other connection has written the file, so the store's own map is the truth.
+pub(super) type SessionRows = Option<Vec<(String, StoredRun)>>;
 
 /// What the backend holds, as a [`Reload`].
 pub(super) fn reload(
@@ -114,6 +119,10 @@ pub(super) struct Log {
     data_version: i64,
     /// Set when what the log knows cannot be trusted (a transaction failed).
     pub(super) stale: bool,
+    /// Set once another connection (a hook, `loopguard sessions reset`, a second server)
+    /// has committed since the file was opened: the store's map may then hold states the
+    /// file no longer does, and whoever reads a session for a caller reads the file.
+    pub(super) shared: bool,
     /// Deltas appended since [`Log::take_appended`] last took them.
     appended: u64,
 }
@@ -143,6 +152,7 @@ impl Log {
             next_seq: 1,
             data_version: data_version(conn)?,
             stale: false,
+            shared: false,
             appended: 0,
         })
     }
@@ -164,6 +174,7 @@ impl Log {
     /// committed since this one last did, or if the log is stale.
     pub(super) fn sync(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
         let version = data_version(tx)?;
+        self.shared |= version != self.data_version;
         if self.stale || version != self.data_version {
             self.fold_in(tx)?;
             self.data_version = version;
@@ -188,7 +199,9 @@ impl Log {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .and_then(|tx| {
                 // Folding everything covers whatever another connection committed too.
-                self.data_version = data_version(&tx)?;
+                let version = data_version(&tx)?;
+                self.shared |= version != self.data_version;
+                self.data_version = version;
                 self.fold_in(&tx)?;
                 tx.commit()
             });

@@ -13,7 +13,7 @@ use super::checkpoint::Checkpointer;
 use super::file::{
     as_sql, create_private, delete_idle, ensure_schema, fold_deltas, refuse_foreign,
 };
-use super::writer::{Completion, Completions, Delete, Op, Ticket, WriteError, Writer};
+use super::writer::{Completion, Completions, Delete, Op, Read, Ticket, WriteError, Writer};
 use super::SqliteOptions;
 use crate::cache::{Cache, Reload};
 use crate::{
@@ -298,9 +298,26 @@ impl Store for SqliteStore {
         Ok(live)
     }
 
+    /// The session as the map holds it, unless another process has written the file since
+    /// it was opened (a hook, `loopguard sessions reset`): then as the file holds it, read
+    /// after every write queued before, so a reset elsewhere shows at once.
     async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
         self.ensure_open()?;
-        Ok(self.cache.snapshot(session))
+        let (done, wait) = oneshot::channel();
+        self.writer.send(Op::Read(Read {
+            session: session.into(),
+            done,
+        }));
+        match wait.await {
+            Ok(Ok(None)) => Ok(self.cache.snapshot(session)),
+            Ok(Ok(Some(rows))) => Ok(self.cache.snapshot_of(
+                session,
+                rows.iter()
+                    .map(|(run, stored)| (run.as_str(), stored.state.as_slice())),
+            )),
+            Ok(Err(source)) => Err(StoreError::Unavailable { source }),
+            Err(_) => Err(StoreError::Closed),
+        }
     }
 
     async fn expire_idle(&self) -> Result<usize, StoreError> {

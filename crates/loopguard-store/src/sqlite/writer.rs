@@ -12,9 +12,9 @@ use loopguard::RunState;
 use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::change_log::{Landed, Log, Put};
+use super::change_log::{Landed, Log, Put, SessionRows};
 use super::checkpoint::Checkpointer;
-use super::file::delete_idle;
+use super::file::{delete_idle, read_run, StoredRun};
 use super::SqliteOptions;
 use crate::cache::{Expired, Reload, Sink};
 use crate::{Cause, Failed, RunKey, StoreError};
@@ -50,10 +50,17 @@ pub(super) enum Delete {
     },
 }
 
+/// A read of one session's runs, in order with the writes queued before it.
+pub(super) struct Read {
+    pub(super) session: Box<str>,
+    pub(super) done: oneshot::Sender<Result<SessionRows, Cause>>,
+}
+
 /// What the writer thread is sent.
 pub(super) enum Op {
     Put(Put<Done>),
     Delete(Delete),
+    Read(Read),
     Close {
         done: oneshot::Sender<Result<(), Cause>>,
     },
@@ -220,6 +227,7 @@ impl Sink for Writer {
 enum Merged {
     Put(Put<Vec<Done>>),
     Delete(Delete),
+    Read(Read),
 }
 
 /// The writer thread's loop: until the store closes or every sender is gone.
@@ -335,6 +343,7 @@ fn merge(
             }
             merged.push(Merged::Delete(delete));
         }
+        Op::Read(read) => merged.push(Merged::Read(read)),
         Op::Close { done } => *close = Some(done),
     }
 }
@@ -414,11 +423,35 @@ fn run_transaction(
                 }
                 Landed::Rows(rows)
             }
+            Merged::Read(read) => Landed::Read(if log.shared {
+                Some(read_session(&tx, &read.session)?)
+            } else {
+                None
+            }),
         });
     }
     log.maintain(&tx)?;
     tx.commit()?;
     Ok(landed)
+}
+
+/// Every run of `session` as the file holds it (the log was folded by [`Log::sync`] when
+/// another connection wrote, so the rows are current).
+fn read_session(
+    tx: &rusqlite::Transaction<'_>,
+    session: &str,
+) -> rusqlite::Result<Vec<(String, StoredRun)>> {
+    let runs: Vec<String> = tx
+        .prepare_cached("SELECT run FROM runs WHERE session = ?1")?
+        .query_map(params![session], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::with_capacity(runs.len());
+    for run in runs {
+        if let Some(stored) = read_run(tx, session, &run)? {
+            out.push((run, stored));
+        }
+    }
+    Ok(out)
 }
 
 fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Completion>) {
@@ -444,8 +477,14 @@ fn answer(entry: Merged, landed: Landed, counters: &Counters, out: &mut Vec<Comp
         (Merged::Delete(Delete::Sweep { done, .. }), _) => {
             let _ = done.send(Ok(0));
         }
-        (Merged::Put(Put { done, .. }), Landed::Rows(_)) => {
+        (Merged::Put(Put { done, .. }), Landed::Rows(_) | Landed::Read(_)) => {
             out.extend(done.into_iter().map(|d| (d, Ok(()))));
+        }
+        (Merged::Read(read), Landed::Read(rows)) => {
+            let _ = read.done.send(Ok(rows));
+        }
+        (Merged::Read(read), _) => {
+            let _ = read.done.send(Ok(None));
         }
     }
 }
@@ -459,6 +498,9 @@ fn fail(entry: Merged, cause: &Cause, out: &mut Vec<Completion>) {
         }
         Merged::Delete(Delete::Sweep { done, .. }) => {
             let _ = done.send(Err(Arc::clone(cause)));
+        }
+        Merged::Read(read) => {
+            let _ = read.done.send(Err(Arc::clone(cause)));
         }
     }
 }
