@@ -3,12 +3,14 @@
 //!
 //! This module decides which file (user or project scope, or `--settings`), which binary
 //! the agent will run, and writes safely: nothing is written unless the loopguard config
-//! loads and the edited file parses as the agent parses it; the old file is kept beside
-//! the new one (`FILE.loopguard-backup`); the new one replaces it in one rename, with the
-//! old file's permissions. The binary is the one running, by absolute path, and never one
+//! loads and the edited file parses as the agent parses it; the new file replaces the old
+//! one in one rename, with the old file's permissions. `install` keeps the file as it was
+//! before loopguard's entries went in beside it (`FILE.loopguard-backup`, when there was a
+//! file); `uninstall`, which gives that file back, removes the backup. The binary is the one running, by absolute path, and never one
 //! inside a Cargo build directory (`target/release/loopguard` disappears with `cargo
 //! clean`, and every hook would then fail).
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -47,8 +49,9 @@ pub struct Target {
 /// path) with the --config, --db, --agent and --sync given here. Everything else in the
 /// file stays as it was, byte for byte: other hooks, permissions, comments, key order,
 /// indentation. Idempotent: run it again and nothing changes; run it with another config
-/// or from another binary and loopguard's entries are updated in place. The previous file
-/// is kept as FILE.loopguard-backup.
+/// or from another binary and loopguard's entries are updated in place. The file as it
+/// was before loopguard's entries went in is kept as FILE.loopguard-backup (when there was
+/// one); `hook uninstall` removes that backup.
 ///
 /// Refuses (exit 1, nothing written) when the config does not load, when it leaves the
 /// rolling detectors off (unless --allow-detection-off), when the settings file is not
@@ -80,7 +83,7 @@ pub struct InstallArgs {
 /// Removes every hook handler that runs `loopguard hook AGENT` (whatever its path and
 /// flags), and the matcher groups, event lists and "hooks" object left empty by that;
 /// nothing else changes. After `hook install` into a file, `hook uninstall` gives the file
-/// back byte for byte. The previous file is kept as FILE.loopguard-backup.
+/// back byte for byte, and removes the FILE.loopguard-backup `hook install` kept.
 #[derive(Args, Debug)]
 pub struct UninstallArgs {
     #[command(flatten)]
@@ -112,14 +115,14 @@ pub fn install(args: InstallArgs) -> u8 {
         Ok(db) => format!("sqlite {}", db.display()),
         Err(_) => "sqlite (no default location: give --db)".to_owned(),
     };
-    edit_settings(&name, agent, &args.target, |format, text| {
+    edit_settings(&name, agent, &args.target, Backup::Keep, |format, text| {
         install::install(agent, format, text, &command)
     })
     .map_or_else(
         |code| code,
         |outcome| {
-            if let Some((path, edit)) = outcome {
-                report(&name, &path, &edit);
+            if let Some((path, edit, backup)) = outcome {
+                report(&name, &path, &edit, &backup);
                 eprintln!(
                     "{}",
                     startup::startup_line(&format!("hook {}", agent.name()), &loaded, &store)
@@ -134,18 +137,45 @@ pub fn install(args: InstallArgs) -> u8 {
 pub fn uninstall(args: UninstallArgs) -> u8 {
     let agent = args.target.agent.agent();
     let name = format!("hook uninstall {}", agent.name());
-    edit_settings(&name, agent, &args.target, |format, text| {
-        install::uninstall(agent, format, text)
-    })
+    edit_settings(
+        &name,
+        agent,
+        &args.target,
+        Backup::Remove,
+        |format, text| install::uninstall(agent, format, text),
+    )
     .map_or_else(
         |code| code,
         |outcome| {
-            if let Some((path, edit)) = outcome {
-                report(&name, &path, &edit);
+            if let Some((path, edit, backup)) = outcome {
+                report(&name, &path, &edit, &backup);
             }
             EXIT_OK
         },
     )
+}
+
+/// What an edit does with `FILE.loopguard-backup`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backup {
+    /// Keep the file as it was before loopguard's entries went in (install).
+    Keep,
+    /// Remove the one install kept (uninstall, which gives that file back).
+    Remove,
+}
+
+/// What became of the backup.
+enum Kept {
+    /// The previous file was copied there.
+    Made(PathBuf),
+    /// An earlier one, the file before loopguard's entries, was left as it was.
+    Earlier(PathBuf),
+    /// There was no file before: nothing to keep.
+    NewFile,
+    /// Install's backup was removed.
+    Removed(PathBuf),
+    /// There was none to remove.
+    None,
 }
 
 /// Reads the settings file, edits it, and writes it (or prints it, or says there is
@@ -154,8 +184,9 @@ fn edit_settings(
     name: &str,
     agent: Agent,
     target: &Target,
+    backup: Backup,
     edit: impl FnOnce(Format, &str) -> Result<Edit, install::InstallError>,
-) -> Result<Option<(PathBuf, Edit)>, u8> {
+) -> Result<Option<(PathBuf, Edit, Kept)>, u8> {
     let (path, format) = settings_path(agent, target).map_err(|m| fail(name, &m))?;
     let text = match read_settings(&path) {
         Ok(text) => text,
@@ -176,15 +207,53 @@ fn edit_settings(
         return Ok(None);
     }
     if !edit.changed() {
-        eprintln!(
-            "loopguard {name}: {}: {}",
-            path.display(),
-            describe(&edit, &path)
-        );
+        let mut said = format!("{}: {}", path.display(), describe(&edit, &path));
+        if backup == Backup::Remove {
+            // Entries gone already (taken out by hand): the backup is still ours to remove.
+            if let Kept::Removed(old) = remove_backup(&path).map_err(|m| fail(name, &m))? {
+                let _ = write!(said, " (removed the backup {})", old.display());
+            }
+        }
+        eprintln!("loopguard {name}: {said}");
         return Ok(None);
     }
-    write_with_backup(&path, text.is_some(), &edit.text).map_err(|m| fail(name, &m))?;
-    Ok(Some((path, edit)))
+    let kept = match (backup, &text) {
+        (Backup::Keep, None) => Kept::NewFile,
+        (Backup::Keep, Some(_)) => {
+            // A file that had loopguard's entries already is not the one to go back to:
+            // an earlier backup, made before they went in, stays.
+            let fresh = edit.events.iter().all(|(_, c)| *c == Change::Added);
+            let backup = backup_path(&path);
+            if fresh || !backup.exists() {
+                std::fs::copy(&path, &backup).map_err(|e| {
+                    fail(
+                        name,
+                        &format!("cannot keep a backup at {}: {e}", backup.display()),
+                    )
+                })?;
+                Kept::Made(backup)
+            } else {
+                Kept::Earlier(backup)
+            }
+        }
+        (Backup::Remove, _) => Kept::None,
+    };
+    write_settings(&path, text.is_some(), &edit.text).map_err(|m| fail(name, &m))?;
+    let kept = match backup {
+        Backup::Remove => remove_backup(&path).map_err(|m| fail(name, &m))?,
+        Backup::Keep => kept,
+    };
+    Ok(Some((path, edit, kept)))
+}
+
+/// Removes the backup `hook install` kept beside `path`, if there is one.
+fn remove_backup(path: &Path) -> Result<Kept, String> {
+    let backup = backup_path(path);
+    match std::fs::remove_file(&backup) {
+        Ok(()) => Ok(Kept::Removed(backup)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Kept::None),
+        Err(e) => Err(format!("cannot remove {}: {e}", backup.display())),
+    }
 }
 
 fn describe(edit: &Edit, path: &Path) -> String {
@@ -213,12 +282,21 @@ fn describe(edit: &Edit, path: &Path) -> String {
     parts.join("; ")
 }
 
-fn report(name: &str, path: &Path, edit: &Edit) {
+fn report(name: &str, path: &Path, edit: &Edit, kept: &Kept) {
+    let backup = match kept {
+        Kept::Made(b) => format!(" (previous file kept as {})", b.display()),
+        Kept::Earlier(b) => format!(
+            " (the file as it was before loopguard's entries is still kept as {})",
+            b.display()
+        ),
+        Kept::NewFile => " (a new file: there was nothing to keep)".to_owned(),
+        Kept::Removed(b) => format!(" (removed the backup {})", b.display()),
+        Kept::None => String::new(),
+    };
     eprintln!(
-        "loopguard {name}: {}: {} (previous file kept as {})",
+        "loopguard {name}: {}: {}{backup}",
         path.display(),
         describe(edit, path),
-        backup_path(path).display()
     );
 }
 
@@ -293,16 +371,13 @@ fn backup_path(path: &Path) -> PathBuf {
 }
 
 /// Writes `text` to `path` through a temporary file in the same directory and one rename,
-/// keeping the old file's permissions and a copy of it.
-fn write_with_backup(path: &Path, existed: bool, text: &str) -> Result<(), String> {
+/// keeping the old file's permissions.
+fn write_settings(path: &Path, existed: bool, text: &str) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
     if existed {
-        let backup = backup_path(path);
-        std::fs::copy(path, &backup)
-            .map_err(|e| format!("cannot keep a backup at {}: {e}", backup.display()))?;
         let permissions = std::fs::metadata(path)
             .map_err(|e| format!("{}: {e}", path.display()))?
             .permissions();

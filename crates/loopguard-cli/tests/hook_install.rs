@@ -235,8 +235,13 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
     // fourth denied (warn at 2, block at 3).
     assert_fourth_read_denied(&want, &h);
 
+    let backup = settings.with_file_name("settings.json.loopguard-backup");
+    assert!(
+        stderr.contains(&format!("(previous file kept as {})", backup.display())),
+        "{stderr}"
+    );
+
     // Idempotent: the same install again changes nothing, not even the backup.
-    std::fs::remove_file(settings.with_file_name("settings.json.loopguard-backup")).unwrap();
     let stderr = ok(&h.run(&[
         "hook",
         "install",
@@ -246,16 +251,35 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
     ]));
     assert!(stderr.contains("already there"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), installed);
-    assert!(!settings
-        .with_file_name("settings.json.loopguard-backup")
-        .exists());
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), CLAUDE_SETTINGS);
+    // Another config updates the entries; the backup stays the file from before them.
+    let other = h.write(
+        "other.json5",
+        "{ tools: { loopDetection: { enabled: true } } }",
+    );
+    let stderr = ok(&h.run(&[
+        "hook",
+        "install",
+        "claude-code",
+        "--config",
+        other.to_str().unwrap(),
+    ]));
+    assert!(stderr.contains("updated: "), "{stderr}");
+    assert!(stderr.contains("is still kept as"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), CLAUDE_SETTINGS);
 
-    // Uninstall gives the original back, byte for byte.
+    // Uninstall gives the original back, byte for byte, and removes the backup.
     let stderr = ok(&h.run(&["hook", "uninstall", "claude-code"]));
     assert!(stderr.contains("removed: "), "{stderr}");
+    assert!(
+        stderr.contains(&format!("(removed the backup {})", backup.display())),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), CLAUDE_SETTINGS);
+    assert!(!backup.exists());
     let stderr = ok(&h.run(&["hook", "uninstall", "claude-code"]));
     assert!(stderr.contains("no loopguard entries"), "{stderr}");
+    assert!(!stderr.contains("backup"), "{stderr}");
 }
 
 /// Runs a hook command line through the shell, as the agents do.
@@ -582,7 +606,13 @@ fn gemini_settings_keep_comments_and_round_trip() {
 #[test]
 fn a_missing_settings_file_is_created() {
     let h = Home::new();
-    ok(&h.run(&["hook", "install", "claude-code"]));
+    let stderr = ok(&h.run(&["hook", "install", "claude-code"]));
+    // Nothing was there to keep, and the message does not claim a backup.
+    assert!(
+        stderr.contains("(a new file: there was nothing to keep)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("kept as"), "{stderr}");
     let settings = h.home().join(".claude/settings.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
     assert_eq!(
