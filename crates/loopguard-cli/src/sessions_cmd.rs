@@ -25,6 +25,9 @@ use serde_json::{json, Value};
 use crate::output::{fatal, wants_json};
 use crate::{EXIT_FATAL, EXIT_OK};
 
+/// A command line that cannot be served (clap's own status for usage errors).
+const EXIT_USAGE: u8 = 2;
+
 /// See and reset what the guard keeps per session and run.
 #[derive(Subcommand, Debug)]
 pub enum SessionsCommand {
@@ -73,6 +76,9 @@ pub struct ListArgs {
     /// Print JSON even on a terminal.
     #[arg(long)]
     json: bool,
+    /// Not for `list` (a server cannot list its sessions); accepted only to say so.
+    #[arg(long, value_name = "URL", hide = true)]
+    url: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -141,6 +147,15 @@ struct SessionLine {
 }
 
 fn list(args: ListArgs) -> Result<u8, String> {
+    if let Some(url) = &args.url {
+        eprintln!(
+            "loopguard sessions list: error: --url {url}: a server cannot list its sessions \
+(it has no endpoint for it: a Redis store would have to scan its whole keyspace). List them \
+from its SQLite file where the server runs (loopguard sessions list --db PATH), or ask the \
+server about one session: loopguard sessions show SESSION --url {url}"
+        );
+        return Ok(EXIT_USAGE);
+    }
     let path = db_path(args.db)?;
     let runs = with_db(&path, |tx| tx.runs(None))?.unwrap_or_default();
     let mut sessions: Vec<SessionLine> = Vec::new();

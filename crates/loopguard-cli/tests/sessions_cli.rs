@@ -240,3 +240,29 @@ fn a_reset_in_the_file_shows_in_the_running_server_at_once() {
     assert_eq!(client.get("/v1/sessions/s1").status, 404);
     server.stop();
 }
+
+/// `sessions list --url`: the server has no list endpoint; the answer says so and what to
+/// do instead, rather than clap's bare "unexpected argument".
+#[test]
+fn list_with_a_url_says_why_not_and_what_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lg(
+        &["sessions", "list", "--url", "http://127.0.0.1:7671"],
+        &dir.path().join("none.db"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a server cannot list its sessions"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("loopguard sessions list --db PATH"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("loopguard sessions show SESSION --url http://127.0.0.1:7671"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+}
