@@ -41,7 +41,9 @@ pub fn completions(args: CompletionsArgs) -> u8 {
 }
 
 pub fn man(args: ManArgs) -> u8 {
-    let cmd = crate::command();
+    let mut cmd = crate::command();
+    cmd.build();
+    let cmd = usage_synopses(cmd);
     let result = match &args.dir {
         Some(dir) => std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(cmd, dir)),
         None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout()),
@@ -51,4 +53,26 @@ pub fn man(args: ManArgs) -> u8 {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
         Err(e) => fatal(&format!("cannot write the manual: {e}")),
     }
+}
+
+/// clap_mangen writes a positional that takes several values as `[PATH]`, where the usage
+/// line of `--help` says `[PATH]...`: such commands (and their subcommands) get that usage
+/// line as their synopsis. `cmd` is built, so that each knows its full name.
+fn usage_synopses(mut cmd: clap::Command) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, usage_synopses);
+    }
+    let several = cmd
+        .get_positionals()
+        .any(|arg| arg.get_num_args().is_some_and(|n| n.max_values() > 1));
+    if several && cmd.get_overridden_usage().is_none() {
+        let usage = cmd.render_usage().to_string();
+        let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage).to_owned();
+        cmd = cmd.override_usage(usage);
+    }
+    cmd
 }

@@ -101,6 +101,22 @@ fn the_manual_renders_and_covers_every_command() {
     ] {
         assert!(dir.path().join(page).exists(), "{page}");
     }
+    // A positional that takes several values says so, as `--help` does.
+    for (page, usage) in [
+        ("loopguard-scan.1", "[OPTIONS] [PATH]..."),
+        (
+            "loopguard-mcp-proxy.1",
+            "[OPTIONS] \\-\\- <SERVER_COMMAND>...",
+        ),
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        let synopsis = text
+            .split(".SH SYNOPSIS\n")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .unwrap_or_default();
+        assert!(synopsis.ends_with(usage), "{page}: {synopsis}");
+    }
     // groff renders every page without a warning, when groff is here (man-db's formatter;
     // -k converts the UTF-8 input first, as man does).
     for entry in std::fs::read_dir(dir.path()).unwrap() {
