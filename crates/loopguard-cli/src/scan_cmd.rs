@@ -242,14 +242,14 @@ pub fn run(args: ScanArgs) -> u8 {
         }
         if collector.ignored > 0 {
             why.push(format!(
-                "{} files ignored (no transcript by their name or their first bytes)",
-                collector.ignored
+                "{} ignored (not a transcript by name or by first bytes)",
+                crate::scan_report::plural(collector.ignored, "file")
             ));
         }
         if collector.older > 0 {
             why.push(format!(
-                "{} transcripts older than --since",
-                collector.older
+                "{} older than --since",
+                crate::scan_report::plural(collector.older, "transcript")
             ));
         }
         let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();

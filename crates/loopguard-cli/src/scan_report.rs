@@ -201,23 +201,23 @@ impl Report {
         writeln!(out)?;
         writeln!(
             out,
-            "Total: {} files ({} scanned{}), {} sessions, {} runs, {} calls ({} failed); {} warned, {} blocked in {} loops ({} sessions with blocks, {} compaction aborts).",
-            s.files,
+            "Total: {} ({} scanned{}), {}, {}, {} ({} failed); {} warned, {} blocked in {} ({} with blocks, {}).",
+            plural(s.files, "file"),
             s.scanned_files,
             if s.unread_files > 0 {
                 format!(", {} UNREAD", s.unread_files)
             } else {
                 String::new()
             },
-            s.sessions,
-            s.runs,
-            s.calls,
+            plural(s.sessions, "session"),
+            plural(s.runs, "run"),
+            plural(s.calls, "call"),
             s.failed_results,
             s.warned_calls,
             s.blocked_calls,
-            s.loops,
-            s.sessions_with_blocks,
-            s.compaction_aborts,
+            plural(s.loops, "loop"),
+            plural(s.sessions_with_blocks, "session"),
+            plural(s.compaction_aborts, "compaction abort"),
         )?;
         writeln!(
             out,
@@ -225,18 +225,23 @@ impl Report {
             savings_text(&s.saved, s.tokens.is_some())
         )?;
         if s.sessions_closed_early > 0 {
+            let (was, its) = if s.sessions_closed_early == 1 {
+                ("was", "its")
+            } else {
+                ("were", "their")
+            };
             writeln!(
                 out,
-                "{} sessions were closed before their end to stay within the live memory budget (--max-live-bytes); their later calls were checked without their earlier history.",
-                s.sessions_closed_early
+                "{} {was} closed before {its} end to stay within the live memory budget (--max-live-bytes); {its} later calls were checked without {its} earlier history.",
+                plural(s.sessions_closed_early, "session"),
             )?;
         }
         let secs = self.elapsed.as_secs_f64();
         writeln!(
             out,
-            "Read {} ({} lines) in {:.2} s{}.",
+            "Read {} ({}) in {:.2} s{}.",
             bytes_text(s.bytes),
-            s.lines,
+            plural(s.lines, "line"),
             secs,
             if secs > 0.0 {
                 format!(", {}/s", bytes_text((s.bytes as f64 / secs) as u64))
@@ -258,17 +263,18 @@ impl Report {
         if with.is_empty() {
             writeln!(
                 out,
-                "No loops: the guard would not have stepped in on any of the {} sessions ({} calls read).",
-                self.summary.sessions, self.summary.calls
+                "No loops: the guard would not have stepped in on any of the {} ({} read).",
+                plural(self.summary.sessions, "session"),
+                plural(self.summary.calls, "call")
             )?;
             return writeln!(out);
         }
         writeln!(
             out,
-            "Loops found ({} in {} of {} sessions):",
+            "Loops found ({} in {} of {}):",
             self.summary.loops,
             with.len(),
-            self.summary.sessions
+            plural(self.summary.sessions, "session")
         )?;
         for (file, session) in with {
             writeln!(out)?;
@@ -405,15 +411,21 @@ impl Report {
         if self.summary.older_files > 0 {
             writeln!(
                 out,
-                "  ({} transcripts in the directories were older than --since)",
-                self.summary.older_files
+                "  ({} in the directories {} older than --since)",
+                plural(self.summary.older_files, "transcript"),
+                if self.summary.older_files == 1 {
+                    "was"
+                } else {
+                    "were"
+                }
             )?;
         }
         if self.ignored_files > 0 {
             writeln!(
                 out,
-                "  ({} other files in the directories were not considered: not *.jsonl, *.json, *.traj or an OpenClaw archive)",
-                self.ignored_files
+                "  ({} in the directories {} not considered: not *.jsonl, *.json, *.traj or an OpenClaw archive)",
+                plural(self.ignored_files, "other file"),
+                if self.ignored_files == 1 { "was" } else { "were" }
             )?;
         }
         let with_skips: Vec<&FileScan> = self
@@ -443,8 +455,9 @@ impl Report {
                 if f.read.repaired > 0 {
                     writeln!(
                         out,
-                        "  {}  {} lines repaired (invalid UTF-8 or split surrogates replaced) and used",
-                        f.file, f.read.repaired
+                        "  {}  {} repaired (invalid UTF-8 or split surrogates replaced) and used",
+                        f.file,
+                        plural(f.read.repaired, "line")
                     )?;
                 }
             }
@@ -601,7 +614,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         for needle in [
             "config: none given, so detection is on with the default thresholds",
-            "Loops found (1 in 1 of 1 sessions):",
+            "Loops found (1 in 1 of 1 session):",
             "openclaw-loop.jsonl  session demo-loop",
             "run turn-1  read  (calls 11-23; generic_repeat)",
             "warning    generic_repeat            call    11 (line     24)  count 10",
@@ -611,7 +624,8 @@ mod tests {
             "notes.txt  unknown format: not JSON or JSON Lines",
             "3 other files in the directories were not considered",
             "2 lines off_branch (not on the active branch), first at line 50",
-            "Total: 2 files (1 scanned), 1 sessions",
+            "Total: 2 files (1 scanned), 1 session, 2 runs,",
+            "blocked in 1 loop (1 session with blocks, 0 compaction aborts).",
             "HTML report: r.html",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
@@ -644,7 +658,7 @@ mod tests {
         report.write_human(&mut out, None).unwrap();
         let text = String::from_utf8(out).unwrap();
         for needle in [
-            "Loops found (1 in 1 of 1 sessions):",
+            "Loops found (1 in 1 of 1 session):",
             "(calls 11-35; generic_repeat, global_circuit_breaker)",
             "warning    generic_repeat            call    11",
             "block      generic_repeat            call    21",

@@ -364,9 +364,12 @@ fn human_session(view: &Value, now_ms: u64) -> String {
             .map_or_else(|| "(no run)".to_owned(), |r| format!("run {r}"));
         let _ = writeln!(
             out,
-            "\n{name}: last active {}; {} calls kept ({} with an outcome, {} pending, {} blocked)",
+            "\n{name}: last active {}; {} kept ({} with an outcome, {} pending, {} blocked)",
             ago(now_ms, run["last_active_ms"].as_u64().unwrap_or(0)),
-            h["records"],
+            match h["records"].as_u64().unwrap_or(0) {
+                1 => "1 call".to_owned(),
+                n => format!("{n} calls"),
+            },
             h["completed"],
             h["pending"],
             h["vetoes"]

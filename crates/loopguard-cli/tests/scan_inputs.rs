@@ -151,7 +151,7 @@ fn empty_and_wrong_directories_are_not_a_clean_scan() {
     fs::write(notes.join("README.md"), "# notes").unwrap();
     for (path, needle) in [
         (empty.clone(), "no transcript found in"),
-        (notes.clone(), "1 files ignored"),
+        (notes.clone(), "1 file ignored"),
         (root.join("missing"), "cannot read"),
     ] {
         let (out, _) = scan_in(&root, &root, &[path.to_str().unwrap()]);
