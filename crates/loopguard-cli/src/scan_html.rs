@@ -2,8 +2,10 @@
 //! script; nothing is fetched) with a timeline per session. Each timeline is a strip of
 //! the session's calls in order: grey allowed, amber warned, red blocked, dark red blocked
 //! because the run had been stopped; blue lines mark compactions, black crosses the
-//! compaction aborts, ticks below the strip the start of each run. Sessions with blocks
-//! come first.
+//! compaction aborts, ticks below the strip the start of each run. Under it, one row per
+//! loop says what looped: the tool, the arguments and the outcome of its first flagged
+//! call, and where each step is (call number and transcript line). Sessions with blocks
+//! come first; sessions without findings are hidden until asked for.
 
 use std::fmt::Write as _;
 
@@ -64,7 +66,7 @@ pub fn render(report: &Report) -> String {
     page.push_str("</div>");
     page.push_str(LEGEND);
     page.push_str(
-        "<label class=\"filter\"><input type=\"checkbox\" id=\"quiet\" checked> show sessions without findings</label>",
+        "<label class=\"filter\"><input type=\"checkbox\" id=\"quiet\"> show sessions without findings</label>",
     );
     page.push_str("<main>");
     for (i, (file, session)) in sessions.iter().take(MAX_TIMELINES).enumerate() {
@@ -128,13 +130,14 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
     timeline(page, &s.timeline, s.calls);
     if !s.loops.is_empty() {
         // One row per loop; the flat list of findings is in the JSON document.
-        page.push_str("<table class=\"loops\"><tr><th>run</th><th>tools</th><th>detectors</th><th>calls</th><th>warning</th><th>block</th><th>escalation</th><th>stop</th><th>saved</th></tr>");
+        page.push_str("<table class=\"loops\"><tr><th>run</th><th>tools</th><th>called with</th><th>returned</th><th>detectors</th><th>calls</th><th>warning</th><th>block</th><th>escalation</th><th>stop</th><th>saved</th></tr>");
         for l in &s.loops {
             let step = |m: &Option<Mark>| {
                 m.as_ref().map_or(String::new(), |m| {
                     format!(
-                        "call {} · {} {}",
+                        "call {} (line {}) · {} {}",
                         m.call_index,
+                        m.line,
                         m.detector.as_str(),
                         m.count
                     )
@@ -150,9 +153,11 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
             };
             let _ = write!(
                 page,
-                "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}–{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"{class}\"><td>{}</td><td>{}</td><td class=\"what\">{}</td><td class=\"what\">{}</td><td>{}</td><td>{}–{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(l.run.as_deref().unwrap_or("")),
                 esc(&l.tools.join(" ↔ ")),
+                esc(l.args.as_deref().unwrap_or("")),
+                esc(l.outcome.as_deref().unwrap_or("")),
                 esc(&detectors.join(", ")),
                 l.calls[0],
                 l.calls[1],
@@ -337,9 +342,10 @@ td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eef1f3}
 tr.critical td:first-child{color:#d32f2f;font-weight:600}tr.warning td:first-child{color:#b07800;font-weight:600}
 tr.stopped td:first-child{color:#7f0000;font-weight:600}
 .filelist td:first-child{word-break:break-all}.filelist tr.problem td{color:#b00020}
+td.what{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;max-width:260px;word-break:break-all}
 body.hide-quiet section.quiet{display:none}
 footer{margin-top:24px;color:#777;font-size:12px}
-</style></head><body>
+</style></head><body class="hide-quiet">
 "#;
 
 const LEGEND: &str = r#"<div class="legend"><span><i class="a"></i>call allowed</span><span><i class="w"></i>warned</span><span><i class="b"></i>blocked</span><span><i class="x"></i>blocked, run stopped</span><span><i class="c"></i>compaction</span><span>✕ compaction abort</span><span>| run start</span></div>"#;

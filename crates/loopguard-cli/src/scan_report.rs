@@ -298,6 +298,12 @@ impl Report {
                         .collect::<Vec<_>>()
                         .join(", ")
                 )?;
+                if let Some(args) = &l.args {
+                    writeln!(out, "      called with {}", shorten(args, 100))?;
+                }
+                if let Some(outcome) = &l.outcome {
+                    writeln!(out, "      returned    {}", shorten(outcome, 100))?;
+                }
                 let steps = [
                     ("warning", &l.first_warning),
                     ("block", &l.first_block),

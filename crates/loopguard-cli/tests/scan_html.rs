@@ -170,3 +170,57 @@ fn html_report_renders_in_headless_chromium() {
         }
     }
 }
+
+/// What looped, on the page itself: each loop's row names the tool, the arguments and
+/// outcome of its first flagged call, and the transcript line of each step; sessions
+/// without findings start hidden, the checkbox unticked.
+#[test]
+fn the_page_says_what_looped_and_hides_quiet_sessions() {
+    let dir = tempdir("what");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scan");
+    let (page, _) = report(&[&fixtures.join("openclaw-loop.jsonl")], &dir);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let row = html
+        .split("<tr class=\"critical\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("a row for the blocked loop");
+    for needle in [
+        "<td>read</td>",
+        "<td class=\"what\">{&quot;path&quot;:&quot;/home/demo/project/NOTES.md&quot;}</td>",
+        "<td class=\"what\">error: ENOENT: no such file or directory, open &#39;/home/demo/project/NOTES.md&#39;</td>",
+        "call 11 (line 24) · generic_repeat 10",
+        "call 21 (line 44) · generic_repeat 20",
+    ] {
+        assert!(row.contains(needle), "missing {needle:?} in {row}");
+    }
+    assert!(
+        html.contains("<body class=\"hide-quiet\">"),
+        "quiet sessions start hidden"
+    );
+    assert!(
+        html.contains("<input type=\"checkbox\" id=\"quiet\">"),
+        "unticked"
+    );
+    // Long arguments are cut to a readable length.
+    let long = "x".repeat(500);
+    let events: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"type\":\"call\",\"session\":\"s\",\"call_id\":\"c{i}\",\"tool\":\"write\",\"args\":{{\"text\":\"{long}\"}}}}\n{{\"type\":\"result\",\"session\":\"s\",\"call_id\":\"c{i}\",\"result\":\"{long}\"}}\n"
+            )
+        })
+        .collect();
+    let input = dir.join("long.jsonl");
+    std::fs::write(&input, events).unwrap();
+    let (page, _) = report(&[&input], &dir);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let args = html
+        .split("<td class=\"what\">")
+        .nth(1)
+        .and_then(|c| c.split("</td>").next())
+        .unwrap()
+        .replace("&quot;", "\"");
+    assert!(args.ends_with('…') && args.chars().count() == 160, "{args}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

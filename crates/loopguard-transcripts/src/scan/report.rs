@@ -72,6 +72,17 @@ pub struct Finding {
     pub message: String,
 }
 
+/// Longest preview of a loop's arguments and outcome, in characters.
+pub const PREVIEW_CHARS: usize = 160;
+
+/// `text` cut to [`PREVIEW_CHARS`] characters, ending in `…` when it was cut.
+pub(crate) fn cut(text: &str) -> String {
+    match text.char_indices().nth(PREVIEW_CHARS - 1) {
+        Some((at, _)) if text.len() > at + 1 => format!("{}…", &text[..at]),
+        _ => text.to_owned(),
+    }
+}
+
 /// Where something happened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Mark {
@@ -104,6 +115,14 @@ pub struct LoopReport {
     pub paired_tool: Option<String>,
     /// Every tool of the loop's calls, in the order they were first flagged.
     pub tools: Vec<String>,
+    /// The arguments of the first flagged call, as canonical JSON cut to
+    /// [`PREVIEW_CHARS`] characters (`…` where it was cut); `None` for a loop that a
+    /// compaction abort began.
+    pub args: Option<String>,
+    /// What the first flagged call returned, as the transcript has it (its text, or an
+    /// error's, or the JSON of anything else), cut the same way; `None` when the
+    /// transcript has no result for it.
+    pub outcome: Option<String>,
     /// Every detector that fired on the loop, in the order they first did.
     pub detectors: Vec<Detector>,
     /// The first and the last flagged call (1-based positions in the session; after a

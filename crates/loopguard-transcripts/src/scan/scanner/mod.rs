@@ -18,16 +18,17 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::mem::size_of;
 
+use loopguard::canonical::json_text;
 use loopguard::fingerprint::{args_fingerprint, is_failure};
 use loopguard::json::Json;
 use loopguard::{
-    ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, Millis, RunState, Signature,
-    Verdict,
+    ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, Millis, OutcomeOf, RunState,
+    Signature, Verdict,
 };
 use loopguard_events::{Answer, EventRef, IdsRef, Replayer};
 use serde_json::Value;
 
-use super::report::{add_cost, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
+use super::report::{add_cost, cut, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
 use crate::item::{Item, Pos, Sink, Usage};
 use crate::json_ref::JsonRef;
 
@@ -109,6 +110,8 @@ struct RunTrack {
     loops: Vec<LoopTrack>,
     /// The loop of the run's previous call, when that call was flagged.
     last_flagged: Option<usize>,
+    /// Loops whose first flagged call's outcome is still to come: (call index, loop).
+    awaiting_outcome: Vec<(u64, usize)>,
     blocked: Vec<(Signature, usize)>,
     last_used: u64,
     seen_event: bool,
@@ -429,11 +432,22 @@ impl Scanner {
             Answer::Call { verdict, .. } => verdict,
             _ => Verdict::Allow,
         };
+        // A loop's first call: what it was called with (its outcome comes with its result).
+        let first_of = |report: &mut SessionReport, run: &mut RunTrack, l: usize| {
+            if report.loops[l].calls[0] == 0 {
+                report.loops[l].args = Some(match args {
+                    Some(args) => cut(&json_text(args)),
+                    None => "{}".to_owned(),
+                });
+                run.awaiting_outcome.push((index, l));
+            }
+        };
         let mark = match &verdict {
             Verdict::Warn { detection, .. } => {
                 report.warned_calls += 1;
                 let flag = Flag::of(detection);
                 let l = loop_for(report, run, &flag);
+                first_of(report, run, l);
                 record(report, run, l, &flag, index, pos.line, Outcome::Warned);
                 run.last_flagged = Some(l);
                 Timeline::WARN
@@ -454,6 +468,7 @@ impl Scanner {
                 } else {
                     let flag = Flag::of(detection);
                     let l = loop_for(report, run, &flag);
+                    first_of(report, run, l);
                     report.loops[l].saved.calls += 1;
                     run.batch_loop = Some(l);
                     run.last_flagged = Some(l);
@@ -502,6 +517,12 @@ impl Scanner {
             _ => 0,
         };
         let call_index = pending.as_ref().map(|(index, _)| *index);
+        if let Some(at) =
+            call_index.and_then(|index| run.awaiting_outcome.iter().position(|&(i, _)| i == index))
+        {
+            let (_, l) = run.awaiting_outcome.swap_remove(at);
+            state.report.loops[l].outcome = outcome_preview(outcome);
+        }
         let tool = pending
             .as_ref()
             .map(|(_, tool)| &**tool)
@@ -635,6 +656,8 @@ fn loop_for(report: &mut SessionReport, run: &mut RunTrack, flag: &Flag<'_>) -> 
         tool: flag.tool.to_owned(),
         paired_tool: flag.paired_tool.map(str::to_owned),
         tools: Vec::new(),
+        args: None,
+        outcome: None,
         detectors: Vec::new(),
         calls: [0, 0],
         warned_calls: 0,
@@ -653,6 +676,41 @@ fn loop_for(report: &mut SessionReport, run: &mut RunTrack, flag: &Flag<'_>) -> 
         index,
     });
     index
+}
+
+/// What a call returned, for people: a text result or error as its text (an MCP or
+/// OpenClaw result by the text of its content blocks, an error object by its message),
+/// anything else as its JSON; cut to a preview.
+fn outcome_preview<'a, J: Json<'a>>(outcome: OutcomeOf<J>) -> Option<String> {
+    let (value, error) = match outcome {
+        OutcomeOf::Result(v) => (v, false),
+        OutcomeOf::Error(v) => (v, true),
+        OutcomeOf::Nothing => return None,
+    };
+    let text = value
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            value
+                .get("message")
+                .and_then(Json::as_str)
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            let texts: Vec<&str> = value
+                .get("content")?
+                .as_array()?
+                .filter_map(|block| block.get("text").and_then(Json::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        })
+        .unwrap_or_else(|| json_text(value));
+    let text = cut(&text);
+    Some(if error {
+        format!("error: {text}")
+    } else {
+        text
+    })
 }
 
 /// What a flagged call came to.
