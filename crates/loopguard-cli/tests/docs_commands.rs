@@ -826,3 +826,30 @@ fn blocks_fail_on_any_command_and_keep_their_state() {
     );
     sandbox.finish();
 }
+
+/// `scripts/test` builds the Python wheel it tests into a folder of its own, emptied first:
+/// `pip install ./crates/loopguard-python` and `maturin build` write to target/wheels, and
+/// a second wheel there made the test install fail.
+#[test]
+fn scripts_test_builds_its_wheel_apart() {
+    let script = std::fs::read_to_string(repo_root().join("scripts/test")).unwrap();
+    let folder = script
+        .lines()
+        .find_map(|l| l.strip_prefix("lg_test_wheels="))
+        .expect("scripts/test names its wheel folder");
+    assert!(
+        folder.starts_with("target/") && folder != "target/wheels",
+        "{folder}"
+    );
+    for needle in [
+        "rm -rf \"$lg_test_wheels\"",
+        "-o \"$lg_test_wheels\"",
+        "\"$lg_test_wheels\"/*.whl",
+    ] {
+        assert!(script.contains(needle), "scripts/test: {needle}");
+    }
+    assert!(
+        !script.contains("target/wheels/"),
+        "nothing is taken from target/wheels"
+    );
+}
