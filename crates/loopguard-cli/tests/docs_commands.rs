@@ -200,11 +200,12 @@ fn every_shell_block_is_run_or_says_why_not() {
                 block.at()
             )),
             None => {}
-            Some(Marker::Run { .. }) => {
-                if !block.is_shell() && !matches!(block.lang.as_str(), "python" | "js") {
-                    problems.push(format!("{}: cannot run a {} block", block.at(), block.lang));
-                }
+            Some(Marker::Run { .. })
+                if !block.is_shell() && !matches!(block.lang.as_str(), "python" | "js") =>
+            {
+                problems.push(format!("{}: cannot run a {} block", block.at(), block.lang));
             }
+            Some(Marker::Run { .. }) => {}
             Some(Marker::Output) => {
                 let previous = i
                     .checked_sub(1)

@@ -73,7 +73,7 @@ pub struct Finding {
 }
 
 /// Longest preview of a loop's arguments and outcome, in characters.
-pub const PREVIEW_CHARS: usize = 160;
+pub(crate) const PREVIEW_CHARS: usize = 160;
 
 /// `text` cut to [`PREVIEW_CHARS`] characters, ending in `…` when it was cut.
 pub(crate) fn cut(text: &str) -> String {
@@ -115,9 +115,8 @@ pub struct LoopReport {
     pub paired_tool: Option<String>,
     /// Every tool of the loop's calls, in the order they were first flagged.
     pub tools: Vec<String>,
-    /// The arguments of the first flagged call, as canonical JSON cut to
-    /// [`PREVIEW_CHARS`] characters (`…` where it was cut); `None` for a loop that a
-    /// compaction abort began.
+    /// The arguments of the first flagged call, as canonical JSON cut to 160 characters
+    /// (`…` where it was cut); `None` for a loop that a compaction abort began.
     pub args: Option<String>,
     /// What the first flagged call returned, as the transcript has it (its text, or an
     /// error's, or the JSON of anything else), cut the same way; `None` when the
