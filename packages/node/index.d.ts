@@ -410,6 +410,12 @@ export class Guard {
    */
   constructor(config?: string | GuardConfig);
   /**
+   * What the config document holds that does nothing (a key that looks like a misspelt
+   * block name, `tools.loopdetection`), each with its place; each is also emitted as a
+   * process warning (`LoopguardConfigWarning`, code `LOOPGUARD_CONFIG_WARNING`).
+   */
+  readonly configWarnings: readonly ConfigIssue[];
+  /**
    * Judges a call about to run and hands out its ticket: do not run a blocked call (give
    * the model `ticket.blockedResult`); run any other, then `ticket.finish({ result })`.
    */

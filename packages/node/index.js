@@ -468,11 +468,29 @@ function settleNative(guard, bytes, outcome) {
   }
 }
 
+/**
+ * The config warnings of a new native guard, emitted as process warnings (as the CLI
+ * prints them wherever it loads a config) and kept, frozen, for `guard.configWarnings`.
+ */
+function configWarnings(guard, origin) {
+  const found = native.configWarnings(guard, origin);
+  for (const { located } of found) {
+    process.emitWarning(located, { type: 'LoopguardConfigWarning', code: 'LOOPGUARD_CONFIG_WARNING' });
+  }
+  return Object.freeze(found.map(({ issue }) => Object.freeze(plainIssue(issue))));
+}
+
+/** A native config issue as the package's plain object. */
+function plainIssue(issue) {
+  return { path: issue.path, line: issue.line ?? null, column: issue.column ?? null, message: issue.message };
+}
+
 class Guard {
   #native;
   #seq = 0;
   /** `settleNative` for this guard: made once, shared by its tickets. */
   #settle;
+  #configWarnings;
 
   /**
    * @param config a JSON5 document (a string starting with `{` or a comment), a file path, or a parsed
@@ -484,20 +502,24 @@ class Guard {
       this.#native = native.newGuard(text, origin);
       const handle = this.#native;
       this.#settle = (bytes, outcome) => settleNative(handle, bytes, outcome);
+      this.#configWarnings = configWarnings(handle, origin);
     } catch (error) {
       const issues = native.configIssues(text, origin);
       if (!issues) throw error;
       throw new ConfigError(
         error.message,
-        issues.map((i) => ({
-          path: i.path,
-          line: i.line ?? null,
-          column: i.column ?? null,
-          message: i.message,
-        })),
+        issues.map(plainIssue),
         origin,
       );
     }
+  }
+
+  /**
+   * What the config document holds that does nothing (a key that looks like a misspelt
+   * block name), each as a `ConfigError`'s issue; also emitted as process warnings.
+   */
+  get configWarnings() {
+    return this.#configWarnings;
   }
 
   /** The event text of a call. */

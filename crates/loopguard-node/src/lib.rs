@@ -420,18 +420,46 @@ pub fn verdict_from_answer(answer: String, tool: String) -> Result<Option<Native
 #[napi]
 pub fn config_issues(text: String, origin: Option<String>) -> Option<Vec<NativeConfigIssue>> {
     let error = ConfigSet::parse_named(&text, origin.as_deref()).err()?;
-    Some(
-        error
-            .issues
-            .iter()
-            .map(|issue| NativeConfigIssue {
-                path: issue.path.clone(),
-                line: issue.position.map(|p| saturate(p.line)),
-                column: issue.position.map(|p| saturate(p.column)),
-                message: issue.to_string(),
-            })
-            .collect(),
-    )
+    Some(error.issues.iter().map(native_issue).collect())
+}
+
+/// What the guard's config document holds that is not wrong but does nothing (a key that
+/// looks like a misspelt block name: `ConfigSet::warnings`), each with its place in the
+/// document `origin` (a file name) as the CLI prints it, for `process.emitWarning`.
+#[napi]
+pub fn config_warnings(
+    guard: &External<RefCell<NativeGuard>>,
+    origin: Option<String>,
+) -> Result<Vec<NativeConfigWarning>> {
+    let this = enter(guard)?;
+    Ok(this
+        .replayer
+        .guard()
+        .config()
+        .warnings()
+        .iter()
+        .map(|issue| NativeConfigWarning {
+            issue: native_issue(issue),
+            located: issue.located(origin.as_deref()).to_string(),
+        })
+        .collect())
+}
+
+/// A config warning: the issue, and the same with its place as one line.
+#[napi(object)]
+pub struct NativeConfigWarning {
+    pub issue: NativeConfigIssue,
+    /// `FILE:LINE:COLUMN: message`, as `loopguard config check` prints it.
+    pub located: String,
+}
+
+fn native_issue(issue: &loopguard::config::ConfigIssue) -> NativeConfigIssue {
+    NativeConfigIssue {
+        path: issue.path.clone(),
+        line: issue.position.map(|p| saturate(p.line)),
+        column: issue.position.map(|p| saturate(p.column)),
+        message: issue.to_string(),
+    }
 }
 
 /// Every key each config block accepts, by the block's path inside a scope (for schemas

@@ -26,11 +26,13 @@ mod answers;
 mod convert;
 mod flat;
 
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError, TryLockError};
 
 use std::cell::RefCell;
 
+use loopguard::config::ConfigIssue;
 use loopguard::{Call, ConfigSet, Guard, OutcomeOf, SystemClock, Ticket};
 use loopguard_events::{from_value, EventRef, IdsRef, Replayer, Reply};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -131,6 +133,8 @@ pub struct PyGuard {
     engine: Mutex<Replayer<SystemClock>>,
     /// The `seq` of `apply_event`'s last answer.
     seq: Mutex<u64>,
+    /// The config's warnings (`ConfigSet::warnings`), placed as `ConfigError`'s issues are.
+    config_warnings: Vec<ConfigIssue>,
 }
 
 /// An optional keyword argument that tells "not given" from `None` (`result=None` is a
@@ -247,14 +251,35 @@ impl PyGuard {
     #[new]
     #[pyo3(signature = (config = None))]
     fn new(py: Python<'_>, config: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let config = match config {
-            None => ConfigSet::default(),
+        let (config, source) = match config {
+            None => (ConfigSet::default(), ConfigText::default()),
             Some(config) => load_config(py, config)?,
         };
+        let config_warnings: Vec<ConfigIssue> =
+            config.warnings().iter().map(|w| source.placed(w)).collect();
+        for warning in &config_warnings {
+            let text = warning.located(source.origin.as_deref()).to_string();
+            let text = CString::new(text.replace('\0', " ")).unwrap_or_default();
+            PyErr::warn(py, config_warning_class(py)?, &text, 1)?;
+        }
         Ok(Self {
             engine: Mutex::new(Replayer::with_guard(Guard::new(config), None)),
             seq: Mutex::new(0),
+            config_warnings,
         })
+    }
+
+    /// What the config document holds that does nothing (a key that looks like a misspelt
+    /// block name, `tools.loopdetection`): dicts with `path`, `line`, `column` and
+    /// `message`, as `ConfigError.issues`. Each was also issued as a
+    /// `loopguard.ConfigWarning` when the guard was made.
+    #[getter]
+    fn config_warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for warning in &self.config_warnings {
+            out.append(issue_dict(py, warning)?)?;
+        }
+        Ok(out)
     }
 
     /// Judges a call about to run and hands out its ticket: do not run a blocked call
@@ -635,8 +660,26 @@ the with block (or ticket.cancel() when the call did not run)",
     }
 }
 
-/// A config given as a path, JSON5 text or a dict.
-fn load_config(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<ConfigSet> {
+/// Where a config document came from: the file it was read from, and whether it was a
+/// dict (whose issues have no lines: the text they would point into is not the user's).
+#[derive(Default)]
+struct ConfigText {
+    origin: Option<String>,
+    from_dict: bool,
+}
+
+impl ConfigText {
+    /// `issue`, its position dropped when the document was a dict.
+    fn placed(&self, issue: &ConfigIssue) -> ConfigIssue {
+        ConfigIssue {
+            position: issue.position.filter(|_| !self.from_dict),
+            ..issue.clone()
+        }
+    }
+}
+
+/// A config given as a path, JSON5 text or a dict, and where it came from.
+fn load_config(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<(ConfigSet, ConfigText)> {
     let (text, origin) = if let Ok(text) = config.cast::<PyString>() {
         let text = text.to_cow()?.into_owned();
         // A document starts with `{` (after blanks and comments); a path never does.
@@ -659,13 +702,14 @@ fn load_config(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<ConfigSet>
             "config must be a path, the text of a JSON5 document or a dict",
         ));
     };
-    ConfigSet::parse_named(&text, origin.as_deref()).map_err(|e| {
-        config_error(
-            py,
-            &e,
-            origin.is_none() && config.is_instance_of::<PyDict>(),
-        )
-    })
+    let source = ConfigText {
+        from_dict: origin.is_none() && config.is_instance_of::<PyDict>(),
+        origin,
+    };
+    match ConfigSet::parse_named(&text, source.origin.as_deref()) {
+        Ok(set) => Ok((set, source)),
+        Err(e) => Err(config_error(py, &e, &source)),
+    }
 }
 
 fn read_config(path: PathBuf) -> PyResult<(String, Option<String>)> {
@@ -676,17 +720,12 @@ fn read_config(path: PathBuf) -> PyResult<(String, Option<String>)> {
 /// `loopguard.ConfigError` (defined in Python, `loopguard/_errors.py`) for `e`: the message
 /// lists every problem; `file`, `path`, `line` and `column` locate the first; `issues`
 /// holds them all. A dict has no lines: positions are then `None`.
-fn config_error(py: Python<'_>, e: &loopguard::ConfigError, from_dict: bool) -> PyErr {
+fn config_error(py: Python<'_>, e: &loopguard::ConfigError, source: &ConfigText) -> PyErr {
+    let from_dict = source.from_dict;
     let build = || -> PyResult<PyErr> {
         let issues = PyList::empty(py);
         for issue in &e.issues {
-            let d = PyDict::new(py);
-            let position = issue.position.filter(|_| !from_dict);
-            d.set_item("path", &issue.path)?;
-            d.set_item("line", position.map(|p| p.line))?;
-            d.set_item("column", position.map(|p| p.column))?;
-            d.set_item("message", issue.to_string())?;
-            issues.append(d)?;
+            issues.append(issue_dict(py, &source.placed(issue))?)?;
         }
         let first = e.issues.first();
         let position = first.and_then(|i| i.position).filter(|_| !from_dict);
@@ -711,17 +750,36 @@ fn config_error(py: Python<'_>, e: &loopguard::ConfigError, from_dict: bool) -> 
     build().unwrap_or_else(|err| err)
 }
 
+/// A config issue as a dict: `path`, `line`, `column`, `message`.
+fn issue_dict<'py>(py: Python<'py>, issue: &ConfigIssue) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("path", &issue.path)?;
+    d.set_item("line", issue.position.map(|p| p.line))?;
+    d.set_item("column", issue.position.map(|p| p.column))?;
+    d.set_item("message", issue.to_string())?;
+    Ok(d)
+}
+
 fn config_error_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    CLASS
-        .get_or_try_init(py, || {
-            Ok::<_, PyErr>(
-                py.import("loopguard._errors")?
-                    .getattr("ConfigError")?
-                    .unbind(),
-            )
-        })
-        .map(|c| c.bind(py))
+    errors_class(py, &CLASS, "ConfigError")
+}
+
+fn config_warning_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    errors_class(py, &CLASS, "ConfigWarning")
+}
+
+/// The class `name` of `loopguard/_errors.py`, looked up once into `cell`.
+fn errors_class<'a>(
+    py: Python<'a>,
+    cell: &'a PyOnceLock<Py<PyAny>>,
+    name: &str,
+) -> PyResult<&'a Bound<'a, PyAny>> {
+    cell.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("loopguard._errors")?.getattr(name)?.unbind())
+    })
+    .map(|c| c.bind(py))
 }
 
 /// For `bench/timing.py`: converts `obj` the way arguments and results are converted and

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict
 
@@ -169,3 +170,38 @@ def test_config_errors_carry_file_line_and_column(tmp_path: Path) -> None:
         loopguard.Guard(tmp_path / "missing.json5")
     with pytest.raises(TypeError):
         loopguard.Guard(42)  # type: ignore[arg-type]
+
+
+def test_a_misspelt_block_name_is_a_config_warning(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json5"
+    path.write_text("{ tools: {\n  loopdetection: { enabled: true } } }\n")
+    with pytest.warns(loopguard.ConfigWarning) as caught:
+        g = loopguard.Guard(path)
+    message = (
+        "unknown key `loopdetection` in tools (did you mean `loopDetection`?): "
+        "it is not read, so its settings do not apply"
+    )
+    assert [str(w.message) for w in caught] == [f"{path}:2:3: {message}"]
+    assert caught[0].filename == __file__, "the warning points at the line that made the guard"
+    assert g.config_warnings == [{"path": "tools.loopdetection", "line": 2, "column": 3, "message": message}]
+    # The misspelt block does nothing: detection stays off.
+    assert g.explain()["effective"]["enabled"] == "unset"
+    # A dict has no lines; the text names the key.
+    with pytest.warns(loopguard.ConfigWarning, match=r"^unknown key `tool` \(did you mean `tools`\?\)"):
+        g = loopguard.Guard({"tool": {"loopDetection": {"enabled": True}}})
+    assert g.config_warnings == [
+        {
+            "path": "tool",
+            "line": None,
+            "column": None,
+            "message": "unknown key `tool` (did you mean `tools`?): the loopDetection block in it "
+            "is not read, so its settings do not apply",
+        }
+    ]
+    # Warnings are warnings: made errors, the guard is not made.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loopguard.ConfigWarning)
+        with pytest.raises(loopguard.ConfigWarning):
+            loopguard.Guard("{ loopGuard: {} }")
+        assert guard().config_warnings == []
+        assert loopguard.Guard().config_warnings == []

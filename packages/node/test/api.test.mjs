@@ -143,6 +143,42 @@ test('config errors are ConfigErrors with path, line and column', () => {
   assert.throws(() => new Guard([]), TypeError);
 });
 
+test('a misspelt block name is a config warning, emitted and kept on the guard', async () => {
+  const emitted = [];
+  const listen = (warning) => emitted.push(warning);
+  process.on('warning', listen);
+  try {
+    const dir = mkdtempSync(join(tmpdir(), 'loopguard-node-'));
+    const file = join(dir, 'typo.json5');
+    writeFileSync(file, '{ tools: {\n  loopdetection: { enabled: true } } }');
+    const guard = new Guard(file);
+    assert.deepEqual(guard.configWarnings, [
+      {
+        path: 'tools.loopdetection',
+        line: 2,
+        column: 3,
+        message:
+          'unknown key `loopdetection` in tools (did you mean `loopDetection`?): it is not read, so its settings do not apply',
+      },
+    ]);
+    assert.ok(Object.isFrozen(guard.configWarnings) && Object.isFrozen(guard.configWarnings[0]));
+    // The misspelt block does nothing: detection stays off.
+    assert.equal(guard.configExplain().effective.enabled, 'unset');
+    assert.deepEqual(new Guard('{ tool: { loopDetection: {} } }').configWarnings.map((w) => w.path), ['tool']);
+    assert.deepEqual(new Guard(ON).configWarnings, []);
+    assert.deepEqual(new Guard().configWarnings, []);
+    // Warnings are emitted on the next tick.
+    await new Promise((ok) => setImmediate(ok));
+    const ours = emitted.filter((w) => w.name === 'LoopguardConfigWarning');
+    assert.equal(ours.length, 2, ours.map(String).join('\n'));
+    assert.equal(ours[0].code, 'LOOPGUARD_CONFIG_WARNING');
+    assert.equal(ours[0].message, `${file}:2:3: ${guard.configWarnings[0].message}`);
+    assert.match(ours[1].message, /^1:3: unknown key `tool` \(did you mean `tools`\?\)/);
+  } finally {
+    process.off('warning', listen);
+  }
+});
+
 test('bad input gets a clear error, never a crash', () => {
   const guard = new Guard(ON);
   const call = { session: 's', run: 'r', tool: 'read' };

@@ -66,6 +66,10 @@ const config: GuardConfig = {
   gateway: { port: 18789 },
 };
 const guard = new Guard(config);
+for (const warning of guard.configWarnings) {
+  const where: string = warning.line === null ? warning.path : `${warning.line}:${warning.column ?? 0}`;
+  console.log(where, warning.message);
+}
 
 // The verdict is a tagged union: each branch has the fields of its kind.
 function describe(verdict: Verdict): string {

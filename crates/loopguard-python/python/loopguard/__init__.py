@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._errors import ConfigError, RemoteError
+from ._errors import ConfigError, ConfigWarning, RemoteError
 from ._native import MAX_NESTING, Abort, Guard, Recorded, Ticket, Verdict
 from .remote import RemoteGuard, RemoteTicket
 
@@ -37,6 +37,7 @@ __all__ = [
     "AnyGuard",
     "AnyTicket",
     "ConfigError",
+    "ConfigWarning",
     "Guard",
     "MAX_NESTING",
     "Recorded",

@@ -29,6 +29,13 @@ class ConfigError(ValueError):
         self.issues: List[Dict[str, Any]] = issues or []
 
 
+class ConfigWarning(UserWarning):
+    """Something in a config document that is not wrong but does nothing: a key that looks
+    like a misspelt block name (``tools.loopdetection``, ``tool``, ``loopGuard``), which
+    neither loopguard nor OpenClaw reads. Issued when a ``Guard`` is made; the guard's
+    ``config_warnings`` lists them as ``ConfigError.issues`` lists problems."""
+
+
 class RemoteError(OSError):
     """A ``loopguard serve`` sidecar refused a request (``status`` is the HTTP status, 0 when
     it could not be reached). Hosts usually fail open: run the call as if allowed."""

@@ -253,6 +253,8 @@ class Guard:
     """The loop guard with its state in memory; safe to share between threads."""
 
     def __new__(cls, config: Union[str, "PathLike[str]", GuardConfig, Dict[str, Any], None] = None) -> "Guard": ...
+    @property
+    def config_warnings(self) -> List[Dict[str, Any]]: ...
     def begin(
         self,
         tool: str,
