@@ -37,7 +37,6 @@ use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::repo_root;
@@ -285,8 +284,46 @@ fn heavy_allowed() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("LOOPGUARD_TEST_DOCS").is_some()
 }
 
-/// Scenarios whose blocks start a server on a fixed port run one at a time.
-static SERVING: Mutex<()> = Mutex::new(());
+/// The port the documents' servers listen on (`loopguard serve`'s default).
+const DOCS_PORT: u16 = 7671;
+
+/// How long a serving scenario waits for the port to be free before it fails.
+const PORT_WAIT: Duration = Duration::from_secs(300);
+
+/// The documents' port, held by a scenario whose blocks start a server on it: an exclusive
+/// lock on a file in the machine's temporary directory, so serving scenarios run one at a
+/// time across this test's threads and every other process running these tests (another
+/// checkout's CI, a developer's second run), released when the scenario ends (or its
+/// process dies). Taken, it also waits for the port to be free of servers the lock does
+/// not know (one still stopping, one a user started), and fails saying so when it stays
+/// taken.
+struct PortLock {
+    _file: std::fs::File,
+}
+
+impl PortLock {
+    fn take() -> Self {
+        let path = std::env::temp_dir().join(format!("loopguard-doc-tests-port-{DOCS_PORT}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+        let start = Instant::now();
+        while let Err(e) = std::net::TcpListener::bind(("127.0.0.1", DOCS_PORT)) {
+            assert!(
+                start.elapsed() < PORT_WAIT,
+                "127.0.0.1:{DOCS_PORT} stayed taken for {PORT_WAIT:?} ({e}): the documents' \
+servers listen there; stop whatever holds it (`ss -ltnp 'sport = {DOCS_PORT}'`) and run again"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Self { _file: file }
+    }
+}
 
 /// What one run block printed.
 #[derive(Debug)]
@@ -607,7 +644,7 @@ fn run_scenario(blocks: &[Block], name: Option<&str>, only: Option<&str>) -> Vec
                 }) => (acc.0 || *checkout, acc.1 || *serves, acc.2 || *heavy),
                 _ => acc,
             });
-    let _serving = serves.then(|| SERVING.lock().unwrap_or_else(|p| p.into_inner()));
+    let _port = serves.then(PortLock::take);
     let started = Instant::now();
     let mut sandbox = Sandbox::new(checkout, heavy);
     let mut out = Vec::new();
