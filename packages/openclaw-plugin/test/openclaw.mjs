@@ -3,7 +3,7 @@
 // Each run gets its own home, state directory and config.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -91,9 +91,18 @@ export async function installDocumented(home) {
   }
 }
 
+/** The directories of this process's OpenClaw installations, removed at its end when every
+ * test passed (kept to look into otherwise). */
+const made = [];
+process.on('exit', (code) => {
+  if (code !== 0) return;
+  for (const root of made) rmSync(root, { recursive: true, force: true });
+});
+
 /** A fresh directory for one OpenClaw installation. */
 export function openclawHome() {
   const root = mkdtempSync(join(tmpdir(), 'loopguard-openclaw-'));
+  made.push(root);
   const home = join(root, 'home');
   const state = join(root, 'state');
   const workspace = join(root, 'workspace');
@@ -151,6 +160,36 @@ export function openclaw(home, args, { timeoutMs = 480_000, cwd = home.workspace
   });
 }
 
+let template = null;
+
+/**
+ * An OpenClaw with the plugin installed by the documented commands, made once per process
+ * (an install is most of a minute of CPU). Each run gets a copy of it: its install record
+ * names the template's plugin folder, which stays until the process ends.
+ */
+function installedTemplate() {
+  template ??= (async () => {
+    const home = openclawHome();
+    writeFileSync(
+      home.configPath,
+      JSON.stringify(openclawConfig({ modelUrl: 'http://127.0.0.1:9/v1', workspace: home.workspace }), null, 2),
+    );
+    await installDocumented(home);
+    return home;
+  })();
+  return template;
+}
+
+/** A new OpenClaw installation with the plugin installed: a copy of the template. */
+async function installedHome() {
+  const from = await installedTemplate();
+  const home = openclawHome();
+  for (const part of ['home', 'state', 'workspace']) {
+    cpSync(join(from.root, part), join(home.root, part), { recursive: true });
+  }
+  return home;
+}
+
 /**
  * One scripted agent run: the model asks for `steps` (then answers in text); returns the
  * run's JSON envelope, its stderr, and the tool results the model was shown.
@@ -158,11 +197,10 @@ export function openclaw(home, args, { timeoutMs = 480_000, cwd = home.workspace
 export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare, overflowAt, contextWindow }) {
   const model = await scriptedModel(steps, { overflowAt });
   try {
-    const home = openclawHome();
-    prepare?.(home);
     // Installed as the docs say; then the test's model, agents and the plugin's config,
     // over what install and enable wrote.
-    await installDocumented(home);
+    const home = await installedHome();
+    prepare?.(home);
     const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
     const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, contextWindow });
     installed.plugins.entries.loopguard.config = pluginConfig ?? {};
