@@ -2,13 +2,13 @@
 // (non-JSON values, cycles, BigInt, huge and deeply nested values) answered with clear
 // errors and never a crash.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
-import { ALLOW, ConfigError, Guard } from './support.mjs';
+import { ALLOW, ConfigError, Guard, packageDir } from './support.mjs';
 
 /** The error `fn` throws, checked to be of `type`. */
 function caught(fn, type) {
@@ -176,6 +176,24 @@ test('a misspelt block name is a config warning, emitted and kept on the guard',
     assert.match(ours[1].message, /^1:3: unknown key `tool` \(did you mean `tools`\?\)/);
   } finally {
     process.off('warning', listen);
+  }
+});
+
+test('the exports map: the package by its name is index.js with index.d.ts as its types, both published', () => {
+  const pkg = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8'));
+  // A package resolves its own name through its exports map, as a dependent's require does.
+  const resolve = createRequire(join(packageDir, 'index.js')).resolve;
+  assert.equal(resolve('@loopguard/node'), join(packageDir, 'index.js'));
+  assert.equal(resolve('@loopguard/node/package.json'), join(packageDir, 'package.json'));
+  assert.throws(() => resolve('@loopguard/node/native.js'), { code: 'ERR_PACKAGE_PATH_NOT_EXPORTED' });
+  const root = pkg.exports['.'];
+  // TypeScript takes the first condition that matches: `types` comes before `default`.
+  assert.deepEqual(Object.keys(root), ['types', 'default']);
+  assert.equal(root.types, `./${pkg.types}`);
+  assert.equal(root.default, `./${pkg.main}`);
+  for (const file of [pkg.types, pkg.main]) {
+    assert.ok(existsSync(join(packageDir, file)), file);
+    assert.ok(pkg.files.includes(file), `${file} is published`);
   }
 });
 
