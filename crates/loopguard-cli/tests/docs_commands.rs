@@ -37,6 +37,7 @@ use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::repo_root;
@@ -283,6 +284,12 @@ fn every_shell_block_is_run_or_says_why_not() {
 fn heavy_allowed() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("LOOPGUARD_TEST_DOCS").is_some()
 }
+
+/// Heavy scenarios run one at a time: their release builds would wait for each other on
+/// Cargo's lock all the same, and a wheel build must not overlap other builds in the same
+/// target directory (maturin moves the library it built out of `target/release` while it
+/// packs the wheel). Each scenario's time is then its own, not time spent waiting.
+static HEAVY: Mutex<()> = Mutex::new(());
 
 /// The port the documents' servers listen on (`loopguard serve`'s default).
 const DOCS_PORT: u16 = 7671;
@@ -644,6 +651,7 @@ fn run_scenario(blocks: &[Block], name: Option<&str>, only: Option<&str>) -> Vec
                 }) => (acc.0 || *checkout, acc.1 || *serves, acc.2 || *heavy),
                 _ => acc,
             });
+    let _heavy = heavy.then(|| HEAVY.lock().unwrap_or_else(|p| p.into_inner()));
     let _port = serves.then(PortLock::take);
     let started = Instant::now();
     let mut sandbox = Sandbox::new(checkout, heavy);
