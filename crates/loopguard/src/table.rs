@@ -183,7 +183,8 @@ impl<T> SessionTable<T> {
         entry.stamp = stamp;
         entry.last_active = now;
         let mut evicted = None;
-        let index = match entry.runs.iter().position(|r| &*r.id == run) {
+        // From the newest: a session's newest run is the one its events name.
+        let index = match entry.runs.iter().rposition(|r| &*r.id == run) {
             Some(i) => i,
             None => {
                 if entry.runs.len() >= shared.max_runs {
@@ -250,14 +251,15 @@ impl<T> SessionTable<T> {
     /// Whether opening `session` would find the sessions at their bound (the guard sweeps
     /// idle sessions first then).
     pub(crate) fn is_full_for(&self, session: &str) -> bool {
-        !self.sessions.contains_key(session)
-            && self.shared.sessions.load(Ordering::Acquire) >= self.shared.max_sessions
+        // The count first: a table below its bound needs no lookup.
+        self.shared.sessions.load(Ordering::Acquire) >= self.shared.max_sessions
+            && !self.sessions.contains_key(session)
     }
 
     /// The value of a run, if the table holds it.
     pub(crate) fn get(&self, session: &str, run: &str) -> Option<&T> {
         let runs = &self.sessions.get(session)?.runs;
-        runs.iter().find(|r| &*r.id == run).map(|r| &r.value)
+        runs.iter().rev().find(|r| &*r.id == run).map(|r| &r.value)
     }
 
     /// The runs of a session: run id and value.
