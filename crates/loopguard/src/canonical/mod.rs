@@ -91,9 +91,10 @@ impl Digest {
     /// Feeds raw bytes.
     #[inline(always)]
     pub(crate) fn write(&mut self, bytes: &[u8]) {
-        if bytes.len() <= BUF - self.len {
-            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
+        let at = self.len;
+        if bytes.len() <= BUF - at {
+            put(&mut self.buf[at..at + bytes.len()], bytes);
+            self.len = at + bytes.len();
         } else {
             self.write_slow(bytes);
         }
@@ -186,20 +187,31 @@ impl Digest {
         }
     }
 
+    /// A tag, a length and that many bytes: a string, in one write when it fits.
+    #[inline]
+    fn tagged(&mut self, tag: u8, bytes: &[u8]) {
+        let at = self.len;
+        if 9 + bytes.len() <= BUF - at {
+            self.buf[at] = tag;
+            self.buf[at + 1..at + 9].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+            put(&mut self.buf[at + 9..at + 9 + bytes.len()], bytes);
+            self.len = at + 9 + bytes.len();
+        } else {
+            self.write_tag_len(tag, bytes.len());
+            self.write(bytes);
+        }
+    }
+
     /// Encodes a string.
     pub fn str(&mut self, s: &str) {
-        self.write_tag_len(b's', s.len());
-        self.write(s.as_bytes());
+        self.tagged(b's', s.as_bytes());
     }
 
     /// Encodes a string of either kind (a WTF-8 one under its own tag).
     pub fn string(&mut self, s: Str<'_>) {
         match s {
-            Str::Text(t) => self.str(t),
-            Str::Wtf8(b) => {
-                self.write_tag_len(b'w', b.len());
-                self.write(b);
-            }
+            Str::Text(t) => self.tagged(b's', t.as_bytes()),
+            Str::Wtf8(b) => self.tagged(b'w', b),
         }
     }
 
@@ -233,11 +245,11 @@ impl Digest {
     /// lone surrogate).
     #[inline]
     pub fn key_bytes(&mut self, bytes: &[u8]) {
-        if bytes.len() + 8 <= BUF - self.len {
-            let at = self.len;
+        let at = self.len;
+        if bytes.len() + 8 <= BUF - at {
             self.buf[at..at + 8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            self.buf[at + 8..at + 8 + bytes.len()].copy_from_slice(bytes);
-            self.len += 8 + bytes.len();
+            put(&mut self.buf[at + 8..at + 8 + bytes.len()], bytes);
+            self.len = at + 8 + bytes.len();
         } else {
             self.write_len(bytes.len());
             self.write(bytes);
@@ -246,7 +258,7 @@ impl Digest {
 
     /// Encodes any JSON value.
     pub fn value<'a, J: Json<'a>>(&mut self, value: J) {
-        self.value_filtered(value, Filter::KEEP);
+        self.plain(Start::Value(value), MaskSet::NONE);
     }
 
     /// Encodes a string value, masked when the filter asks for it. WTF-8 strings are never
@@ -262,6 +274,9 @@ impl Digest {
 
     /// Encodes a JSON value, leaving out or rewriting what `filter` says.
     pub(crate) fn value_filtered<'a, J: Json<'a>>(&mut self, value: J, filter: Filter<'_>) {
+        if filter.is_plain() {
+            return self.plain(Start::Value(value), filter.mask);
+        }
         let mut order = std::mem::take(&mut self.order);
         let mut walk = Walk::new(filter, &[], &mut order);
         walk.push_value(self, value, None);
@@ -277,10 +292,80 @@ impl Digest {
         O: Object<'a>,
         O::Value: Json<'a, Object = O>,
     {
+        if filter.is_plain() {
+            return self.plain(Start::<O::Value>::Object(object), filter.mask);
+        }
         let mut order = std::mem::take(&mut self.order);
         let mut walk = Walk::<O::Value>::new(filter, prefix, &mut order);
         walk.push_object(self, object, None);
         walk.drain(self);
+        order.clear();
+        self.order = order;
+    }
+
+    /// Encodes a value whose members are all kept (the common case: no tool policy
+    /// leaves paths out, no send drops its ids), masking strings when `mask` says so.
+    /// The filtered walk below does the same with the bookkeeping filters need; this one
+    /// keeps only the stack of open containers.
+    fn plain<'a, J: Json<'a>>(&mut self, start: Start<'a, J>, mask: MaskSet) {
+        let mut order = std::mem::take(&mut self.order);
+        let mut stack: SmallVec<[Open<'a, J>; 16]> = SmallVec::new();
+        let mut object = None;
+        let mut value = match start {
+            Start::Value(value) => Some(value),
+            Start::Object(o) => {
+                object = Some(o);
+                None
+            }
+        };
+        'values: loop {
+            if let Some(v) = value.take() {
+                match v.kind() {
+                    Kind::Null => self.null(),
+                    Kind::Bool(b) => self.bool(b),
+                    Kind::Number(n) => self.num(n),
+                    Kind::String(s) => self.str_value(s, mask),
+                    Kind::Array(items) => {
+                        self.array(items.len());
+                        if items.len() > 0 {
+                            stack.push(Open::Items(items));
+                        }
+                    }
+                    Kind::Object(o) => object = Some(o),
+                }
+            }
+            if let Some(o) = object.take() {
+                let mark = order.len();
+                let (len, members) = o.sorted(&mut order);
+                self.object(len);
+                if len > 0 {
+                    stack.push(Open::Members(o, members, mark));
+                } else {
+                    order.truncate(mark);
+                }
+            }
+            // The next value: of the innermost open container, or of one further out.
+            while let Some(top) = stack.last_mut() {
+                match top {
+                    Open::Items(items) => {
+                        if let Some(item) = items.next() {
+                            value = Some(item);
+                            continue 'values;
+                        }
+                    }
+                    Open::Members(o, members, mark) => {
+                        if let Some((key, v)) = o.next_sorted(members, &order) {
+                            self.key_bytes(key);
+                            value = Some(v);
+                            continue 'values;
+                        }
+                        order.truncate(*mark);
+                    }
+                }
+                stack.pop();
+            }
+            break;
+        }
         order.clear();
         self.order = order;
     }
@@ -300,6 +385,35 @@ impl Digest {
                 stream.digest128()
             }
         }
+    }
+}
+
+/// Copies `src` into `dst`, of the same length. Keys and most string values are short:
+/// they are moved in one or two overlapping word-sized copies instead of a call to
+/// `memcpy`, which costs more than the copy at these sizes.
+#[inline(always)]
+fn put(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+        }
+        8..=16 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+        }
+        17..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+        }
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -324,6 +438,19 @@ pub(crate) fn hash_with(f: impl FnOnce(&mut Digest)) -> u128 {
             d.take()
         }
     })
+}
+
+/// Where the plain walk starts: a value, or an object.
+enum Start<'a, J: Json<'a>> {
+    Value(J),
+    Object(J::Object),
+}
+
+/// An open container of the plain walk.
+enum Open<'a, J: Json<'a>> {
+    Items(J::Items),
+    /// An object's members in key order, and the length of the sort scratch before it.
+    Members(J::Object, <J::Object as Object<'a>>::Sorted, usize),
 }
 
 /// One level of the explicit traversal stack.
