@@ -2,15 +2,18 @@
 //! path computes from the text equal those of the `Value` path: the value, the args of a
 //! few tools (policy tables and plan shape included), and the outcome print of the value
 //! as a result and as an error under each rule, with SPEC's config and with masking and a
-//! tool policy on. The first byte picks the tool.
+//! tool policy on; the result also as event readers tokenize it, with only what the
+//! outcome rules read ([`RESULT_READ`]). The first byte picks the tool.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use loopguard::config::ConfigSet;
-use loopguard::fingerprint::{failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint};
-use loopguard::json::Tape;
+use loopguard::fingerprint::{
+    failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint, RESULT_READ,
+};
+use loopguard::json::{Read, Tape};
 use loopguard::CallPrint;
 
 const TOOLS: [&str; 8] = [
@@ -53,8 +56,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
         return;
     };
+    static RESULT: Read = RESULT_READ;
     let mut tape = Tape::new();
     let raw = tape.parse(text).expect("the tape reads what serde_json reads");
+    let mut read_tape = Tape::new();
+    let read = read_tape
+        .parse_read(text, &RESULT)
+        .expect("the tape reads what serde_json reads");
     assert_eq!(Fingerprint::of(raw), Fingerprint::of(&value), "{text}");
     let tool = TOOLS[usize::from(pick) % TOOLS.len()];
     for config in configs() {
@@ -74,5 +82,13 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(is_failure(tool, v), is_failure(tool, r));
             assert_eq!(failure_of(tool, v), failure_of(tool, r));
         }
+        let (v, r) = (OutcomeOf::Result(&value), OutcomeOf::Result(read));
+        assert_eq!(
+            OutcomePrint::for_config(a.rule, v, cfg),
+            OutcomePrint::for_config(b.rule, r, cfg),
+            "{tool}: {text} (as read)"
+        );
+        assert_eq!(is_failure(tool, v), is_failure(tool, r));
+        assert_eq!(failure_of(tool, v), failure_of(tool, r));
     }
 });

@@ -1,10 +1,11 @@
 //! Events as the engine reads them: borrowed ids and JSON, from either representation.
 //!
 //! A line of a replay, a sidecar request or a hook payload is tokenized once into a
-//! [`Tape`]; [`parse_raw`] then reads the envelope from it in one pass over its members,
-//! keeping `args`, `result` and `error` as [`Raw`] nodes and the ids as slices of the line
-//! (or of the tape, when escaped). No value tree is built and, once the tape has grown to
-//! the stream's events, nothing is allocated. An owned [`Event`] (what transcript readers
+//! [`Tape`], keeping only what the engine reads: the envelope's own members (noted by the
+//! tokenizer as it finds them) and, of a result, what the outcome rules read; anything else
+//! is checked to be JSON and left out. [`parse_raw`] keeps `args`, `result` and `error` as
+//! [`Raw`] nodes and the ids as slices of the line (or of the tape, when escaped). No value
+//! tree is built and, once the tape has grown to the stream's events, nothing is allocated. An owned [`Event`] (what transcript readers
 //! and hosts with `serde_json` values build) lends the same view with [`Event::as_ref`], so
 //! [`crate::apply_event`] is written once for both.
 //!
@@ -14,7 +15,8 @@
 //! `docs/fingerprints.md`); in the ids, which are kept as text, a lone surrogate makes the
 //! event invalid.
 
-use loopguard::json::{kind_name, Json, Raw, Str, Tape};
+use loopguard::fingerprint::RESULT_READ;
+use loopguard::json::{kind_name, Json, Member, Raw, Read, Str, Tape};
 use loopguard::{OutcomeOf, Scope};
 use serde_json::Value;
 
@@ -208,14 +210,38 @@ impl Event {
 
 /// Parses one line (without its line terminator) into an event that borrows from the line
 /// and from `tape`. The errors are those of [`crate::parse_line`], word for word, except
-/// that JSON a `Value` cannot hold is read (see the module docs).
+/// that JSON a `Value` cannot hold is read (see the module docs). What the engine never
+/// reads ([`ENVELOPE`]: members of the event other than its own, members of a result other
+/// than those the outcome rules read) is checked to be JSON and left out of the tape.
 pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>, String> {
     let text = std::str::from_utf8(line).map_err(|e| crate::event::utf8_error(&e))?;
     let root = tape
-        .parse(text)
+        .parse_read(text, &ENVELOPE)
         .map_err(|e| crate::event::json_text_error(text, &e))?;
-    from_raw(root)
+    if root.as_object().is_none() {
+        return Err("event must be a JSON object".into());
+    }
+    // The tokenizer noted each member of the envelope as it found it.
+    from_fields(Fields(std::array::from_fn(|i| root.read_member(i))))
 }
+
+/// What the engine reads of an event: its envelope's members.
+static ENVELOPE: Read = Read::Members(&MEMBERS);
+
+/// The members of an event the engine reads, in the order of [`Fields`]' slots; of a
+/// result, what the outcome rules read ([`RESULT_READ`]).
+const MEMBERS: [Member; 10] = [
+    Member::new("type", Read::All),
+    Member::new("session", Read::All),
+    Member::new("run", Read::All),
+    Member::new("agent", Read::All),
+    Member::new("call_id", Read::All),
+    Member::new("tool", Read::All),
+    Member::new("args", Read::All),
+    Member::new("result", RESULT_READ),
+    Member::new("error", Read::All),
+    Member::new("batch", Read::All),
+];
 
 /// Reads an event from a tokenized JSON value.
 pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
@@ -225,51 +251,48 @@ pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
     // One pass over the members; the last of a repeated key wins.
     let mut f = Fields::default();
     for (key, value) in object.members() {
-        let slot = match key.as_bytes() {
-            b"type" => &mut f.kind,
-            b"session" => &mut f.session,
-            b"run" => &mut f.run,
-            b"agent" => &mut f.agent,
-            b"call_id" => &mut f.call_id,
-            b"tool" => &mut f.tool,
-            b"args" => &mut f.args,
-            b"result" => &mut f.result,
-            b"error" => &mut f.error,
-            b"batch" => &mut f.batch,
-            _ => continue,
-        };
-        *slot = Some(value);
+        if let Some(i) = MEMBERS
+            .iter()
+            .position(|m| m.name().as_bytes() == key.as_bytes())
+        {
+            f.0[i] = Some(value);
+        }
     }
-    let kind = match f.kind {
+    from_fields(f)
+}
+
+/// The event its envelope's members make.
+fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
+    let kind = match f.get(TYPE) {
         None => return Err("event without type".into()),
         Some(v) => v
             .as_string()
             .ok_or_else(|| "event type must be a string".to_owned())?,
     };
     let ids = IdsRef {
-        session: string_field(f.session, "session")?.unwrap_or("default"),
-        run: string_field(f.run, "run")?,
-        agent: string_field(f.agent, "agent")?,
+        session: string_field(f.get(SESSION), "session")?.unwrap_or("default"),
+        run: string_field(f.get(RUN), "run")?,
+        agent: string_field(f.get(AGENT), "agent")?,
     };
-    let call_id = string_field(f.call_id, "call_id")?;
+    let call_id = string_field(f.get(CALL_ID), "call_id")?;
     match kind.as_bytes() {
         b"call" => {
-            let tool = string_field(f.tool, "tool")?.ok_or("call without tool")?;
-            let batch = string_field(f.batch, "batch")?;
+            let tool = string_field(f.get(TOOL), "tool")?.ok_or("call without tool")?;
+            let batch = string_field(f.get(BATCH), "batch")?;
             Ok(EventRef::Call {
                 ids,
                 call_id,
                 tool,
-                args: f.args,
+                args: f.get(ARGS),
                 batch,
             })
         }
         b"result" => {
-            let tool = string_field(f.tool, "tool")?;
+            let tool = string_field(f.get(TOOL), "tool")?;
             if tool.is_none() && call_id.is_none() {
                 return Err("result without tool needs the call_id of a pending call".into());
             }
-            let outcome = match (f.error, f.result) {
+            let outcome = match (f.get(ERROR), f.get(RESULT)) {
                 (Some(error), _) => OutcomeOf::Error(error),
                 (None, Some(result)) => OutcomeOf::Result(result),
                 (None, None) => OutcomeOf::Nothing,
@@ -278,7 +301,7 @@ pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
                 ids,
                 call_id,
                 tool,
-                args: f.args,
+                args: f.get(ARGS),
                 outcome,
             })
         }
@@ -291,20 +314,27 @@ pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
     }
 }
 
-/// The envelope's members, as found.
+/// The envelope's members as found, in the order of [`ENVELOPE`].
 #[derive(Default)]
-struct Fields<'a> {
-    kind: Option<Raw<'a>>,
-    session: Option<Raw<'a>>,
-    run: Option<Raw<'a>>,
-    agent: Option<Raw<'a>>,
-    call_id: Option<Raw<'a>>,
-    tool: Option<Raw<'a>>,
-    args: Option<Raw<'a>>,
-    result: Option<Raw<'a>>,
-    error: Option<Raw<'a>>,
-    batch: Option<Raw<'a>>,
+struct Fields<'a>([Option<Raw<'a>>; 10]);
+
+impl<'a> Fields<'a> {
+    fn get(&self, slot: usize) -> Option<Raw<'a>> {
+        self.0[slot]
+    }
 }
+
+/// The slots of [`Fields`].
+const TYPE: usize = 0;
+const SESSION: usize = 1;
+const RUN: usize = 2;
+const AGENT: usize = 3;
+const CALL_ID: usize = 4;
+const TOOL: usize = 5;
+const ARGS: usize = 6;
+const RESULT: usize = 7;
+const ERROR: usize = 8;
+const BATCH: usize = 9;
 
 /// A string field: trimmed, blank = absent, anything but a string is an error.
 fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {

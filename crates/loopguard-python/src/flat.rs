@@ -11,7 +11,7 @@
 //! copy), and JSON text in between would be escaped here only to be unescaped by the tape
 //! (`bench/timing.py` measured both: the flat array is the faster).
 
-use loopguard::json::{Json, Kind, Num, Object, Str};
+use loopguard::json::{key_order, Json, Kind, Num, Object, Str};
 use serde_json::Number;
 
 #[derive(Clone, Debug)]
@@ -205,7 +205,7 @@ pub struct Members<'a> {
 
 impl<'a> Members<'a> {
     /// The key nodes, in the order the members were written.
-    fn keys(self) -> impl Iterator<Item = u32> + 'a {
+    fn keys(self) -> impl ExactSizeIterator<Item = u32> + 'a {
         let flat = self.flat;
         let count = match flat.nodes[self.at as usize] {
             Node::Object { len, .. } => len,
@@ -218,19 +218,6 @@ impl<'a> Members<'a> {
             k
         })
     }
-}
-
-/// Objects with up to this many members are sorted on the stack ([`Members::sorted`]).
-const SMALL_OBJECT: usize = 16;
-
-/// A key's first eight bytes as a big-endian integer, zero-padded: integers compare as
-/// the keys' byte order does, except that two keys with equal prefixes must be compared
-/// whole.
-fn prefix(key: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = key.len().min(8);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(bytes)
 }
 
 /// An iteration over an object's members in key order: key nodes in the engine's scratch
@@ -261,44 +248,11 @@ impl<'a> Object<'a> for Members<'a> {
     fn sorted(self, scratch: &mut Vec<u32>) -> (usize, Sorted) {
         let flat = self.flat;
         let start = scratch.len();
-        scratch.extend(self.keys());
-        let count = scratch.len() - start;
         // A dict's keys are distinct, but str subclasses can make two keys of equal text:
-        // equal keys stay in written order (the tie-break on position) and the last
-        // counts, as for a repeated key in JSON text.
-        let mut small = [(0u64, 0u32); SMALL_OBJECT];
-        if count <= SMALL_OBJECT {
-            // Nearly every object: keys sorted by their first eight bytes as one integer,
-            // read once, and compared whole only when those tie.
-            let small = &mut small[..count];
-            for (slot, &k) in small.iter_mut().zip(&scratch[start..]) {
-                *slot = (prefix(flat.key_at(k)), k);
-            }
-            let whole = |x: &(u64, u32), y: &(u64, u32)| {
-                x.0.cmp(&y.0)
-                    .then_with(|| flat.key_at(x.1).cmp(flat.key_at(y.1)))
-            };
-            small.sort_unstable_by(|x, y| whole(x, y).then(x.1.cmp(&y.1)));
-            scratch.truncate(start);
-            for (i, key) in small.iter().enumerate() {
-                if small.get(i + 1).is_none_or(|next| whole(key, next).is_ne()) {
-                    scratch.push(key.1);
-                }
-            }
-        } else {
-            let keys = &mut scratch[start..];
-            keys.sort_unstable_by(|&x, &y| flat.key_at(x).cmp(flat.key_at(y)).then(x.cmp(&y)));
-            let mut kept = 0;
-            for i in 0..keys.len() {
-                let last_of_run = keys
-                    .get(i + 1)
-                    .is_none_or(|&next| flat.key_at(next) != flat.key_at(keys[i]));
-                if last_of_run {
-                    keys[kept] = keys[i];
-                    kept += 1;
-                }
-            }
-            scratch.truncate(start + kept);
+        // the last one counts, as for a repeated key in JSON text.
+        if key_order(self.keys(), |k| flat.key_at(k), scratch).is_none() {
+            // Already in order: iterated from the scratch array all the same.
+            scratch.extend(self.keys());
         }
         let kept = scratch.len() - start;
         (

@@ -889,6 +889,22 @@ mod tests {
         }
     }
 
+    /// Event readers keep only [`RESULT_READ`] of a result: every field a rule reads must
+    /// be in it (a field it left out would make a failure read from text pass unseen).
+    #[test]
+    fn every_failure_rule_reads_a_field_event_readers_keep() {
+        let crate::json::Read::Members(kept) = crate::fingerprint::RESULT_READ else {
+            panic!("RESULT_READ names members");
+        };
+        let kept = |name: &str| kept.iter().any(|m| m.name() == name);
+        for rule in BUILTIN.failures {
+            match rule.key {
+                ResultKey::Top(key) => assert!(kept(key), "{key}"),
+                ResultKey::Details(_) => assert!(kept("details")),
+            }
+        }
+    }
+
     #[test]
     fn retryable_phrases_are_lower_case() {
         for phrase in BUILTIN.retryable_text {

@@ -3,13 +3,15 @@
 //! args, for every outcome rule of SPEC §2, with masking and tool policies on, and for the
 //! failure test and the canonical text. The texts are random: member order, duplicate
 //! keys, escapes (surrogate pairs included), Unicode, number spellings, whitespace, nesting.
+//! A result tokenized with only what the outcome rules read ([`RESULT_READ`], what event
+//! readers keep of a result) hashes and fails alike too.
 
 use loopguard::canonical::json_text;
 use loopguard::config::ConfigSet;
 use loopguard::fingerprint::{
-    args_fingerprint, failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint,
+    args_fingerprint, failure_of, is_failure, Fingerprint, OutcomeOf, OutcomePrint, RESULT_READ,
 };
-use loopguard::json::{Raw, Tape};
+use loopguard::json::{Raw, Read, Tape};
 use loopguard::CallPrint;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -267,6 +269,9 @@ fn args() -> impl Strategy<Value = Gen> {
         })
 }
 
+/// What event readers keep of a result.
+static RESULT: Read = RESULT_READ;
+
 fn raw<'a>(tape: &'a mut Tape, text: &'a str) -> Raw<'a> {
     tape.parse(text)
         .expect("the tape accepts what serde_json accepts")
@@ -306,9 +311,12 @@ proptest! {
         ) else {
             return Ok(());
         };
-        let (mut t1, mut t2) = (Tape::new(), Tape::new());
+        let (mut t1, mut t2, mut t3) = (Tape::new(), Tape::new(), Tape::new());
         let args_doc = raw(&mut t1, &args_text);
         let result_doc = raw(&mut t2, &result_text);
+        let read_doc = t3
+            .parse_read(&result_text, &RESULT)
+            .expect("the tape accepts what serde_json accepts");
         for config in configs() {
             let cfg = config.global();
             let by_value = CallPrint::for_config(tool, &args_value, cfg);
@@ -330,6 +338,17 @@ proptest! {
             );
             prop_assert_eq!(is_failure(tool, v), is_failure(tool, r));
             prop_assert_eq!(failure_of(tool, v), failure_of(tool, r));
+            if !error {
+                // Only what the rules read, as an event reader keeps a result.
+                let read = OutcomeOf::Result(read_doc);
+                prop_assert_eq!(
+                    OutcomePrint::for_config(by_value.rule, v, cfg),
+                    OutcomePrint::for_config(by_raw.rule, read, cfg),
+                    "{} {} -> {} (as read)", tool, args_text, result_text
+                );
+                prop_assert_eq!(is_failure(tool, v), is_failure(tool, read));
+                prop_assert_eq!(failure_of(tool, v), failure_of(tool, read));
+            }
         }
     }
 }

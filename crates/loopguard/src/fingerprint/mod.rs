@@ -24,7 +24,7 @@ use crate::json::Json;
 pub use call::{args_fingerprint, CallPrint, OutcomeRule};
 pub use error_text::{error_text, unknown_tool_name, ErrorText};
 pub use failure::{failure_of, is_failure, Failure, MIN_SIGNATURE_BYTES};
-pub use outcome::{Outcome, OutcomeOf, OutcomePrint, RawOutcome};
+pub use outcome::{Outcome, OutcomeOf, OutcomePrint, RawOutcome, RESULT_READ};
 
 /// Version of the canonical encoding and of the outcome rules. Persisted fingerprints
 /// from another version must not be compared with these.

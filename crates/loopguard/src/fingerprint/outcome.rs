@@ -8,10 +8,32 @@ use super::error_text::{error_text, unknown_tool_in};
 use super::{Fingerprint, OutcomeRule};
 use crate::canonical::{hash_with, Digest, Filter, PathSet};
 use crate::config::EffectiveConfig;
-use crate::json::{Json, Object, Raw, Str};
+use crate::json::{Json, Member, Object, Raw, Read, Str};
 use crate::masking::MaskSet;
 use crate::policy::BUILTIN;
 use crate::text::is_js_space;
+
+/// What the outcome rules (SPEC §2 rules 2–9) and the failure table
+/// ([`super::failure_of`]) read of a result: `content` (of each of its elements, `type`
+/// and `text`), `details`, and the failure table's top-level fields (`isError`, `status`,
+/// `ok`, `error`; a test in the policy checks the table against this list). Readers of
+/// event text leave the rest of a result out of the tape
+/// ([`crate::json::Tape::parse_read`]); a property test checks that doing so changes no
+/// fingerprint and no failure.
+pub const RESULT_READ: Read = Read::Members(&[
+    Member::new(
+        "content",
+        Read::Items(&Read::Members(&[
+            Member::new("type", Read::All),
+            Member::new("text", Read::All),
+        ])),
+    ),
+    Member::new("details", Read::All),
+    Member::new("isError", Read::All),
+    Member::new("status", Read::All),
+    Member::new("ok", Read::All),
+    Member::new("error", Read::All),
+]);
 
 /// What a tool call returned, in any [`Json`] view.
 #[derive(Clone, Copy, Debug)]

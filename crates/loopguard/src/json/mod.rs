@@ -22,7 +22,8 @@ use serde_json::{Map, Number, Value};
 
 pub use number::Canonical;
 pub use tape::{
-    Document, Items as RawItems, JsonError, JsonErrorKind, Object as RawObject, Raw, Tape,
+    Document, Items as RawItems, JsonError, JsonErrorKind, Member, Object as RawObject, Raw, Read,
+    Tape,
 };
 
 /// A JSON string's content.
@@ -291,6 +292,113 @@ pub trait Object<'a>: Copy + 'a {
         -> Option<(&'a [u8], Self::Value)>;
 }
 
+/// Objects with up to this many members are ordered on the stack ([`key_order`]).
+pub const SMALL_OBJECT: usize = 16;
+
+/// A key's first eight bytes as a big-endian integer, zero-padded: integers compare as
+/// the keys' byte order does, except that two keys with equal prefixes must be compared
+/// whole.
+#[inline]
+pub const fn key_prefix(key: &[u8]) -> u64 {
+    if let Some(head) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*head);
+    }
+    if let (Some(head), Some(tail)) = (key.first_chunk::<4>(), key.last_chunk::<4>()) {
+        // Four to seven bytes: the first four and the last four, overlapping.
+        return (u32::from_be_bytes(*head) as u64) << 32
+            | (u32::from_be_bytes(*tail) as u64) << (8 * (8 - key.len()));
+    }
+    let mut prefix = 0;
+    let mut i = 0;
+    while i < key.len() {
+        prefix |= (key[i] as u64) << (56 - 8 * i);
+        i += 1;
+    }
+    prefix
+}
+
+/// Puts the members of one object in ascending key byte order, for representations that
+/// keep members in the order they were written: `keys` are the key nodes in that order
+/// (a later node index for a later member), `key_at` reads a key. Returns `None` when the
+/// keys are already strictly ascending (no key repeated), the common case, leaving
+/// `scratch` as it was; otherwise appends the key nodes to `scratch` in key order, each key
+/// once with its last member (as JavaScript and `serde_json` keep it), and returns how
+/// many. Keys are ordered by their first eight bytes read as one integer, and compared
+/// whole only when those tie: objects are sorted only when they must be, and then cheaply.
+pub fn key_order<'k>(
+    keys: impl ExactSizeIterator<Item = u32>,
+    key_at: impl Fn(u32) -> &'k [u8],
+    scratch: &mut Vec<u32>,
+) -> Option<usize> {
+    let count = keys.len();
+    let whole =
+        |x: &(u64, u32), y: &(u64, u32)| x.0.cmp(&y.0).then_with(|| key_at(x.1).cmp(key_at(y.1)));
+    let start = scratch.len();
+    if count <= SMALL_OBJECT {
+        let mut small = [(0u64, 0u32); SMALL_OBJECT];
+        let small = &mut small[..count];
+        for (slot, k) in small.iter_mut().zip(keys) {
+            *slot = (key_prefix(key_at(k)), k);
+        }
+        // Nearly always the prefixes differ: then they alone give the order, and no key
+        // repeats. An insertion sort of integers, which finds out whether they differ.
+        let mut in_order = true;
+        let mut distinct = true;
+        for i in 1..small.len() {
+            let entry = small[i];
+            let mut j = i;
+            while j > 0 && small[j - 1].0 >= entry.0 {
+                distinct &= small[j - 1].0 != entry.0;
+                small[j] = small[j - 1];
+                j -= 1;
+            }
+            small[j] = entry;
+            in_order &= j == i;
+        }
+        if distinct {
+            if in_order {
+                return None;
+            }
+            scratch.extend(small.iter().map(|&(_, k)| k));
+            return Some(count);
+        }
+        // Two keys share their first eight bytes: compared whole. Equal keys stay in
+        // written order (the tie-break on position): the last of each run is the member
+        // that counts.
+        small.sort_unstable_by(|x, y| whole(x, y).then(x.1.cmp(&y.1)));
+        for (i, key) in small.iter().enumerate() {
+            if small.get(i + 1).is_none_or(|next| whole(key, next).is_ne()) {
+                scratch.push(key.1);
+            }
+        }
+        // Keys that only share a prefix may still have been written in order.
+        if scratch.len() - start == count && scratch[start..].is_sorted() {
+            scratch.truncate(start);
+            return None;
+        }
+    } else {
+        scratch.extend(keys);
+        let keys = &mut scratch[start..];
+        if keys.windows(2).all(|w| key_at(w[0]) < key_at(w[1])) {
+            scratch.truncate(start);
+            return None;
+        }
+        keys.sort_unstable_by(|&x, &y| key_at(x).cmp(key_at(y)).then(x.cmp(&y)));
+        let mut kept = 0;
+        for i in 0..keys.len() {
+            let last_of_run = keys
+                .get(i + 1)
+                .is_none_or(|&next| key_at(next) != key_at(keys[i]));
+            if last_of_run {
+                keys[kept] = keys[i];
+                kept += 1;
+            }
+        }
+        scratch.truncate(start + kept);
+    }
+    Some(scratch.len() - start)
+}
+
 impl<'a> Json<'a> for &'a Value {
     type Items = std::slice::Iter<'a, Value>;
     type Object = &'a Map<String, Value>;
@@ -466,6 +574,47 @@ pub fn kind_name<'a, J: Json<'a>>(v: J) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Keys where prefixes tell them apart and where they do not: lengths around four and
+    /// eight, shared beginnings, NUL bytes, repeats.
+    fn keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        let byte = prop::sample::select(vec![0u8, b'a', b'b', b'z', 0x7f, 0xc3, 0xff]);
+        let key = prop_oneof![
+            prop::collection::vec(byte.clone(), 0..12),
+            prop::collection::vec(byte, 0..4).prop_map(|tail| {
+                let mut k = b"timeout_".to_vec();
+                k.extend(tail);
+                k
+            }),
+        ];
+        prop::collection::vec(key, 0..40)
+    }
+
+    proptest! {
+        /// The order is the keys' byte order, each key once with its last member, and an
+        /// object already in order is left as it is.
+        #[test]
+        fn key_order_sorts_and_keeps_the_last_of_each_key(keys in keys()) {
+            let mut want: Vec<u32> = (0..keys.len() as u32).collect();
+            want.sort_by(|&x, &y| keys[x as usize].cmp(&keys[y as usize]).then(y.cmp(&x)));
+            want.dedup_by(|later, earlier| keys[*later as usize] == keys[*earlier as usize]);
+            let mut scratch = vec![7];
+            let got = key_order(0..keys.len() as u32, |k| keys[k as usize].as_slice(), &mut scratch);
+            prop_assert_eq!(got.is_none(), keys.windows(2).all(|w| w[0] < w[1]));
+            match got {
+                None => {
+                    prop_assert!(keys.windows(2).all(|w| w[0] < w[1]));
+                    prop_assert_eq!(scratch, vec![7]);
+                }
+                Some(n) => {
+                    prop_assert_eq!(n, want.len());
+                    prop_assert_eq!(scratch[0], 7);
+                    prop_assert_eq!(&scratch[1..], want.as_slice());
+                }
+            }
+        }
+    }
 
     #[test]
     fn wtf8_trims_like_text() {

@@ -25,8 +25,11 @@
 //! - Numbers are spans of the text, canonicalised only when hashed ([`super::Canonical`]),
 //!   so `1e999` is kept, by its text.
 //! - Objects keep their members in text order, duplicates included; lookups take the last
-//!   one, and iteration in key order ([`super::Object::sorted`]) sorts an object when it
-//!   is hashed, into a scratch array, unless its keys are already in order.
+//!   one, and iteration in key order ([`super::Object::sorted`]) orders an object when it
+//!   is hashed, unless its keys are already in order ([`super::key_order`]).
+//! - What a reader says it does not read ([`Tape::parse_read`]: the members of an event and
+//!   of a result that the engine never looks at) is checked to be JSON and left out: no
+//!   nodes, nothing unescaped.
 //!
 //! The input must be UTF-8 (`&str`): callers check it once, and report it as they need.
 
@@ -69,10 +72,93 @@ const KEEP_BYTES: usize = 32 << 20;
 #[derive(Debug, Default)]
 pub struct Tape {
     nodes: Vec<Node>,
-    /// Open containers: node index, element count so far, whether it is an object.
-    stack: Vec<(u32, u32, bool)>,
+    /// Open containers.
+    stack: Vec<Open>,
     unescaped: String,
     wtf8: Vec<u8>,
+    /// Of a text tokenized with [`Tape::parse_read`] whose root is an object: the value
+    /// node of each member its [`Read`] names, in that order (0: absent).
+    found: Vec<u32>,
+    /// What is read of the open containers a [`Read`] prunes, innermost last.
+    reads: Vec<Pruned>,
+    /// The open containers of a value being stepped over (whether each is an object).
+    skipped: Vec<bool>,
+}
+
+/// An open container while tokenizing.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    /// Its node.
+    at: u32,
+    /// Elements (members kept) so far.
+    count: u32,
+    object: bool,
+    /// Whether a [`Read`] prunes it (what it reads is on [`Tape::reads`]).
+    read: bool,
+}
+
+/// What a [`Read`] reads of an open container.
+#[derive(Clone, Copy, Debug)]
+enum Pruned {
+    /// Of an object, the members named.
+    Members(&'static [Member]),
+    /// Of an array, each element as said.
+    Items(&'static Read),
+}
+
+/// What a reader reads of a JSON value ([`Tape::parse_read`]): what is not read is checked
+/// to be JSON and left out of the tape (no nodes, nothing unescaped).
+#[derive(Clone, Copy, Debug)]
+pub enum Read {
+    /// All of it.
+    All,
+    /// Of an object, the members named, each read as said (a value that is not an object
+    /// is read whole).
+    Members(&'static [Member]),
+    /// Of an array, each element as said (a value that is not an array is read whole).
+    Items(&'static Read),
+}
+
+/// A member a [`Read`] names, and what is read of its value.
+#[derive(Clone, Copy, Debug)]
+pub struct Member {
+    name: &'static str,
+    /// The name's [`super::key_prefix`], to tell keys apart without comparing bytes.
+    prefix: u64,
+    read: Read,
+}
+
+impl Member {
+    /// The member `name`, read as `read` says.
+    pub const fn new(name: &'static str, read: Read) -> Self {
+        Self {
+            name,
+            prefix: super::key_prefix(name.as_bytes()),
+            read,
+        }
+    }
+
+    /// Its name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Whether `key`, whose [`super::key_prefix`] is `prefix`, is this member's name.
+    #[inline(always)]
+    fn is(&self, key: &[u8], prefix: u64) -> bool {
+        self.prefix == prefix
+            && self.name.len() == key.len()
+            && (key.len() <= 8 || self.name.as_bytes() == key)
+    }
+}
+
+/// What is read of a value a [`Read`] names: `None` for all of it.
+#[inline(always)]
+fn read_of(read: &'static Read) -> Option<&'static Read> {
+    match read {
+        Read::All => None,
+        read => Some(read),
+    }
 }
 
 /// A tokenized JSON text: the tape and the text it points into.
@@ -153,6 +239,28 @@ impl Tape {
     /// Tokenizes `text`, which must hold exactly one JSON value (whitespace around it is
     /// allowed), and returns that value. Any valid JSON is accepted, at any depth.
     pub fn parse<'a>(&'a mut self, text: &'a str) -> Result<Raw<'a>, JsonError> {
+        self.parse_as(text, None)
+    }
+
+    /// [`Tape::parse`], keeping only what `read` says a reader reads: the other members
+    /// of the objects it names are checked to be JSON (the text is refused exactly when
+    /// [`Tape::parse`] refuses it) but get no tape entries and are not unescaped, and
+    /// reading the result is as if they were not in the text. When `read` names members
+    /// of the root, the value of each (its last occurrence) is also noted for
+    /// [`Raw::read_member`]: a reader of those members need not look them up.
+    pub fn parse_read<'a>(
+        &'a mut self,
+        text: &'a str,
+        read: &'static Read,
+    ) -> Result<Raw<'a>, JsonError> {
+        self.parse_as(text, read_of(read))
+    }
+
+    fn parse_as<'a>(
+        &'a mut self,
+        text: &'a str,
+        read: Option<&'static Read>,
+    ) -> Result<Raw<'a>, JsonError> {
         if u32::try_from(text.len()).is_err() {
             return Err(JsonError {
                 kind: JsonErrorKind::TooLong,
@@ -160,13 +268,16 @@ impl Tape {
             });
         }
         self.reset();
+        if let Some(Read::Members(names)) = read {
+            self.found.resize(names.len(), 0);
+        }
         Parser {
             b: text.as_bytes(),
             text,
             i: 0,
             tape: self,
         }
-        .run()?;
+        .run(read)?;
         Ok(Raw {
             doc: Doc { tape: self, text },
             at: 0,
@@ -178,12 +289,15 @@ impl Tape {
         self.stack.clear();
         self.unescaped.clear();
         self.wtf8.clear();
+        self.found.clear();
+        self.reads.clear();
         if self.nodes.capacity() * std::mem::size_of::<Node>() > KEEP_BYTES {
             self.nodes
                 .shrink_to(KEEP_BYTES / 4 / std::mem::size_of::<Node>());
         }
-        if self.stack.capacity() * 12 > KEEP_BYTES {
-            self.stack.shrink_to(KEEP_BYTES / 4 / 12);
+        if self.stack.capacity() * std::mem::size_of::<Open>() > KEEP_BYTES {
+            self.stack
+                .shrink_to(KEEP_BYTES / 4 / std::mem::size_of::<Open>());
         }
         if self.unescaped.capacity() > KEEP_BYTES {
             self.unescaped.shrink_to(KEEP_BYTES / 4);
@@ -258,9 +372,16 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// A key's bytes (no check of UTF-8 boundaries: keys are compared as bytes).
     #[inline]
     fn key_at(self, at: u32) -> &'a [u8] {
-        self.str_at(at).as_bytes()
+        let n = self.node(at);
+        let span = n.a as usize..(n.a + n.b) as usize;
+        match n.tag {
+            STR => &self.text.as_bytes()[span],
+            STR_ESCAPED => &self.tape.unescaped.as_bytes()[span],
+            _ => &self.tape.wtf8[span],
+        }
     }
 }
 
@@ -322,6 +443,16 @@ impl<'a> Raw<'a> {
             out.push(if object { '}' } else { ']' });
         }
         out
+    }
+
+    /// The member that the [`Read`] of [`Tape::parse_read`] names `i`-th (counting from
+    /// 0), of the root object of the text: its last occurrence, found while tokenizing.
+    /// `None` when the text has no such member, and for a text tokenized otherwise.
+    pub fn read_member(self, i: usize) -> Option<Raw<'a>> {
+        match self.doc.tape.found.get(i) {
+            Some(&at) if at > 0 => Some(Raw { doc: self.doc, at }),
+            _ => None,
+        }
     }
 
     /// The value as a `serde_json::Value` ([`super::to_value`]).
@@ -413,6 +544,17 @@ pub enum Sorted {
 }
 
 impl<'a> Object<'a> {
+    /// The key nodes, in text order.
+    fn key_nodes(self) -> impl ExactSizeIterator<Item = u32> + 'a {
+        let doc = self.doc;
+        let mut key = self.at + 1;
+        (0..doc.node(self.at).a).map(move |_| {
+            let k = key;
+            key = doc.end(k + 1);
+            k
+        })
+    }
+
     /// The members in text order (duplicates included): key and value.
     pub fn members(self) -> impl Iterator<Item = (Str<'a>, Raw<'a>)> + 'a {
         let doc = self.doc;
@@ -440,83 +582,45 @@ impl<'a> super::Object<'a> for Object<'a> {
 
     fn get(self, key: &str) -> Option<Raw<'a>> {
         let doc = self.doc;
-        let n = doc.node(self.at);
-        let mut k = self.at + 1;
+        let want = key.as_bytes();
         let mut found = None;
-        for _ in 0..n.a {
-            if doc.key_at(k) == key.as_bytes() {
+        for k in self.key_nodes() {
+            // The length is in the node: most keys are told apart without their bytes.
+            if doc.node(k).b as usize == want.len() && doc.key_at(k) == want {
                 found = Some(k + 1);
             }
-            k = doc.end(k + 1);
         }
         found.map(|at| Raw { doc, at })
     }
 
     fn each_key(self, mut f: impl FnMut(&'a [u8])) {
         let doc = self.doc;
-        let n = doc.node(self.at);
-        let mut k = self.at + 1;
-        for _ in 0..n.a {
-            f(doc.key_at(k));
-            k = doc.end(k + 1);
-        }
+        self.key_nodes().for_each(|k| f(doc.key_at(k)));
     }
 
     fn sorted(self, scratch: &mut Vec<u32>) -> (usize, Sorted) {
         let doc = self.doc;
-        let n = doc.node(self.at);
-        let first = self.at + 1;
-        // Already in strictly ascending order (no duplicates)? The common case for small
-        // objects, and the tape is then iterated as it is.
-        let mut k = first;
-        let mut prev: Option<&[u8]> = None;
-        let mut in_order = true;
-        for _ in 0..n.a {
-            let key = doc.key_at(k);
-            if prev.is_some_and(|p| p >= key) {
-                in_order = false;
-                break;
-            }
-            prev = Some(key);
-            k = doc.end(k + 1);
-        }
-        if in_order {
-            return (
-                n.a as usize,
-                Sorted::InPlace {
-                    next: first,
-                    left: n.a,
-                },
-            );
-        }
         let start = scratch.len();
-        let mut k = first;
-        for _ in 0..n.a {
-            scratch.push(k);
-            k = doc.end(k + 1);
-        }
-        let keys = &mut scratch[start..];
-        // Equal keys stay in text order (the tie-break on position), so the last of each
-        // run is the member that counts.
-        keys.sort_unstable_by(|&x, &y| doc.key_at(x).cmp(doc.key_at(y)).then(x.cmp(&y)));
-        let mut kept = 0;
-        for i in 0..keys.len() {
-            let last_of_run = keys
-                .get(i + 1)
-                .is_none_or(|&next| doc.key_at(next) != doc.key_at(keys[i]));
-            if last_of_run {
-                keys[kept] = keys[i];
-                kept += 1;
+        match super::key_order(self.key_nodes(), |k| doc.key_at(k), scratch) {
+            // Already in order (the common case for small objects): the tape's own order.
+            None => {
+                let n = doc.node(self.at);
+                (
+                    n.a as usize,
+                    Sorted::InPlace {
+                        next: self.at + 1,
+                        left: n.a,
+                    },
+                )
             }
+            Some(kept) => (
+                kept,
+                Sorted::Scratch {
+                    pos: start as u32,
+                    end: (start + kept) as u32,
+                },
+            ),
         }
-        scratch.truncate(start + kept);
-        (
-            kept,
-            Sorted::Scratch {
-                pos: start as u32,
-                end: (start + kept) as u32,
-            },
-        )
     }
 
     #[inline]
@@ -556,7 +660,7 @@ struct Parser<'t, 'a> {
 /// Whether a byte ends a run of plain string content: `"`, `\` or a control character.
 #[inline(always)]
 fn is_special(c: u8) -> bool {
-    c == b'"' || c == b'\\' || c < 0x20
+    (c == b'"') | (c == b'\\') | (c < 0x20)
 }
 
 /// The position of the first [special](is_special) byte at or after `i` (or the end):
@@ -611,14 +715,17 @@ impl Parser<'_, '_> {
         });
     }
 
-    fn run(&mut self) -> Result<(), JsonError> {
+    fn run(&mut self, root: Option<&'static Read>) -> Result<(), JsonError> {
+        // What a `Read` says of the value that comes next (`None`: all of it, as almost
+        // always).
+        let mut part = root;
         'value: loop {
             // A value starts here.
             let Some(c) = self.skip_ws() else {
                 return self.error(JsonErrorKind::EndOfInput, self.i);
             };
             match c {
-                b'"' => self.string()?,
+                b'"' => self.string(false)?,
                 b'{' => {
                     self.i += 1;
                     let at = self.tape.nodes.len() as u32;
@@ -629,9 +736,29 @@ impl Parser<'_, '_> {
                             self.tape.nodes[at as usize].b = at + 1;
                         }
                         Some(_) => {
-                            self.tape.stack.push((at, 1, true));
-                            self.key()?;
-                            continue 'value;
+                            let names = match part.take() {
+                                Some(Read::Members(names)) => Some(*names),
+                                _ => None,
+                            };
+                            self.tape.stack.push(Open {
+                                at,
+                                count: 1,
+                                object: true,
+                                read: names.is_some(),
+                            });
+                            match names {
+                                None => {
+                                    self.key()?;
+                                    continue 'value;
+                                }
+                                Some(names) => {
+                                    self.tape.reads.push(Pruned::Members(names));
+                                    if let Some(read) = self.member(names)? {
+                                        part = read;
+                                        continue 'value;
+                                    }
+                                }
+                            }
                         }
                         None => return self.error(JsonErrorKind::EndOfInput, self.i),
                     }
@@ -646,21 +773,35 @@ impl Parser<'_, '_> {
                             self.tape.nodes[at as usize].b = at + 1;
                         }
                         Some(_) => {
-                            self.tape.stack.push((at, 1, false));
+                            let item = match part.take() {
+                                Some(Read::Items(item)) => Some(*item),
+                                _ => None,
+                            };
+                            self.tape.stack.push(Open {
+                                at,
+                                count: 1,
+                                object: false,
+                                read: item.is_some(),
+                            });
+                            if let Some(item) = item {
+                                self.tape.reads.push(Pruned::Items(item));
+                                part = read_of(item);
+                            }
                             continue 'value;
                         }
                         None => return self.error(JsonErrorKind::EndOfInput, self.i),
                     }
                 }
-                b'-' | b'0'..=b'9' => self.number()?,
-                b't' => self.literal(b"true", TRUE)?,
-                b'f' => self.literal(b"false", FALSE)?,
-                b'n' => self.literal(b"null", NULL)?,
+                b'-' | b'0'..=b'9' => self.number(false)?,
+                b't' => self.literal(b"true", TRUE, false)?,
+                b'f' => self.literal(b"false", FALSE, false)?,
+                b'n' => self.literal(b"null", NULL, false)?,
                 _ => return self.error(JsonErrorKind::ExpectedValue, self.i),
             }
+            part = None;
             // After a value: the next element, or the end of containers.
             loop {
-                let Some(&(at, count, object)) = self.tape.stack.last() else {
+                let Some(&top) = self.tape.stack.last() else {
                     return match self.skip_ws() {
                         None => Ok(()),
                         Some(_) => self.error(JsonErrorKind::TrailingCharacters, self.i),
@@ -669,11 +810,137 @@ impl Parser<'_, '_> {
                 match self.skip_ws() {
                     Some(b',') => {
                         self.i += 1;
-                        if let Some(top) = self.tape.stack.last_mut() {
-                            top.1 += 1;
+                        if let Some(open) = self.tape.stack.last_mut() {
+                            open.count += 1;
                         }
+                        if !top.read {
+                            if top.object {
+                                self.key()?;
+                            }
+                            continue 'value;
+                        }
+                        match self.tape.reads.last() {
+                            Some(&Pruned::Members(names)) => {
+                                if let Some(read) = self.member(names)? {
+                                    part = read;
+                                    continue 'value;
+                                }
+                                // A member left out: on to the next.
+                                continue;
+                            }
+                            Some(&Pruned::Items(item)) => {
+                                part = read_of(item);
+                                continue 'value;
+                            }
+                            None => continue 'value,
+                        }
+                    }
+                    Some(b'}') if top.object => {}
+                    Some(b']') if !top.object => {}
+                    Some(_) => return self.error(JsonErrorKind::ExpectedCommaOrEnd, self.i),
+                    None => return self.error(JsonErrorKind::EndOfInput, self.i),
+                }
+                self.i += 1;
+                self.tape.stack.pop();
+                if top.read {
+                    self.tape.reads.pop();
+                }
+                let end = self.tape.nodes.len() as u32;
+                let node = &mut self.tape.nodes[top.at as usize];
+                node.a = top.count;
+                node.b = end;
+            }
+        }
+    }
+
+    /// An object member's key and its colon, in an object whose members `names` says are
+    /// read: what is read of the value, or `None` when the member is left out (its value
+    /// checked and stepped over, its key taken off the tape, the member not counted).
+    #[inline(always)]
+    fn member(
+        &mut self,
+        names: &'static [Member],
+    ) -> Result<Option<Option<&'static Read>>, JsonError> {
+        let at = self.tape.nodes.len();
+        self.key()?;
+        let node = self.tape.nodes[at];
+        let span = node.a as usize..(node.a + node.b) as usize;
+        let key = match node.tag {
+            STR => &self.b[span],
+            STR_ESCAPED => &self.tape.unescaped.as_bytes()[span],
+            _ => &self.tape.wtf8[span],
+        };
+        let prefix = super::key_prefix(key);
+        if let Some(i) = names.iter().position(|m| m.is(key, prefix)) {
+            // The root's members are noted as they are found (the last one counts).
+            if self.tape.stack.len() == 1 {
+                if let Some(slot) = self.tape.found.get_mut(i) {
+                    *slot = at as u32 + 1;
+                }
+            }
+            return Ok(Some(read_of(&names[i].read)));
+        }
+        self.tape.nodes.truncate(at);
+        match node.tag {
+            STR_ESCAPED => self.tape.unescaped.truncate(node.a as usize),
+            STR_WTF8 => self.tape.wtf8.truncate(node.a as usize),
+            _ => {}
+        }
+        if let Some(open) = self.tape.stack.last_mut() {
+            open.count -= 1;
+        }
+        self.skip_value()?;
+        Ok(None)
+    }
+
+    /// Checks the value at `self.i` to be JSON and steps over it, building nothing (the
+    /// same grammar as [`Parser::run`], and so the same errors).
+    fn skip_value(&mut self) -> Result<(), JsonError> {
+        let mut open = std::mem::take(&mut self.tape.skipped);
+        open.clear();
+        let done = self.skip_into(&mut open);
+        self.tape.skipped = open;
+        done
+    }
+
+    fn skip_into(&mut self, open: &mut Vec<bool>) -> Result<(), JsonError> {
+        'value: loop {
+            let Some(c) = self.skip_ws() else {
+                return self.error(JsonErrorKind::EndOfInput, self.i);
+            };
+            match c {
+                b'"' => self.string(true)?,
+                b'{' | b'[' => {
+                    self.i += 1;
+                    let object = c == b'{';
+                    match self.skip_ws() {
+                        Some(b'}') if object => self.i += 1,
+                        Some(b']') if !object => self.i += 1,
+                        Some(_) => {
+                            open.push(object);
+                            if object {
+                                self.skip_key()?;
+                            }
+                            continue 'value;
+                        }
+                        None => return self.error(JsonErrorKind::EndOfInput, self.i),
+                    }
+                }
+                b'-' | b'0'..=b'9' => self.number(true)?,
+                b't' => self.literal(b"true", TRUE, true)?,
+                b'f' => self.literal(b"false", FALSE, true)?,
+                b'n' => self.literal(b"null", NULL, true)?,
+                _ => return self.error(JsonErrorKind::ExpectedValue, self.i),
+            }
+            loop {
+                let Some(&object) = open.last() else {
+                    return Ok(());
+                };
+                match self.skip_ws() {
+                    Some(b',') => {
+                        self.i += 1;
                         if object {
-                            self.key()?;
+                            self.skip_key()?;
                         }
                         continue 'value;
                     }
@@ -683,22 +950,34 @@ impl Parser<'_, '_> {
                     None => return self.error(JsonErrorKind::EndOfInput, self.i),
                 }
                 self.i += 1;
-                self.tape.stack.pop();
-                let end = self.tape.nodes.len() as u32;
-                let node = &mut self.tape.nodes[at as usize];
-                node.a = count;
-                node.b = end;
+                open.pop();
             }
         }
+    }
+
+    /// A key of a value left out, and its colon.
+    fn skip_key(&mut self) -> Result<(), JsonError> {
+        match self.skip_ws() {
+            Some(b'"') => self.string(true)?,
+            Some(_) => return self.error(JsonErrorKind::ExpectedKey, self.i),
+            None => return self.error(JsonErrorKind::EndOfInput, self.i),
+        }
+        self.colon()
     }
 
     /// An object key and its colon.
     fn key(&mut self) -> Result<(), JsonError> {
         match self.skip_ws() {
-            Some(b'"') => self.string()?,
+            Some(b'"') => self.string(false)?,
             Some(_) => return self.error(JsonErrorKind::ExpectedKey, self.i),
             None => return self.error(JsonErrorKind::EndOfInput, self.i),
         }
+        self.colon()
+    }
+
+    /// The colon after a key.
+    #[inline(always)]
+    fn colon(&mut self) -> Result<(), JsonError> {
         match self.skip_ws() {
             Some(b':') => {
                 self.i += 1;
@@ -709,11 +988,13 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn literal(&mut self, word: &[u8], tag: u8) -> Result<(), JsonError> {
+    fn literal(&mut self, word: &[u8], tag: u8, skip: bool) -> Result<(), JsonError> {
         match self.b.get(self.i..self.i + word.len()) {
             Some(w) if w == word => {
                 self.i += word.len();
-                self.push(tag, 0, 0);
+                if !skip {
+                    self.push(tag, 0, 0);
+                }
                 Ok(())
             }
             _ => {
@@ -734,7 +1015,7 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn number(&mut self) -> Result<(), JsonError> {
+    fn number(&mut self, skip: bool) -> Result<(), JsonError> {
         let b = self.b;
         let start = self.i;
         let mut i = start;
@@ -784,23 +1065,46 @@ impl Parser<'_, '_> {
             }
         }
         self.i = i;
-        self.push(tag, start, i - start);
+        if !skip {
+            self.push(tag, start, i - start);
+        }
         Ok(())
     }
 
     /// A string; `self.i` is at its opening quote.
-    fn string(&mut self) -> Result<(), JsonError> {
+    fn string(&mut self, skip: bool) -> Result<(), JsonError> {
         let start = self.i + 1;
         let end = skip_plain(self.b, start);
         match self.b.get(end) {
             Some(b'"') => {
                 self.i = end + 1;
-                self.push(STR, start, end - start);
+                if !skip {
+                    self.push(STR, start, end - start);
+                }
                 Ok(())
             }
+            Some(b'\\') if skip => self.skip_escaped(end),
             Some(b'\\') => self.escaped(start, end),
             Some(_) => self.error(JsonErrorKind::ControlCharacter, end),
             None => self.error(JsonErrorKind::EndOfInput, end),
+        }
+    }
+
+    /// The rest of a string left out of the tape, from its first `\` at `at`: its
+    /// escapes are checked, nothing is unescaped.
+    fn skip_escaped(&mut self, mut at: usize) -> Result<(), JsonError> {
+        loop {
+            let (_, next) = escape(self.b, at)?;
+            at = skip_plain(self.b, next);
+            match self.b.get(at) {
+                Some(b'\\') => {}
+                Some(b'"') => {
+                    self.i = at + 1;
+                    return Ok(());
+                }
+                Some(_) => return self.error(JsonErrorKind::ControlCharacter, at),
+                None => return self.error(JsonErrorKind::EndOfInput, at),
+            }
         }
     }
 
@@ -816,6 +1120,18 @@ impl Parser<'_, '_> {
         loop {
             // Plain text up to the escape at `at`, then the escape.
             let plain = &text[run..at];
+            let simple = b.get(at + 1).map_or(0, |&e| UNESCAPED[usize::from(e)]);
+            if simple != 0 && wtf8_start.is_none() {
+                // The common escapes (`\n`, `\"`, `\\`, …), one byte each.
+                tape.unescaped.push_str(plain);
+                tape.unescaped.push(char::from(simple));
+                run = at + 2;
+                at = skip_plain(b, run);
+                if b.get(at) == Some(&b'\\') {
+                    continue;
+                }
+                return self.end_escaped(run, at, arena_start, wtf8_start);
+            }
             match wtf8_start {
                 None => tape.unescaped.push_str(plain),
                 Some(_) => tape.wtf8.extend_from_slice(plain.as_bytes()),
@@ -847,48 +1163,66 @@ impl Parser<'_, '_> {
             }
             run = next;
             at = skip_plain(b, next);
-            match b.get(at) {
-                Some(b'\\') => {}
-                Some(b'"') => {
-                    let plain = &text[run..at];
-                    self.i = at + 1;
-                    let node = match wtf8_start {
-                        None => {
-                            tape.unescaped.push_str(plain);
-                            Node {
-                                tag: STR_ESCAPED,
-                                a: arena_start as u32,
-                                b: (tape.unescaped.len() - arena_start) as u32,
-                            }
-                        }
-                        Some(w) => {
-                            tape.wtf8.extend_from_slice(plain.as_bytes());
-                            Node {
-                                tag: STR_WTF8,
-                                a: w as u32,
-                                b: (tape.wtf8.len() - w) as u32,
-                            }
-                        }
-                    };
-                    tape.nodes.push(node);
-                    return Ok(());
-                }
-                Some(_) => {
-                    return Err(JsonError {
-                        kind: JsonErrorKind::ControlCharacter,
-                        offset: at,
-                    })
-                }
-                None => {
-                    return Err(JsonError {
-                        kind: JsonErrorKind::EndOfInput,
-                        offset: at,
-                    })
-                }
+            if b.get(at) != Some(&b'\\') {
+                return self.end_escaped(run, at, arena_start, wtf8_start);
             }
         }
     }
+
+    /// The end of a string with escapes: `text[run..at]` is its last plain text, `at` is
+    /// where the scan stopped (its closing quote, if it is valid).
+    fn end_escaped(
+        &mut self,
+        run: usize,
+        at: usize,
+        arena_start: usize,
+        wtf8_start: Option<usize>,
+    ) -> Result<(), JsonError> {
+        match self.b.get(at) {
+            Some(b'"') => {}
+            Some(_) => return self.error(JsonErrorKind::ControlCharacter, at),
+            None => return self.error(JsonErrorKind::EndOfInput, at),
+        }
+        let plain = &self.text[run..at];
+        self.i = at + 1;
+        let tape = &mut *self.tape;
+        let node = match wtf8_start {
+            None => {
+                tape.unescaped.push_str(plain);
+                Node {
+                    tag: STR_ESCAPED,
+                    a: arena_start as u32,
+                    b: (tape.unescaped.len() - arena_start) as u32,
+                }
+            }
+            Some(w) => {
+                tape.wtf8.extend_from_slice(plain.as_bytes());
+                Node {
+                    tag: STR_WTF8,
+                    a: w as u32,
+                    b: (tape.wtf8.len() - w) as u32,
+                }
+            }
+        };
+        tape.nodes.push(node);
+        Ok(())
+    }
 }
+
+/// What each two-byte escape stands for (`\n` is a newline); 0 for `\u`, which needs
+/// more, and for any byte that is not an escape.
+const UNESCAPED: [u8; 256] = {
+    let mut table = [0u8; 256];
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'/' as usize] = b'/';
+    table[b'b' as usize] = 0x08;
+    table[b'f' as usize] = 0x0C;
+    table[b'n' as usize] = b'\n';
+    table[b'r' as usize] = b'\r';
+    table[b't' as usize] = b'\t';
+    table
+};
 
 /// What one escape stands for.
 enum Unit {
@@ -1046,6 +1380,74 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// Some members kept, at the root, in an array and in the objects of an array.
+    static READ: Read = Read::Members(&[
+        Member::new("a", Read::All),
+        Member::new(
+            "b",
+            Read::Items(&Read::Members(&[Member::new("c", Read::All)])),
+        ),
+        Member::new("long_name_x", Read::Members(&[Member::new("e", Read::All)])),
+    ]);
+
+    #[test]
+    fn reading_part_refuses_what_reading_all_refuses() {
+        for text in [
+            "",
+            "[",
+            "{\"z\":[1,]}",
+            "{\"z\":{\"a\"}}",
+            "{\"z\":\"\\x\"}",
+            "{\"z\":\"\\u12\"}",
+            "{\"z\":tru}",
+            "{\"z\":01}",
+            "{\"z\":\"a\u{1}\"}",
+            "{\"z\":[1 2]}",
+            "{\"b\":[{\"z\":{]}]}",
+            "{\"z\":1} 2",
+            "{\"z\":1,}",
+            "{\"z\" 1}",
+            "{1:2}",
+            "{\"z\":[[[[",
+        ] {
+            let full = Tape::new().parse(text).err();
+            assert!(full.is_some(), "{text:?}");
+            assert_eq!(Tape::new().parse_read(text, &READ).err(), full, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn reading_part_keeps_only_what_is_named() {
+        let mut tape = Tape::new();
+        let text = r#"{"b":[{"c":1,"z":"\n"},2,{"q":[]}],"zz":{"deep":[1,2,{"\u0061":"x\ty"}]},"a":"\t","long_name_x":{"e":1,"f":2,"e":[3]},"long_name_y":{"e":1},"a":3}"#;
+        let root = tape.parse_read(text, &READ).unwrap();
+        assert_eq!(
+            root.to_json_text(),
+            r#"{"b":[{"c":1},2,{}],"a":"\t","long_name_x":{"e":1,"e":[3]},"a":3}"#
+        );
+        // The root's named members as found, the last of a repeated one.
+        assert_eq!(root.read_member(0).unwrap().to_json_text(), "3");
+        assert_eq!(
+            root.read_member(2).unwrap().to_json_text(),
+            r#"{"e":1,"e":[3]}"#
+        );
+        assert!(root.read_member(3).is_none());
+        // Nothing left out was unescaped.
+        assert_eq!(tape.unescaped, "\t");
+        // A value that is not an object, where members are named, is read whole; so is
+        // an array whose elements are not objects.
+        let root = tape.parse_read(r#"[{"z":1}]"#, &READ).unwrap();
+        assert_eq!(root.to_json_text(), r#"[{"z":1}]"#);
+        let root = tape
+            .parse_read(r#"{"b":{"z":1},"a":[{"z":2}]}"#, &READ)
+            .unwrap();
+        assert_eq!(root.to_json_text(), r#"{"b":{"z":1},"a":[{"z":2}]}"#);
+        // Every member left out.
+        let root = tape.parse_read(r#"{"x":1,"y":{"z":[]}}"#, &READ).unwrap();
+        assert_eq!(root.to_json_text(), "{}");
+        assert_eq!(root.as_object().unwrap().members().count(), 0);
     }
 
     #[test]
