@@ -211,8 +211,8 @@ impl Event {
 /// Parses one line (without its line terminator) into an event that borrows from the line
 /// and from `tape`. The errors are those of [`crate::parse_line`], word for word, except
 /// that JSON a `Value` cannot hold is read (see the module docs). What the engine never
-/// reads ([`ENVELOPE`]: members of the event other than its own, members of a result other
-/// than those the outcome rules read) is checked to be JSON and left out of the tape.
+/// reads (members of the event other than its own, members of a result other than those
+/// the outcome rules read: [`RESULT_READ`]) is checked to be JSON and left out of the tape.
 pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>, String> {
     let text = std::str::from_utf8(line).map_err(|e| crate::event::utf8_error(&e))?;
     let root = tape

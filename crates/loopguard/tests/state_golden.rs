@@ -105,5 +105,9 @@ fn a_state_the_previous_build_wrote_reads_and_goes_on_alike() {
     assert_eq!(a, b);
     // A repeat of the read the old state recorded: its signature is this build's.
     let detection = a.detection().expect("a warning");
-    assert_eq!((detection.count, detection.tool.as_str()), (2, "read"), "{a:?}");
+    assert_eq!(
+        (detection.count, detection.tool.as_str()),
+        (2, "read"),
+        "{a:?}"
+    );
 }
