@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
 
 use crate::clock::Millis;
@@ -108,6 +109,17 @@ struct Shared {
     runs: AtomicUsize,
 }
 
+impl Shared {
+    /// Takes a place for one more session in the count, if there is one.
+    fn reserve(&self) -> bool {
+        self.sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_sessions).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
 #[derive(Debug)]
 struct Session<T> {
     /// Most sessions hold one run: a vector, searched by id.
@@ -171,15 +183,38 @@ impl<T> SessionTable<T> {
         now: Millis,
         new: impl FnOnce() -> T,
     ) -> Result<Touched<'_, T>, SessionLimit> {
-        if !self.sessions.contains_key(session) {
+        // At the bound a new session needs room first, and making room takes the map;
+        // below it a new session only takes a place in the count, so a session the table
+        // holds (nearly every touch) is looked up once.
+        let admitted = self.is_full_for(session);
+        if admitted {
             self.admit()?;
         }
         let shared = &self.shared;
-        let entry = self.sessions.entry_ref(session).or_insert_with(|| Session {
-            runs: Vec::with_capacity(1),
-            stamp,
-            last_active: now,
-        });
+        let entry = match self.sessions.entry_ref(session) {
+            EntryRef::Occupied(held) => held.into_mut(),
+            EntryRef::Vacant(new_session) => {
+                if !admitted && !shared.reserve() {
+                    // Another shard took the last place since the count was read.
+                    match shared.when_full {
+                        WhenFull::Refuse => {
+                            return Err(SessionLimit {
+                                limit: shared.max_sessions,
+                            })
+                        }
+                        // Evicting never refuses (a guard has one table, so never here).
+                        WhenFull::EvictLeastRecent => {
+                            shared.sessions.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
+                }
+                new_session.insert(Session {
+                    runs: Vec::with_capacity(1),
+                    stamp,
+                    last_active: now,
+                })
+            }
+        };
         entry.stamp = stamp;
         entry.last_active = now;
         let mut evicted = None;
@@ -216,15 +251,7 @@ impl<T> SessionTable<T> {
     /// make room, or refuses.
     fn admit(&mut self) -> Result<(), SessionLimit> {
         let shared = Arc::clone(&self.shared);
-        let reserve = || {
-            shared
-                .sessions
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < shared.max_sessions).then_some(n + 1)
-                })
-                .is_ok()
-        };
-        if reserve() {
+        if shared.reserve() {
             return Ok(());
         }
         match shared.when_full {
