@@ -392,7 +392,7 @@ impl Digest {
 /// they are moved in one or two overlapping word-sized copies instead of a call to
 /// `memcpy`, which costs more than the copy at these sizes.
 #[inline(always)]
-fn put(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn put(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
     match n {
         0 => {}
@@ -459,9 +459,8 @@ enum Frame<'a, J: Json<'a>> {
     Object {
         object: J::Object,
         members: <J::Object as Object<'a>>::Sorted,
-        /// Whether members are checked against the filter, and whether the object looks
-        /// like a delivered message (whose `id` a send filter drops).
-        filtered: Option<bool>,
+        /// Which members the filter leaves out, when it may leave some out.
+        filtered: Option<Dropped>,
         /// The length of the sort scratch before this object was sorted.
         mark: usize,
     },
@@ -508,15 +507,16 @@ impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
                     ..
                 } => {
                     let object = *object;
-                    let filtered = *filtered;
                     loop {
                         let Some((k, v)) = object.next_sorted(members, self.order) else {
                             break None;
                         };
-                        if filtered
-                            .is_some_and(|id| drops(&self.filter, self.prefix, &self.path, k, id))
-                        {
-                            continue;
+                        if let Some(dropped) = filtered.as_mut() {
+                            if dropped
+                                .next(|id| drops(&self.filter, self.prefix, &self.path, k, id))
+                            {
+                                continue;
+                            }
                         }
                         d.key_bytes(k);
                         break Some((v, Step::Key(k)));
@@ -596,15 +596,26 @@ impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
             .is_some_and(|noise| noise.message.matches(object));
         let mut count = members.clone();
         let mut kept = 0;
+        let mut dropped = Dropped {
+            drop_id,
+            first: 0,
+            at: 0,
+        };
         while let Some((k, _)) = object.next_sorted(&mut count, self.order) {
-            kept += usize::from(!drops(&self.filter, self.prefix, &self.path, k, drop_id));
+            let gone = drops(&self.filter, self.prefix, &self.path, k, drop_id);
+            kept += usize::from(!gone);
+            if gone && dropped.at < u64::BITS {
+                dropped.first |= 1 << dropped.at;
+            }
+            dropped.at = dropped.at.saturating_add(1);
         }
+        dropped.at = 0;
         d.object(kept);
         if kept > 0 {
             let frame = Frame::Object {
                 object,
                 members,
-                filtered: Some(drop_id),
+                filtered: Some(dropped),
                 mark,
             };
             self.stack.push((frame, stepped));
@@ -613,6 +624,32 @@ impl<'a, 'f, 's, J: Json<'a>> Walk<'a, 'f, 's, J> {
             if stepped {
                 self.path.pop();
             }
+        }
+    }
+}
+
+/// Which members of an object a filter leaves out, found while they were counted (the
+/// count is written before the members): the first 64 as bits, by position in key order;
+/// any further member is asked again.
+#[derive(Clone, Copy)]
+struct Dropped {
+    /// The object looks like a delivered message, whose `id` a send filter drops.
+    drop_id: bool,
+    first: u64,
+    /// The position of the next member.
+    at: u32,
+}
+
+impl Dropped {
+    /// Whether the next member is left out (`ask`, given `drop_id`, beyond the first 64).
+    #[inline]
+    fn next(&mut self, ask: impl FnOnce(bool) -> bool) -> bool {
+        let at = self.at;
+        self.at = at.saturating_add(1);
+        if at < u64::BITS {
+            self.first >> at & 1 == 1
+        } else {
+            ask(self.drop_id)
         }
     }
 }

@@ -334,6 +334,44 @@ mod rules {
         assert_ne!(r1, r2);
     }
 
+    /// Which members a send leaves out is found while they are counted, and kept as bits
+    /// for the first 64: members beyond those are asked again, alike.
+    #[test]
+    fn rule7_sends_strip_volatile_ids_past_the_64th_member() {
+        // 70 members from `n00` on: the volatile keys before `n` are left out among the
+        // first 64 members, those after it (`receipt`, `sentAt`, `ts`, ...) past them.
+        let details = |id: &str, volatile: bool| {
+            let mut details = serde_json::Map::new();
+            for i in 0..70 {
+                details.insert(format!("n{i:02}"), json!(i));
+            }
+            details.insert("ok".to_owned(), json!(true));
+            details.insert(
+                "zz".to_owned(),
+                json!({"id": id, "text": "hi", "direction": "out"}),
+            );
+            if volatile {
+                for key in crate::policy::BUILTIN.volatile_send_keys {
+                    details.insert((*key).to_owned(), json!(id));
+                }
+            }
+            Value::Object(details)
+        };
+        let send = json!({"action": "send", "text": "hi"});
+        let a = hash(
+            "message",
+            send.clone(),
+            json!({"details": details("1", true)}),
+        );
+        assert_eq!(
+            a,
+            hash("message", send, json!({"details": details("2", true)}))
+        );
+        let mut kept = details("", false);
+        kept["zz"] = json!({"text": "hi", "direction": "out"});
+        assert_eq!(a, Fingerprint::of(&kept));
+    }
+
     #[test]
     fn rule8_update_plan_shape() {
         let a = hash(
