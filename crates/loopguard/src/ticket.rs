@@ -317,7 +317,7 @@ impl Names {
             let mut buf = [0; INLINE];
             let mut start = 0;
             for (part, end) in parts.iter().zip(ends) {
-                buf[start..end].copy_from_slice(part.as_bytes());
+                crate::canonical::put(&mut buf[start..end], part.as_bytes());
                 start = end;
             }
             SmallVec::from_buf_and_len(buf, end)
