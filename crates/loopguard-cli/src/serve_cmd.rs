@@ -374,26 +374,22 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
     let path = match choice {
         StoreChoice::Memory => {
             let store = MemoryStore::new(limits, clock);
-            return runtime.block_on(run_with(
-                store,
-                options,
-                &args.listen,
-                sweep_every,
-                "memory (nothing survives a restart)".into(),
-                announce,
-            ));
+            return stop_after(
+                runtime,
+                run_with(
+                    store,
+                    options,
+                    &args.listen,
+                    sweep_every,
+                    "memory (nothing survives a restart)".into(),
+                    announce,
+                ),
+            );
         }
         #[cfg(feature = "redis")]
         StoreChoice::Redis(target) => {
-            return runtime.block_on(serve_redis(
-                &args,
-                target,
-                limits,
-                clock,
-                options,
-                sweep_every,
-                announce,
-            ));
+            let serve = serve_redis(&args, target, limits, clock, options, sweep_every, announce);
+            return stop_after(runtime, serve);
         }
         StoreChoice::Sqlite(Some(path)) => path,
         StoreChoice::Sqlite(None) => default_db_path()?,
@@ -407,14 +403,30 @@ fn serve(args: ServeArgs, loaded: &startup::Loaded) -> Result<(), String> {
     };
     let store = SqliteStore::open(&path, limits, clock, sqlite).map_err(|e| e.to_string())?;
     let described = format!("sqlite {}", path.display());
-    runtime.block_on(run_with(
-        store,
-        options,
-        &args.listen,
-        sweep_every,
-        described,
-        announce,
-    ))
+    stop_after(
+        runtime,
+        run_with(
+            store,
+            options,
+            &args.listen,
+            sweep_every,
+            described,
+            announce,
+        ),
+    )
+}
+
+/// Runs `serve` on `runtime`, then stops the runtime without waiting long for blocking
+/// threads still at work: by then requests have finished and the store is closed, and a
+/// thread stuck reading a file on a stalled file system (a reload that gave up on it)
+/// must not keep the process from exiting.
+fn stop_after(
+    runtime: tokio::runtime::Runtime,
+    serve: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    let served = runtime.block_on(serve);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
 }
 
 /// `serve` on a Redis store.
@@ -585,11 +597,17 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
-/// The contents of a PEM file given with `flag`, if any.
+/// Largest PEM file read (1 MiB): a whole system CA bundle is a fifth of it.
+#[cfg(feature = "redis")]
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// The contents of a PEM file given with `flag`, if any: a regular file (never a FIFO
+/// waited on) of at most [`MAX_PEM_BYTES`].
 #[cfg(feature = "redis")]
 fn read_pem(flag: &str, file: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, String> {
     file.map(|file| {
-        std::fs::read(file).map_err(|e| format!("{flag}: cannot read {}: {e}", file.display()))
+        loopguard_config::read_capped(file, MAX_PEM_BYTES)
+            .map_err(|e| format!("{flag}: cannot read {}: {e}", file.display()))
     })
     .transpose()
 }

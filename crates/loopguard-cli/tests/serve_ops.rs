@@ -127,6 +127,127 @@ fn config_reloads_on_sighup_and_by_endpoint_and_bad_configs_are_refused() {
     server.stop();
 }
 
+/// A FIFO at `path` (none may exist there), made with `mkfifo(1)`.
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// The config and the token file must be regular files: a FIFO nobody writes to, a
+/// directory or a device is refused at start and on reload, at once and with what it is,
+/// and neither a reload nor the shutdown after it waits on one.
+#[cfg(unix)]
+#[test]
+fn config_and_token_files_that_are_not_regular_files_are_refused_without_hanging() {
+    let dir = tempdir();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let fifo_arg = fifo.display().to_string();
+    let dir_arg = dir.path().display().to_string();
+    // At start: a clear error, promptly.
+    for args in [
+        ["--memory", "--config", fifo_arg.as_str()],
+        ["--memory", "--token-file", fifo_arg.as_str()],
+        ["--memory", "--config", dir_arg.as_str()],
+        ["--memory", "--token-file", "/dev/zero"],
+    ] {
+        let started = Instant::now();
+        let said = Server::try_start(&args, &[])
+            .err()
+            .unwrap_or_else(|| panic!("{args:?} started"));
+        assert!(said.contains("not a regular file"), "{args:?}: {said}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{args:?}");
+    }
+
+    // On reload: the file becomes a FIFO (or a directory) after the start.
+    let config = dir.path().join("config.json5");
+    let token = dir.path().join("token");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2 } } }",
+    )
+    .unwrap();
+    std::fs::write(&token, "sesame\n").unwrap();
+    let server = Server::start(&[
+        "--memory",
+        "--config",
+        &config.display().to_string(),
+        "--token-file",
+        &token.display().to_string(),
+    ]);
+    let mut client = server.client().with_token("sesame");
+    std::fs::remove_file(&config).unwrap();
+    mkfifo(&config);
+    server.signal("HUP");
+    wait_until("the refusal of the FIFO is logged", || {
+        server
+            .stderr()
+            .contains("is a FIFO (named pipe), not a regular file")
+    });
+    let started = Instant::now();
+    let response = client.post("/v1/admin/reload", "");
+    assert_eq!(response.status, 422, "{}", response.text());
+    let error = response.json()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("previous config stays in force"), "{error}");
+    assert!(
+        error.contains("is a FIFO (named pipe), not a regular file"),
+        "{error}"
+    );
+    std::fs::remove_file(&config).unwrap();
+    std::fs::create_dir(&config).unwrap();
+    let response = client.post("/v1/admin/reload", "");
+    assert_eq!(response.status, 422, "{}", response.text());
+    assert!(
+        response.text().contains("is a directory"),
+        "{}",
+        response.text()
+    );
+    std::fs::remove_dir(&config).unwrap();
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2 } } }",
+    )
+    .unwrap();
+    std::fs::remove_file(&token).unwrap();
+    mkfifo(&token);
+    let response = client.post("/v1/admin/reload", "");
+    assert_eq!(response.status, 422, "{}", response.text());
+    assert!(
+        response.text().contains("token file"),
+        "{}",
+        response.text()
+    );
+    assert!(
+        response.text().contains("not a regular file"),
+        "{}",
+        response.text()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "reloads took {:?}",
+        started.elapsed()
+    );
+    // The old config and token stay in force, and the server still answers.
+    let verdicts: Vec<Value> = (1..=3)
+        .map(|i| client.post("/v1/events", &repeat_call(i)).json())
+        .collect();
+    assert_eq!(verdicts[2]["verdict"], "warn", "warningThreshold 2");
+    let metrics = client.get("/metrics").text();
+    assert!(
+        metrics.contains("loopguard_config_reloads_total{result=\"failed\"} 4"),
+        "{metrics}"
+    );
+    // SIGTERM ends the process at once: no reload is left waiting on a FIFO.
+    let started = Instant::now();
+    server.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stop took {:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn metrics_health_and_the_openapi_document() {
     let server = Server::start(&[

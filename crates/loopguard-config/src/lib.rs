@@ -12,7 +12,9 @@
 //!   detection on at OpenClaw's documented thresholds; `replay`, the contract's test harness,
 //!   runs SPEC §7's defaults (the document `{}`: rolling detectors off, post-compaction
 //!   guard on).
-//! - **Reading** ([`read`]): at most [`MAX_CONFIG_BYTES`], UTF-8, then the engine's parser.
+//! - **Reading** ([`read`]): a regular file ([`read_capped`]: a FIFO or a device is
+//!   refused, never waited on), at most [`MAX_CONFIG_BYTES`], UTF-8, then the engine's
+//!   parser.
 //!   Every failure is a [`LoadError`]; its `Display` puts one problem on each line, each
 //!   `FILE:LINE:COLUMN: …`, so that editors and terminals can jump to it.
 //!
@@ -32,10 +34,13 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use loopguard::{ConfigError, ConfigSet};
+
+mod file;
+
+pub use file::{read_capped, ReadError};
 
 /// The environment variable naming the config file when `--config` is not given.
 pub const ENV: &str = "LOOPGUARD_CONFIG";
@@ -148,24 +153,18 @@ pub fn read(path: &Path) -> Result<ConfigSet, LoadError> {
     )?)
 }
 
-/// A config file's text: at most [`MAX_CONFIG_BYTES`], UTF-8.
+/// A config file's text: a regular file of at most [`MAX_CONFIG_BYTES`], UTF-8.
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
-    let read_error = |source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_error)?;
-    let mut bytes = Vec::new();
-    // `take` rather than the file's length: a FIFO or /dev/stdin has none.
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(LoadError::TooLarge {
+    let bytes = read_capped(path, MAX_CONFIG_BYTES).map_err(|e| match e {
+        ReadError::TooLarge { limit } => LoadError::TooLarge {
             path: path.to_owned(),
-            limit: MAX_CONFIG_BYTES,
-        });
-    }
+            limit,
+        },
+        ReadError::Io(source) => LoadError::Read {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
     String::from_utf8(bytes).map_err(|e| LoadError::NotUtf8 {
         path: path.to_owned(),
         offset: e.utf8_error().valid_up_to(),
@@ -176,7 +175,7 @@ pub fn read_text(path: &Path) -> Result<String, LoadError> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {
-    /// The file cannot be opened or read.
+    /// The file cannot be opened or read, or is not a regular file.
     #[error("cannot read {}: {source}", path.display())]
     Read {
         /// The file.

@@ -161,7 +161,16 @@ pub enum LoadError {
     /// The reload did not finish (its thread panicked or the runtime is stopping).
     #[error("reload failed: {0}")]
     Interrupted(String),
+    /// Reading the files took longer than [`RELOAD_DEADLINE`] (a stalled file system):
+    /// the reload gives up rather than hold later reloads and the shutdown behind it.
+    #[error("reading the config and token files took longer than {} s", RELOAD_DEADLINE.as_secs())]
+    TimedOut,
 }
+
+/// Longest a reload waits for the config and token files to be read. Both are small
+/// regular files (anything else is refused before it is read), so only a stalled file
+/// system (a hung network mount) comes near it.
+pub const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The shared state of the server.
 pub struct App<S> {
@@ -244,13 +253,17 @@ impl<S: Store> App<S> {
     pub async fn reload(&self) -> Result<ReloadReport, LoadError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let options = self.options.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
+        let reading = tokio::task::spawn_blocking(move || {
             let config = load_config(&options)?;
             let token = options.token.load()?;
             Ok::<_, LoadError>((config, token))
-        })
-        .await
-        .map_err(|e| LoadError::Interrupted(e.to_string()));
+        });
+        // On a timeout the reading thread is left to finish on its own: the runtime does not
+        // wait for it at shutdown (`serve` stops with a timeout), and nothing waits on it.
+        let loaded = match tokio::time::timeout(RELOAD_DEADLINE, reading).await {
+            Ok(joined) => joined.map_err(|e| LoadError::Interrupted(e.to_string())),
+            Err(_) => Err(LoadError::TimedOut),
+        };
         match loaded.and_then(|r| r) {
             Ok(((config, report), token)) => {
                 let report = ReloadReport {

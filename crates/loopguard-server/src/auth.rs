@@ -4,17 +4,18 @@ use std::path::{Path, PathBuf};
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use loopguard_config::{read_capped, ReadError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
-use crate::files::{read_capped, ReadError};
 
 /// Longest token accepted (bytes).
 pub const MAX_TOKEN_BYTES: usize = 4096;
 
 /// Longest token file read (bytes): a token and room for surrounding whitespace. A file
-/// beyond it (a device, a log file given by mistake) is refused without being read.
+/// beyond it (a log file given by mistake) is refused without being read whole; what is
+/// not a regular file (a FIFO, a device) is refused without being read at all.
 pub const MAX_TOKEN_FILE_BYTES: u64 = 64 << 10;
 
 /// Where the token comes from.
@@ -263,7 +264,7 @@ mod tests {
         std::fs::write(&path, "\n").unwrap();
         let empty = TokenSource::File(path.clone()).load().unwrap_err();
         assert!(empty.to_string().ends_with("the token is empty"), "{empty}");
-        // A file far beyond any token, or an endless device, is not read whole.
+        // A file far beyond any token is not read whole; a device is not read at all.
         std::fs::write(&path, "x".repeat(MAX_TOKEN_FILE_BYTES as usize + 1)).unwrap();
         let large = TokenSource::File(path).load().unwrap_err();
         assert!(
@@ -279,7 +280,10 @@ mod tests {
         #[cfg(unix)]
         {
             let endless = TokenSource::File("/dev/zero".into()).load().unwrap_err();
-            assert!(endless.to_string().contains("too large"), "{endless}");
+            assert!(
+                endless.to_string().ends_with("not a regular file"),
+                "{endless}"
+            );
         }
     }
 }

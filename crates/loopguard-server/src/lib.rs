@@ -52,7 +52,6 @@ mod connections;
 mod error;
 mod events;
 mod extract;
-mod files;
 mod metrics;
 mod openapi;
 mod ops;
@@ -73,6 +72,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use app::{
     App, ConnectionLimits, LoadError, Options, ReloadReport, RequestLimits, StoreFailure,
+    RELOAD_DEADLINE,
 };
 pub use auth::{
     AuthError, Token, TokenError, TokenProblem, TokenSource, MAX_TOKEN_BYTES, MAX_TOKEN_FILE_BYTES,
