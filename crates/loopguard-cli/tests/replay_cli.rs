@@ -55,6 +55,85 @@ fn reads_stdin_and_applies_the_config() {
     assert!(out.stderr.is_empty());
 }
 
+/// A host that sends every call under one `call_id` and never a result: the first five
+/// repeats are answered as retries (the first answer again), every later one is counted
+/// as a new call and says so, and the loop is still caught, as with an id per call behind
+/// by those five retries.
+#[test]
+fn an_id_reused_without_results_is_retried_five_times_then_counted_and_told() {
+    let same = |id: &str| call(id, json!({"p": 1}));
+    let reused: String = (0..30).map(|_| same("x") + "\n").collect();
+    let unique: String = (0..30).map(|i| same(&format!("u{i}")) + "\n").collect();
+    let cfg = temp_file(
+        "live.json5",
+        b"{ tools: { loopDetection: { enabled: true } } }",
+    );
+    let answers = |input: &str| {
+        let out = run(
+            &["replay", "--config", cfg.to_str().unwrap(), "-"],
+            input.as_bytes(),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out.stdout)
+    };
+    let (reused, unique) = (answers(&reused), answers(&unique));
+    let retries = loopguard::RETRIES_PER_CALL as usize;
+    for (i, a) in reused.iter().enumerate() {
+        let mut a = a.clone();
+        let warning = a.as_object_mut().unwrap().remove("call_id_warning");
+        let sent = a.as_object_mut().unwrap().remove("call_id_reused");
+        // The answer a host with an id per call gets, `retries` calls later.
+        let mut want = unique[i.saturating_sub(retries)].clone();
+        want["seq"] = json!(i + 1);
+        assert_eq!(a, want, "answer {i}");
+        match i {
+            i if i <= retries => assert!(warning.is_none() && sent.is_none(), "answer {i}"),
+            _ => {
+                assert_eq!(sent, Some(json!(i + 1)), "answer {i}");
+                let warning = warning.unwrap();
+                assert!(
+                    warning
+                        .as_str()
+                        .unwrap()
+                        .starts_with(&format!("call_id sent {} times", i + 1)),
+                    "{warning}"
+                );
+            }
+        }
+    }
+    let verdicts: Vec<&str> = reused
+        .iter()
+        .map(|a| a["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts.iter().position(|&v| v == "warn"),
+        Some(10 + retries)
+    );
+    assert_eq!(
+        verdicts.iter().filter(|&&v| v == "warn").count(),
+        30 - 10 - retries
+    );
+    // The figure the docs give is this one.
+    let root = common::repo_root();
+    let figure = format!("at most {retries} times");
+    for doc in [
+        "docs/replay-format.md",
+        "docs/serve.md",
+        "docs/decisions.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        assert!(text.contains(&figure), "{doc} does not say {figure:?}");
+    }
+    let openapi =
+        std::fs::read_to_string(root.join("crates/loopguard-server/src/openapi.json")).unwrap();
+    assert!(openapi.contains(&format!("more than {retries} times")));
+}
+
 #[test]
 fn agent_flag_selects_a_config_and_events_override_it() {
     let cfg = temp_file(

@@ -114,3 +114,68 @@ fn every_verdict_of_every_detector_is_counted() {
         "no vector made these detectors fire, so their series were never seen counting: {missing:?}"
     );
 }
+
+/// The value of the metric line `series` (name and labels) in a metrics text.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// A retried call is answered again and its verdict counted once; a host that sends every
+/// call under one id without results gets five retries, then each call counted and a
+/// warning in its answer, counted in `/metrics`; the answers are replay's.
+#[test]
+fn retried_calls_count_once_and_reused_ids_are_told_and_counted() {
+    let dir = serve_common::tempdir();
+    let config = dir.path().join("live.json5");
+    std::fs::write(&config, "{ tools: { loopDetection: { enabled: true } } }").unwrap();
+    let server = Server::start(&["--memory", "--config", &config.display().to_string()]);
+    let mut client = server.client();
+    let call = |session: &str, id: &str| {
+        format!(
+            r#"{{"type":"call","session":"{session}","call_id":"{id}","tool":"read","args":{{"p":1}}}}"#
+        )
+    };
+    // An id per call, every event sent twice (the first answer lost), results included.
+    for i in 0..12 {
+        for event in [
+            call("retrying", &format!("c{i}")),
+            format!(r#"{{"type":"result","session":"retrying","call_id":"c{i}","result":"same"}}"#),
+        ] {
+            let first = client.post("/v1/events", &event).json();
+            assert_eq!(client.post("/v1/events", &event).json(), first, "{event}");
+        }
+    }
+    let text = client.get("/metrics").text();
+    let verdicts = |text: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with("loopguard_verdicts_total{"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(metric(&text, "loopguard_events_total{type=\"call\"}"), 24);
+    assert_eq!(verdicts(&text), 12, "each call's verdict once:\n{text}");
+    assert_eq!(metric(&text, "loopguard_call_retries_total"), 12);
+    assert_eq!(metric(&text, "loopguard_reused_call_ids_total"), 0);
+
+    // One id for 30 identical calls, no results.
+    let stream: String = (0..30).map(|_| call("reusing", "x") + "\n").collect();
+    let events = dir.path().join("reused.jsonl");
+    std::fs::write(&events, &stream).unwrap();
+    let response = client.post_ndjson("/v1/events", stream.as_bytes());
+    assert_eq!(response.status, 200, "{}", response.text());
+    let served = json_lines(response.text().as_bytes());
+    let replayed = json_lines(&replay(Some(&config), &events));
+    assert_eq!(served, replayed);
+    assert!(served[5].get("call_id_warning").is_none());
+    assert!(served[6]["call_id_warning"]
+        .as_str()
+        .unwrap()
+        .contains("give every call its own call_id"));
+    assert_eq!(served[15]["verdict"], "warn", "{}", served[15]);
+    let text = client.get("/metrics").text();
+    assert_eq!(metric(&text, "loopguard_call_retries_total"), 12 + 5);
+    assert_eq!(metric(&text, "loopguard_reused_call_ids_total"), 24);
+    assert_eq!(verdicts(&text), 12 + 25);
+}

@@ -1,7 +1,7 @@
 //! Output objects (SPEC §7): one per input line. Other tools parse these; field names,
 //! order and types are a contract.
 
-use loopguard::{Abort, Detection, Recorded, Scope, Verdict};
+use loopguard::{Abort, CallIdUse, Detection, Recorded, Scope, Verdict};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
@@ -18,6 +18,9 @@ pub enum Answer {
         run: Option<String>,
         /// The verdict.
         verdict: Verdict,
+        /// Whether the call was new, a retry (answered again, not counted), or came
+        /// again under an id the host seems to reuse (the answer then says so).
+        id_use: CallIdUse,
     },
     /// What became of a result.
     Result {
@@ -86,6 +89,12 @@ impl Answer {
                 session,
                 run,
                 verdict: verdict_of(&answer, tool)?,
+                id_use: match answer["call_id_reused"].as_u64() {
+                    Some(sent) => CallIdUse::Reused {
+                        sent: u8::try_from(sent).unwrap_or(u8::MAX),
+                    },
+                    None => CallIdUse::New,
+                },
             }),
             Some("result") => Ok(Self::Result {
                 seq,
@@ -171,10 +180,11 @@ impl Serialize for Answer {
                 session,
                 run,
                 verdict,
+                id_use,
             } => View {
                 seq: *seq,
                 ids: Some((session, run.as_deref())),
-                reply: ReplyRef::Call(verdict),
+                reply: ReplyRef::Call(verdict, *id_use),
             },
             Self::Result {
                 seq,
@@ -206,8 +216,9 @@ impl Serialize for Answer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reply {
-    /// The verdict on a call.
-    Call(Verdict),
+    /// The verdict on a call, and whether the call was new, a retry, or came again under a
+    /// reused id.
+    Call(Verdict, CallIdUse),
     /// What became of a result.
     Result(Recorded),
     /// The window a compaction armed the post-compaction guard with (0: disabled).
@@ -222,11 +233,12 @@ impl Reply {
         let session = scope.session().to_owned();
         let run = scope.run().map(str::to_owned);
         match self {
-            Self::Call(verdict) => Answer::Call {
+            Self::Call(verdict, id_use) => Answer::Call {
                 seq,
                 session,
                 run,
                 verdict,
+                id_use,
             },
             Self::Result(recorded) => Answer::Result {
                 seq,
@@ -248,7 +260,7 @@ impl Reply {
     pub(crate) fn view<'a>(&'a self, seq: u64, scope: &Scope<'a>) -> View<'a> {
         let ids = Some((scope.session(), scope.run()));
         let reply = match self {
-            Self::Call(verdict) => ReplyRef::Call(verdict),
+            Self::Call(verdict, id_use) => ReplyRef::Call(verdict, *id_use),
             Self::Result(recorded) => ReplyRef::Result(recorded),
             Self::Compaction(armed) => ReplyRef::Compaction(*armed),
             Self::Invalid(error) => {
@@ -264,7 +276,7 @@ impl Reply {
 }
 
 enum ReplyRef<'a> {
-    Call(&'a Verdict),
+    Call(&'a Verdict, CallIdUse),
     Result(&'a Recorded),
     Compaction(u32),
     Invalid(&'a str),
@@ -304,7 +316,7 @@ impl Serialize for View<'_> {
                 m.serialize_entry("seq", &self.seq)?;
                 m.serialize_entry("error", error)?;
             }
-            ReplyRef::Call(verdict) => {
+            ReplyRef::Call(verdict, id_use) => {
                 head(&mut m, self.seq, "call", session, run)?;
                 match verdict {
                     Verdict::Allow => m.serialize_entry("verdict", "allow")?,
@@ -338,6 +350,10 @@ impl Serialize for View<'_> {
                             detection_fields(&mut m, detection)?;
                         }
                     }
+                }
+                if let (CallIdUse::Reused { sent }, Some(warning)) = (id_use, id_use.warning()) {
+                    m.serialize_entry("call_id_reused", sent)?;
+                    m.serialize_entry("call_id_warning", &warning)?;
                 }
             }
             ReplyRef::Result(recorded) => {

@@ -214,7 +214,8 @@ pub fn apply_event<'a, J: Json<'a>>(
                     now,
                 ),
             };
-            Reply::Call(ticket.into_verdict())
+            let id_use = ticket.id_use();
+            Reply::Call(ticket.into_verdict(), id_use)
         }
         EventRef::Result {
             call_id,

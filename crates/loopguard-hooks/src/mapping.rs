@@ -291,7 +291,7 @@ pub fn apply(
                 })?
             };
             match (reply, event) {
-                (Reply::Call(verdict), HookEvent::ToolCall(call)) => {
+                (Reply::Call(verdict, _), HookEvent::ToolCall(call)) => {
                     let reaction = reaction_to(&verdict);
                     if let (Reaction::Warn { note }, NoteDelivery::WithResult) =
                         (&reaction, delivery)

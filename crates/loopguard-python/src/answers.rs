@@ -7,7 +7,7 @@
 //! `Guard.remote` builds the same objects from the sidecar's JSON answers
 //! ([`verdict_from_answer`], [`recorded_from_answer`]), so both guards hand back one type.
 
-use loopguard::{Abort, Detection, Level, Recorded, Verdict};
+use loopguard::{Abort, CallIdUse, Detection, Level, Recorded, Verdict};
 use loopguard_events::Answer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -183,6 +183,7 @@ impl PyVerdict {
                 session: String::new(),
                 run: None,
                 verdict: self.inner.clone(),
+                id_use: CallIdUse::New,
             },
         )
     }

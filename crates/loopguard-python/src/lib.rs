@@ -350,7 +350,7 @@ impl PyGuard {
             })
         });
         match reply {
-            Reply::Call(verdict) => answers::verdict(py, verdict),
+            Reply::Call(verdict, _) => answers::verdict(py, verdict),
             other => Err(unexpected(other)),
         }
     }

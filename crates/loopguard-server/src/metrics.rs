@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use loopguard::{Detector, Level, Verdict};
+use loopguard::{CallIdUse, Detector, Level, Verdict};
 use loopguard_events::Answer;
 use loopguard_store::StoreStats;
 
@@ -121,6 +121,10 @@ pub struct Metrics {
     /// Per detector, [warning, critical].
     verdicts: [[AtomicU64; 2]; Detector::ALL.len()],
     aborts: AtomicU64,
+    /// Calls answered as retries (their verdict counted once, under the first).
+    call_retries: AtomicU64,
+    /// Calls counted anew under an id the host seems to reuse.
+    reused_call_ids: AtomicU64,
     latency: [Histogram; 9],
     /// Per status in [`STATUSES`], then "other".
     responses: [AtomicU64; STATUSES.len() + 1],
@@ -143,8 +147,18 @@ impl Metrics {
     /// Counts an answer: its event type, verdict, abort.
     pub fn answer(&self, answer: &Answer) {
         let kind = match answer {
-            Answer::Call { verdict, .. } => {
-                self.verdict(verdict);
+            Answer::Call {
+                verdict, id_use, ..
+            } => {
+                if id_use.is_retry() {
+                    // Its verdict was counted when the call was first answered.
+                    self.call_retries.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.verdict(verdict);
+                }
+                if matches!(id_use, CallIdUse::Reused { .. }) {
+                    self.reused_call_ids.fetch_add(1, Ordering::Relaxed);
+                }
                 0
             }
             Answer::Result { recorded, .. } => {
@@ -283,6 +297,29 @@ impl Metrics {
             "Runs aborted by the post-compaction guard.",
         );
         let _ = writeln!(out, "loopguard_aborts_total {}", load(&self.aborts));
+
+        head(
+            &mut out,
+            "loopguard_call_retries_total",
+            "counter",
+            "Calls answered as retries of a call already answered (same call_id, tool and arguments, no result yet): answered again, counted once.",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_call_retries_total {}",
+            load(&self.call_retries)
+        );
+        head(
+            &mut out,
+            "loopguard_reused_call_ids_total",
+            "counter",
+            "Calls counted as new although their call_id came with the same tool and arguments and no result more often than a retry would (the host reuses ids).",
+        );
+        let _ = writeln!(
+            out,
+            "loopguard_reused_call_ids_total {}",
+            load(&self.reused_call_ids)
+        );
 
         head(
             &mut out,

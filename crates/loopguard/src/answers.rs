@@ -15,10 +15,17 @@
 //!   changes the history. The newest [`ANSWERS_KEPT`] answers are kept.
 //!
 //! A call whose earlier namesake already has its result is a new call, not a retry: hosts
-//! that reuse ids across turns (`call_0` every message) keep being guarded. The price is
-//! that a host which reuses one id for a new call before reporting the previous call's
-//! result is taken for a retry; provider ids are unique per call, so this only concerns
-//! hand-made ids.
+//! that reuse ids across turns (`call_0` every message) keep being guarded.
+//!
+//! **A retry is answered again at most [`RETRIES_PER_CALL`] times.** A host that reuses one
+//! id for new calls and never reports results (hand-made ids: provider ids are unique per
+//! call) would otherwise have every identical call taken for a retry, and repeat detection
+//! would be off for it. So the run counts the retries it answered for each call; once a
+//! call with the same id, tool and arguments comes again after that many, still without a
+//! result, it is judged and recorded as a new call ([`CallIdUse::Reused`]: its answer says
+//! so), and so is every later one until a result for the id arrives. HTTP clients retry a
+//! lost answer a few times, not more; a host whose ids look like this is told, and stays
+//! guarded, its counts behind by the retries answered.
 
 use std::collections::VecDeque;
 
@@ -34,6 +41,61 @@ pub const BLOCKED_IDS_KEPT: usize = 256;
 /// Calls (with their results) a run keeps answers of, for retries: more than the calls of
 /// one run a client has in flight.
 pub const ANSWERS_KEPT: usize = 16;
+
+/// Retries of one call (same id, tool and arguments, no result yet) answered with its
+/// verdict again; the next identical call counts as a new call (see the module docs).
+/// Clients retry a lost answer a few times; a host sending one id for every call without
+/// results is caught after this many.
+pub const RETRIES_PER_CALL: u32 = 5;
+
+/// How a call stands to the call its id named before (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CallIdUse {
+    /// A new call: judged and recorded. Calls without an id are always new.
+    #[default]
+    New,
+    /// A retry of the run's newest call with this id (same tool and arguments, no result
+    /// yet): answered with that call's verdict again; nothing recorded or counted.
+    Retry,
+    /// The id came again with the same tool and arguments and still no result, after
+    /// [`RETRIES_PER_CALL`] retries: judged and recorded as a new call, and the answer says
+    /// that the host's ids look reused ([`CallIdUse::warning`]).
+    Reused {
+        /// How many times the call came under this id without a result (this one
+        /// included; counted up to 255).
+        sent: u8,
+    },
+}
+
+impl CallIdUse {
+    /// For [`CallIdUse::Reused`]: what to tell the host.
+    pub fn warning(self) -> Option<String> {
+        match self {
+            Self::Reused { sent } => Some(format!(
+                "call_id sent {sent} times with the same tool and arguments and no result: \
+                 after {RETRIES_PER_CALL} retries it counts as a new call each time; give \
+                 every call its own call_id and send each call's result"
+            )),
+            Self::New | Self::Retry => None,
+        }
+    }
+
+    /// Whether this answers a retry (counted already).
+    pub fn is_retry(self) -> bool {
+        self == Self::Retry
+    }
+}
+
+/// What [`Answers::retried_call`] found.
+pub(crate) enum Retried {
+    /// Not a retry: a new call.
+    New,
+    /// A retry: this verdict again.
+    Again(Verdict),
+    /// Past [`RETRIES_PER_CALL`]: a new call, the `sent`-th under this id.
+    Reused(u8),
+}
 
 /// The per-run memory of answered call ids (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +130,25 @@ enum State {
     RecordedVeto,
     /// Its result was recorded with the fingerprint in `outcome`.
     Recorded,
+    /// As `Open`, and sent this many times more under its id, with no result in between
+    /// (retries answered, or, past [`RETRIES_PER_CALL`], calls counted anew). Last, so that
+    /// states of format version 4 read unchanged.
+    Resent(u8),
+}
+
+impl State {
+    /// No result recorded yet.
+    fn is_open(self) -> bool {
+        matches!(self, Self::Open | Self::Resent(_))
+    }
+
+    /// Times sent again since the first.
+    fn resent(self) -> u8 {
+        match self {
+            Self::Resent(n) => n,
+            _ => 0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,13 +227,22 @@ impl Answers {
         self.blocked.contains(&id)
     }
 
-    /// The verdict to repeat when a call with `id` and `signature` is a retry.
-    pub(crate) fn retried_call(&self, id: u64, signature: Signature) -> Option<Verdict> {
-        let answered = self.newest(id)?;
-        let retry =
-            answered.state == State::Open && answered.signature == prefix(signature.as_u128());
-        retry.then(
-            || match answered.said.as_deref().and_then(|s| s.verdict.as_ref()) {
+    /// Whether a call with `id` and `signature` is a retry, and if so the verdict to
+    /// repeat (counting the retry).
+    pub(crate) fn retried_call(&mut self, id: u64, signature: Signature) -> Retried {
+        let Some(answered) = self.recent.iter_mut().rev().find(|a| a.id == id) else {
+            return Retried::New;
+        };
+        if !answered.state.is_open() || answered.signature != prefix(signature.as_u128()) {
+            return Retried::New;
+        }
+        let resent = answered.state.resent().saturating_add(1);
+        if u32::from(resent) > RETRIES_PER_CALL {
+            return Retried::Reused(resent);
+        }
+        answered.state = State::Resent(resent);
+        Retried::Again(
+            match answered.said.as_deref().and_then(|s| s.verdict.as_ref()) {
                 Some(saved) => saved.verdict(),
                 None => Verdict::Allow,
             },
@@ -169,7 +259,7 @@ impl Answers {
         let answered = self.newest(id)?;
         // A call still open has no result to repeat: its outcome is not hashed for nothing
         // (the common case: the result of the call just judged).
-        if answered.state == State::Open {
+        if answered.state.is_open() {
             return None;
         }
         let same = match (answered.state, key(answered.rule)?) {
@@ -192,13 +282,15 @@ impl Answers {
         })
     }
 
-    /// Remembers the verdict on a call with `id`.
+    /// Remembers the verdict on a call with `id`; `resent`: the times it was sent before
+    /// under this id without a result ([`Retried::Reused`]), 0 for a new call.
     pub(crate) fn called(
         &mut self,
         id: u64,
         signature: Signature,
         rule: OutcomeRule,
         verdict: &Verdict,
+        resent: u8,
     ) {
         self.blocked.retain(|&b| b != id);
         if verdict.is_blocked() {
@@ -218,7 +310,10 @@ impl Answers {
             signature: prefix(signature.as_u128()),
             outcome: 0,
             rule,
-            state: State::Open,
+            state: match resent {
+                0 => State::Open,
+                n => State::Resent(n),
+            },
             said,
         });
     }
@@ -234,11 +329,7 @@ impl Answers {
     ) {
         let signature = prefix(signature.as_u128());
         let index = match self.recent.iter().rposition(|a| a.id == id) {
-            Some(i)
-                if self.recent[i].state == State::Open && self.recent[i].signature == signature =>
-            {
-                i
-            }
+            Some(i) if self.recent[i].state.is_open() && self.recent[i].signature == signature => i,
             _ => {
                 // A result whose call this run did not answer (or no longer remembers).
                 self.push(Answered {

@@ -89,7 +89,7 @@ pub mod text;
 mod ticket;
 mod verdict;
 
-pub use answers::{ANSWERS_KEPT, BLOCKED_IDS_KEPT};
+pub use answers::{CallIdUse, ANSWERS_KEPT, BLOCKED_IDS_KEPT, RETRIES_PER_CALL};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};

@@ -57,6 +57,19 @@ pub fn verdict(scope: &Scope<'_>, tool: &str, verdict: &Verdict) {
     }
 }
 
+/// Logs a call judged as new although its id, tool and arguments came `sent` times
+/// without a result ([`CallIdUse::Reused`](crate::CallIdUse::Reused)).
+pub fn reused_id(scope: &Scope<'_>, tool: &str, sent: u8) {
+    tracing::warn!(
+        target: "loopguard",
+        session = scope.session(),
+        run = scope.run(),
+        tool,
+        sent,
+        "call_id reused without results: counted as a new call"
+    );
+}
+
 /// Logs that a compaction armed the post-compaction guard for `attempts` calls (nothing
 /// when it is disabled: 0).
 pub fn armed(scope: &Scope<'_>, attempts: u32) {

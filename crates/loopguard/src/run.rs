@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::answers::{Answers, OutcomeKey};
+use crate::answers::{Answers, CallIdUse, OutcomeKey, Retried};
 use crate::clock::Millis;
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
@@ -89,12 +89,14 @@ pub enum StateDecodeError {
 /// Version of [`RunState::to_bytes`]'s format; bumped on any incompatible change (it also
 /// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
 /// fields of `Added3` to version 2's encoding, version 4 those of `Added4` after them;
-/// version 2 and 3 states still read.
-pub const STATE_FORMAT_VERSION: u8 = 4;
+/// version 5 may mark an answered call with the times it was sent again (a variant added
+/// last, so that older states read unchanged). Version 2, 3 and 4 states still read.
+pub const STATE_FORMAT_VERSION: u8 = 5;
 
 /// The older format versions whose states [`RunState::from_bytes`] still reads.
 const STATE_FORMAT_V2: u8 = 2;
 const STATE_FORMAT_V3: u8 = 3;
+const STATE_FORMAT_V4: u8 = 4;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,13 +203,17 @@ impl RunState {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StateDecodeError> {
         let corrupt = |e: postcard::Error| StateDecodeError::Corrupt(e.to_string());
         match bytes.split_first() {
-            Some((&version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_VERSION), rest)) => {
+            Some((
+                &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4
+                | STATE_FORMAT_VERSION),
+                rest,
+            )) => {
                 let (mut state, mut left): (Self, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(corrupt)?;
                 if version >= STATE_FORMAT_V3 {
                     (state.added, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
-                if version >= STATE_FORMAT_VERSION {
+                if version >= STATE_FORMAT_V4 {
                     (state.added4, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
@@ -252,25 +258,40 @@ impl RunState {
         let print = CallPrint::for_config(call.tool, call.args, cfg);
         self.last_active = now;
         let id = call.call_id.map(call_id_hash);
-        let retried = id.and_then(|id| self.added.answers.retried_call(id, print.signature));
-        let verdict = match retried {
-            Some(verdict) => verdict,
-            None => {
+        let retried = match id {
+            Some(id) => self.added.answers.retried_call(id, print.signature),
+            None => Retried::New,
+        };
+        let (verdict, id_use) = match retried {
+            Retried::Again(verdict) => (verdict, CallIdUse::Retry),
+            Retried::New | Retried::Reused(_) => {
                 let verdict = self.verdict(cfg, &print, id, call.batch, call.call_id, now);
+                let (resent, id_use) = match retried {
+                    Retried::Reused(n) => (
+                        n,
+                        CallIdUse::Reused {
+                            sent: n.saturating_add(1),
+                        },
+                    ),
+                    _ => (0, CallIdUse::New),
+                };
                 if let Some(id) = id {
                     self.added
                         .answers
-                        .called(id, print.signature, print.rule, &verdict);
+                        .called(id, print.signature, print.rule, &verdict, resent);
                 }
-                verdict
+                (verdict, id_use)
             }
         };
         observe::verdict(scope, print.tool, &verdict);
+        if let CallIdUse::Reused { sent } = id_use {
+            observe::reused_id(scope, print.tool, sent);
+        }
         let standing = match verdict.is_blocked() {
             true => Standing::Blocked,
             false => Standing::Open,
         };
-        Ticket::new(scope, print.tool, keys(&print, id), verdict, standing)
+        Ticket::new(scope, print.tool, keys(&print, id), verdict, standing).with_id_use(id_use)
     }
 
     fn verdict(
@@ -942,6 +963,7 @@ impl RunState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answers::RETRIES_PER_CALL;
     use crate::config::ConfigSet;
     use crate::Outcome;
     use serde_json::json;
@@ -1014,6 +1036,10 @@ mod tests {
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
         assert_eq!(back, state);
+        // Without retries marked, version 5 writes what version 4 did: those still read.
+        let mut v4 = bytes.clone();
+        v4[0] = STATE_FORMAT_V4;
+        assert_eq!(RunState::from_bytes(&v4).unwrap(), state);
         assert!(matches!(
             RunState::from_bytes(&[9, 1, 2]),
             Err(StateDecodeError::Version { found: 9 })
@@ -1272,6 +1298,78 @@ mod tests {
         assert!(late(&mut state, 0).recorded);
     }
 
+    /// A host that sends every call under one id and never a result: the first
+    /// `RETRIES_PER_CALL` repeats are retries, every later one a new call, told so; the
+    /// loop is still caught, as with an id per call, behind by the retries. A result for the id ends it: the next call is new, and may be
+    /// retried again.
+    #[test]
+    fn an_id_reused_without_results_stops_being_a_retry() {
+        let set = ConfigSet::enabled_defaults();
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let args = json!({"q": "same"});
+        let same = Call::new("search", &args);
+        let uses: Vec<(CallIdUse, Verdict)> = (0..30)
+            .map(|_| {
+                let ticket = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+                (ticket.id_use(), ticket.into_verdict())
+            })
+            .collect();
+        let retries = RETRIES_PER_CALL as usize;
+        assert_eq!(uses[0].0, CallIdUse::New);
+        assert!(uses[1..=retries]
+            .iter()
+            .all(|(u, v)| u.is_retry() && *v == uses[0].1));
+        for (i, (id_use, _)) in uses.iter().enumerate().skip(retries + 1) {
+            assert_eq!(*id_use, CallIdUse::Reused { sent: i as u8 + 1 }, "call {i}");
+            assert!(id_use
+                .warning()
+                .unwrap()
+                .contains("send each call's result"));
+        }
+        // Counted: all but the retries. The verdicts are those of a host with an id per
+        // call, behind by the retries: warned from the threshold on, then blocked.
+        assert_eq!(state.history().len(), 30 - retries);
+        let mut fresh = RunState::default();
+        let unique: Vec<Verdict> = (0..30)
+            .map(|i| {
+                call(
+                    &mut fresh,
+                    cfg,
+                    &same,
+                    Some(&format!("u{i}")),
+                    Millis::new(0),
+                )
+            })
+            .collect();
+        let behind: Vec<Verdict> = std::iter::repeat_n(unique[0].clone(), retries + 1)
+            .chain(unique[1..30 - retries].iter().cloned())
+            .collect();
+        let verdicts: Vec<Verdict> = uses.iter().map(|(_, v)| v.clone()).collect();
+        assert_eq!(verdicts, behind);
+        // Calls without results make no progress to judge: the repeat warns (from the
+        // 11th counted call), as with an id per call.
+        assert!(matches!(verdicts[10 + retries], Verdict::Warn { .. }));
+        assert!(matches!(verdicts[10 + retries - 1], Verdict::Allow));
+        // A result for the id: the next call under it is new again, and can be retried.
+        let out = json!("done");
+        result(
+            &mut state,
+            cfg,
+            &same,
+            Some("x"),
+            Outcome::Result(&out),
+            Millis::new(0),
+        );
+        let next = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+        assert_eq!(next.id_use(), CallIdUse::New);
+        let again = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+        assert_eq!(again.id_use(), CallIdUse::Retry);
+        // The count of retries survives the state's bytes.
+        let back = RunState::from_bytes(&state.to_bytes()).unwrap();
+        assert_eq!(back, state);
+    }
+
     #[test]
     fn a_retried_call_gets_the_same_verdict_and_changes_nothing() {
         let set = small_window(30);
@@ -1286,7 +1384,8 @@ mod tests {
             call(&mut state, cfg, &ra, Some("c1"), Millis::new(0)),
             first
         );
-        assert_eq!(state, snapshot);
+        // Nothing counted: only the retry itself is remembered.
+        assert_eq!(state.history(), snapshot.history());
         let recorded = result(
             &mut state,
             cfg,

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use smallvec::SmallVec;
 
+use crate::answers::CallIdUse;
 use crate::fingerprint::{OutcomeRule, Signature};
 use crate::scope::Scope;
 use crate::verdict::{Recorded, Verdict};
@@ -114,6 +115,8 @@ pub struct Ticket {
     /// The verdict when it is not an allow (rare, and large: a ticket is moved around).
     verdict: Option<Box<Verdict>>,
     pub(crate) standing: Standing,
+    /// Whether the call was new, a retry, or came again under a reused id.
+    id_use: CallIdUse,
 }
 
 /// The verdict of a ticket that holds none.
@@ -154,7 +157,21 @@ impl Ticket {
                 other => Some(Box::new(other)),
             },
             standing,
+            id_use: CallIdUse::New,
         }
+    }
+
+    /// The same ticket, for a call that stands as `id_use` to the earlier calls with its
+    /// id.
+    pub(crate) fn with_id_use(mut self, id_use: CallIdUse) -> Self {
+        self.id_use = id_use;
+        self
+    }
+
+    /// Whether the call was new, a retry of one already answered (its verdict given
+    /// again, nothing counted), or came again under an id the host seems to reuse.
+    pub fn id_use(&self) -> CallIdUse {
+        self.id_use
     }
 
     /// The verdict on the call.
@@ -258,6 +275,7 @@ impl Ticket {
             call_id: p.call_id,
             verdict: None,
             standing: p.standing,
+            id_use: CallIdUse::New,
         })
     }
 }
