@@ -171,8 +171,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     idle_timeout: Duration,
     /// Memory request bodies may hold at once while they arrive and while they are parsed
-    /// (bytes; a body of N bytes reserves 16 N while parsed).
-    #[arg(long, value_name = "BYTES", default_value_t = 512 << 20)]
+    /// (bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 20, long_help = memory_budget_help())]
     memory_budget: usize,
     /// Serve POST /v1/admin/reload without a token (off by default: without a token the
     /// endpoint answers 403; SIGHUP reloads either way).
@@ -573,6 +573,17 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().with_current_span(false).try_init(),
     };
+}
+
+/// `serve --help` on `--memory-budget`, its figure from the budget's own definition.
+fn memory_budget_help() -> String {
+    format!(
+        "Memory request bodies may hold at once while they arrive and while they are parsed \
+         (bytes). A body of N bytes holds N while it arrives, then reserves what parsing it may \
+         cost, bounded from its text: about 3 N for text, up to {} N for JSON made of many \
+         small objects. A body whose bound alone passes the budget is refused (413).",
+        loopguard_server::MAX_COST_PER_BODY_BYTE
+    )
 }
 
 /// `500ms`, `90s`, `30m`, `24h`, `7d`; a bare number is seconds.

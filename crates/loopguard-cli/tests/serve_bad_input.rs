@@ -147,6 +147,32 @@ fn huge_bodies_get_413() {
     assert_eq!(server.client().get("/healthz").status, 200);
 }
 
+/// A body whose parse could pass the memory budget is refused (413), and the figure its
+/// answer gives per body byte is the one `serve --help` and the docs give: the budget's
+/// own `MAX_COST_PER_BODY_BYTE`.
+#[test]
+fn the_memory_figure_per_body_is_one_in_the_413_the_help_and_the_docs() {
+    let figure = format!("up to {} N", loopguard_server::MAX_COST_PER_BODY_BYTE);
+    let server = Server::start(&["--memory", "--memory-budget", "4194304"]);
+    // 512 KiB of small objects: bounded near the figure, past a 4 MiB budget.
+    let objects = vec![r#"{"a":0}"#; 64 << 10].join(",");
+    let body = format!(r#"[{objects}]"#);
+    let response = server.client().post("/v1/events", &body);
+    assert_eq!(response.status, 413, "{}", response.text());
+    let error = error_of(&response);
+    assert!(error.contains(&figure), "{error}");
+    assert!(error.contains("budget of 4 MiB"), "{error}");
+    let help = common::run(&["serve", "--help"], b"");
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains(&figure), "{help}");
+    let docs = std::fs::read_to_string(common::repo_root().join("docs/serve.md")).unwrap();
+    let docs = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(docs.contains(&format!("{figure} for a body of N bytes")));
+}
+
 #[test]
 fn tokens_are_required_when_configured() {
     let dir = tempdir();

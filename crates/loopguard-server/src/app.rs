@@ -86,7 +86,9 @@ pub enum StoreFailure {
     FailClosed,
     /// Answer as if the guard allowed the event (a call is allowed, a result not
     /// recorded, a compaction arms nothing), with `"degraded": true` on the answer; count
-    /// it in `loopguard_degraded_answers_total`. The event is recorded nowhere.
+    /// it in `loopguard_degraded_answers_total`. The event is usually recorded nowhere; a
+    /// write the store applied after the deadline had passed (Redis answering slowly) is
+    /// in the history although the answer cannot say so.
     FailOpen,
 }
 

@@ -22,7 +22,7 @@
 //! again is safe. Otherwise the answer is 200 and each event not applied is answered in
 //! place with `{"seq", "error", "status"}`: send those again, and only those. (With
 //! `fail-open`, an event the store failed is answered degraded instead: allowed, and
-//! recorded nowhere.)
+//! usually recorded nowhere, unless the store applied it after the deadline.)
 
 use std::sync::Arc;
 
@@ -207,7 +207,8 @@ impl Out {
 }
 
 /// An event answered without the store (fail-open): the answer of a guard that saw
-/// nothing wrong, marked `"degraded": true`. Nothing was recorded.
+/// nothing wrong, marked `"degraded": true`. Usually nothing was recorded; a write the
+/// store applied after the deadline had passed is in the history all the same.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Degraded {
     seq: u64,

@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::app::App;
-use crate::budget::parse_cost;
+use crate::budget::{parse_cost, MAX_COST_PER_BODY_BYTE};
 use crate::error::{json_response, ApiError};
 
 /// Media types that select JSON Lines.
@@ -126,8 +126,9 @@ pub(crate) async fn read_body<S: Store>(
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
-                "parsing this body could take {} MiB of memory, more than the server's budget of {} MiB; send its events in smaller requests",
+                "parsing this body could take {} MiB of memory (bounded from its text: up to {} N for a body of N bytes, by its shape), more than the server's budget of {} MiB; send its events in smaller requests",
                 cost >> 20,
+                MAX_COST_PER_BODY_BYTE,
                 budget.limit() >> 20
             ),
         )
