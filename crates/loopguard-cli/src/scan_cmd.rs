@@ -110,7 +110,8 @@ pub struct ScanArgs {
     max_line_bytes: usize,
     /// Memory the open runs of one file may hold (an estimate): beyond it the least
     /// recently active session is closed and reported as closed early. Sessions are never
-    /// forgotten by count.
+    /// forgotten by count. A line whose parsing could take more is skipped, reported with
+    /// its size.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_LIVE_MEMORY)]
     max_live_bytes: usize,
     /// Also count a tool result of FORMAT as failed when its text matches REGEX (FORMAT

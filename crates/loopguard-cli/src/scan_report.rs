@@ -35,6 +35,45 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
+/// The JSON document (`loopguard-scan/1`). Keys come in sorted order, the order of
+/// `serde_json`'s maps, as when the document was one value: each part but the sessions
+/// is made a value (small), each session one at a time.
+struct Document<'a>(&'a Report);
+
+impl Serialize for Document<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap};
+        fn value<T: Serialize, E: Error>(v: &T) -> Result<serde_json::Value, E> {
+            serde_json::to_value(v).map_err(E::custom)
+        }
+        let report = self.0;
+        let mut m = serializer.serialize_map(Some(6))?;
+        m.serialize_entry("config", &value::<_, S::Error>(&report.config)?)?;
+        m.serialize_entry("files", &value::<_, S::Error>(&report.files)?)?;
+        m.serialize_entry("schema", SCHEMA)?;
+        m.serialize_entry("searched", &value::<_, S::Error>(&report.searched)?)?;
+        m.serialize_entry("sessions", &Sessions(report))?;
+        m.serialize_entry("summary", &value::<_, S::Error>(&report.summary)?)?;
+        m.end()
+    }
+}
+
+/// The sessions of a report, each with its file and format first.
+struct Sessions<'a>(&'a Report);
+
+impl Serialize for Sessions<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.sessions().map(|(file, session)| {
+            let mut value = serde_json::to_value(session).unwrap_or_default();
+            if let Some(map) = value.as_object_mut() {
+                map.insert("file".into(), json!(file.file));
+                map.insert("format".into(), json!(file.format));
+            }
+            value
+        }))
+    }
+}
+
 /// Totals over every file and session.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
@@ -156,34 +195,18 @@ impl Report {
             .flat_map(|f| f.sessions.iter().map(move |s| (f, s)))
     }
 
-    /// The JSON document.
+    /// The JSON document as a value (tests; [`Report::write_json`] writes it without
+    /// building one).
+    #[cfg(test)]
     pub fn to_json(&self) -> serde_json::Value {
-        let sessions: Vec<serde_json::Value> = self
-            .sessions()
-            .map(|(file, session)| {
-                let mut value = serde_json::to_value(session).unwrap_or_default();
-                if let Some(map) = value.as_object_mut() {
-                    let mut head = serde_json::Map::new();
-                    head.insert("file".into(), json!(file.file));
-                    head.insert("format".into(), json!(file.format));
-                    head.append(map);
-                    return serde_json::Value::Object(head);
-                }
-                value
-            })
-            .collect();
-        json!({
-            "schema": SCHEMA,
-            "config": self.config,
-            "searched": self.searched,
-            "summary": self.summary,
-            "sessions": sessions,
-            "files": self.files,
-        })
+        serde_json::to_value(Document(self)).unwrap_or_default()
     }
 
+    /// Writes the JSON document as it is serialized: one session's value at a time,
+    /// never the whole document (a scan of 100,000 sessions would hold several hundred
+    /// megabytes of values only to write them).
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
-        serde_json::to_writer(&mut *out, &self.to_json())?;
+        serde_json::to_writer(&mut *out, &Document(self))?;
         out.write_all(b"\n")
     }
 

@@ -6,10 +6,8 @@ mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
 
-use common::bin;
+use common::peak_memory;
 
 /// A file with a valid event, a `len`-byte line, and another valid event.
 fn file_with_a_long_line(dir: &Path, len: usize) -> PathBuf {
@@ -28,33 +26,6 @@ fn file_with_a_long_line(dir: &Path, len: usize) -> PathBuf {
     out.write_all(b"\"}\n").unwrap();
     writeln!(out, "{event}").unwrap();
     path
-}
-
-/// Runs `loopguard ARGS`, watching its peak resident memory (`VmHWM`) until it exits.
-/// Returns the exit code and the highest peak seen, in bytes.
-fn peak_memory(args: &[&str]) -> (i32, u64) {
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak = 0;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            let kb = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-            peak = peak.max(kb.unwrap_or(0) * 1024);
-        }
-        if let Some(exit) = child.try_wait().unwrap() {
-            return (exit.code().unwrap_or(-1), peak);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -17,6 +17,9 @@ pub enum SkipReason {
     TruncatedLastLine,
     /// Longer than the reader's line limit; skipped without being buffered.
     LineTooLong,
+    /// Parsing it could take more memory than the scan's live budget
+    /// (`ScanOptions::live_memory`); skipped, its size and cost said.
+    LineTooCostly,
     /// JSON, but not the object the format has on every line.
     NotAnObject,
     /// An entry type the reader does not know.
@@ -34,6 +37,7 @@ impl SkipReason {
             Self::InvalidJson => "invalid_json",
             Self::TruncatedLastLine => "truncated_last_line",
             Self::LineTooLong => "line_too_long",
+            Self::LineTooCostly => "line_too_costly",
             Self::NotAnObject => "not_an_object",
             Self::UnknownEntryType => "unknown_entry_type",
             Self::MalformedEntry => "malformed_entry",
@@ -47,6 +51,7 @@ impl SkipReason {
             Self::InvalidJson => "not valid JSON",
             Self::TruncatedLastLine => "last line cut off (file still being written?)",
             Self::LineTooLong => "line longer than the limit",
+            Self::LineTooCostly => "line whose parsing could pass the live memory budget",
             Self::NotAnObject => "not a JSON object",
             Self::UnknownEntryType => "unknown entry type",
             Self::MalformedEntry => "entry without the fields it needs",

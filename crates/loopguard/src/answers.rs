@@ -388,11 +388,14 @@ impl Answers {
     }
 
     fn push(&mut self, answered: Answered) {
-        if self.recent.len() == ANSWERS_KEPT {
+        let (len, capacity) = (self.recent.len(), self.recent.capacity());
+        if len == ANSWERS_KEPT {
             self.recent.pop_front();
-        } else if self.recent.capacity() == 0 {
-            // Exactly the bound: doubling would overshoot it.
-            self.recent.reserve_exact(ANSWERS_KEPT);
+        } else if len == capacity {
+            // Grown by steps of 4 up to exactly the bound: most runs answer a few calls
+            // (a scan holds hundreds of thousands of runs at once), and doubling would
+            // overshoot the bound.
+            self.recent.reserve_exact(4.min(ANSWERS_KEPT - len));
         }
         self.recent.push_back(answered);
     }

@@ -68,3 +68,43 @@ pub fn json_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad output line {l:?}: {e}")))
         .collect()
 }
+
+/// Runs `loopguard ARGS`, watching its peak resident memory (`VmHWM`, Linux) until it
+/// exits. Returns the exit code and the highest peak seen, in bytes (0 without `/proc`).
+pub fn peak_memory(args: &[&str]) -> (i32, u64) {
+    let (code, peak, _) = peak_memory_and_output(args);
+    (code, peak)
+}
+
+/// [`peak_memory`], and what the command wrote on stdout.
+pub fn peak_memory_and_output(args: &[&str]) -> (i32, u64, Vec<u8>) {
+    use std::io::Read;
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            let kb = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+            peak = peak.max(kb.unwrap_or(0) * 1024);
+        }
+        if let Some(exit) = child.try_wait().unwrap() {
+            return (exit.code().unwrap_or(-1), peak, reader.join().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -44,7 +44,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     let mut history = History {
         ids: item::ids(options.session_hint, Some("run-0")),
         sessions: Vec::new(),

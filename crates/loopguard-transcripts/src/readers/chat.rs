@@ -114,7 +114,7 @@ pub(crate) fn read<R: BufRead + Seek>(
     };
     if jsonl {
         let mut stats = ReadStats::default();
-        let mut lines = Lines::new(input, options.max_line)?;
+        let mut lines = Lines::with_options(input, options)?;
         while let Some(line) = lines.next_line(&mut stats)? {
             let mut scratch = None;
             match lines::parse::<Value>(line.bytes, &mut scratch) {

@@ -96,7 +96,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     let mut main: Option<String> = None;
     let mut chains: HashMap<String, Chain> = HashMap::new();
     while let Some(line) = lines.next_line(&mut stats)? {

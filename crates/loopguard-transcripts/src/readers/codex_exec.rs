@@ -35,7 +35,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     let mut ids = item::ids(options.session_hint, Some("turn-0"));
     let mut runs = 0u64;
     let mut started: HashSet<String> = HashSet::new();

@@ -79,7 +79,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     let mut state = State {
         ids: item::ids(options.session_hint, Some("turn-0")),
         runs: 0,

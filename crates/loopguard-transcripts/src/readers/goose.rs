@@ -33,7 +33,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     let mut ids = item::ids(options.session_hint, Some("run-0"));
     let (mut runs, mut turns) = (0u64, 0u64);
     while let Some(line) = lines.next_line(&mut stats)? {

@@ -11,10 +11,12 @@ use std::io::{self, BufRead, Seek};
 
 use loopguard::json::{kind_name, Json, RawObject, Tape};
 use loopguard_events::lines::{Line as RawLine, LineReader};
+use loopguard_events::{value_tree_cost, MAX_COST_PER_BODY_BYTE};
 
 use serde::Deserialize;
 
 use crate::item::Pos;
+use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
 
 /// Default longest line: `loopguard replay`'s; longer ones are skipped without being held.
@@ -38,6 +40,9 @@ pub(crate) struct Lines<R> {
     inner: LineReader<R>,
     /// Where reading started: positions and byte counts are relative to it.
     base: u64,
+    /// Most memory parsing one line may take ([`value_tree_cost`]); a line beyond it is
+    /// skipped, its size and cost said.
+    max_cost: usize,
 }
 
 impl<R: BufRead + Seek> Lines<R> {
@@ -47,7 +52,16 @@ impl<R: BufRead + Seek> Lines<R> {
         Ok(Self {
             base: inner.offset(),
             inner,
+            max_cost: usize::MAX,
         })
+    }
+
+    /// Lines of `input` from where it stands, within `options`' limits: at most
+    /// `max_line` bytes, and at most `max_line_cost` to parse.
+    pub fn with_options(input: R, options: &ReadOptions<'_>) -> io::Result<Self> {
+        let mut lines = Self::new(input, options.max_line)?;
+        lines.max_cost = options.max_line_cost;
+        Ok(lines)
     }
 }
 
@@ -80,11 +94,20 @@ impl<R: BufRead> Lines<R> {
                 }
                 Some(Ok(found)) => found,
             };
-            if trim_cr(self.inner.text()?)
-                .iter()
-                .all(u8::is_ascii_whitespace)
-            {
+            let text = trim_cr(self.inner.text()?);
+            if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
+            }
+            // Cheap first: only a line that could cost more than the bound is scanned.
+            if text.len().saturating_mul(MAX_COST_PER_BODY_BYTE) > self.max_cost {
+                let cost = value_tree_cost(text);
+                if cost > self.max_cost {
+                    let (len, max) = (text.len(), self.max_cost);
+                    stats.skip(SkipReason::LineTooCostly, number, || {
+                        format!("{len} bytes; parsing it could take {cost} bytes, more than the live memory budget of {max}")
+                    });
+                    continue;
+                }
             }
             return Ok(Some(Line {
                 pos: Pos::new(number, offset - base),

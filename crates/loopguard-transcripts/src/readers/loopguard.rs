@@ -20,7 +20,7 @@ pub fn read<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     while let Some(line) = lines.next_line(&mut stats)? {
         match loopguard_events::parse_line(line.bytes) {
             Ok(event) => {

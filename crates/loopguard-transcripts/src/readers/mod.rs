@@ -42,6 +42,9 @@ pub struct ReadOptions<'a> {
     pub session_hint: &'a str,
     /// Longest line read; longer lines are counted and skipped without being buffered.
     pub max_line: usize,
+    /// Most memory parsing one line may take (bounded from its text before it is parsed,
+    /// [`loopguard_events::value_tree_cost`]); costlier lines are counted and skipped.
+    pub max_line_cost: usize,
     /// OpenClaw: run windows from the transcript's trajectory sidecar.
     pub run_windows: Option<&'a openclaw::RunWindows>,
     /// How results are judged failed ([`FailureRules::builtin`] by default).
@@ -54,6 +57,7 @@ impl<'a> ReadOptions<'a> {
         Self {
             session_hint,
             max_line: lines::DEFAULT_MAX_LINE,
+            max_line_cost: usize::MAX,
             run_windows: None,
             failures: FailureRules::builtin(),
         }

@@ -74,6 +74,18 @@ impl Default for ScanOptions {
     }
 }
 
+impl ScanOptions {
+    /// What the readers of a scan are given: the line limits (no line longer than the live
+    /// budget is held, none whose parsing could pass it is parsed) and the failure rules.
+    fn read_options<'a>(&'a self, session_hint: &'a str) -> ReadOptions<'a> {
+        let mut read = ReadOptions::new(session_hint);
+        read.max_line = self.max_line.min(self.live_memory);
+        read.max_line_cost = self.live_memory;
+        read.failures = &self.failures;
+        read
+    }
+}
+
 impl std::fmt::Debug for ScanOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScanOptions")
@@ -289,9 +301,7 @@ pub fn scan_bytes(
             }
         },
     };
-    let mut read_options = ReadOptions::new(session_hint(name));
-    read_options.max_line = options.max_line;
-    read_options.failures = &options.failures;
+    let read_options = options.read_options(session_hint(name));
     let (stats, sessions) = scan_reader(format, Cursor::new(bytes), &read_options, options)?;
     Ok(FileScan::read_as(
         name.to_owned(),
@@ -392,9 +402,7 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         _ => None,
     };
     let hint = task_directory(path, &name).unwrap_or_else(|| session_hint(&name).to_owned());
-    let mut read_options = ReadOptions::new(&hint);
-    read_options.max_line = options.max_line;
-    read_options.failures = &options.failures;
+    let mut read_options = options.read_options(&hint);
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
     let metered = Metered {
         inner: file,
@@ -423,9 +431,7 @@ fn scan_conversation(root: &Path, shown: String, options: &ScanOptions) -> FileS
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut read_options = ReadOptions::new(&name);
-    read_options.max_line = options.max_line;
-    read_options.failures = &options.failures;
+    let read_options = options.read_options(&name);
     let mut scanner = scanner(options);
     let mut done = 0u64;
     let read = openhands::read_conversation(root, &read_options, &mut scanner, &mut |n| {

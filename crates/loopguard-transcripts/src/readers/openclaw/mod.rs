@@ -58,7 +58,7 @@ pub fn read<R: BufRead + Seek>(
     input.seek(SeekFrom::Start(start))?;
     let mut stats = ReadStats::default();
     let mut reader = Reader::new(options);
-    let mut lines = Lines::new(&mut input, options.max_line)?;
+    let mut lines = Lines::with_options(&mut input, options)?;
     let mut off = off_branch.iter().copied().peekable();
     while let Some(line) = lines.next_line(&mut stats)? {
         while off.next_if(|&l| l < line.pos.line).is_some() {}

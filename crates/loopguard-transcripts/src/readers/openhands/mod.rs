@@ -160,7 +160,7 @@ fn read_lines<R: BufRead + Seek>(
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
-    let mut lines = Lines::new(input, options.max_line)?;
+    let mut lines = Lines::with_options(input, options)?;
     // Lines that are single events belong to the file's session.
     let mut loose = Session::new(options.session_hint, options.failures);
     while let Some(line) = lines.next_line(&mut stats)? {

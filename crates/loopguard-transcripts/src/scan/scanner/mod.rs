@@ -42,11 +42,14 @@ const MAX_PENDING: usize = 4096;
 pub const DEFAULT_LIVE_MEMORY: usize = 1 << 30;
 
 /// Estimated bytes of one open run, besides its history: its track here, the guard's run
-/// state and slot, map entries.
-const RUN_BYTES: usize = size_of::<RunTrack>() + size_of::<RunState>() + 256;
+/// state, and what both allocate with the run's first call (the guard's slot, the first
+/// blocks of its history, names and answers, the map of unanswered calls). Checked against
+/// what runs really hold by `tests/live_memory.rs` (counted by an allocator: 1.0 to 1.5
+/// times).
+const RUN_BYTES: usize = size_of::<RunTrack>() + size_of::<RunState>() + 640;
 /// Estimated bytes of one record of a run's history in the guard (fingerprints, call id,
 /// tool name, bookkeeping).
-const RECORD_BYTES: usize = 192;
+const RECORD_BYTES: usize = 128;
 /// Estimated bytes of one unanswered call (map and queue entries), besides its id.
 const PENDING_BYTES: usize = 96;
 
@@ -127,9 +130,10 @@ impl RunTrack {
     }
 }
 
+/// What the scanner tracks of a session besides its report (kept apart, so that the
+/// reports are handed over as they are, without a copy of them all).
 #[derive(Default)]
 struct SessionState {
-    report: SessionReport,
     runs: Vec<RunTrack>,
     last_call_run: Option<Option<String>>,
     clock: u64,
@@ -142,7 +146,11 @@ struct SessionState {
 impl SessionState {
     /// The run track for `key`, created when new. Returns its index and the key of the
     /// run closed to make room, if one was.
-    fn run(&mut self, key: Option<&str>) -> (usize, Option<Option<String>>) {
+    fn run(
+        &mut self,
+        report: &mut SessionReport,
+        key: Option<&str>,
+    ) -> (usize, Option<Option<String>>) {
         self.clock += 1;
         if let Some(i) = self.runs.iter().position(|r| r.key.as_deref() == key) {
             self.runs[i].last_used = self.clock;
@@ -154,12 +162,14 @@ impl SessionState {
                 .min_by_key(|&i| self.runs[i].last_used)
                 .unwrap_or(0);
             let gone = self.runs.swap_remove(oldest);
-            self.report.unpaired_calls += gone.pending.len() as u64;
+            report.unpaired_calls += gone.pending.len() as u64;
             self.bytes = self.bytes.saturating_sub(gone.bytes);
             closed = Some(gone.key);
         }
         let bytes = RUN_BYTES + key.map_or(0, str::len);
         self.bytes += bytes;
+        // Most sessions have one run: no room for more until a second comes.
+        self.runs.reserve_exact(1);
         self.runs.push(RunTrack {
             key: key.map(str::to_owned),
             last_used: self.clock,
@@ -170,9 +180,9 @@ impl SessionState {
     }
 
     /// Closes every run: unanswered calls are counted as unpaired.
-    fn close(&mut self) {
+    fn close(&mut self, report: &mut SessionReport) {
         let pending: usize = self.runs.iter().map(|r| r.pending.len()).sum();
-        self.report.unpaired_calls += pending as u64;
+        report.unpaired_calls += pending as u64;
         self.runs.clear();
         self.bytes = 0;
         self.last_call_run = None;
@@ -183,6 +193,8 @@ impl SessionState {
 pub struct Scanner {
     replayer: Replayer,
     sessions: Vec<SessionState>,
+    /// The report of each session, by the same index.
+    reports: Vec<SessionReport>,
     index: HashMap<String, usize>,
     /// Sessions with open runs, by their last activity (oldest first).
     live: BTreeMap<u64, usize>,
@@ -224,6 +236,7 @@ impl Scanner {
         Self {
             replayer: Replayer::with_guard(guard, agent),
             sessions: Vec::new(),
+            reports: Vec::new(),
             index: HashMap::new(),
             live: BTreeMap::new(),
             activity: 0,
@@ -234,24 +247,24 @@ impl Scanner {
         }
     }
 
+    /// Estimated bytes of the open runs: what the budget is checked against.
+    pub fn live_bytes(&self) -> usize {
+        self.live_bytes
+    }
+
     /// The reports, sessions in order of appearance.
-    pub fn finish(self) -> Vec<SessionReport> {
-        self.sessions
-            .into_iter()
-            .map(|mut s| {
-                s.close();
-                let mut report = s.report;
-                // Where the transcript records usage, nothing saved is 0 tokens, not
-                // unknown.
-                if report.usage.is_some() {
-                    report.saved.tokens.get_or_insert(0);
-                    for l in &mut report.loops {
-                        l.saved.tokens.get_or_insert(0);
-                    }
+    pub fn finish(mut self) -> Vec<SessionReport> {
+        for (state, report) in self.sessions.iter_mut().zip(&mut self.reports) {
+            state.close(report);
+            // Where the transcript records usage, nothing saved is 0 tokens, not unknown.
+            if report.usage.is_some() {
+                report.saved.tokens.get_or_insert(0);
+                for l in &mut report.loops {
+                    l.saved.tokens.get_or_insert(0);
                 }
-                report
-            })
-            .collect()
+            }
+        }
+        self.reports
     }
 
     /// The session and run of `ids`, opened when needed.
@@ -267,7 +280,7 @@ impl Scanner {
             self.live.insert(self.activity, s);
         }
         let before = self.sessions[s].bytes;
-        let (r, closed) = self.sessions[s].run(ids.run);
+        let (r, closed) = self.sessions[s].run(&mut self.reports[s], ids.run);
         if let Some(run) = closed {
             let scope = loopguard::Scope::new(ids.session).with_run(run.as_deref());
             self.replayer.guard_mut().end_run(&scope);
@@ -287,9 +300,10 @@ impl Scanner {
             let state = &mut self.sessions[s];
             state.stamp = None;
             self.live_bytes = self.live_bytes.saturating_sub(state.bytes);
-            state.close();
-            state.report.closed_early = true;
-            let name = state.report.session.clone();
+            let report = &mut self.reports[s];
+            state.close(report);
+            report.closed_early = true;
+            let name = report.session.clone();
             self.replayer.guard_mut().end_session(&name);
             if self.current == Some(s) {
                 self.current = None;
@@ -310,12 +324,10 @@ impl Scanner {
         if let Some(&i) = self.index.get(session) {
             return i;
         }
-        self.sessions.push(SessionState {
-            report: SessionReport {
-                session: session.to_owned(),
-                ..SessionReport::default()
-            },
-            ..SessionState::default()
+        self.sessions.push(SessionState::default());
+        self.reports.push(SessionReport {
+            session: session.to_owned(),
+            ..SessionReport::default()
         });
         self.index
             .insert(session.to_owned(), self.sessions.len() - 1);
@@ -325,16 +337,15 @@ impl Scanner {
     /// Applies an event (owned, or read in place from a line) and tracks it.
     fn event<'a, J: Json<'a>>(&mut self, pos: Pos, event: &EventRef<'a, J>) {
         let (s, r) = self.enter(event.ids());
-        let state = &mut self.sessions[s];
-        if !std::mem::replace(&mut state.runs[r].seen_event, true) {
-            state.report.runs += 1;
+        if !std::mem::replace(&mut self.sessions[s].runs[r].seen_event, true) {
+            self.reports[s].runs += 1;
         }
         match event {
             EventRef::Call { .. } => self.call(s, r, pos, event),
             EventRef::Result { .. } => self.result(s, r, pos, event),
             EventRef::Compaction { .. } => {
                 self.replayer.apply(pos.line, event);
-                let report = &mut self.sessions[s].report;
+                let report = &mut self.reports[s];
                 report.compactions += 1;
                 report.timeline.compactions.push(report.calls);
             }
@@ -365,7 +376,7 @@ impl Scanner {
         let answer = self.replayer.apply(pos.line, event);
         let history = self.history;
         let state = &mut self.sessions[s];
-        let report = &mut state.report;
+        let report = &mut self.reports[s];
         report.calls += 1;
         let index = report.calls;
         if state.last_call_run.as_ref().map(Option::as_deref) != Some(ids.run) {
@@ -505,11 +516,10 @@ impl Scanner {
         else {
             return;
         };
-        let state = &mut self.sessions[s];
-        let run = &mut state.runs[r];
+        let run = &mut self.sessions[s].runs[r];
         let pending = call_id.and_then(|id| run.pending.remove(id));
         if pending.is_none() && tool.is_none() {
-            state.report.orphan_results += 1;
+            self.reports[s].orphan_results += 1;
             return;
         }
         let freed = match (call_id, &pending) {
@@ -530,9 +540,8 @@ impl Scanner {
             .unwrap_or("");
         let failed = is_failure(tool, outcome);
         let answer = self.replayer.apply(pos.line, event);
-        let state = &mut self.sessions[s];
-        let report = &mut state.report;
-        let run = &mut state.runs[r];
+        let report = &mut self.reports[s];
+        let run = &mut self.sessions[s].runs[r];
         match answer {
             Answer::Result { recorded, .. } => {
                 report.outcomes += 1;
@@ -578,8 +587,8 @@ impl Scanner {
     }
 
     fn usage(&mut self, s: usize, r: usize, usage: Usage) {
-        let state = &mut self.sessions[s];
-        let total = state.report.usage.get_or_insert(Usage {
+        let report = &mut self.reports[s];
+        let total = report.usage.get_or_insert(Usage {
             tokens: 0,
             cost: None,
         });
@@ -588,9 +597,9 @@ impl Scanner {
             let sum = total.cost.get_or_insert(0.0);
             *sum = add_cost(*sum, cost);
         }
-        if let Some(l) = state.runs[r].turn_saved {
-            state.report.saved.add_usage(usage);
-            state.report.loops[l].saved.add_usage(usage);
+        if let Some(l) = self.sessions[s].runs[r].turn_saved {
+            report.saved.add_usage(usage);
+            report.loops[l].saved.add_usage(usage);
         }
     }
 }
@@ -610,18 +619,13 @@ impl Sink for Scanner {
             Item::Turn { usage, .. } => self.turn(s, r, usage),
             Item::Usage { usage, .. } => self.usage(s, r, usage),
             Item::RunLabel { label, .. } => {
-                let state = &mut self.sessions[s];
-                let run = &mut state.runs[r];
+                let report = &mut self.reports[s];
+                let run = &mut self.sessions[s].runs[r];
                 run.label = Some(label.clone());
                 for t in &run.loops {
                     let l = t.index;
-                    state.report.loops[l].run = Some(label.clone());
-                    for f in state
-                        .report
-                        .findings
-                        .iter_mut()
-                        .filter(|f| f.loop_index == l)
-                    {
+                    report.loops[l].run = Some(label.clone());
+                    for f in report.findings.iter_mut().filter(|f| f.loop_index == l) {
                         f.run = Some(label.clone());
                     }
                 }
