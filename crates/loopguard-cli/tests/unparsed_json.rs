@@ -1,9 +1,11 @@
 //! No bypass for JSON a `serde_json::Value` cannot hold: arguments with a number beyond the
 //! double range (`1e999`), a lone surrogate escape (`"\ud800"`) or nesting deeper than 128
 //! levels are valid JSON that tools run, so every front end fingerprints them like any
-//! other call. Eight identical such calls are warned, then blocked, through the real
-//! binary: `mcp-proxy` (the blocked call never reaches the server), `serve`, the hooks and
-//! `replay`.
+//! other call; so are the non-finite literals clients built on Python's `json` send
+//! (`NaN`, `Infinity`, `-Infinity`, and the signed spellings of JSON5), each value under
+//! one fingerprint however it is spelled. Eight identical such calls are warned, then
+//! blocked, through the real binary: `mcp-proxy` (the blocked call never reaches the
+//! server), `serve`, the hooks and `replay`.
 
 mod common;
 mod hook_common;
@@ -16,19 +18,36 @@ use serde_json::Value;
 const CONFIG: &str =
     "{ tools: { loopDetection: { enabled: true, warningThreshold: 3, criticalThreshold: 5 } } }";
 
-/// The argument shapes, as JSON text.
-fn shapes() -> Vec<(&'static str, String)> {
+/// The argument shapes, each as the JSON texts of one value that call `i` takes in turn.
+fn shapes() -> Vec<(&'static str, Vec<String>)> {
     vec![
         (
             "a number beyond the double range",
-            r#"{"n":1e999}"#.to_owned(),
+            vec![r#"{"n":1e999}"#.to_owned()],
         ),
-        ("a lone surrogate", r#"{"s":"x\ud800y"}"#.to_owned()),
+        ("a lone surrogate", vec![r#"{"s":"x\ud800y"}"#.to_owned()]),
         (
             "nesting 300 levels deep",
-            format!(r#"{{"deep":{}1{}}}"#, "[".repeat(300), "]".repeat(300)),
+            vec![format!(
+                r#"{{"deep":{}1{}}}"#,
+                "[".repeat(300),
+                "]".repeat(300)
+            )],
+        ),
+        (
+            "non-finite literals, spelled three ways",
+            vec![
+                r#"{"x":NaN,"y":[Infinity,-Infinity]}"#.to_owned(),
+                r#"{"x":-NaN,"y":[+Infinity,-Infinity]}"#.to_owned(),
+                r#"{"y":[Infinity,-Infinity],"x":+NaN}"#.to_owned(),
+            ],
         ),
     ]
+}
+
+/// The arguments of call `i` of a shape.
+fn args_of(variants: &[String], i: usize) -> &str {
+    &variants[i % variants.len()]
 }
 
 /// The verdicts of eight identical calls must include a warning and end in a block.
@@ -47,7 +66,7 @@ fn check(front: &str, shape: &str, verdicts: &[&str]) {
 
 #[test]
 fn mcp_proxy_screens_them() {
-    for (shape, args) in shapes() {
+    for (shape, variants) in shapes() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.json5");
         std::fs::write(&config, CONFIG).unwrap();
@@ -58,6 +77,9 @@ fn mcp_proxy_screens_them() {
         let mut p = mcp_common::Proxy::start(&["--config", &config], &server);
         let mut verdicts = Vec::new();
         for id in 1..=8 {
+            // The first spelling only: the server, Python's `json`, reads no other (a
+            // request it cannot read it never answers).
+            let args = &variants[0];
             p.send(&format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read","arguments":{args}}}}}"#
             ));
@@ -91,9 +113,10 @@ fn serve_fingerprints_them() {
     let config = config.display().to_string();
     let server = serve_common::Server::start(&["--memory", "--config", &config]);
     let mut client = server.client();
-    for (n, (shape, args)) in shapes().into_iter().enumerate() {
+    for (n, (shape, variants)) in shapes().into_iter().enumerate() {
         let mut verdicts = Vec::new();
         for i in 0..8 {
+            let args = args_of(&variants, i);
             let call = format!(
                 r#"{{"type":"call","session":"s{n}","call_id":"c{i}","tool":"read","args":{args}}}"#
             );
@@ -121,9 +144,10 @@ fn serve_fingerprints_them() {
 #[test]
 fn hooks_judge_them() {
     let env = hook_common::Env::with_config(CONFIG);
-    for (n, (shape, args)) in shapes().into_iter().enumerate() {
+    for (n, (shape, variants)) in shapes().into_iter().enumerate() {
         let mut verdicts = Vec::new();
         for i in 0..8 {
+            let args = args_of(&variants, i);
             let pre = format!(
                 r#"{{"session_id":"s{n}","hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{args},"tool_use_id":"t{i}"}}"#
             );
@@ -151,9 +175,10 @@ fn replay_fingerprints_them() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json5");
     std::fs::write(&config, CONFIG).unwrap();
-    for (shape, args) in shapes() {
+    for (shape, variants) in shapes() {
         let mut input = String::new();
         for i in 0..8 {
+            let args = args_of(&variants, i);
             input.push_str(&format!(
                 r#"{{"type":"call","call_id":"c{i}","tool":"read","args":{args}}}"#
             ));

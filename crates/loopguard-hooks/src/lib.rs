@@ -489,8 +489,8 @@ mod tests {
         assert!(!dir.path().join("lg.db").exists());
     }
 
-    /// Calls whose JSON a `Value` cannot hold are fingerprinted, not failed open: eight
-    /// identical ones are warned, then denied.
+    /// Calls whose JSON a `Value` cannot hold (non-finite literals included) are
+    /// fingerprinted, not failed open: eight identical ones are warned, then denied.
     #[test]
     fn calls_beyond_a_value_are_judged() {
         let dir = tempfile::tempdir().unwrap();
@@ -501,9 +501,16 @@ mod tests {
         )
         .unwrap();
         let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
-        for (n, input) in [r#"{"n":1e999}"#, r#"{"s":"\ud800"}"#, deep.as_str()]
-            .into_iter()
-            .enumerate()
+        // Non-finite literals, as Python's `json` writes them (and JSON5 too).
+        let non_finite = r#"{"x":NaN,"y":[Infinity,-Infinity,+Infinity]}"#;
+        for (n, input) in [
+            r#"{"n":1e999}"#,
+            r#"{"s":"\ud800"}"#,
+            deep.as_str(),
+            non_finite,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let mut options = options(&dir);
             options.config = Some(config.clone());

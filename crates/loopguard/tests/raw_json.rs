@@ -277,6 +277,44 @@ fn raw<'a>(tape: &'a mut Tape, text: &'a str) -> Raw<'a> {
         .expect("the tape accepts what serde_json accepts")
 }
 
+/// Writes `g` twice, its numbers chosen by `picks` turned into non-finite literals: once
+/// in the spellings `picks` choose, once in the one spelling each value has.
+fn non_finite_texts(g: &Gen, picks: &[u8]) -> (String, String) {
+    fn turn(g: &Gen, picks: &[u8], at: &mut usize, canonical: bool) -> Gen {
+        match g {
+            Gen::Num(n) => {
+                let pick = picks.get(*at).copied().unwrap_or(0);
+                *at += 1;
+                // (spellings, the one spelling)
+                let (spellings, one): (&[&str], &str) = match pick % 4 {
+                    0 => return Gen::Num(n.clone()),
+                    1 => (&["NaN", "+NaN", "-NaN"], "NaN"),
+                    2 => (&["Infinity", "+Infinity"], "Infinity"),
+                    _ => (&["-Infinity"], "-Infinity"),
+                };
+                let spelled = spellings[usize::from(pick / 4) % spellings.len()];
+                Gen::Num(if canonical { one } else { spelled }.to_owned())
+            }
+            Gen::Arr(items) => Gen::Arr(
+                items
+                    .iter()
+                    .map(|i| turn(i, picks, at, canonical))
+                    .collect(),
+            ),
+            Gen::Obj(members) => Gen::Obj(
+                members
+                    .iter()
+                    .map(|(k, v)| (k.clone(), turn(v, picks, at, canonical)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let spelled = text_of(&turn(g, picks, &mut 0, false));
+    let canonical = text_of(&turn(g, picks, &mut 0, true));
+    (spelled, canonical)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
@@ -349,6 +387,67 @@ proptest! {
                 prop_assert_eq!(is_failure(tool, v), is_failure(tool, read));
                 prop_assert_eq!(failure_of(tool, v), failure_of(tool, read));
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Non-finite literals (`NaN`, `Infinity`, `-Infinity`, and the signed spellings
+    /// clients also write) are fingerprinted as the values they name: every spelling of one
+    /// value gives one fingerprint, as args and as outcomes under every config, and the
+    /// values stay apart from each other, from `null` and from strings. Finite numbers are
+    /// untouched (`values_hash_alike` holds them to the parsed value's fingerprint).
+    #[test]
+    fn every_spelling_of_a_non_finite_number_is_one_value(g in args(), picks in prop::collection::vec(any::<u8>(), 0..64), tool in 0..TOOLS.len()) {
+        let tool = TOOLS[tool];
+        let (spelled, canonical) = non_finite_texts(&g, &picks);
+        let (mut t1, mut t2) = (Tape::new(), Tape::new());
+        let a = t1.parse(&spelled).expect("the tape reads non-finite literals");
+        let b = t2.parse(&canonical).expect("the tape reads non-finite literals");
+        prop_assert_eq!(Fingerprint::of(a), Fingerprint::of(b), "{} / {}", spelled, canonical);
+        prop_assert_eq!(json_text(a), json_text(b));
+        for config in configs() {
+            let cfg = config.global();
+            let (pa, pb) = (CallPrint::for_config(tool, a, cfg), CallPrint::for_config(tool, b, cfg));
+            prop_assert_eq!(pa.signature, pb.signature);
+            prop_assert_eq!(
+                OutcomePrint::for_config(pa.rule, OutcomeOf::Result(a), cfg),
+                OutcomePrint::for_config(pb.rule, OutcomeOf::Result(b), cfg)
+            );
+            prop_assert_eq!(
+                OutcomePrint::for_config(pa.rule, OutcomeOf::Error(a), cfg),
+                OutcomePrint::for_config(pb.rule, OutcomeOf::Error(b), cfg)
+            );
+        }
+        // The canonical text reads back to the same fingerprint.
+        let text = json_text(a);
+        let mut t3 = Tape::new();
+        prop_assert_eq!(Fingerprint::of(t3.parse(&text).unwrap()), Fingerprint::of(a));
+    }
+}
+
+#[test]
+fn non_finite_values_differ_from_each_other_and_from_what_looks_like_them() {
+    let texts = [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "null",
+        "0",
+        "\"NaN\"",
+        "\"Infinity\"",
+        "1e999",
+        "-1e999",
+    ];
+    let prints: Vec<Fingerprint> = texts
+        .iter()
+        .map(|t| Fingerprint::of(Tape::new().parse(t).unwrap()))
+        .collect();
+    for (i, a) in prints.iter().enumerate() {
+        for (j, b) in prints.iter().enumerate().skip(i + 1) {
+            assert_ne!(a, b, "{} and {}", texts[i], texts[j]);
         }
     }
 }

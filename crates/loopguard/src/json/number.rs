@@ -44,8 +44,13 @@ impl<'a> Canonical<'a> {
         }
     }
 
-    /// The value of a number written as JSON text (`text` must be a valid JSON number).
+    /// The value of a number written as JSON text (`text` must be a valid JSON number, or
+    /// a non-finite literal the tape reads: `NaN`, `Infinity`, signed or not, which is
+    /// [`Canonical::Big`] under its one spelling `NaN`, `Infinity` or `-Infinity`).
     pub fn of_text(text: &'a str) -> Self {
+        if let Some(spelling) = non_finite(text) {
+            return Self::Big(spelling);
+        }
         let bytes = text.as_bytes();
         let (negative, digits) = match bytes.split_first() {
             Some((b'-', rest)) => (true, rest),
@@ -72,6 +77,17 @@ impl<'a> Canonical<'a> {
             Ok(f) if f.is_finite() => Self::of_f64(f),
             _ => Self::Big(text),
         }
+    }
+}
+
+/// The one spelling of a non-finite literal: `NaN` (however signed), `Infinity` (or
+/// `+Infinity`), `-Infinity`.
+fn non_finite(text: &str) -> Option<&'static str> {
+    match text {
+        "NaN" | "+NaN" | "-NaN" => Some("NaN"),
+        "Infinity" | "+Infinity" => Some("Infinity"),
+        "-Infinity" => Some("-Infinity"),
+        _ => None,
     }
 }
 
@@ -124,6 +140,20 @@ mod tests {
             "1e-99999999999999999999",
         ] {
             same(text);
+        }
+    }
+
+    #[test]
+    fn non_finite_literals_have_one_spelling() {
+        for (text, spelling) in [
+            ("NaN", "NaN"),
+            ("+NaN", "NaN"),
+            ("-NaN", "NaN"),
+            ("Infinity", "Infinity"),
+            ("+Infinity", "Infinity"),
+            ("-Infinity", "-Infinity"),
+        ] {
+            assert_eq!(Canonical::of_text(text), Canonical::Big(spelling));
         }
     }
 

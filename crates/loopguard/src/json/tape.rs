@@ -792,7 +792,7 @@ impl Parser<'_, '_> {
                         None => return self.error(JsonErrorKind::EndOfInput, self.i),
                     }
                 }
-                b'-' | b'0'..=b'9' => self.number(false)?,
+                b'-' | b'+' | b'0'..=b'9' | b'N' | b'I' => self.number(false)?,
                 b't' => self.literal(b"true", TRUE, false)?,
                 b'f' => self.literal(b"false", FALSE, false)?,
                 b'n' => self.literal(b"null", NULL, false)?,
@@ -926,7 +926,7 @@ impl Parser<'_, '_> {
                         None => return self.error(JsonErrorKind::EndOfInput, self.i),
                     }
                 }
-                b'-' | b'0'..=b'9' => self.number(true)?,
+                b'-' | b'+' | b'0'..=b'9' | b'N' | b'I' => self.number(true)?,
                 b't' => self.literal(b"true", TRUE, true)?,
                 b'f' => self.literal(b"false", FALSE, true)?,
                 b'n' => self.literal(b"null", NULL, true)?,
@@ -1018,6 +1018,13 @@ impl Parser<'_, '_> {
     fn number(&mut self, skip: bool) -> Result<(), JsonError> {
         let b = self.b;
         let start = self.i;
+        if let Some(len) = non_finite_len(&b[start..]) {
+            self.i = start + len;
+            if !skip {
+                self.push(FLOAT, start, len);
+            }
+            return Ok(());
+        }
         let mut i = start;
         let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
         let need_digit = |i: usize| -> Result<(), JsonError> {
@@ -1033,8 +1040,16 @@ impl Parser<'_, '_> {
                 }),
             }
         };
-        if b[i] == b'-' {
-            i += 1;
+        match b[i] {
+            b'-' => i += 1,
+            // `+` and letters start a number only as a non-finite literal.
+            b'+' | b'N' | b'I' => {
+                return Err(JsonError {
+                    kind: JsonErrorKind::ExpectedValue,
+                    offset: i,
+                })
+            }
+            _ => {}
         }
         need_digit(i)?;
         if b[i] == b'0' {
@@ -1309,6 +1324,21 @@ fn hex4(b: &[u8], at: usize) -> Result<u16, JsonError> {
     Ok(n)
 }
 
+/// The length of the non-finite literal `text` starts with, if it starts with one: `NaN`
+/// or `Infinity`, signed or not. They are not JSON, but encoders write them (Python's
+/// `json` and the clients built on it send `NaN`, `Infinity`, `-Infinity`; JSON5 also
+/// signs them with `+`), so they are read as numbers, written as they came, rather than
+/// refused: a call whose arguments hold one is still fingerprinted
+/// ([`Canonical::of_text`](super::Canonical::of_text) gives each value one spelling).
+fn non_finite_len(text: &[u8]) -> Option<usize> {
+    let sign = usize::from(matches!(text.first(), Some(b'-' | b'+')));
+    let rest = &text[sign..];
+    [&b"NaN"[..], b"Infinity"]
+        .into_iter()
+        .find(|word| rest.starts_with(word))
+        .map(|word| sign + word.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1448,6 +1478,42 @@ mod tests {
         let root = tape.parse_read(r#"{"x":1,"y":{"z":[]}}"#, &READ).unwrap();
         assert_eq!(root.to_json_text(), "{}");
         assert_eq!(root.as_object().unwrap().members().count(), 0);
+    }
+
+    /// `NaN` and `Infinity`, signed or not, are read as numbers written as they came;
+    /// anything else that is not a JSON number is still refused.
+    #[test]
+    fn reads_non_finite_literals() {
+        let mut tape = Tape::new();
+        let doc = tape
+            .parse("[NaN, -Infinity,+Infinity ,Infinity,+NaN,-NaN,{\"a\":NaN}]")
+            .unwrap();
+        let texts: Vec<_> = doc
+            .as_array()
+            .unwrap()
+            .filter_map(|item| match item.as_number() {
+                Some(Num::Text(t)) => Some(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            ["NaN", "-Infinity", "+Infinity", "Infinity", "+NaN", "-NaN"]
+        );
+        assert!(doc.to_value().is_none(), "a Value cannot hold them");
+        for text in [
+            "+1",
+            "nan",
+            "Inf",
+            "-Inf",
+            "NaNa",
+            "[Infinity1]",
+            "+",
+            "N",
+            "-infinity",
+        ] {
+            assert!(tape.parse(text).is_err(), "{text:?}");
+        }
     }
 
     #[test]
