@@ -242,3 +242,78 @@ fn with_stdout(
     .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// `rows` rows of a database tool's structured result, as JSON text (about 36 bytes a row).
+fn rows_json(rows: usize) -> String {
+    let mut out = String::with_capacity(rows * 40 + 32);
+    out.push_str(r#"{"structuredContent":{"rows":["#);
+    for i in 0..rows {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(r#"{{"id":{i},"name":"row {i}","score":0.5}}"#));
+    }
+    out.push_str("]}}");
+    out
+}
+
+/// A 50 MB structured tool response through the real hook: read at about its own size
+/// (a value tree of it would take gigabytes), within the 10 s timeout `hook install`
+/// writes, and its outcome recorded, so that the same call returning the same rows again
+/// is the same no-progress loop.
+#[test]
+fn a_50_mb_structured_response_is_fingerprinted_within_memory_and_time() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        println!("SKIPPED: no /proc to read peak memory from");
+        return;
+    }
+    let env = Env::with_config(
+        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }",
+    );
+    let response = rows_json(1_150_000);
+    let size = response.len() as u64;
+    assert!(size >= 50_000_000, "{size}");
+    let mut decisions = Vec::new();
+    for i in 0..3 {
+        let pre = json!({"session_id": "big", "hook_event_name": "PreToolUse", "tool_name": "mcp__db__query",
+            "tool_input": {"sql": "select * from rows"}, "tool_use_id": format!("t{i}")});
+        let h = env.hook("claude-code", &pre);
+        assert_eq!(h.code, 0, "{h:?}");
+        decisions.push(if h.stdout.contains("additionalContext") {
+            "warn"
+        } else {
+            "allow"
+        });
+        let post = format!(
+            r#"{{"session_id":"big","hook_event_name":"PostToolUse","tool_name":"mcp__db__query","tool_input":{{"sql":"select * from rows"}},"tool_use_id":"t{i}","tool_response":{response}}}"#
+        );
+        let started = std::time::Instant::now();
+        let (code, peak, _) = common::peak_memory_of(env.command("claude-code"), post.as_bytes());
+        let elapsed = started.elapsed();
+        println!(
+            "PostToolUse of {} MB: peak {} MiB ({:.2}x), {:.2} s",
+            size / 1_000_000,
+            peak >> 20,
+            peak as f64 / size as f64,
+            elapsed.as_secs_f64()
+        );
+        assert_eq!(code, 0);
+        assert!(
+            peak < 3 * size,
+            "peak {} MiB for a {} MB payload",
+            peak >> 20,
+            size / 1_000_000
+        );
+        assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?}");
+    }
+    // Every outcome was recorded, and they are one outcome: the third call repeats.
+    let runs = env.runs("big");
+    let history = runs[0].1.history();
+    assert_eq!(history.len(), 3);
+    let outcomes: Vec<_> = history.records().iter().map(|r| r.outcome()).collect();
+    assert!(
+        outcomes.iter().all(|o| o.is_some() && *o == outcomes[0]),
+        "{outcomes:?}"
+    );
+    assert_eq!(decisions, ["allow", "allow", "warn"]);
+}

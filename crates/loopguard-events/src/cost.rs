@@ -10,6 +10,25 @@ pub const MAX_COST_PER_BODY_BYTE: usize = 128;
 /// their size, a few megabytes at most, which saves the scan on the common small request.
 const SCAN_ABOVE: usize = 64 << 10;
 
+/// Most memory reading one part of a call (its arguments, its result, its error) into
+/// values may take in a front end that reads calls from its host's JSON (the hooks,
+/// `mcp-proxy`): a part whose reading could take more ([`value_tree_cost`]: from about 3
+/// times its size for text to 128 times for arrays of small objects) is known by its
+/// bytes instead ([`loopguard::fingerprint::bytes_stand_in`]), so that the memory of a call
+/// stays a small multiple of its size however large and however shaped its JSON is.
+pub const MAX_PART_COST: usize = 32 << 20;
+
+/// Whether the JSON text of a part of a call is read into values, or known by its bytes
+/// ([`MAX_PART_COST`]). Only texts between 256 KiB (always read) and a third of the cap
+/// (never: reading any JSON costs at least three times its size) are scanned.
+pub fn is_readable_part(text: &[u8]) -> bool {
+    let len = text.len();
+    if len.saturating_mul(MAX_COST_PER_BODY_BYTE) <= MAX_PART_COST {
+        return true;
+    }
+    len.saturating_mul(3) <= MAX_PART_COST && value_tree_cost(text) <= MAX_PART_COST
+}
+
 /// An upper bound, in bytes, of the memory parsing `body` into `serde_json` values takes,
 /// the body included ([`value_tree_cost`]); bodies of at most 64 KiB are not scanned and
 /// count [`MAX_COST_PER_BODY_BYTE`] per byte.
@@ -73,6 +92,28 @@ mod tests {
     /// The bound holds the measured worst shapes (see the reliability suite for the
     /// measurements): it is at least what each shape costs per byte, and no more than
     /// [`MAX_COST_PER_BODY_BYTE`].
+    #[test]
+    fn parts_are_read_up_to_their_cost() {
+        assert!(is_readable_part(&vec![b'1'; 256 << 10]));
+        let text = format!("\"{}\"", "x".repeat(4 << 20));
+        assert!(
+            is_readable_part(text.as_bytes()),
+            "text costs about its size"
+        );
+        let text = format!("\"{}\"", "x".repeat(12 << 20));
+        assert!(
+            !is_readable_part(text.as_bytes()),
+            "beyond a third of the cap"
+        );
+        let objects = format!("[{}]", vec![r#"{"a":0}"#; 64 << 10].join(","));
+        assert!(
+            !is_readable_part(objects.as_bytes()),
+            "512 KiB of small objects"
+        );
+        // Never less than three times the text: the shortcut is the scan's own answer.
+        assert!(value_tree_cost(&[b' '; 1 << 20]) >= 3 << 20);
+    }
+
     #[test]
     fn parse_costs_bound_the_shapes_that_cost_most() {
         let n = 1 << 20;

@@ -41,7 +41,9 @@ use loopguard::{
 
 use answer::View;
 pub use answer::{Answer, Reply};
-pub use cost::{parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE};
+pub use cost::{
+    is_readable_part, parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE, MAX_PART_COST,
+};
 pub use event::{from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};

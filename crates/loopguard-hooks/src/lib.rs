@@ -49,8 +49,10 @@ pub mod store;
 use std::io::Write;
 use std::path::PathBuf;
 
+use loopguard::fingerprint::bytes_stand_in;
 use loopguard::Millis;
 use loopguard_config::Defaults;
+use loopguard_events::{is_readable_part, MAX_COST_PER_BODY_BYTE, MAX_PART_COST};
 
 use serde_json::Value;
 
@@ -272,14 +274,11 @@ impl Response {
 /// Handles one hook invocation: `input` is what the agent wrote on stdin, `now` the clock
 /// time in Unix milliseconds.
 pub fn handle(agent: Agent, input: &[u8], options: &Options, now: Millis) -> Response {
-    let (payload, raw_parts) = match serde_json::from_slice::<Value>(input) {
-        Ok(v) => (v, RawParts::default()),
-        Err(e) => match RawParts::read(input) {
-            Some(read) => read,
-            None => {
-                return Response::failed(agent, &format!("stdin is not a JSON hook payload: {e}"))
-            }
-        },
+    let (payload, raw_parts) = match read_payload(input) {
+        Ok(read) => read,
+        Err(e) => {
+            return Response::failed(agent, &format!("stdin is not a JSON hook payload: {e}"))
+        }
     };
     let (origin, mut event) = match agent.parse(&payload) {
         Ok(parsed) => parsed,
@@ -334,6 +333,28 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: Millis) -> Res
             }
         }
         Err(e) => Response::failed(agent, &e.to_string()),
+    }
+}
+
+/// Payloads up to this size are read whole into values: the most that can cost is
+/// [`MAX_PART_COST`] (a payload is the call's parts and a few ids).
+const READ_WHOLE_BELOW: usize = MAX_PART_COST / MAX_COST_PER_BODY_BYTE;
+
+/// The payload as a `Value`, and the call's JSON that a `Value` cannot or should not hold.
+/// A small payload is parsed whole. A larger one is read member by member, each member's
+/// text borrowed from the input: a part of the call (`tool_input`, `tool_response`,
+/// `error`) whose reading could take more than [`MAX_PART_COST`] is known by its bytes
+/// ([`loopguard::fingerprint::bytes_stand_in`]), so that a 50 MB tool response costs
+/// about its own size, not a value tree of a hundred times that.
+fn read_payload(input: &[u8]) -> Result<(Value, RawParts), serde_json::Error> {
+    if input.len() >= READ_WHOLE_BELOW {
+        if let Some(read) = RawParts::read_members(input) {
+            return Ok(read);
+        }
+    }
+    match serde_json::from_slice::<Value>(input) {
+        Ok(v) => Ok((v, RawParts::default())),
+        Err(e) => RawParts::read(input).ok_or(e),
     }
 }
 
@@ -402,6 +423,56 @@ impl RawParts {
                         _ => Value::Null,
                     };
                     map.insert(key.to_owned(), placeholder);
+                }
+            }
+        }
+        Some((Value::Object(map), parts))
+    }
+
+    /// The payload member by member, each member's text borrowed from `input` (no value
+    /// tree of the whole): the call's parts as [`RawParts::read`] keeps them, or by their
+    /// bytes when reading them could take more than [`MAX_PART_COST`]. `None` when the
+    /// input is not a JSON object `serde_json` reads (non-finite literals, say): the caller
+    /// reads it otherwise.
+    fn read_members(input: &[u8]) -> Option<(Value, Self)> {
+        use std::collections::BTreeMap;
+
+        use serde_json::value::RawValue;
+        let members: BTreeMap<String, &RawValue> = serde_json::from_slice(input).ok()?;
+        let mut map = serde_json::Map::new();
+        let mut parts = Self::default();
+        for (key, raw) in members {
+            let text = raw.get();
+            parts.has_error |= key == "error";
+            let slot = match key.as_str() {
+                "tool_input" => &mut parts.tool_input,
+                "tool_response" => &mut parts.tool_response,
+                "error" => &mut parts.error,
+                _ => {
+                    map.insert(key, serde_json::from_str(text).ok()?);
+                    continue;
+                }
+            };
+            let value = is_readable_part(text.as_bytes())
+                .then(|| serde_json::from_str::<Value>(text).ok())
+                .flatten();
+            match value {
+                Some(v) => {
+                    map.insert(key, v);
+                }
+                None => {
+                    *slot = Some(if is_readable_part(text.as_bytes()) {
+                        // Valid JSON a `Value` cannot hold: its canonical text.
+                        let mut tape = loopguard::json::Tape::new();
+                        loopguard::canonical::json_text(tape.parse(text).ok()?)
+                    } else {
+                        Value::String(bytes_stand_in(text.as_bytes())).to_string()
+                    });
+                    let placeholder = match key.as_str() {
+                        "tool_input" => Value::Object(serde_json::Map::new()),
+                        _ => Value::Null,
+                    };
+                    map.insert(key, placeholder);
                 }
             }
         }
@@ -487,6 +558,34 @@ mod tests {
             }
         }
         assert!(!dir.path().join("lg.db").exists());
+    }
+
+    /// A large payload read member by member is the payload read whole while its parts
+    /// are readable; past [`MAX_PART_COST`] a part is its bytes' stand-in, and the rest
+    /// of the payload is read as ever.
+    #[test]
+    fn large_payloads_are_read_by_member() {
+        let text = "x".repeat(READ_WHOLE_BELOW);
+        let payload = format!(
+            r#"{{"session_id":"s","tool_name":"Read","tool_input":{{"p":1}},"tool_response":{{"t":"{text}"}}}}"#
+        );
+        let (value, parts) = read_payload(payload.as_bytes()).unwrap();
+        assert_eq!(value, serde_json::from_str::<Value>(&payload).unwrap());
+        assert!(parts.tool_input.is_none() && parts.tool_response.is_none());
+        let rows = vec![r#"{"a":0}"#; MAX_PART_COST / 100].join(",");
+        let payload = format!(
+            r#"{{"session_id":"s","tool_name":"Read","tool_input":{{"p":1}},"tool_response":[{rows}]}}"#
+        );
+        let (value, parts) = read_payload(payload.as_bytes()).unwrap();
+        assert_eq!(value["session_id"], "s");
+        assert_eq!(value["tool_input"]["p"], 1);
+        assert_eq!(value["tool_response"], Value::Null);
+        let stand_in = parts.tool_response.unwrap();
+        let raw = &payload[payload.find('[').unwrap()..payload.len() - 1];
+        assert_eq!(
+            stand_in,
+            Value::String(bytes_stand_in(raw.as_bytes())).to_string()
+        );
     }
 
     /// Calls whose JSON a `Value` cannot hold (non-finite literals included) are

@@ -78,14 +78,27 @@ pub fn peak_memory(args: &[&str]) -> (i32, u64) {
 
 /// [`peak_memory`], and what the command wrote on stdout.
 pub fn peak_memory_and_output(args: &[&str]) -> (i32, u64, Vec<u8>) {
-    use std::io::Read;
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = bin();
+    cmd.args(args);
+    peak_memory_of(cmd, b"")
+}
+
+/// Runs `cmd` with `stdin` (written from another thread), watching its peak resident
+/// memory (`VmHWM`, Linux) until it exits: its exit code, the highest peak seen in bytes
+/// (0 without `/proc`), and what it wrote on stdout.
+pub fn peak_memory_of(mut cmd: Command, stdin: &[u8]) -> (i32, u64, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut child = cmd
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -103,6 +116,7 @@ pub fn peak_memory_and_output(args: &[&str]) -> (i32, u64, Vec<u8>) {
             peak = peak.max(kb.unwrap_or(0) * 1024);
         }
         if let Some(exit) = child.try_wait().unwrap() {
+            writer.join().unwrap();
             return (exit.code().unwrap_or(-1), peak, reader.join().unwrap());
         }
         std::thread::sleep(std::time::Duration::from_millis(5));

@@ -52,6 +52,20 @@ impl Fingerprint {
     }
 }
 
+/// What stands for a JSON text a front end will not read into values because reading it
+/// could take too much memory (its cap: `loopguard_events::MAX_PART_COST`): the string
+/// `lg1-bytes:LENGTH:DIGEST`, the digest the XXH3-128 of the text's bytes. Fingerprinted as
+/// that string, the call still counts: the same bytes give the same stand-in (the same
+/// value written otherwise, its members in another order, gives another), and no stand-in
+/// equals a text the engine read.
+pub fn bytes_stand_in(text: &[u8]) -> String {
+    format!(
+        "lg1-bytes:{}:{:032x}",
+        text.len(),
+        xxhash_rust::xxh3::xxh3_128(text)
+    )
+}
+
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:032x}", self.0)
