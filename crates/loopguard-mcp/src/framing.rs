@@ -56,6 +56,12 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
             None => (available, None),
         };
         if skipped == 0 && line.len() + chunk.len() <= max {
+            let needed = line.len() + chunk.len();
+            if line.capacity() < needed {
+                // Doubling, but never past the limit: no room is taken a line may not use.
+                let room = (line.capacity() * 2).max(needed).min(max);
+                line.reserve_exact(room - line.len());
+            }
             line.extend_from_slice(chunk);
         } else {
             if skipped == 0 {

@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod framing;
+mod large;
 pub mod outcome;
 pub mod proxy;
 pub mod relay;

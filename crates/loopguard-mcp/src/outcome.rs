@@ -212,6 +212,19 @@ pub fn connection_closed(id: &Value, why: &str) -> Value {
     })
 }
 
+/// The answer to request `id` when the server's response to it is not JSON: an internal
+/// error, so that the client stops waiting.
+pub fn unreadable_response(id: &Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32603,
+            "message": "Internal error: the MCP server's response could not be read (it is not JSON); the loopguard proxy answered in its place",
+        },
+    })
+}
+
 /// The error answering request `id` whose line (or whose response's line) was `len` bytes,
 /// longer than the proxy's limit `max`: JSON-RPC's "invalid request".
 pub fn line_too_long(id: &Value, len: usize, max: usize) -> Value {

@@ -35,10 +35,12 @@ use loopguard::ConfigSet;
 use crate::framing::{read_line, Line};
 use crate::relay::Relay;
 
-/// Default longest line read from either side (`loopguard replay`'s, 256 MiB); longer
-/// lines are answered ([`Relay::client_line_too_long`](crate::Relay::client_line_too_long))
-/// or skipped.
-pub const DEFAULT_MAX_LINE_BYTES: usize = loopguard_events::DEFAULT_MAX_LINE;
+/// Default longest line read from either side (64 MiB, the most a hook payload may be): a
+/// line is held while it is read, so this is also the most a line can cost before it is
+/// found too long; longer lines are answered
+/// ([`Relay::client_line_too_long`](crate::Relay::client_line_too_long)) or skipped,
+/// their bytes past the limit never held.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 
 /// How the proxy runs.
 #[derive(Clone, Debug)]
@@ -60,7 +62,7 @@ pub struct ProxyOptions {
 }
 
 impl ProxyOptions {
-    /// Options for `session` under `config`: no agent, 2 s grace, 256 MiB lines.
+    /// Options for `session` under `config`: no agent, 2 s grace, 64 MiB lines.
     pub fn new(config: ConfigSet, session: String) -> Self {
         Self {
             config,
@@ -302,7 +304,7 @@ where
                         // lock, so that the stdin stays open for them.
                         let mut upstream = lock(&upstream);
                         let routed = match line {
-                            Ok(line) => lock(&relay).from_server(&line),
+                            Ok(line) => lock(&relay).from_server_owned(line),
                             Err((len, head)) => lock(&relay).server_line_too_long(&head, len, max),
                         };
                         upstream.send(&routed.to_server);

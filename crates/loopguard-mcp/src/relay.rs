@@ -20,9 +20,10 @@ use loopguard::{
 use serde_json::{Map, Value};
 
 use crate::framing::{id_key, id_value, is_blank, kind, Kind};
+use crate::large::{call_params, call_response, Envelope, READ_WHOLE_BELOW};
 use crate::outcome::{
     append_text, blocked_response, connection_closed, line_too_long, map_raw_response,
-    map_response, MappedText,
+    map_response, unreadable_response, MappedText,
 };
 
 /// A client request forwarded to the server and not answered yet.
@@ -179,19 +180,30 @@ impl Relay {
         if is_blank(line) {
             return out;
         }
+        if line.len() >= READ_WHOLE_BELOW {
+            if let Some(message) = large_request(line) {
+                self.route_client_message(&message, line, &mut out);
+                return out;
+            }
+        }
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
             return self.client_line_raw(line);
         };
         match message {
             Value::Array(items) => self.client_batch(line, items, &mut out),
-            message => match self.client_message(&message, Some(line), &mut out) {
-                Route::Answer(answer) => out.to_client.push(answer.to_string().into_bytes()),
-                // Lines released by a cancellation follow the cancellation itself.
-                Route::Forward => out.to_server.insert(0, line.to_vec()),
-                Route::Hold => {}
-            },
+            message => self.route_client_message(&message, line, &mut out),
         }
         out
+    }
+
+    /// Routes one message the client sent alone on `line`.
+    fn route_client_message(&mut self, message: &Value, line: &[u8], out: &mut Routed) {
+        match self.client_message(message, Some(line), out) {
+            Route::Answer(answer) => out.to_client.push(answer.to_string().into_bytes()),
+            // Lines released by a cancellation follow the cancellation itself.
+            Route::Forward => out.to_server.insert(0, line.to_vec()),
+            Route::Hold => {}
+        }
     }
 
     /// A client line that is not a `Value`: JSON a `Value` cannot hold (a number beyond the
@@ -481,13 +493,27 @@ impl Relay {
 
     /// Handles a line the server sent.
     pub fn from_server(&mut self, line: &[u8]) -> Routed {
-        let mut out = Routed::default();
-        if is_blank(line) {
-            return out;
+        self.from_server_owned(line.to_vec())
+    }
+
+    /// [`Relay::from_server`], given the line to keep: a line passed on unchanged is not
+    /// copied (a tool result may be tens of megabytes).
+    pub fn from_server_owned(&mut self, line: Vec<u8>) -> Routed {
+        if is_blank(&line) {
+            return Routed::default();
         }
-        let Ok(message) = serde_json::from_slice::<Value>(line) else {
-            return self.server_line_raw(line);
+        let line = if line.len() >= READ_WHOLE_BELOW {
+            match self.server_line_large(line) {
+                Ok(routed) => return routed,
+                Err(line) => line,
+            }
+        } else {
+            line
         };
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+            return self.server_line_raw(&line);
+        };
+        let mut out = Routed::default();
         // The calls this line answers release the calls held behind them, after it.
         let mut answered = Vec::new();
         let line_out = match message {
@@ -507,14 +533,14 @@ impl Relay {
                 if changed {
                     Value::Array(items).to_string().into_bytes()
                 } else {
-                    line.to_vec()
+                    line
                 }
             }
             mut message => {
                 if self.server_message(&mut message, &mut answered, &mut out.log) {
                     message.to_string().into_bytes()
                 } else {
-                    line.to_vec()
+                    line
                 }
             }
         };
@@ -537,11 +563,34 @@ impl Relay {
             .and_then(|text| tape.parse(text).ok())
         else {
             // A server must write only MCP messages on stdout; passing anything else on
-            // would break the client's reader.
+            // would break the client's reader. When the line names a request still open,
+            // that request is answered with an error instead, and the calls held behind it
+            // go on: the client must not wait for an answer that will never come.
+            let (id, method) = crate::framing::leading_id(line);
+            let open = match (&id, method) {
+                (Some(id), None) => self.open.remove(&id_key(id)),
+                _ => None,
+            };
+            let Some(open) = open else {
+                out.log.push(format!(
+                    "dropped a line from the server that is not JSON: {}",
+                    preview(line)
+                ));
+                return out;
+            };
             out.log.push(format!(
-                "dropped a line from the server that is not JSON: {}",
+                "answered request {} with an error: the server's response is not JSON: {}",
+                open.id,
                 preview(line)
             ));
+            out.to_client
+                .push(unreadable_response(&open.id).to_string().into_bytes());
+            if let Some(call) = open.call {
+                // The call ran, but its outcome cannot be read: its ticket goes unfinished.
+                let signature = call.signature();
+                call.ticket.cancel();
+                self.release(signature, &mut out);
+            }
             return out;
         };
         let messages: Vec<Raw<'_>> = match message.as_array() {
@@ -589,6 +638,74 @@ impl Relay {
             self.release(signature, &mut out);
         }
         out
+    }
+
+    /// A server line too large to read whole (see [`crate::large`]): a response to an open
+    /// call has its outcome recorded from its parts, parts too large known by their bytes,
+    /// and goes on unchanged (or with its note inserted); anything else goes on unchanged
+    /// unless it is a batch or does not read this way, which the caller reads whole
+    /// (`Err` gives the line back).
+    fn server_line_large(&mut self, line: Vec<u8>) -> Result<Routed, Vec<u8>> {
+        let mut out = Routed::default();
+        let Some(envelope) = Envelope::read(&line) else {
+            return Err(line);
+        };
+        let is_response =
+            envelope.method.is_none() && (envelope.result.is_some() || envelope.error.is_some());
+        let key = match envelope.id().filter(|_| is_response) {
+            Some(id) => id_key(&id),
+            // A request or a notification of the server's own: passed on.
+            None => {
+                out.to_client.push(line);
+                return Ok(out);
+            }
+        };
+        let calls = self.open.get(&key).is_some_and(|o| o.call.is_some());
+        if !calls {
+            self.open.remove(&key);
+            out.to_client.push(line);
+            return Ok(out);
+        }
+        let Some((response, insert)) = call_response(&line, &envelope) else {
+            return Err(line);
+        };
+        let Some(Open {
+            call: Some(mut call),
+            ..
+        }) = self.open.remove(&key)
+        else {
+            return Err(line);
+        };
+        let signature = call.signature();
+        let outcome = response
+            .as_object()
+            .map_or(crate::outcome::Mapped::Nothing, map_response);
+        let note = call.note.take();
+        let tool = call.ticket.tool().to_owned();
+        let recorded = self.record(call, outcome.as_outcome());
+        let texts: Vec<&str> = note
+            .as_deref()
+            .into_iter()
+            .chain(recorded.ends_run())
+            .collect();
+        let line = match insert.apply(&line, &texts).filter(|_| !texts.is_empty()) {
+            Some(noted) => noted,
+            None => {
+                if !texts.is_empty() {
+                    out.log.push(format!(
+                        "tools/call {tool}: a note for the model was not added to a response without a result to add it to"
+                    ));
+                }
+                line
+            }
+        };
+        if let Some(reason) = recorded.ends_run() {
+            out.log
+                .push(format!("run stopped after tools/call {tool}: {reason}"));
+        }
+        out.to_client.push(line);
+        self.release(signature, &mut out);
+        Ok(out)
     }
 
     /// Records what a forwarded call returned: finishes its ticket.
@@ -645,6 +762,24 @@ impl Relay {
             .map(|id| connection_closed(id, why).to_string().into_bytes())
             .collect()
     }
+}
+
+/// A client line too large to read whole, as a message small enough to route (see
+/// [`crate::large`]): a request with its method, and for a `tools/call` its params, the
+/// arguments known by their bytes when too large to read. `None` for anything else (a
+/// notification, a batch, a line that does not read this way): the caller reads it whole.
+fn large_request(line: &[u8]) -> Option<Value> {
+    let envelope = Envelope::read(line)?;
+    let id = envelope.id()?;
+    let method = envelope.method()?;
+    let mut message = Map::new();
+    message.insert("jsonrpc".into(), Value::from("2.0"));
+    message.insert("id".into(), id);
+    if method == "tools/call" {
+        message.insert("params".into(), call_params(envelope.params?)?);
+    }
+    message.insert("method".into(), Value::String(method));
+    Some(Value::Object(message))
 }
 
 /// The tool and arguments of a `tools/call`'s params; `None` when they name no tool.
@@ -827,6 +962,93 @@ mod tests {
         let s = r.from_server(b"DEBUG: starting up");
         assert!(s.to_client.is_empty());
         assert!(s.log[0].contains("DEBUG: starting up"));
+    }
+
+    /// A response that is not JSON but names an open call (its first bytes hold the id)
+    /// answers that call with an error, and the identical call held behind it goes on.
+    #[test]
+    fn an_unreadable_response_answers_its_request_and_releases_the_held_calls() {
+        let mut r = relay();
+        assert_eq!(r.from_client(&call(1)).to_server, vec![call(1)]);
+        let held = r.from_client(&call(2));
+        assert!(held.to_server.is_empty() && held.to_client.is_empty());
+        assert_eq!(r.held_calls(), 1);
+        let s = r.from_server(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x"}]"#,
+        );
+        let answer = parse(&s.to_client[0]);
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        assert!(s.log[0].contains("not JSON"), "{:?}", s.log);
+        assert_eq!(s.to_server, vec![call(2)], "the held call is released");
+        assert_eq!((r.open_requests(), r.held_calls()), (1, 0));
+    }
+
+    /// Arguments with non-finite literals, as the MCP Python SDK writes them, are
+    /// screened like any other: the loop is warned, then blocked before the server.
+    #[test]
+    fn non_finite_arguments_are_screened() {
+        let mut r = relay();
+        let mut verdicts = Vec::new();
+        for id in 1..=4 {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read","arguments":{{"x":NaN,"y":[Infinity,-Infinity]}}}}}}"#
+            );
+            let c = r.from_client(line.as_bytes());
+            if let [answer] = &c.to_client[..] {
+                assert_eq!(parse(answer)["result"]["isError"], true);
+                verdicts.push("blocked");
+                continue;
+            }
+            assert_eq!(c.to_server, vec![line.into_bytes()]);
+            let s = r.from_server(&result(id));
+            let text = parse(&s.to_client[0])["result"]["content"].to_string();
+            verdicts.push(if text.contains("WARNING") {
+                "warned"
+            } else {
+                "allowed"
+            });
+        }
+        assert_eq!(verdicts, ["allowed", "allowed", "warned", "blocked"]);
+    }
+
+    /// Lines too large to read whole: the arguments and the structured result past the
+    /// cap are known by their bytes, the response goes on unchanged with the warning
+    /// inserted into its content, and the loop is caught as with small lines.
+    #[test]
+    fn large_lines_are_read_by_their_parts() {
+        let mut r = relay();
+        let rows = vec![r#"{"a":0}"#; loopguard_events::MAX_PART_COST / 100].join(",");
+        let big_call = |id: u64| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"query","arguments":{{"rows":[{rows}]}}}}}}"#).into_bytes()
+        };
+        let big_result = |id: u64| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}],"structuredContent":{{"rows":[{rows}]}}}}}}"#).into_bytes()
+        };
+        let mut verdicts = Vec::new();
+        for id in 1..=4 {
+            let c = r.from_client(&big_call(id));
+            if let [answer] = &c.to_client[..] {
+                assert_eq!(parse(answer)["result"]["isError"], true);
+                verdicts.push("blocked");
+                continue;
+            }
+            assert_eq!(c.to_server, vec![big_call(id)], "forwarded unchanged");
+            let s = r.from_server_owned(big_result(id));
+            let answered = &s.to_client[0];
+            if answered == &big_result(id) {
+                verdicts.push("allowed");
+            } else {
+                let answer = parse(answered);
+                assert_eq!(answer["result"]["content"][0]["text"], "ok");
+                assert!(answer["result"]["content"][1]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("WARNING"));
+                verdicts.push("warned");
+            }
+        }
+        assert_eq!(verdicts, ["allowed", "allowed", "warned", "blocked"]);
     }
 
     #[test]

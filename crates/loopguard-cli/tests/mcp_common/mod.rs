@@ -70,6 +70,11 @@ impl Proxy {
         }
     }
 
+    /// The proxy's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends one line (a newline is added).
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
