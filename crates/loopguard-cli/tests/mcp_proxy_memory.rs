@@ -3,24 +3,20 @@
 //! recorded, and its loop is warned (the note inserted into the result) then blocked.
 //! Linux only: the peak is read from `/proc/<pid>/status`.
 
+mod common;
 mod mcp_common;
 
 use std::path::Path;
 use std::time::Instant;
 
+use common::peak_resident as peak;
 use mcp_common::{fixtures, Proxy};
 
-/// The proxy's peak resident memory so far (`VmHWM`), in bytes.
-fn peak(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
+/// The `tools/call` of the rows server's tool, as request `id`.
+fn query(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"query","arguments":{{"sql":"select * from rows"}}}}}}"#
+    )
 }
 
 #[test]
@@ -43,9 +39,7 @@ fn a_50_mb_structured_result_goes_through_at_about_its_size() {
     let mut size = 0;
     for id in 1..=4 {
         let started = Instant::now();
-        p.send(&format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"query","arguments":{{"sql":"select * from rows"}}}}}}"#
-        ));
+        p.send(&query(id));
         let line = p.recv();
         if line.len() < 10_000 {
             // The proxy's own answer: the call never reached the server.
@@ -97,14 +91,9 @@ fn a_50_mb_structured_result_goes_through_at_about_its_size() {
 fn a_broken_response_is_answered_and_the_held_call_goes_on() {
     let server = fixtures().join("rows_server.py").display().to_string();
     let mut p = Proxy::start(&[], &["python3", &server, "3", "broken-first"]);
-    let call = |id: u64| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"query","arguments":{{"sql":"select"}}}}}}"#
-        )
-    };
     // The second, identical, is held until the first is answered.
-    p.send(&call(1));
-    p.send(&call(2));
+    p.send(&query(1));
+    p.send(&query(2));
     let first = p.recv_json();
     assert_eq!(first["id"], 1, "{first}");
     assert_eq!(first["error"]["code"], -32603, "{first}");

@@ -22,6 +22,22 @@ fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
 const ENABLED: &str =
     "{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }";
 
+/// `loopguard replay --config CONFIG -` on `input`, which must succeed: its answers and
+/// what it wrote on stderr.
+fn replayed(config: &std::path::Path, input: &str) -> (Vec<Value>, Vec<u8>) {
+    let out = run(
+        &["replay", "--config", config.to_str().unwrap(), "-"],
+        input.as_bytes(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (json_lines(&out.stdout), out.stderr)
+}
+
 fn call(id: &str, args: Value) -> String {
     json!({"type": "call", "session": "s", "call_id": id, "tool": "read", "args": args}).to_string()
 }
@@ -36,23 +52,13 @@ fn reads_stdin_and_applies_the_config() {
         input += &json!({"type": "result", "session": "s", "call_id": format!("c{i}"), "result": "same"}).to_string();
         input += "\n";
     }
-    let out = run(
-        &["replay", "--config", cfg.to_str().unwrap(), "-"],
-        input.as_bytes(),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers = json_lines(&out.stdout);
+    let (answers, stderr) = replayed(&cfg, &input);
     let verdicts: Vec<_> = answers
         .iter()
         .filter_map(|a| a["verdict"].as_str())
         .collect();
     assert_eq!(verdicts, ["allow", "allow", "warn", "block"]);
-    assert!(out.stderr.is_empty());
+    assert!(stderr.is_empty());
 }
 
 /// A host that sends every call under one `call_id` and never a result: the first five
@@ -68,20 +74,7 @@ fn an_id_reused_without_results_is_retried_five_times_then_counted_and_told() {
         "live.json5",
         b"{ tools: { loopDetection: { enabled: true } } }",
     );
-    let answers = |input: &str| {
-        let out = run(
-            &["replay", "--config", cfg.to_str().unwrap(), "-"],
-            input.as_bytes(),
-        );
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        json_lines(&out.stdout)
-    };
-    let (reused, unique) = (answers(&reused), answers(&unique));
+    let (reused, unique) = (replayed(&cfg, &reused).0, replayed(&cfg, &unique).0);
     let retries = loopguard::RETRIES_PER_CALL as usize;
     for (i, a) in reused.iter().enumerate() {
         let mut a = a.clone();

@@ -105,20 +105,27 @@ pub fn peak_memory_of(mut cmd: Command, stdin: &[u8]) -> (i32, u64, Vec<u8>) {
         let _ = stdout.read_to_end(&mut out);
         out
     });
-    let status = format!("/proc/{}/status", child.id());
     let mut peak = 0;
     loop {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            let kb = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-            peak = peak.max(kb.unwrap_or(0) * 1024);
-        }
+        peak = peak.max(peak_resident(child.id()));
         if let Some(exit) = child.try_wait().unwrap() {
             writer.join().unwrap();
             return (exit.code().unwrap_or(-1), peak, reader.join().unwrap());
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`, Linux), in bytes; 0 when it
+/// cannot be read.
+pub fn peak_resident(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
 }
