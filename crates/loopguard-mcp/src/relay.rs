@@ -287,20 +287,26 @@ impl Relay {
                     "answered request {} with an error: the server's response of {len} bytes is longer than {max}",
                     open.id
                 ));
-                out.to_client
-                    .push(line_too_long(&open.id, len, max).to_string().into_bytes());
-                if let Some(call) = open.call {
-                    // The call ran, but its outcome is lost: its ticket goes unfinished.
-                    let signature = call.signature();
-                    call.ticket.cancel();
-                    self.release(signature, &mut out);
-                }
+                let answer = line_too_long(&open.id, len, max);
+                self.answer_for_server(open, &answer, &mut out);
             }
             None => out.log.push(format!(
                 "dropped a line of {len} bytes from the server (longer than {max})"
             )),
         }
         out
+    }
+
+    /// Answers `open` in the server's place with `answer`, when the server's response to it
+    /// cannot be passed on: a call ran, but its outcome is lost (its ticket goes
+    /// unfinished), and the calls held behind it go on.
+    fn answer_for_server(&mut self, open: Open, answer: &Value, out: &mut Routed) {
+        out.to_client.push(answer.to_string().into_bytes());
+        if let Some(call) = open.call {
+            let signature = call.signature();
+            call.ticket.cancel();
+            self.release(signature, out);
+        }
     }
 
     /// Handles one message from the client. `line` is its own line when it came alone (a
@@ -583,14 +589,8 @@ impl Relay {
                 open.id,
                 preview(line)
             ));
-            out.to_client
-                .push(unreadable_response(&open.id).to_string().into_bytes());
-            if let Some(call) = open.call {
-                // The call ran, but its outcome cannot be read: its ticket goes unfinished.
-                let signature = call.signature();
-                call.ticket.cancel();
-                self.release(signature, &mut out);
-            }
+            let answer = unreadable_response(&open.id);
+            self.answer_for_server(open, &answer, &mut out);
             return out;
         };
         let messages: Vec<Raw<'_>> = match message.as_array() {
