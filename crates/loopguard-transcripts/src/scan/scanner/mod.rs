@@ -531,7 +531,7 @@ impl Scanner {
             call_index.and_then(|index| run.awaiting_outcome.iter().position(|&(i, _)| i == index))
         {
             let (_, l) = run.awaiting_outcome.swap_remove(at);
-            state.report.loops[l].outcome = outcome_preview(outcome);
+            self.reports[s].loops[l].outcome = outcome_preview(outcome);
         }
         let tool = pending
             .as_ref()
