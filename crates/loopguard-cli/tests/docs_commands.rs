@@ -34,6 +34,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -707,7 +708,10 @@ fn run_scenario(blocks: &[Block], name: Option<&str>, only: Option<&str>) -> Vec
         }
     }
     sandbox.finish();
-    eprintln!(
+    // Written to the process's stderr, past the test harness's capture, so that every run
+    // (CI's included) shows what each documented route costs on its machine.
+    let _ = writeln!(
+        std::io::stderr(),
         "doc-test scenario {}: {:.1} s",
         name.or(only).unwrap_or("?"),
         started.elapsed().as_secs_f64()
