@@ -7,13 +7,17 @@
 //!   file into values, streamed the same way;
 //! - `validate_floor/{small,medium,large}`: the same lines checked by `serde_json` without
 //!   building anything (`IgnoredAny`): the floor for any reader of the file;
-//! - after the timings, the peak RSS of `replay` on each workload (from `getrusage`).
+//! - after the timings, the peak RSS of `replay` on each workload, and the CPU time
+//!   (user and system) of `replay` next to that of the validation-only floor on the same
+//!   file, five runs each: a ratio that other load on the machine inflates far less than
+//!   wall time (a process that waits for a core is not charged for the wait).
 
 use std::fs::File;
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -102,6 +106,59 @@ fn end_to_end(c: &mut Criterion) {
             peak_rss_kib(&file, &config)
         );
     }
+    for name in WORKLOADS {
+        let file = data_dir().join(format!("{name}.jsonl"));
+        let runs = 5;
+        let replay = cpu_of(runs, Charged::Children, || replay_once(&file, &config));
+        let validate = cpu_of(runs, Charged::Own, || {
+            validate_floor(&file);
+        });
+        match replay.zip(validate) {
+            Some((r, v)) => println!(
+                "CPU time on {name}, {runs} runs each: replay {} ms, validation only {} ms: {:.2}x",
+                r.as_millis(),
+                v.as_millis(),
+                r.as_secs_f64() / v.as_secs_f64()
+            ),
+            None => println!("CPU time on {name}: not readable here (/proc/self/stat)"),
+        }
+    }
+}
+
+/// Whose CPU time a run is charged by.
+#[derive(Clone, Copy)]
+enum Charged {
+    /// This process's (the floors run in it).
+    Own,
+    /// Its children's, once waited for (`replay` runs as a child).
+    Children,
+}
+
+/// The CPU time `runs` calls of `f` take.
+fn cpu_of(runs: usize, charged: Charged, mut f: impl FnMut()) -> Option<Duration> {
+    let read = || {
+        let (own, children) = cpu_times()?;
+        Some(match charged {
+            Charged::Own => own,
+            Charged::Children => children,
+        })
+    };
+    let before = read()?;
+    for _ in 0..runs {
+        f();
+    }
+    Some(read()?.saturating_sub(before))
+}
+
+/// CPU time (user and system) of this process and of its children waited for, from
+/// `/proc/self/stat` (Linux only): fields 14 to 17, in clock ticks (USER_HZ, 100).
+fn cpu_times() -> Option<(Duration, Duration)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let ticks = |a: usize, b: usize| Some(Duration::from_millis((tick(a)? + tick(b)?) * 10));
+    Some((ticks(11, 12)?, ticks(13, 14)?))
 }
 
 /// Peak resident set of one `loopguard replay` run, in KiB: the child's `VmHWM`, read
