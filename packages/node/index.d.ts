@@ -51,7 +51,12 @@ export type Detector =
   | 'batch_duplicates'
   | 'stale_repeat'
   | 'target_thrash'
-  | 'escalation';
+  | 'escalation'
+  | 'run_budget'
+  | 'session_budget'
+  | 'agent_budget'
+  | 'day_budget'
+  | 'no_progress_budget';
 
 /** How serious a detection is. */
 export type Level = 'warning' | 'critical';
@@ -196,6 +201,90 @@ export interface LoopguardDetectorsConfig {
   batchDuplicates?: LoopguardDetectorsBatchDuplicatesConfig;
 }
 
+/** `loopguard.budgets.run` as written (every key optional). */
+export interface LoopguardBudgetsRunConfig {
+  /** an integer from 1 to 1000000000000. */
+  tokens?: number;
+  /** a number above 0, at most 10000000. */
+  cost?: number;
+  /** an integer from 1 to 1000000000. */
+  calls?: number;
+  /** an integer from 1 to 31622400. */
+  wallSeconds?: number;
+}
+
+/** `loopguard.budgets.session` as written (every key optional). */
+export interface LoopguardBudgetsSessionConfig {
+  /** an integer from 1 to 1000000000000. */
+  tokens?: number;
+  /** a number above 0, at most 10000000. */
+  cost?: number;
+  /** an integer from 1 to 1000000000. */
+  calls?: number;
+  /** an integer from 1 to 31622400. */
+  wallSeconds?: number;
+}
+
+/** `loopguard.budgets.agent` as written (every key optional). */
+export interface LoopguardBudgetsAgentConfig {
+  /** an integer from 1 to 1000000000000. */
+  tokens?: number;
+  /** a number above 0, at most 10000000. */
+  cost?: number;
+  /** an integer from 1 to 1000000000. */
+  calls?: number;
+  /** an integer from 1 to 31622400. */
+  wallSeconds?: number;
+}
+
+/** `loopguard.budgets.day` as written (every key optional). */
+export interface LoopguardBudgetsDayConfig {
+  /** an integer from 1 to 1000000000000. */
+  tokens?: number;
+  /** a number above 0, at most 10000000. */
+  cost?: number;
+  /** an integer from 1 to 1000000000. */
+  calls?: number;
+  /** an integer from 1 to 31622400. */
+  wallSeconds?: number;
+}
+
+/** `loopguard.budgets.withoutProgress` as written (every key optional). */
+export interface LoopguardBudgetsWithoutProgressConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000000. */
+  tokens?: number;
+  /** a number above 0, at most 10000000. */
+  cost?: number;
+  /** an integer from 1 to 1000000000. */
+  calls?: number;
+}
+
+/** `loopguard.budgets` as written (every key optional). */
+export interface LoopguardBudgetsConfig {
+  run?: LoopguardBudgetsRunConfig;
+  session?: LoopguardBudgetsSessionConfig;
+  agent?: LoopguardBudgetsAgentConfig;
+  day?: LoopguardBudgetsDayConfig;
+  withoutProgress?: LoopguardBudgetsWithoutProgressConfig;
+  /** a number above 0, at most 1. */
+  warnAt?: number;
+  /** "UTC" or an offset such as "+02:00". */
+  timeZone?: string;
+}
+
+/** `loopguard.prices.*` as written (every key optional). */
+export interface LoopguardPriceConfig {
+  /** a number from 0 to 100000. */
+  input?: number;
+  /** a number from 0 to 100000. */
+  output?: number;
+  /** a number from 0 to 100000. */
+  cacheRead?: number;
+  /** a number from 0 to 100000. */
+  cacheWrite?: number;
+}
+
 /** `loopguard` as written (every key optional). */
 export interface LoopguardConfig {
   preset?: 'recommended';
@@ -203,6 +292,9 @@ export interface LoopguardConfig {
   masking?: LoopguardMaskingConfig;
   policy?: LoopguardPolicyConfig;
   detectors?: LoopguardDetectorsConfig;
+  budgets?: LoopguardBudgetsConfig;
+  /** at most 1024. */
+  prices?: { [name: string]: LoopguardPriceConfig };
 }
 
 /** The blocks of one scope (the document root, or one agent). */

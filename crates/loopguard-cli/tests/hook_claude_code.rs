@@ -531,7 +531,7 @@ fn state_written_by_the_server_store_is_continued_by_hooks() {
                 let event = parse_line(line.as_bytes()).unwrap();
                 let scope = event.as_ref().scope(None);
                 store
-                    .update(RunKey::of(&scope), |run, now| apply_event(run, config.for_agent(None), &scope, &event.as_ref(), now).into_answer(1, &scope))
+                    .update(RunKey::of(&scope), |run, session, now| apply_event(run, session, config.for_agent(None), &scope, &event.as_ref(), now).into_answer(1, &scope))
                     .await
                     .unwrap();
             }

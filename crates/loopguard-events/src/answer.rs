@@ -1,7 +1,8 @@
 //! Output objects (SPEC §7): one per input line. Other tools parse these; field names,
 //! order and types are a contract.
 
-use loopguard::{Abort, CallIdUse, Detection, Recorded, Scope, Verdict};
+use loopguard::budget::{BudgetScope, Cost, Measure, Reading};
+use loopguard::{Abort, CallIdUse, Counted, Detection, Detector, Recorded, Scope, Verdict};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
@@ -43,6 +44,17 @@ pub enum Answer {
         run: Option<String>,
         /// Window the guard was armed with; 0 when disabled.
         armed: u32,
+    },
+    /// What a usage event counted.
+    Usage {
+        /// Input line number.
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// Its cost and the budget it used up, if any.
+        counted: Counted,
     },
     /// A line that is not a valid event.
     Invalid {
@@ -111,6 +123,12 @@ impl Answer {
                     .and_then(|n| u32::try_from(n).ok())
                     .ok_or("a compaction answer without armed")?,
             }),
+            Some("usage") => Ok(Self::Usage {
+                seq,
+                session,
+                run,
+                counted: counted_of(&answer)?,
+            }),
             _ => Err(format!("not an answer: {answer}")),
         }
     }
@@ -143,6 +161,47 @@ fn verdict_of(answer: &Value, tool: &str) -> Result<Verdict, String> {
         },
         _ => return Err(format!("not a verdict: {answer}")),
     })
+}
+
+/// What a usage answer says was counted.
+fn counted_of(answer: &Value) -> Result<Counted, String> {
+    if answer["counted"].as_bool() != Some(true) {
+        return Err(format!("not a usage answer: {answer}"));
+    }
+    let cost = answer["cost"].as_f64().and_then(Cost::from_usd);
+    let (stop, shadow) = match (answer.get("stop"), answer.get("shadow_stop")) {
+        (_, Some(s)) if !s.is_null() => (Some(s), true),
+        (Some(s), _) if !s.is_null() => (Some(s), false),
+        _ => (None, false),
+    };
+    let Some(stop) = stop else {
+        return Ok(Counted::new(cost, None, None, false));
+    };
+    let unreadable = || format!("a budget stop that cannot be read: {stop}");
+    let detector: Detector =
+        serde_json::from_value(stop["detector"].clone()).map_err(|_| unreadable())?;
+    let scope = BudgetScope::ALL
+        .into_iter()
+        .find(|s| s.detector() == detector)
+        .ok_or_else(unreadable)?;
+    let measure: Measure =
+        serde_json::from_value(stop["measure"].clone()).map_err(|_| unreadable())?;
+    let amount = |v: &Value| -> Option<u64> {
+        let x = v.as_f64()?;
+        match measure {
+            Measure::Cost => Cost::from_usd(x).map(Cost::pico),
+            Measure::WallSeconds => Some((x * 1000.0).round() as u64),
+            Measure::Tokens | Measure::Calls => v.as_u64(),
+        }
+    };
+    let reading = Reading {
+        scope,
+        measure,
+        used: amount(&stop["used"]).ok_or_else(unreadable)?,
+        limit: amount(&stop["limit"]).ok_or_else(unreadable)?,
+    };
+    let message = stop["message"].as_str().map(str::to_owned);
+    Ok(Counted::new(cost, Some(reading), message, shadow))
 }
 
 /// What a result answer says became of the outcome.
@@ -206,6 +265,16 @@ impl Serialize for Answer {
                 ids: Some((session, run.as_deref())),
                 reply: ReplyRef::Compaction(*armed),
             },
+            Self::Usage {
+                seq,
+                session,
+                run,
+                counted,
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Usage(counted),
+            },
         };
         view.serialize(serializer)
     }
@@ -223,6 +292,8 @@ pub enum Reply {
     Result(Recorded),
     /// The window a compaction armed the post-compaction guard with (0: disabled).
     Compaction(u32),
+    /// What a usage counted.
+    Usage(Counted),
     /// A result the engine cannot take (it names no call it can be recorded against).
     Invalid(String),
 }
@@ -252,6 +323,12 @@ impl Reply {
                 run,
                 armed,
             },
+            Self::Usage(counted) => Answer::Usage {
+                seq,
+                session,
+                run,
+                counted,
+            },
             Self::Invalid(error) => Answer::Invalid { seq, error },
         }
     }
@@ -263,6 +340,7 @@ impl Reply {
             Self::Call(verdict, id_use) => ReplyRef::Call(verdict, *id_use),
             Self::Result(recorded) => ReplyRef::Result(recorded),
             Self::Compaction(armed) => ReplyRef::Compaction(*armed),
+            Self::Usage(counted) => ReplyRef::Usage(counted),
             Self::Invalid(error) => {
                 return View {
                     seq,
@@ -279,6 +357,7 @@ enum ReplyRef<'a> {
     Call(&'a Verdict, CallIdUse),
     Result(&'a Recorded),
     Compaction(u32),
+    Usage(&'a Counted),
     Invalid(&'a str),
 }
 
@@ -368,6 +447,21 @@ impl Serialize for View<'_> {
                 head(&mut m, self.seq, "compaction", session, run)?;
                 m.serialize_entry("armed", armed)?;
             }
+            ReplyRef::Usage(counted) => {
+                head(&mut m, self.seq, "usage", session, run)?;
+                m.serialize_entry("counted", &true)?;
+                m.serialize_entry("cost", &counted.cost.map(Cost::usd))?;
+                let stop = counted.stop.as_ref().map(|r| StopOut(r, counted));
+                match counted.shadow {
+                    false => m.serialize_entry("stop", &stop)?,
+                    true => {
+                        m.serialize_entry("stop", &None::<StopOut<'_>>)?;
+                        if let Some(stop) = stop {
+                            m.serialize_entry("shadow_stop", &stop)?;
+                        }
+                    }
+                }
+            }
         }
         m.end()
     }
@@ -414,6 +508,29 @@ impl Serialize for ShadowOut<'_> {
             m.serialize_entry("terminal", &terminal)?;
         }
         paired(&mut m, d)?;
+        m.end()
+    }
+}
+
+/// A budget a usage used up: its detector, the percent used, what and how much of how
+/// much (US dollars, tokens, calls or seconds), and the message.
+struct StopOut<'a>(&'a Reading, &'a Counted);
+
+impl Serialize for StopOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let StopOut(r, counted) = *self;
+        let mut m = serializer.serialize_map(Some(6))?;
+        m.serialize_entry("detector", &r.scope.detector())?;
+        m.serialize_entry("count", &r.percent())?;
+        m.serialize_entry("measure", &r.measure)?;
+        for (key, amount) in [("used", r.used), ("limit", r.limit)] {
+            match r.measure {
+                Measure::Cost => m.serialize_entry(key, &Cost::from_pico(amount).usd())?,
+                Measure::WallSeconds => m.serialize_entry(key, &(amount as f64 / 1000.0))?,
+                Measure::Tokens | Measure::Calls => m.serialize_entry(key, &amount)?,
+            }
+        }
+        m.serialize_entry("message", counted.message.as_deref().unwrap_or_default())?;
         m.end()
     }
 }

@@ -5,6 +5,7 @@
 //! {"type":"result","session":"s","run":"r","call_id":"c1","tool":"read","args":{...},"result":{...}}
 //! {"type":"result", ... ,"error":"Tool foo not found"}
 //! {"type":"compaction","session":"s","run":"r"}
+//! {"type":"usage","session":"s","run":"r","id":"resp_1","model":"gpt-4o","input_tokens":1200,"output_tokens":300}
 //! ```
 //!
 //! Normalizations, documented once here:
@@ -17,7 +18,9 @@
 //! - duplicate keys in an object: the last one wins (as in JavaScript);
 //! - numbers keep 64-bit integers exactly; other numbers are IEEE-754 doubles;
 //! - a line must be UTF-8 and nested at most [`MAX_DEPTH`] levels deep; anything else is a
-//!   per-line error.
+//!   per-line error;
+//! - a usage event refuses members it does not know, and figures that cannot be right
+//!   (see [`crate::usage`]).
 
 use serde_json::{Map, Value};
 
@@ -91,13 +94,70 @@ pub enum Event {
         /// Scope.
         ids: Ids,
     },
+    /// What a model response used.
+    Usage {
+        /// Scope.
+        ids: Ids,
+        /// The figures.
+        usage: OwnedUsage,
+    },
 }
 
 impl Event {
     /// The event's ids.
     pub fn ids(&self) -> &Ids {
         match self {
-            Self::Call { ids, .. } | Self::Result { ids, .. } | Self::Compaction { ids } => ids,
+            Self::Call { ids, .. }
+            | Self::Result { ids, .. }
+            | Self::Compaction { ids }
+            | Self::Usage { ids, .. } => ids,
+        }
+    }
+}
+
+/// What a usage event carries, owned ([`loopguard::Usage`] borrows).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnedUsage {
+    /// The response's id.
+    pub id: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt-cache reads.
+    pub cache_read_tokens: u64,
+    /// Prompt-cache writes.
+    pub cache_write_tokens: u64,
+    /// The host's cost in US dollars.
+    pub cost: Option<f64>,
+}
+
+impl OwnedUsage {
+    /// The usage, borrowed.
+    pub fn as_usage(&self) -> loopguard::Usage<'_> {
+        loopguard::Usage {
+            model: self.model.as_deref(),
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_read_tokens: self.cache_read_tokens,
+            cache_write_tokens: self.cache_write_tokens,
+            cost: self.cost,
+            id: self.id.as_deref(),
+        }
+    }
+
+    /// A borrowed usage, owned.
+    pub fn of(usage: &loopguard::Usage<'_>) -> Self {
+        Self {
+            id: usage.id.map(str::to_owned),
+            model: usage.model.map(str::to_owned),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            cost: usage.cost,
         }
     }
 }
@@ -206,6 +266,13 @@ pub fn from_value(value: Value) -> Result<Event, String> {
             })
         }
         "compaction" => Ok(Event::Compaction { ids }),
+        "usage" => {
+            let usage = crate::usage::usage_of::<&Value>(&map)?;
+            Ok(Event::Usage {
+                ids,
+                usage: OwnedUsage::of(&usage),
+            })
+        }
         other => {
             let shown: String = other.chars().take(64).collect();
             Err(format!("unknown event type {shown:?}"))

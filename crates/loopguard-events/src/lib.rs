@@ -29,6 +29,7 @@ mod answer;
 mod cost;
 mod event;
 pub mod lines;
+pub mod usage;
 mod view;
 
 use std::io::{self, BufRead, Write};
@@ -36,7 +37,7 @@ use std::io::{self, BufRead, Write};
 use loopguard::json::{Json, Tape};
 use loopguard::{
     Call, CallRef, Clock, ConfigSet, EffectiveConfig, Guard, Limits, ManualClock, Millis, RunState,
-    Scope, Ticket,
+    Scope, SessionState, Ticket,
 };
 
 use answer::View;
@@ -44,7 +45,9 @@ pub use answer::{Answer, Reply};
 pub use cost::{
     is_readable_part, parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE, MAX_PART_COST,
 };
-pub use event::{from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+pub use event::{
+    from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, OwnedUsage, MAX_DEPTH,
+};
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
 
@@ -179,23 +182,25 @@ pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
     scope: &Scope<'_>,
     event: &EventRef<'a, J>,
 ) -> Reply {
-    guard.with_run(scope, |cfg, run, now| {
-        apply_event(run, cfg, scope, event, now)
+    guard.with_run(scope, |cfg, run, session, now| {
+        apply_event(run, session, cfg, scope, event, now)
     })
 }
 
 /// Applies one event to the state of its run: the one way into the engine for every front
 /// end that reads events (replay, the sidecar and its durable stores, the agent hooks,
 /// `scan`, the bindings' `applyEvent`). `run` must be the state of `scope`'s run (the
-/// event's ids, with a default agent applied) and `cfg` the config of its agent.
+/// event's ids, with a default agent applied), `session` the state of its session, and
+/// `cfg` the config of its agent.
 ///
 /// Each kind of event is one step of the engine: a `call` begins the call's [`Ticket`]
 /// ([`RunState::begin`]) and leaves it with the run as the call's pending record; a
 /// `result` resumes the ticket of the call it names ([`RunState::resume`]) and finishes
-/// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard. The engine
-/// logs each answer.
+/// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard; a `usage`
+/// counts what a model response used ([`RunState::usage`]). The engine logs each answer.
 pub fn apply_event<'a, J: Json<'a>>(
     run: &mut RunState,
+    session: &mut SessionState,
     cfg: &EffectiveConfig,
     scope: &Scope<'_>,
     event: &EventRef<'a, J>,
@@ -210,8 +215,15 @@ pub fn apply_event<'a, J: Json<'a>>(
             ..
         } => {
             let ticket = match args {
-                Some(args) => run.begin(cfg, scope, &call_of(tool, args, call_id, batch), now),
+                Some(args) => run.begin(
+                    session,
+                    cfg,
+                    scope,
+                    &call_of(tool, args, call_id, batch),
+                    now,
+                ),
                 None => run.begin(
+                    session,
                     cfg,
                     scope,
                     &call_of(tool, &*EMPTY_ARGS, call_id, batch),
@@ -258,6 +270,10 @@ pub fn apply_event<'a, J: Json<'a>>(
             }
         }
         EventRef::Compaction { .. } => Reply::Compaction(run.compaction(cfg, scope, now)),
+        EventRef::Usage { usage, .. } => match run.usage(session, cfg, scope, &usage, now) {
+            Ok(counted) => Reply::Usage(counted),
+            Err(e) => Reply::Invalid(e.to_string()),
+        },
     }
 }
 

@@ -2,8 +2,8 @@
 //!
 //! A line of a replay, a sidecar request or a hook payload is tokenized once into a
 //! [`Tape`], keeping only what the engine reads: the envelope's own members (noted by the
-//! tokenizer as it finds them) and, of a result, what the outcome rules read; anything else
-//! is checked to be JSON and left out. [`parse_raw`] keeps `args`, `result` and `error` as
+//! tokenizer as it finds them; a usage event's figures among them) and, of a result, what
+//! the outcome rules read; anything else is checked to be JSON and left out. [`parse_raw`] keeps `args`, `result` and `error` as
 //! [`Raw`] nodes and the ids as slices of the line (or of the tape, when escaped). No value
 //! tree is built and, once the tape has grown to the stream's events, nothing is allocated. An owned [`Event`] (what transcript readers
 //! and hosts with `serde_json` values build) lends the same view with [`Event::as_ref`], so
@@ -17,7 +17,7 @@
 
 use loopguard::fingerprint::RESULT_READ;
 use loopguard::json::{kind_name, Json, Member, Raw, Read, Str, Tape};
-use loopguard::{OutcomeOf, Scope};
+use loopguard::{OutcomeOf, Scope, Usage};
 use serde_json::Value;
 
 use crate::event::{Event, Ids, OwnedOutcome};
@@ -68,6 +68,13 @@ pub enum EventRef<'a, J> {
         /// Scope.
         ids: IdsRef<'a>,
     },
+    /// What a model response used.
+    Usage {
+        /// Scope.
+        ids: IdsRef<'a>,
+        /// The figures.
+        usage: Usage<'a>,
+    },
 }
 
 /// An event read from JSON text.
@@ -77,7 +84,10 @@ impl<'a, J> EventRef<'a, J> {
     /// The event's ids.
     pub fn ids(&self) -> IdsRef<'a> {
         match self {
-            Self::Call { ids, .. } | Self::Result { ids, .. } | Self::Compaction { ids } => *ids,
+            Self::Call { ids, .. }
+            | Self::Result { ids, .. }
+            | Self::Compaction { ids }
+            | Self::Usage { ids, .. } => *ids,
         }
     }
 
@@ -89,12 +99,13 @@ impl<'a, J> EventRef<'a, J> {
             .with_agent(ids.agent.or(default_agent))
     }
 
-    /// The name of the event's type (`call`, `result`, `compaction`).
+    /// The name of the event's type (`call`, `result`, `compaction`, `usage`).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Call { .. } => "call",
             Self::Result { .. } => "result",
             Self::Compaction { .. } => "compaction",
+            Self::Usage { .. } => "usage",
         }
     }
 
@@ -103,7 +114,7 @@ impl<'a, J> EventRef<'a, J> {
         match self {
             Self::Call { call_id, tool, .. } => (*call_id, Some(*tool)),
             Self::Result { call_id, tool, .. } => (*call_id, *tool),
-            Self::Compaction { .. } => (None, None),
+            Self::Compaction { .. } | Self::Usage { .. } => (None, None),
         }
     }
 
@@ -142,6 +153,7 @@ impl<'a, J> EventRef<'a, J> {
                 outcome: o.map(outcome),
             },
             Self::Compaction { ids } => EventRef::Compaction { ids },
+            Self::Usage { ids, usage } => EventRef::Usage { ids, usage },
         }
     }
 }
@@ -204,6 +216,10 @@ impl Event {
                 },
             },
             Event::Compaction { .. } => EventRef::Compaction { ids },
+            Event::Usage { usage, .. } => EventRef::Usage {
+                ids,
+                usage: usage.as_usage(),
+            },
         }
     }
 }
@@ -212,7 +228,9 @@ impl Event {
 /// and from `tape`. The errors are those of [`crate::parse_line`], word for word, except
 /// that JSON a `Value` cannot hold is read (see the module docs). What the engine never
 /// reads (members of the event other than its own, members of a result other than those
-/// the outcome rules read: [`RESULT_READ`]) is checked to be JSON and left out of the tape.
+/// the outcome rules read: [`RESULT_READ`]) is checked to be JSON and left out of the tape;
+/// a usage event, which refuses members it does not know, has its keys checked by a second
+/// reading of the line.
 pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>, String> {
     let text = std::str::from_utf8(line).map_err(|e| crate::event::utf8_error(&e))?;
     let root = tape
@@ -222,15 +240,25 @@ pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>,
         return Err("event must be a JSON object".into());
     }
     // The tokenizer noted each member of the envelope as it found it.
-    from_fields(Fields(std::array::from_fn(|i| root.read_member(i))))
+    from_fields(Fields(std::array::from_fn(|i| root.read_member(i))), || {
+        // The envelope's reading left out the members it does not name: read the keys of
+        // all of them (usage events are one per model response, and short).
+        let mut whole = Tape::new();
+        let root = whole
+            .parse(text)
+            .map_err(|e| crate::event::json_text_error(text, &e))?;
+        let object = root.as_object().ok_or("event must be a JSON object")?;
+        crate::usage::check_members::<Raw<'_>>(object)
+    })
 }
 
 /// What the engine reads of an event: its envelope's members.
 static ENVELOPE: Read = Read::Members(&MEMBERS);
 
 /// The members of an event the engine reads, in the order of [`Fields`]' slots; of a
-/// result, what the outcome rules read ([`RESULT_READ`]).
-const MEMBERS: [Member; 10] = [
+/// result, what the outcome rules read ([`RESULT_READ`]); then the figures of a usage event
+/// ([`crate::usage`]).
+const MEMBERS: [Member; 17] = [
     Member::new("type", Read::All),
     Member::new("session", Read::All),
     Member::new("run", Read::All),
@@ -241,6 +269,13 @@ const MEMBERS: [Member; 10] = [
     Member::new("result", RESULT_READ),
     Member::new("error", Read::All),
     Member::new("batch", Read::All),
+    Member::new("id", Read::All),
+    Member::new("model", Read::All),
+    Member::new("input_tokens", Read::All),
+    Member::new("output_tokens", Read::All),
+    Member::new("cache_read_tokens", Read::All),
+    Member::new("cache_write_tokens", Read::All),
+    Member::new("cost", Read::All),
 ];
 
 /// Reads an event from a tokenized JSON value.
@@ -258,11 +293,15 @@ pub fn from_raw(root: Raw<'_>) -> Result<RawEvent<'_>, String> {
             f.0[i] = Some(value);
         }
     }
-    from_fields(f)
+    from_fields(f, || crate::usage::check_members::<Raw<'_>>(object))
 }
 
-/// The event its envelope's members make.
-fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
+/// The event its envelope's members make; `check_usage_members` refuses a usage event with
+/// a member it does not know.
+fn from_fields<'a>(
+    f: Fields<'a>,
+    check_usage_members: impl FnOnce() -> Result<(), String>,
+) -> Result<RawEvent<'a>, String> {
     let kind = match f.get(TYPE) {
         None => return Err("event without type".into()),
         Some(v) => v
@@ -306,6 +345,14 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
             })
         }
         b"compaction" => Ok(EventRef::Compaction { ids }),
+        b"usage" => {
+            check_usage_members()?;
+            let usage = crate::usage::figures(|key| {
+                let slot = MEMBERS.iter().position(|m| m.name() == key)?;
+                f.get(slot)
+            })?;
+            Ok(EventRef::Usage { ids, usage })
+        }
         other => {
             let other = String::from_utf8_lossy(other);
             let shown: String = other.chars().take(64).collect();
@@ -316,7 +363,7 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
 
 /// The envelope's members as found, in the order of [`ENVELOPE`].
 #[derive(Default)]
-struct Fields<'a>([Option<Raw<'a>>; 10]);
+struct Fields<'a>([Option<Raw<'a>>; MEMBERS.len()]);
 
 impl<'a> Fields<'a> {
     fn get(&self, slot: usize) -> Option<Raw<'a>> {
@@ -383,6 +430,12 @@ mod tests {
             "{\"type\":\"call\",\"tool\":\"t\u{1}\"}",
             r#"{"type":"call","tool":"t"} x"#,
             "",
+            r#"{"type":"usage","session":"s","input_tokens":1,"output_tokens":2,"model":"m","id":"u1","cost":0.5}"#,
+            r#"{"type":"usage","input_tokens":-1,"output_tokens":2}"#,
+            r#"{"type":"usage","input_tokens":1,"output_tokens":2,"prompt_tokens":3}"#,
+            r#"{"type":"usage","output_tokens":2}"#,
+            r#"{"type":"usage","input_tokens":1,"output_tokens":2,"cost":null}"#,
+            r#"{"type":"usage","input_tokens":1,"output_tokens":2,"call_id":5}"#,
         ];
         let mut tape = Tape::new();
         for line in lines {
@@ -395,6 +448,11 @@ mod tests {
                     assert_eq!(a.ids(), b.ids(), "{line}");
                     assert_eq!(a.kind(), b.kind(), "{line}");
                     assert_eq!(a.call_id_and_tool(), b.call_id_and_tool(), "{line}");
+                    if let (EventRef::Usage { usage: x, .. }, EventRef::Usage { usage: y, .. }) =
+                        (a, b)
+                    {
+                        assert_eq!(x, *y, "{line}");
+                    }
                 }
                 _ => panic!("{line}: {want:?} vs {got:?}"),
             }
@@ -415,6 +473,11 @@ mod tests {
             let event = parse_raw(line.as_bytes(), &mut tape).unwrap();
             assert!(matches!(event, EventRef::Call { args: Some(_), .. }));
         }
+        // A figure beyond the double range is refused by the usage reader, not the parser.
+        let line = r#"{"type":"usage","input_tokens":1e999,"output_tokens":2}"#;
+        assert!(parse_raw(line.as_bytes(), &mut tape)
+            .unwrap_err()
+            .contains("not 1e999"));
         let line = r#"{"type":"call","tool":"t\ud800"}"#;
         assert_eq!(
             parse_raw(line.as_bytes(), &mut tape).unwrap_err(),

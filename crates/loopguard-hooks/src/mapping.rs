@@ -279,15 +279,29 @@ pub fn apply(
                 let outcome_json = outcome_text.as_deref().and_then(|t| t2.parse(t).ok());
                 let outcome = outcome.map(|o| o.with(outcome_json));
                 let replay_event = hook_event(event, ids, args, outcome);
-                tx.update_run(session, Some(&run), |state, now| {
-                    apply_event(state, cfg, &replay_event.scope(None), &replay_event, now)
+                tx.update_run(session, Some(&run), |state, session_state, now| {
+                    apply_event(
+                        state,
+                        session_state,
+                        cfg,
+                        &replay_event.scope(None),
+                        &replay_event,
+                        now,
+                    )
                 })?
             } else {
                 let args = args.and_then(Json::value);
                 let outcome = outcome.map(|o| o.with(o.json().and_then(Json::value)));
                 let replay_event = hook_event(event, ids, args, outcome);
-                tx.update_run(session, Some(&run), |state, now| {
-                    apply_event(state, cfg, &replay_event.scope(None), &replay_event, now)
+                tx.update_run(session, Some(&run), |state, session_state, now| {
+                    apply_event(
+                        state,
+                        session_state,
+                        cfg,
+                        &replay_event.scope(None),
+                        &replay_event,
+                        now,
+                    )
                 })?
             };
             match (reply, event) {

@@ -6,7 +6,7 @@
 //! Instead, one invocation is one `BEGIN IMMEDIATE … COMMIT` transaction that reads the
 //! one row it needs, applies the event and writes the row back:
 //!
-//! - **The same rows.** Run states live in the store's `runs` table (schema version 2, see
+//! - **The same rows.** Run states live in the store's `runs` table (schema version 3, see
 //!   `docs/serve.md`), keyed by (session, run), as `RunState::to_bytes()`, each write with a
 //!   fresh unique tag. A run is read with the server's change log applied
 //!   (`sqlite_file::read_run`) and written back whole, which ends its chain of deltas. A
@@ -42,7 +42,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use loopguard::{Millis, RunState};
+use loopguard::{Millis, RunState, SessionState};
 use loopguard_store::sqlite_file::{self, as_sql, fresh_tag, SchemaError};
 pub use loopguard_store::{Synchronous, SCHEMA_VERSION};
 use rusqlite::config::DbConfig;
@@ -347,13 +347,14 @@ impl HookTx<'_> {
     }
 
     /// Gives `f` the state of (`session`, `run`) (a fresh one when the run is new, idle
-    /// past the time-to-live, or unreadable) and the clock time, and stores the state `f`
-    /// leaves.
+    /// past the time-to-live, or unreadable), the state of its session (its spend, the same
+    /// way) and the clock time, and stores the states `f` leaves (the session's when it
+    /// changed, under a fresh tag, so that a `loopguard serve` on the file sees the change).
     pub fn update_run<R>(
         &mut self,
         session: &str,
         run: Option<&str>,
-        f: impl FnOnce(&mut RunState, Millis) -> R,
+        f: impl FnOnce(&mut RunState, &mut SessionState, Millis) -> R,
     ) -> Result<R, StoreError> {
         let run_column = run.unwrap_or("");
         let stored = sqlite_file::read_run(&self.tx, session, run_column)
@@ -372,7 +373,18 @@ impl HookTx<'_> {
             }
             _ => RunState::default(),
         };
-        let result = f(&mut state, self.now);
+        let mut session_state = self.session_state(session)?.unwrap_or_default();
+        let result = f(&mut state, &mut session_state, self.now);
+        if session_state.changed() {
+            sqlite_file::put_session(
+                &self.tx,
+                session,
+                fresh_tag(),
+                session_state.last_active().max(self.now).get(),
+                &session_state.to_bytes(),
+            )
+            .map_err(|e| sql_error(&self.path, e))?;
+        }
         let last_active = state.last_active().max(self.now);
         self.tx
             .prepare_cached(
@@ -394,6 +406,27 @@ impl HookTx<'_> {
             })
             .map_err(|e| sql_error(&self.path, e))?;
         Ok(result)
+    }
+
+    /// The state of `session` beyond its runs (its spend), when it has a live one; an
+    /// unreadable one counts as none, with a warning.
+    pub fn session_state(&mut self, session: &str) -> Result<Option<SessionState>, StoreError> {
+        let stored = sqlite_file::read_session_state(&self.tx, session)
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(match stored {
+            Some(stored) if stored.last_active >= self.cutoff() => {
+                match SessionState::from_bytes(&stored.state) {
+                    Ok(state) => Some(state),
+                    Err(e) => {
+                        self.warnings.push(format!(
+                            "the stored state of session {session:?} is unreadable ({e}); its spend starts afresh"
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        })
     }
 
     /// The state of (`session`, `run`) as stored, when there is one (for inspection).
@@ -447,13 +480,14 @@ impl HookTx<'_> {
         Ok(note)
     }
 
-    /// Forgets a session: its runs, its run number and its notes. Returns the runs removed.
+    /// Forgets a session: its runs, its spend, its run number and its notes. Returns the runs removed.
     pub fn forget_session(&self, session: &str) -> Result<usize, StoreError> {
         let runs = self
             .tx
             .prepare_cached("DELETE FROM runs WHERE session = ?1")
             .and_then(|mut s| s.execute([session]))
             .map_err(|e| self.sql(e))?;
+        sqlite_file::delete_session(&self.tx, session).map_err(|e| self.sql(e))?;
         for sql in [
             "DELETE FROM hook_sessions WHERE session = ?1",
             "DELETE FROM hook_notes WHERE session = ?1",
@@ -569,8 +603,8 @@ mod tests {
         let cfg = config.for_agent(None);
         let args = json!({"path": "/x"});
         let scope = loopguard::Scope::new(session).with_run(Some(run));
-        tx.update_run(session, Some(run), |state, now| {
-            let ticket = state.begin(cfg, &scope, &Call::new("read", &args), now);
+        tx.update_run(session, Some(run), |state, session_state, now| {
+            let ticket = state.begin(session_state, cfg, &scope, &Call::new("read", &args), now);
             let blocked = ticket.is_blocked();
             let _ = state.finish(cfg, ticket, Outcome::Result(&json!("same")), now);
             blocked
@@ -648,7 +682,7 @@ mod tests {
         let mut tx = db.begin(Millis::new(later)).unwrap();
         // Read before the sweep: expired, so a fresh state.
         let len = tx
-            .update_run("old", Some("r"), |s, _| s.history().len())
+            .update_run("old", Some("r"), |s, _, _| s.history().len())
             .unwrap();
         assert_eq!(len, 0);
         tx.commit().unwrap();
@@ -698,7 +732,7 @@ mod tests {
             .execute("INSERT INTO runs VALUES ('s', 'r', 1, 1, x'ff00ff')", [])
             .unwrap();
         let len = tx
-            .update_run("s", Some("r"), |s, _| s.history().len())
+            .update_run("s", Some("r"), |s, _, _| s.history().len())
             .unwrap();
         assert_eq!(len, 0);
         assert_eq!(tx.warnings().len(), 1);
@@ -728,18 +762,47 @@ mod tests {
         assert_eq!(tx.run_number("s").unwrap(), 1);
     }
 
+    /// A session's spend is kept beside its runs: every hook process of the session reads
+    /// it and adds to it, and forgetting the session forgets it.
+    #[test]
+    fn session_spend_is_shared_by_the_runs_of_a_session() {
+        let (_dir, mut db) = db();
+        let config = ConfigSet::enabled_defaults();
+        let cfg = config.for_agent(None);
+        for (i, run) in ["r1", "r2", "r1"].into_iter().enumerate() {
+            let mut tx = db.begin(Millis::new(1_000 + i as u64)).unwrap();
+            let scope = loopguard::Scope::new("s").with_run(Some(run));
+            let usage = loopguard::Usage::new(100, 10).with_id(Some("u1"));
+            tx.update_run("s", Some(run), |state, session, now| {
+                state.usage(session, cfg, &scope, &usage, now).unwrap();
+            })
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        let mut tx = db.begin(Millis::new(2_000)).unwrap();
+        let spent = tx.session_state("s").unwrap().unwrap();
+        assert_eq!(
+            spent.spend().tokens(),
+            220,
+            "r1's retry counted once, r2's apart"
+        );
+        assert_eq!(spent.spend().responses, 2);
+        tx.forget_session("s").unwrap();
+        assert!(tx.session_state("s").unwrap().is_none());
+    }
+
     #[test]
     fn a_newer_schema_is_refused() {
         let (_dir, mut db) = db();
         db.begin(Millis::new(1)).unwrap().commit().unwrap();
         db.conn
             .execute(
-                "UPDATE loopguard_meta SET value = '3' WHERE key = 'schema_version'",
+                "UPDATE loopguard_meta SET value = '99' WHERE key = 'schema_version'",
                 [],
             )
             .unwrap();
         let err = db.begin(Millis::new(1)).unwrap_err();
-        assert!(err.to_string().contains("schema version 3"), "{err}");
+        assert!(err.to_string().contains("schema version 99"), "{err}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loopguard::json::{kind_name, Document, Json, Kind, Raw, Tape};
-use loopguard::{ConfigSet, Millis, RunState};
+use loopguard::{ConfigSet, Millis, RunState, SessionState};
 use loopguard_events::{apply_event, from_raw, parse_raw, Answer, RawEvent};
 use loopguard_store::{Deadline, RunKey, Store, StoreError};
 use serde::Serialize;
@@ -53,12 +53,18 @@ pub(crate) async fn post_events<S: Store>(
 fn check_ids(event: &RawEvent<'_>, max: usize) -> Result<(), String> {
     let ids = event.ids();
     let (call_id, tool) = event.call_id_and_tool();
+    let (usage_id, model) = match event {
+        RawEvent::Usage { usage, .. } => (usage.id, usage.model),
+        _ => (None, None),
+    };
     let fields = [
         ("session", Some(ids.session)),
         ("run", ids.run),
         ("agent", ids.agent),
         ("call_id", call_id),
         ("tool", tool),
+        ("id", usage_id),
+        ("model", model),
     ];
     for (name, value) in fields {
         if let Some(v) = value.filter(|v| v.len() > max) {
@@ -194,6 +200,7 @@ impl Out {
                 Answer::Call { seq, .. }
                 | Answer::Result { seq, .. }
                 | Answer::Compaction { seq, .. }
+                | Answer::Usage { seq, .. }
                 | Answer::Invalid { seq, .. },
             ) => *seq,
             Self::Degraded(d) => d.seq,
@@ -225,9 +232,21 @@ pub(crate) struct Degraded {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 enum Allowed {
-    Call { verdict: &'static str },
-    Result { recorded: bool, abort: Option<()> },
-    Compaction { armed: u32 },
+    Call {
+        verdict: &'static str,
+    },
+    Result {
+        recorded: bool,
+        abort: Option<()>,
+    },
+    Compaction {
+        armed: u32,
+    },
+    Usage {
+        counted: bool,
+        cost: Option<()>,
+        stop: Option<()>,
+    },
 }
 
 impl Degraded {
@@ -241,6 +260,12 @@ impl Degraded {
                 abort: None,
             },
             RawEvent::Compaction { .. } => Allowed::Compaction { armed: 0 },
+            // Not counted: a budget cannot hold while its store is down.
+            RawEvent::Usage { .. } => Allowed::Usage {
+                counted: false,
+                cost: None,
+                stop: None,
+            },
         };
         Self {
             seq,
@@ -269,12 +294,12 @@ fn operation<'a>(
     event: &'a RawEvent<'a>,
 ) -> (
     RunKey<'a>,
-    impl FnMut(&mut RunState, Millis) -> Answer + Send + 'a,
+    impl FnMut(&mut RunState, &mut SessionState, Millis) -> Answer + Send + 'a,
 ) {
     let scope = event.scope(default_agent);
     let cfg = config.for_agent(scope.agent());
-    let f = move |run: &mut RunState, now: Millis| {
-        apply_event(run, cfg, &scope, event, now).into_answer(seq, &scope)
+    let f = move |run: &mut RunState, session: &mut SessionState, now: Millis| {
+        apply_event(run, session, cfg, &scope, event, now).into_answer(seq, &scope)
     };
     (RunKey::of(&scope), f)
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
-use loopguard::{ManualClock, Millis, RunState};
+use loopguard::{ManualClock, Millis, RunState, SessionState};
 use loopguard_store::{Limits, MemoryStore, RunKey, RunSnapshot, StoreError, StoreStats};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -67,7 +67,7 @@ impl Store for Faulty {
     async fn update<R, F>(&self, key: RunKey<'_>, f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         self.gate().await?;
         self.inner.update(key, f).await
@@ -86,6 +86,11 @@ impl Store for Faulty {
     async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
         self.gate().await?;
         self.inner.session(session).await
+    }
+
+    async fn session_state(&self, session: &str) -> Result<Option<SessionState>, StoreError> {
+        self.gate().await?;
+        self.inner.session_state(session).await
     }
 
     async fn expire_idle(&self) -> Result<usize, StoreError> {

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use loopguard::{ConfigSet, ManualClock, Millis, RunState};
+use loopguard::{ConfigSet, ManualClock, Millis, RunState, SessionState};
 use loopguard_events::{apply_event, parse_line, Event};
 use loopguard_store::{delta, Limits, MemoryStore, RunKey, SqliteOptions, SqliteStore, Store};
 
@@ -37,6 +37,7 @@ fn full_state(config: &ConfigSet) -> RunState {
         let scope = event.as_ref().scope(None);
         apply_event(
             &mut state,
+            &mut SessionState::default(),
             config.global(),
             &scope,
             &event.as_ref(),
@@ -68,6 +69,7 @@ fn encoding(c: &mut Criterion) {
                 let scope = call.as_ref().scope(None);
                 apply_event(
                     &mut s,
+                    &mut SessionState::default(),
                     config.global(),
                     &scope,
                     &call.as_ref(),
@@ -94,6 +96,7 @@ fn deltas(c: &mut Criterion) {
         let scope = event.as_ref().scope(None);
         apply_event(
             &mut next,
+            &mut SessionState::default(),
             config.global(),
             &scope,
             &event.as_ref(),
@@ -143,8 +146,8 @@ fn updates(c: &mut Criterion) {
             i += 1;
             let scope = event.as_ref().scope(None);
             runtime
-                .block_on(memory.update(RunKey::of(&scope), |run, now| {
-                    apply_event(run, config.global(), &scope, &event.as_ref(), now)
+                .block_on(memory.update(RunKey::of(&scope), |run, session, now| {
+                    apply_event(run, session, config.global(), &scope, &event.as_ref(), now)
                         .into_answer(1, &scope)
                 }))
                 .unwrap()
@@ -157,8 +160,8 @@ fn updates(c: &mut Criterion) {
             i += 1;
             let scope = event.as_ref().scope(None);
             runtime
-                .block_on(sqlite.update(RunKey::of(&scope), |run, now| {
-                    apply_event(run, config.global(), &scope, &event.as_ref(), now)
+                .block_on(sqlite.update(RunKey::of(&scope), |run, session, now| {
+                    apply_event(run, session, config.global(), &scope, &event.as_ref(), now)
                         .into_answer(1, &scope)
                 }))
                 .unwrap()

@@ -1,5 +1,6 @@
-//! The in-memory map of run states that every store in this crate keeps: sharded by
-//! session, bounded, expiring, and wired to a [`Sink`] that makes each change durable.
+//! The in-memory map of run states that every store in this crate keeps, each session's
+//! [`SessionState`] beside its runs: sharded by session, bounded, expiring, and wired to a
+//! [`Sink`] that makes each change durable.
 //!
 //! The bounds are the engine's [`SessionTable`], one per shard, sharing one count: a run
 //! beyond its session's bound pushes out the least recently active (deleted from the
@@ -9,14 +10,17 @@
 //! Each state carries the tag ([`crate::etag`]) of the version the backend holds, so that a
 //! write can be a compare-and-swap. The map is then only a *hint* of what the backend
 //! holds: when it is wrong (another process wrote, a transaction failed) the backend
-//! refuses the write, the caller reloads the row ([`Reload`]) and applies the event again.
+//! refuses the write, the caller reloads the rows ([`Reload`]) and applies the event again.
+//! An update writes its run, and its session's state when the event changed it, as one
+//! write that lands whole or not at all; the session's tag is checked by every write, so
+//! that an event is never judged on a session state another writer has moved past.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use loopguard::{Millis, RunState, SessionTable, WhenFull};
+use loopguard::{Millis, RunState, SessionState, SessionTable, SessionValue, WhenFull};
 
 use crate::{etag, Limits, RunKey, RunSnapshot, SharedClock, StoreError};
 
@@ -28,13 +32,15 @@ const SHARDS: usize = 64;
 pub(crate) trait Sink {
     /// What the caller awaits to know a change is durable.
     type Ticket;
-    /// Store `state` for `key` if the backend holds version `expected` (`None`: no row).
+    /// Store `state` for `key` if the backend holds version `expected` (`None`: no row),
+    /// and the session's state as `session` says, in the same write.
     fn put(
         &self,
         key: RunKey<'_>,
         state: &RunState,
         expected: Option<u64>,
         etag: u64,
+        session: SessionPut<'_>,
     ) -> Self::Ticket;
     /// Delete the run; only if the backend holds version `etag`, when given.
     fn delete_run(&self, key: RunKey<'_>, etag: Option<u64>) -> Self::Ticket;
@@ -47,23 +53,42 @@ pub(crate) struct NoSink;
 
 impl Sink for NoSink {
     type Ticket = ();
-    fn put(&self, _: RunKey<'_>, _: &RunState, _: Option<u64>, _: u64) {}
+    fn put(&self, _: RunKey<'_>, _: &RunState, _: Option<u64>, _: u64, _: SessionPut<'_>) {}
     fn delete_run(&self, _: RunKey<'_>, _: Option<u64>) {}
     fn delete_session(&self, _: &str) {}
 }
 
-/// What the backend holds for a key, read after a refused write.
+/// The session's part of a write: the version of its state the event was judged on, which
+/// the backend must still hold, and the new state when the event changed it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionPut<'a> {
+    /// The version the backend must hold (`None`: no row).
+    pub expected: Option<u64>,
+    /// The new state and its tag, when it changed.
+    pub write: Option<(&'a SessionState, u64)>,
+}
+
+/// What the backend holds for one row, read after a refused write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Reload {
+pub(crate) enum Row {
     /// No row.
     Absent,
     /// A row: the state's bytes and its tag.
-    Row {
-        /// [`RunState::to_bytes`] output.
+    Stored {
+        /// [`RunState::to_bytes`] or [`SessionState::to_bytes`] output.
         bytes: Vec<u8>,
         /// Its tag.
         etag: u64,
     },
+}
+
+/// What the backend holds for a run and its session, read after a refused write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reload {
+    /// The run's row.
+    pub run: Row,
+    /// The session's row.
+    pub session: Row,
 }
 
 /// A run removed by [`Cache::sweep`].
@@ -82,6 +107,8 @@ pub(crate) struct Applied<R, T> {
     pub result: R,
     /// The tag of the new state.
     pub etag: u64,
+    /// The tag of the session's new state, when it changed.
+    pub session_etag: Option<u64>,
     /// The sink's ticket for the write.
     pub ticket: T,
 }
@@ -94,7 +121,20 @@ struct Slot {
     etag: Option<u64>,
 }
 
-type Shard = SessionTable<Slot>;
+/// A session's state and the version of it the backend holds.
+#[derive(Default)]
+pub(crate) struct SessionSlot {
+    state: SessionState,
+    etag: Option<u64>,
+}
+
+impl SessionValue for SessionSlot {
+    fn is_empty(&self) -> bool {
+        self.state.is_empty() && self.etag.is_none()
+    }
+}
+
+type Shard = SessionTable<Slot, SessionSlot>;
 
 /// Bounded, sharded, expiring map of run states.
 pub(crate) struct Cache {
@@ -144,7 +184,7 @@ impl Cache {
         &self,
         key: RunKey<'_>,
         reload: Option<Reload>,
-        f: &mut impl FnMut(&mut RunState, Millis) -> R,
+        f: &mut impl FnMut(&mut RunState, &mut SessionState, Millis) -> R,
         sink: &S,
     ) -> Result<Applied<R, S::Ticket>, StoreError> {
         let now = self.clock.now_ms();
@@ -161,39 +201,79 @@ impl Cache {
                 drop(sink.delete_run(key, Some(etag)));
             }
         }
-        let slot = touched.value;
-        match reload {
-            None => {}
-            Some(Reload::Absent) => {
-                slot.state = RunState::default();
-                slot.etag = None;
+        let (slot, session) = (touched.value, touched.session);
+        if let Some(reload) = reload {
+            match reload.run {
+                Row::Absent => {
+                    slot.state = RunState::default();
+                    slot.etag = None;
+                }
+                Row::Stored { bytes, etag } => {
+                    slot.state = decode(key, &bytes).unwrap_or_default();
+                    slot.etag = Some(etag);
+                }
             }
-            Some(Reload::Row { bytes, etag }) => {
-                slot.state = decode(key, &bytes).unwrap_or_default();
-                slot.etag = Some(etag);
+            match reload.session {
+                Row::Absent => {
+                    session.state = SessionState::default();
+                    session.etag = None;
+                }
+                Row::Stored { bytes, etag } => {
+                    session.state = decode_session(key.session, &bytes).unwrap_or_default();
+                    session.etag = Some(etag);
+                }
             }
         }
         if slot.state.last_active() < cutoff {
             // Idle past the TTL: the run starts afresh (the old row is overwritten).
             slot.state = RunState::default();
         }
-        let result = f(&mut slot.state, now);
+        if session.state.last_active() < cutoff && !session.state.is_empty() {
+            // The same for a session whose state saw no change for the TTL.
+            session.state = SessionState::default();
+        }
+        let result = f(&mut slot.state, &mut session.state, now);
         let expected = slot.etag;
         let etag = etag::next();
         slot.etag = Some(etag);
-        let ticket = sink.put(key, &slot.state, expected, etag);
+        let session_expected = session.etag;
+        let session_etag = session.state.changed().then(etag::next);
+        if let Some(tag) = session_etag {
+            session.etag = Some(tag);
+            session.state.saved();
+        }
+        let ticket = sink.put(
+            key,
+            &slot.state,
+            expected,
+            etag,
+            SessionPut {
+                expected: session_expected,
+                write: session_etag.map(|tag| (&session.state, tag)),
+            },
+        );
         Ok(Applied {
             result,
             etag,
+            session_etag,
             ticket,
         })
     }
 
-    /// Drops the state of `key` if it is still the one tagged `etag` (its write failed):
-    /// the next update starts from what the backend holds.
-    pub(crate) fn forget(&self, key: RunKey<'_>, etag: u64) {
-        self.shard(key.session)
-            .remove_run_if(key.session, key.run_column(), |s| s.etag == Some(etag));
+    /// Drops the state of `key` if it is still the one tagged `etag`, and its session's if
+    /// it is still the one tagged `session_etag` (their write failed): the next update
+    /// starts from what the backend holds.
+    pub(crate) fn forget(&self, key: RunKey<'_>, etag: u64, session_etag: Option<u64>) {
+        let mut shard = self.shard(key.session);
+        if let Some(tag) = session_etag {
+            shard.with_session_value(key.session, |s| {
+                if s.etag == Some(tag) {
+                    // Unknown again: the next write expects no row and is told what is.
+                    *s = SessionSlot::default();
+                }
+            });
+        }
+        shard.remove_run_if(key.session, key.run_column(), |s| s.etag == Some(etag));
     }
 
     /// Removes a run; returns whether it was live, and the sink's ticket.
@@ -262,24 +342,38 @@ impl Cache {
         out
     }
 
-    /// Removes runs idle past the TTL (and sessions left without runs); returns the
-    /// removed runs that the backend holds (key and tag), and the cutoff used.
+    /// The state of a session beyond its runs, if the cache holds it and it is live.
+    pub(crate) fn session_state(&self, session: &str) -> Option<SessionState> {
+        let cutoff = self.limits.cutoff(self.clock.now_ms());
+        self.shard(session)
+            .session_value(session)
+            .map(|s| &s.state)
+            .filter(|s| !s.is_empty() && s.last_active() >= cutoff)
+            .cloned()
+    }
+
+    /// Removes runs idle past the TTL (and sessions left without runs, unless their own
+    /// state is live); returns the removed runs that the backend holds (key and tag), and
+    /// the cutoff used.
     pub(crate) fn sweep(&self) -> (Vec<Expired>, Millis) {
         let cutoff = self.limits.cutoff(self.clock.now_ms());
         let mut expired = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            shard.retain_runs(|session, run, s| {
-                let live = s.state.last_active() >= cutoff;
-                if !live {
-                    expired.push(Expired {
-                        session: session.into(),
-                        run: run.into(),
-                        etag: s.etag,
-                    });
-                }
-                live
-            });
+            shard.retain_runs(
+                |session, run, s| {
+                    let live = s.state.last_active() >= cutoff;
+                    if !live {
+                        expired.push(Expired {
+                            session: session.into(),
+                            run: run.into(),
+                            etag: s.etag,
+                        });
+                    }
+                    live
+                },
+                |s| s.state.last_active() >= cutoff,
+            );
         }
         self.expired
             .fetch_add(expired.len() as u64, Ordering::Relaxed);
@@ -319,6 +413,29 @@ impl Cache {
         }
     }
 
+    /// Puts a session state read from the backend in place (when a store opens); an
+    /// expired or unreadable one is skipped, and so is a session beyond the limit. Returns
+    /// whether it was kept.
+    pub(crate) fn load_session(&self, session: &str, bytes: &[u8], etag: u64) -> bool {
+        let cutoff = self.limits.cutoff(self.clock.now_ms());
+        let Some(state) = decode_session(session, bytes) else {
+            return false;
+        };
+        if state.last_active() < cutoff || state.is_empty() {
+            return false;
+        }
+        let active = state.last_active();
+        let mut shard = self.shard(session);
+        shard
+            .touch_session(session, active.get(), active, |slot| {
+                *slot = SessionSlot {
+                    state,
+                    etag: Some(etag),
+                }
+            })
+            .is_ok()
+    }
+
     /// Live sessions and runs held (expired ones count until swept).
     pub(crate) fn counts(&self) -> (u64, u64) {
         // Every shard reads the one count they share.
@@ -340,6 +457,13 @@ fn decode(key: RunKey<'_>, bytes: &[u8]) -> Option<RunState> {
         .ok()
 }
 
+/// Reads a stored session state, the same way.
+pub(crate) fn decode_session(session: &str, bytes: &[u8]) -> Option<SessionState> {
+    SessionState::from_bytes(bytes)
+        .map_err(|error| crate::warn_unreadable(RunKey::new(session, None), &error))
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,7 +481,7 @@ mod tests {
             .apply(
                 RunKey::new(session, run),
                 None,
-                &mut |_state: &mut RunState, now| now,
+                &mut |_state: &mut RunState, _: &mut SessionState, now| now,
                 &NoSink,
             )
             .map(|a| a.result)
@@ -369,7 +493,14 @@ mod tests {
 
     impl Sink for Log {
         type Ticket = ();
-        fn put(&self, key: RunKey<'_>, _: &RunState, expected: Option<u64>, _: u64) {
+        fn put(
+            &self,
+            key: RunKey<'_>,
+            _: &RunState,
+            expected: Option<u64>,
+            _: u64,
+            _: SessionPut<'_>,
+        ) {
             let e = if expected.is_some() { "cas" } else { "new" };
             self.0
                 .lock()
@@ -401,7 +532,7 @@ mod tests {
         };
         let (cache, clock) = cache(limits);
         let log = Log::default();
-        let mut f = |_: &mut RunState, _| ();
+        let mut f = |_: &mut RunState, _: &mut SessionState, _| ();
         for run in ["r1", "r2", "r3"] {
             clock.advance(Duration::from_millis(1));
             // The engine stamps activity; emulate it with a real event.
@@ -409,7 +540,7 @@ mod tests {
                 .apply(
                     RunKey::new("a", Some(run)),
                     None,
-                    &mut |s: &mut RunState, now| {
+                    &mut |s: &mut RunState, _: &mut SessionState, now| {
                         let _ = stamp(s, now);
                     },
                     &log,
@@ -456,7 +587,7 @@ mod tests {
         };
         let (cache, clock) = cache(limits);
         let key = RunKey::new("s", Some("r"));
-        let mut arm = |s: &mut RunState, now| {
+        let mut arm = |s: &mut RunState, _: &mut SessionState, now| {
             let armed_before = s.compaction_guard().remaining();
             stamp(s, now);
             armed_before
@@ -495,7 +626,7 @@ mod tests {
             .apply(
                 key,
                 None,
-                &mut |s: &mut RunState, now| stamp(s, now),
+                &mut |s: &mut RunState, _: &mut SessionState, now| stamp(s, now),
                 &NoSink,
             )
             .unwrap();
@@ -503,13 +634,13 @@ mod tests {
             .apply(
                 key,
                 None,
-                &mut |s: &mut RunState, now| stamp(s, now),
+                &mut |s: &mut RunState, _: &mut SessionState, now| stamp(s, now),
                 &NoSink,
             )
             .unwrap();
-        cache.forget(key, first.etag);
+        cache.forget(key, first.etag, None);
         assert_eq!(cache.counts(), (1, 1), "a newer version is kept");
-        cache.forget(key, second.etag);
+        cache.forget(key, second.etag, None);
         assert_eq!(cache.counts(), (0, 0));
 
         let mut other = RunState::default();
@@ -518,8 +649,11 @@ mod tests {
         let seen = cache
             .apply(
                 key,
-                Some(Reload::Row { bytes, etag: 7 }),
-                &mut |s: &mut RunState, _| s.compaction_guard().remaining(),
+                Some(Reload {
+                    run: Row::Stored { bytes, etag: 7 },
+                    session: Row::Absent,
+                }),
+                &mut |s: &mut RunState, _: &mut SessionState, _| s.compaction_guard().remaining(),
                 &NoSink,
             )
             .unwrap();
@@ -527,11 +661,14 @@ mod tests {
         let seen = cache
             .apply(
                 key,
-                Some(Reload::Row {
-                    bytes: vec![200, 1, 2],
-                    etag: 8,
+                Some(Reload {
+                    run: Row::Stored {
+                        bytes: vec![200, 1, 2],
+                        etag: 8,
+                    },
+                    session: Row::Absent,
                 }),
-                &mut |s: &mut RunState, _| s.compaction_guard().remaining(),
+                &mut |s: &mut RunState, _: &mut SessionState, _| s.compaction_guard().remaining(),
                 &NoSink,
             )
             .unwrap();

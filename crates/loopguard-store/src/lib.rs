@@ -4,10 +4,10 @@
 //! an in-memory [`MemoryStore`], the durable [`SqliteStore`], and (feature `redis`, on by
 //! default) the [`RedisStore`] that several server replicas share.
 //!
-//! The engine works on one [`RunState`] per (session, run). A store has one job, in the
-//! manner of governor's keyed state stores: *give me the state for this key, let me compute
-//! an answer and a new state, store it atomically*. The caller never knows where the state
-//! lives:
+//! The engine works on one [`RunState`] per (session, run) and one [`SessionState`] per
+//! session. A store has one job, in the manner of governor's keyed state stores: *give me
+//! the state for this key (the run's, and its session's), let me compute an answer and new
+//! states, store them atomically*. The caller never knows where the state lives:
 //!
 //! ```
 //! use loopguard::{ConfigSet, ManualClock, Millis};
@@ -21,8 +21,8 @@
 //! let event = parse_line(br#"{"type":"compaction","session":"s","run":"r"}"#).unwrap();
 //! let scope = event.as_ref().scope(None);
 //! let reply = store
-//!     .update(RunKey::of(&scope), |run, now| {
-//!         apply_event(run, config.for_agent(scope.agent()), &scope, &event.as_ref(), now)
+//!     .update(RunKey::of(&scope), |run, session, now| {
+//!         apply_event(run, session, config.for_agent(scope.agent()), &scope, &event.as_ref(), now)
 //!     })
 //!     .await?;
 //! assert_eq!(reply, Reply::Compaction(3));
@@ -37,6 +37,13 @@
 //!   store that can lose a race (several processes or replicas on one database) detects it
 //!   and calls the closure again on the newer state, so the closure may run more than once
 //!   and must have no effect outside the state and its return value.
+//! - **The session's state goes with the run's.** The closure also sees the session's
+//!   [`SessionState`] as every earlier update of any run of the session left it; when it
+//!   changes it, both are stored in one write that lands whole or not at all, and a write
+//!   judged on a session state another writer has since changed is refused and applied
+//!   again (no double counting, no lost update, across processes and replicas). A
+//!   session's state lives while it changes: it expires after [`Limits::idle_ttl`] without
+//!   a change, and goes with [`Store::remove_session`].
 //! - **Durable before the answer.** When the future of an update resolves with `Ok`, the new
 //!   state (and every state it was computed from) survives a crash of the process.
 //! - **Bounded.** At most [`Limits::max_sessions`] live sessions (a new session beyond it is
@@ -63,7 +70,7 @@ mod sqlite;
 use std::future::Future;
 use std::sync::Arc;
 
-use loopguard::{Clock, Millis, RunState, Scope};
+use loopguard::{Clock, Millis, RunState, Scope, SessionState};
 
 pub use error::{bounded, Cause, Deadline, Failed, StoreError};
 pub use memory::MemoryStore;
@@ -165,9 +172,9 @@ pub struct StoreStats {
 /// compare-and-swap or a server-side script, retrying on conflict), so every operation is
 /// async and fallible.
 pub trait Store: Send + Sync + 'static {
-    /// Gives `f` the state of `key` (a fresh one when the run is new or expired) and the
-    /// time in clock milliseconds; stores the state `f` leaves, atomically; resolves with
-    /// what `f` returned once the new state is durable. `f` may be called more than once
+    /// Gives `f` the state of `key` (a fresh one when the run is new or expired), the state
+    /// of its session and the time in clock milliseconds; stores the states `f` leaves,
+    /// atomically; resolves with what `f` returned once the new states are durable. `f` may be called more than once
     /// (see the crate docs); only the value of the call whose state was stored is returned.
     fn update<R, F>(
         &self,
@@ -176,7 +183,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<R, StoreError>> + Send
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send;
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send;
 
     /// Applies several updates in order, as if by [`Store::update`] one after the other,
     /// each by `deadline` when there is one, and resolves once all of them are settled, with
@@ -194,7 +201,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Vec<Result<R, StoreError>>> + Send
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         async move {
             let mut out = Vec::with_capacity(ops.len());
@@ -228,6 +235,12 @@ pub trait Store: Send + Sync + 'static {
         &self,
         session: &str,
     ) -> impl Future<Output = Result<Vec<RunSnapshot>, StoreError>> + Send;
+
+    /// The state of a session beyond its runs (its spend), when it has one that is live.
+    fn session_state(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Option<SessionState>, StoreError>> + Send;
 
     /// Removes every run idle for longer than [`Limits::idle_ttl`], from memory and from
     /// the backend. Resolves with the number of runs removed from memory.

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use loopguard::{Millis, RunState};
+use loopguard::{Millis, RunState, SessionState};
 
 use crate::cache::{Cache, NoSink};
 use crate::{Limits, RunKey, RunSnapshot, SharedClock, Store, StoreError, StoreStats};
@@ -48,7 +48,7 @@ impl Store for MemoryStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         self.open()?;
         let applied = self.cache.apply(key, None, &mut f, &NoSink)?;
@@ -69,6 +69,11 @@ impl Store for MemoryStore {
     async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
         self.open()?;
         Ok(self.cache.snapshot(session))
+    }
+
+    async fn session_state(&self, session: &str) -> Result<Option<SessionState>, StoreError> {
+        self.open()?;
+        Ok(self.cache.session_state(session))
     }
 
     async fn expire_idle(&self) -> Result<usize, StoreError> {
@@ -125,9 +130,10 @@ mod tests {
             let event = parse_line(line.as_bytes()).unwrap();
             let scope = event.as_ref().scope(None);
             let got = store
-                .update(RunKey::of(&scope), |run, now| {
+                .update(RunKey::of(&scope), |run, session, now| {
                     apply_event(
                         run,
+                        session,
                         config.for_agent(scope.agent()),
                         &scope,
                         &event.as_ref(),

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{apply, compaction, loop_lines, replay_all, run_names};
+use common::{
+    apply, blocked_by, budget_lines, compaction, loop_lines, replay_all, run_names, session_budget,
+};
 use loopguard::{ConfigSet, ManualClock, Millis, SystemClock};
 use loopguard_events::Answer;
 use loopguard_store::redis::testing::{free_port, require, RedisCluster, RedisServer, Resp};
@@ -236,6 +238,95 @@ async fn concurrent_writers_lose_no_update() {
     let conflicts = stores[0].stats().conflicts + stores[1].stats().conflicts;
     assert!(conflicts > 0, "the writers did race");
     assert_eq!(stores[0].stats().writes + stores[1].stats().writes, 200);
+}
+
+/// Two replicas count the spend of one session from two of its runs, taking turns: the
+/// answers of one replay (retried usage counted once, the session budget stopping both
+/// runs), and the session's state under its own key.
+#[tokio::test]
+async fn replicas_share_a_session_spend() {
+    if !require("replicas_share_a_session_spend") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock: SharedClock = Arc::new(ManualClock::new(Millis::new(1_000)));
+    let config = session_budget(1_000);
+    let a = connect(
+        &redis.url(),
+        clock.clone(),
+        Limits::default(),
+        options("sb:"),
+    )
+    .await;
+    let b = connect(&redis.url(), clock, Limits::default(), options("sb:")).await;
+    let lines = budget_lines("s", &["r1", "r2"], 6);
+    let want = replay_all(&config, &lines);
+    assert!(blocked_by(&want, loopguard::Detector::SessionBudget));
+    let mut got = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let store = if (i / 3).is_multiple_of(2) { &a } else { &b };
+        got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    let spent = b.session_state("s").await.unwrap().unwrap();
+    assert_eq!(spent.spend().tokens(), 1_200);
+    let ttl = redis.command(&["PTTL", "sb:{s}:s"]).unwrap().int().unwrap();
+    assert!(ttl > 0, "the session's state expires: {ttl}");
+    assert_eq!(a.remove_session("s").await.unwrap(), 2);
+    assert!(b.session_state("s").await.unwrap().is_none());
+}
+
+/// Many writers on two replicas report usage for runs of one session at once, each
+/// event sent twice: every response is counted exactly once in the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_usage_is_counted_once() {
+    if !require("concurrent_usage_is_counted_once") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let clock: SharedClock = Arc::new(ManualClock::new(Millis::new(1_000)));
+    let config = Arc::new(session_budget(1_000_000));
+    let stores = [
+        Arc::new(
+            connect(
+                &redis.url(),
+                clock.clone(),
+                Limits::default(),
+                options("cu:"),
+            )
+            .await,
+        ),
+        Arc::new(connect(&redis.url(), clock, Limits::default(), options("cu:")).await),
+    ];
+    let mut tasks = Vec::new();
+    for t in 0..20 {
+        let config = Arc::clone(&config);
+        let stores = stores.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..5 {
+                let line = format!(
+                    r#"{{"type":"usage","session":"hot","run":"r{}","id":"t{t}-{k}","input_tokens":7,"output_tokens":3}}"#,
+                    t % 4
+                );
+                // The retry goes to the other replica, as after a failover.
+                let first = apply(&*stores[t % 2], &config, 1, &line).await.unwrap();
+                let again = apply(&*stores[(t + 1) % 2], &config, 1, &line).await.unwrap();
+                assert_eq!(first, again, "a retry gets the same answer");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let spent = stores[0].session_state("hot").await.unwrap().unwrap();
+    assert_eq!(
+        spent.spend().tokens(),
+        20 * 5 * 10,
+        "every response counted once"
+    );
+    assert_eq!(spent.spend().responses, 100);
+    let conflicts = stores[0].stats().conflicts + stores[1].stats().conflicts;
+    assert!(conflicts > 0, "the writers did race");
 }
 
 #[tokio::test]

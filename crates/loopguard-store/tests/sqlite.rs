@@ -7,7 +7,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{apply, compaction, loop_lines, replay_all, run_names};
+use common::{
+    apply, blocked_by, budget_lines, compaction, loop_lines, replay_all, run_names, session_budget,
+};
 use loopguard::{ConfigSet, ManualClock, Millis};
 use loopguard_events::{apply_event, parse_line, Answer};
 use loopguard_store::{Limits, RunKey, SharedClock, SqliteOptions, SqliteStore, Store, StoreError};
@@ -88,8 +90,9 @@ async fn batches_commit_together_and_answer_in_order() {
             let seq = i as u64 + 1;
             (
                 RunKey::of(&scope),
-                move |run: &mut loopguard::RunState, now| {
-                    apply_event(run, cfg, &scope, &event.as_ref(), now).into_answer(seq, &scope)
+                move |run: &mut loopguard::RunState, session: &mut loopguard::SessionState, now| {
+                    apply_event(run, session, cfg, &scope, &event.as_ref(), now)
+                        .into_answer(seq, &scope)
                 },
             )
         })
@@ -176,6 +179,66 @@ async fn sessions_read_what_other_processes_wrote() {
         1
     );
     store.close().await.unwrap();
+}
+
+/// A session's spend (its budgets) survives a restart, counts a retried usage once, and
+/// stops every run of the session once it is used up: the answers of one replay.
+#[tokio::test]
+async fn session_spend_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let clock = ManualClock::new(Millis::new(1_000));
+    let config = session_budget(1_000);
+    let lines = budget_lines("s", &["r1", "r2"], 6);
+    let want = replay_all(&config, &lines);
+    assert!(blocked_by(&want, loopguard::Detector::SessionBudget));
+    let mut got = Vec::new();
+    let mut store = open(&path, &clock);
+    for (i, line) in lines.iter().enumerate() {
+        if i == lines.len() / 2 {
+            drop(store);
+            store = open(&path, &clock);
+            let spent = store.session_state("s").await.unwrap().unwrap();
+            assert_eq!(
+                spent.spend().tokens(),
+                600,
+                "reloaded: 6 responses, retries once"
+            );
+        }
+        got.push(apply(&store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    let spent = store.session_state("s").await.unwrap().unwrap();
+    assert_eq!(spent.spend().tokens(), 1_200);
+    assert_eq!(store.remove_session("s").await.unwrap(), 2);
+    assert!(store.session_state("s").await.unwrap().is_none());
+    drop(store);
+    assert!(open(&path, &clock)
+        .session_state("s")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// Two stores on one file counting the spend of one session from two of its runs: each
+/// one's session state is stale every time it gets the turn, and nothing is lost or
+/// counted twice.
+#[tokio::test]
+async fn two_stores_on_one_file_share_a_session_spend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let clock = ManualClock::new(Millis::new(1_000));
+    let config = session_budget(1_000);
+    let lines = budget_lines("s", &["r1", "r2"], 6);
+    let want = replay_all(&config, &lines);
+    let (a, b) = (open(&path, &clock), open(&path, &clock));
+    let mut got = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let store = if (i / 3).is_multiple_of(2) { &a } else { &b };
+        got.push(apply(store, &config, i as u64 + 1, line).await.unwrap());
+    }
+    assert_eq!(got, want);
+    assert!(a.stats().conflicts + b.stats().conflicts > 0);
 }
 
 #[tokio::test]

@@ -127,6 +127,10 @@ pub fn owned_event(event: &EventRef<'_, JsonRef<'_>>) -> Event {
             outcome: outcome(o),
         },
         EventRef::Compaction { ids } => Event::Compaction { ids: ids.to_ids() },
+        EventRef::Usage { ids, usage } => Event::Usage {
+            ids: ids.to_ids(),
+            usage: loopguard_events::OwnedUsage::of(&usage),
+        },
     }
 }
 

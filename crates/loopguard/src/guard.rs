@@ -1,6 +1,7 @@
 //! [`Guard`]: the engine with its state in memory, the API a host runtime calls around each
 //! tool call.
 
+use crate::budget::{Counted, SessionState, Usage, UsageError};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::ConfigSet;
 use crate::fingerprint::OutcomeOf;
@@ -21,9 +22,9 @@ use crate::verdict::Recorded;
 #[derive(Debug)]
 pub struct Guard<C: Clock = SystemClock> {
     config: ConfigSet,
-    /// The runs, each boxed (a state is large, most sessions hold one run); a full table
-    /// forgets its least recently active session.
-    runs: SessionTable<Box<RunState>>,
+    /// The runs, each boxed (a state is large, most sessions hold one run), and each
+    /// session's own state; a full table forgets its least recently active session.
+    runs: SessionTable<Box<RunState>, SessionState>,
     limits: Limits,
     clock: C,
     last_sweep: Millis,
@@ -66,8 +67,8 @@ impl<C: Clock> Guard<C> {
     /// ([`Ticket::is_blocked`]; a blocked call gets [`Ticket::blocked_result`] instead)
     /// and is given back to [`Guard::finish`] with the call's outcome.
     pub fn begin<'a, J: Json<'a>>(&mut self, scope: &Scope<'_>, call: &Call<'a, J>) -> Ticket {
-        let (cfg, run, now) = self.enter(scope);
-        run.begin(cfg, scope, call, now)
+        let (cfg, run, session, now) = self.enter(scope);
+        run.begin(session, cfg, scope, call, now)
     }
 
     /// Records what the call of `ticket` returned (also for warned calls; the outcome of a
@@ -75,8 +76,33 @@ impl<C: Clock> Guard<C> {
     /// stopped the run. (A ticket resumed by id from a run's state that cannot take this
     /// outcome, see [`RunState::finish`], records nothing.)
     pub fn finish<'o, O: Json<'o>>(&mut self, ticket: Ticket, outcome: OutcomeOf<O>) -> Recorded {
-        let (cfg, run, now) = self.enter(&ticket.scope());
+        let (cfg, run, _, now) = self.enter(&ticket.scope());
         run.finish(cfg, ticket, outcome, now).unwrap_or_default()
+    }
+
+    /// Counts what a model response of the run used ([`RunState::usage`]): [`Counted`]
+    /// says what it cost and which budget, if any, it used up (the run's next call is then
+    /// blocked). A usage with an id already counted is answered again and counts nothing.
+    ///
+    /// ```
+    /// use loopguard::{ConfigSet, Guard, Scope, Usage};
+    ///
+    /// let config = ConfigSet::parse("{ loopguard: { budgets: { run: { cost: 0.01 } } } }")?;
+    /// let mut guard = Guard::new(config);
+    /// let scope = Scope::new("s").with_run(Some("r"));
+    /// let usage = Usage::new(2_000, 500).with_model(Some("gpt-4o")).with_id(Some("resp-1"));
+    /// let counted = guard.record_usage(&scope, &usage).unwrap();
+    /// assert_eq!(counted.cost.unwrap().to_string(), "$0.01"); // 2000 × $2.50/M + 500 × $10/M
+    /// assert!(counted.stop.is_some(), "the run's cost budget is used up");
+    /// # Ok::<(), loopguard::ConfigError>(())
+    /// ```
+    pub fn record_usage(
+        &mut self,
+        scope: &Scope<'_>,
+        usage: &Usage<'_>,
+    ) -> Result<Counted, UsageError> {
+        let (cfg, run, session, now) = self.enter(scope);
+        run.usage(session, cfg, scope, usage, now)
     }
 
     /// Runs a tool call under the guard, tower-style: judges the call, runs `tool` unless
@@ -129,7 +155,7 @@ impl<C: Clock> Guard<C> {
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
     /// the number of attempts it watches, or 0 when the guard is disabled.
     pub fn on_compaction(&mut self, scope: &Scope<'_>) -> u32 {
-        let (cfg, run, now) = self.enter(scope);
+        let (cfg, run, _, now) = self.enter(scope);
         run.compaction(cfg, scope, now)
     }
 
@@ -154,6 +180,11 @@ impl<C: Clock> Guard<C> {
             .map(|state| &**state)
     }
 
+    /// The state of a session beyond its runs (its spend), if the guard holds the session.
+    pub fn session_state(&self, session: &str) -> Option<&SessionState> {
+        self.runs.session_value(Scope::new(session).session())
+    }
+
     /// Every live run: session id, run id, state.
     pub fn runs(&self) -> impl Iterator<Item = (&str, Option<&str>, &RunState)> {
         self.runs
@@ -163,8 +194,14 @@ impl<C: Clock> Guard<C> {
 
     /// Puts a run's state in place (a durable store restoring what it saved).
     pub fn insert_run(&mut self, scope: &Scope<'_>, state: RunState) {
-        let (_, run, _) = self.enter(scope);
+        let (_, run, _, _) = self.enter(scope);
         *run = state;
+    }
+
+    /// Puts a session's state in place (a durable store restoring what it saved).
+    pub fn insert_session(&mut self, scope: &Scope<'_>, state: SessionState) {
+        let (_, _, session, _) = self.enter(scope);
+        *session = state;
     }
 
     /// The clock.
@@ -191,10 +228,10 @@ impl<C: Clock> Guard<C> {
             .retain_sessions(|last_active| last_active >= cutoff)
     }
 
-    /// Runs `f` with the config for the scope's agent, the run's state (created if needed)
-    /// and the clock's time: what a host needs to apply an event to the run with
-    /// [`RunState`]'s methods, as a durable store does, while the guard keeps the run
-    /// (the event protocol's crate applies its events to a guard this way).
+    /// Runs `f` with the config for the scope's agent, the run's state (created if needed),
+    /// its session's state and the clock's time: what a host needs to apply an event to the
+    /// run with [`RunState`]'s methods, as a durable store does, while the guard keeps the
+    /// run (the event protocol's crate applies its events to a guard this way).
     ///
     /// ```
     /// use loopguard::{Call, ConfigSet, Guard, Scope};
@@ -204,24 +241,31 @@ impl<C: Clock> Guard<C> {
     /// let scope = Scope::new("s").with_run(Some("r"));
     /// let args = json!({ "path": "a" });
     /// let call = Call::new("read", &args).with_id(Some("c1"));
-    /// let ticket = guard.with_run(&scope, |cfg, run, now| run.begin(cfg, &scope, &call, now));
+    /// let ticket =
+    ///     guard.with_run(&scope, |cfg, run, session, now| run.begin(session, cfg, &scope, &call, now));
     /// assert!(!ticket.is_blocked());
     /// # Ok::<(), loopguard::ConfigError>(())
     /// ```
     pub fn with_run<R>(
         &mut self,
         scope: &Scope<'_>,
-        f: impl FnOnce(&crate::config::EffectiveConfig, &mut RunState, Millis) -> R,
+        f: impl FnOnce(&crate::config::EffectiveConfig, &mut RunState, &mut SessionState, Millis) -> R,
     ) -> R {
-        let (cfg, run, now) = self.enter(scope);
-        f(cfg, run, now)
+        let (cfg, run, session, now) = self.enter(scope);
+        f(cfg, run, session, now)
     }
 
-    /// The config for the scope's agent, the run's state (created if needed) and the time.
+    /// The config for the scope's agent, the run's state (created if needed), its
+    /// session's state and the time.
     fn enter(
         &mut self,
         scope: &Scope<'_>,
-    ) -> (&crate::config::EffectiveConfig, &mut RunState, Millis) {
+    ) -> (
+        &crate::config::EffectiveConfig,
+        &mut RunState,
+        &mut SessionState,
+        Millis,
+    ) {
         let now = self.clock.now_ms();
         let sweep_every = (self.limits.ttl_ms() / 8).max(1000);
         if now.get().saturating_sub(self.last_sweep.get()) >= sweep_every {
@@ -232,7 +276,7 @@ impl<C: Clock> Guard<C> {
             self.evict_idle();
         }
         self.tick += 1;
-        let run = self
+        let touched = self
             .runs
             .touch(
                 scope.session(),
@@ -241,9 +285,13 @@ impl<C: Clock> Guard<C> {
                 now,
                 Box::default,
             )
-            .expect("a table that evicts never refuses")
-            .value;
-        (self.config.for_agent(scope.agent()), &mut **run, now)
+            .expect("a table that evicts never refuses");
+        (
+            self.config.for_agent(scope.agent()),
+            &mut **touched.value,
+            touched.session,
+            now,
+        )
     }
 }
 

@@ -68,6 +68,7 @@
 
 pub mod _guide;
 mod answers;
+pub mod budget;
 pub mod canonical;
 mod clock;
 mod compaction;
@@ -90,12 +91,13 @@ mod ticket;
 mod verdict;
 
 pub use answers::{CallIdUse, ANSWERS_KEPT, BLOCKED_IDS_KEPT, RETRIES_PER_CALL};
+pub use budget::{Counted, SessionState, Spend, Usage, UsageError};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use config::{ConfigError, ConfigSet, EffectiveConfig};
 pub use fingerprint::{CallPrint, Fingerprint, Outcome, OutcomeOf, RawOutcome, Signature};
 pub use guard::Guard;
 pub use run::{ResultError, RunState, StateDecodeError, Stop, STATE_FORMAT_VERSION};
 pub use scope::{Scope, DEFAULT_SESSION};
-pub use table::{Limits, SessionLimit, SessionTable, Touched, WhenFull};
+pub use table::{Limits, SessionLimit, SessionTable, SessionValue, Touched, WhenFull};
 pub use ticket::{Call, CallRef, Called, Ticket};
 pub use verdict::{Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};

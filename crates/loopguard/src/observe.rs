@@ -3,12 +3,14 @@
 //! `count`).
 //!
 //! The run logs what it answers, where it answers it: [`RunState::begin`] the verdict,
-//! [`RunState::finish`] an abort, [`RunState::compaction`] the arming. Every front end
+//! [`RunState::finish`] an abort, [`RunState::compaction`] the arming, [`RunState::usage`]
+//! a spent budget. Every front end
 //! goes through those, so every answer is logged once, the same way.
 //!
 //! [`RunState::begin`]: crate::RunState::begin
 //! [`RunState::finish`]: crate::RunState::finish
 //! [`RunState::compaction`]: crate::RunState::compaction
+//! [`RunState::usage`]: crate::RunState::usage
 
 use crate::scope::Scope;
 use crate::verdict::{Abort, Recorded, Verdict};
@@ -101,4 +103,46 @@ fn abort(scope: &Scope<'_>, abort: &Abort) {
         count = abort.count,
         "run aborted: compaction_loop_persisted"
     );
+}
+
+/// Logs a model response's usage (debug), and the budget it used up (error), or the one
+/// it would have in shadow mode (info).
+pub fn usage(
+    scope: &Scope<'_>,
+    usage: &crate::budget::Usage<'_>,
+    counted: &crate::budget::Counted,
+) {
+    tracing::debug!(
+        target: "loopguard",
+        session = scope.session(),
+        run = scope.run(),
+        model = usage.model,
+        tokens = usage.tokens(),
+        cost_usd = counted.cost.map(crate::budget::Cost::usd),
+        "usage counted"
+    );
+    let Some(r) = &counted.stop else {
+        return;
+    };
+    let detector = r.scope.detector().as_str();
+    let count = r.percent();
+    if counted.shadow {
+        tracing::info!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            detector,
+            count,
+            "shadow: a budget is used up"
+        );
+    } else {
+        tracing::error!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            detector,
+            count,
+            "budget used up: the run stops at its next call"
+        );
+    }
 }

@@ -7,6 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::answers::{Answers, CallIdUse, OutcomeKey, Retried};
+use crate::budget::{
+    self, Counted, Judgement, Reading, RunLedger, SessionState, Spend, Usage, UsageError,
+};
 use crate::clock::Millis;
 use crate::compaction::CompactionGuard;
 use crate::config::EffectiveConfig;
@@ -90,13 +93,15 @@ pub enum StateDecodeError {
 /// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
 /// fields of `Added3` to version 2's encoding, version 4 those of `Added4` after them;
 /// version 5 may mark an answered call with the times it was sent again (a variant added
-/// last, so that older states read unchanged). Version 2, 3 and 4 states still read.
-pub const STATE_FORMAT_VERSION: u8 = 5;
+/// last, so that older states read unchanged); version 6 appends those of `Added6` after
+/// `Added4`'s. Version 2, 3, 4 and 5 states still read.
+pub const STATE_FORMAT_VERSION: u8 = 6;
 
 /// The older format versions whose states [`RunState::from_bytes`] still reads.
 const STATE_FORMAT_V2: u8 = 2;
 const STATE_FORMAT_V3: u8 = 3;
 const STATE_FORMAT_V4: u8 = 4;
+const STATE_FORMAT_V5: u8 = 5;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +119,9 @@ pub struct RunState {
     /// Encoded after `added`.
     #[serde(skip)]
     added4: Added4,
+    /// Encoded after `added4`.
+    #[serde(skip)]
+    added6: Added6,
 }
 
 /// The fields state format version 4 added, encoded after those of version 3.
@@ -121,6 +129,13 @@ pub struct RunState {
 struct Added4 {
     /// What `error_cascade` keeps per record: what each call worked on, how it failed.
     failures: FailureTrack,
+}
+
+/// The fields state format version 6 added, encoded after those of version 4.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Added6 {
+    /// The run's spend, warnings and budget stop.
+    budget: RunLedger,
 }
 
 /// The fields state format version 3 added, encoded after version 2's so that version 2
@@ -197,6 +212,9 @@ impl RunState {
         if let Ok(bytes) = postcard::to_extend(&self.added4, std::mem::take(out)) {
             *out = bytes;
         }
+        if let Ok(bytes) = postcard::to_extend(&self.added6, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
@@ -204,7 +222,7 @@ impl RunState {
         let corrupt = |e: postcard::Error| StateDecodeError::Corrupt(e.to_string());
         match bytes.split_first() {
             Some((
-                &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4
+                &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4 | STATE_FORMAT_V5
                 | STATE_FORMAT_VERSION),
                 rest,
             )) => {
@@ -215,6 +233,9 @@ impl RunState {
                 }
                 if version >= STATE_FORMAT_V4 {
                     (state.added4, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
+                if version >= STATE_FORMAT_VERSION {
+                    (state.added6, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
                     return Err(StateDecodeError::Corrupt(format!(
@@ -241,6 +262,23 @@ impl RunState {
             + self.added.ext.targets.heap_bytes()
             + self.added.ext.escalation.heap_bytes()
             + self.added4.failures.heap_bytes()
+            + self.added6.budget.heap_bytes()
+    }
+
+    /// What the run spent (tokens, money, responses and the calls counted while a budget
+    /// was set).
+    pub fn spend(&self) -> &Spend {
+        self.added6.budget.spent()
+    }
+
+    /// What the run spent since its last progress (tracked while `withoutProgress` is set).
+    pub fn spend_without_progress(&self) -> &Spend {
+        self.added6.budget.since_progress()
+    }
+
+    /// The budget limit that stopped the run, when one did.
+    pub fn budget_stop(&self) -> Option<&Reading> {
+        self.added6.budget.stop()
     }
 
     /// Judges a call about to run and records it: the [`Ticket`] carries the verdict, and
@@ -248,8 +286,12 @@ impl RunState {
     /// the id of the newest call of the run, with the same tool and arguments and no
     /// outcome yet, this is a retry: the same verdict again, nothing changed.) The verdict
     /// is logged (`tracing`, target `loopguard`).
+    ///
+    /// `session` is the state of the run's session: the budgets of the session, its agents
+    /// and its day are judged (and its calls counted) there.
     pub fn begin<'a, J: Json<'a>>(
         &mut self,
+        session: &mut SessionState,
         cfg: &EffectiveConfig,
         scope: &Scope<'_>,
         call: &Call<'a, J>,
@@ -265,7 +307,16 @@ impl RunState {
         let (verdict, id_use) = match retried {
             Retried::Again(verdict) => (verdict, CallIdUse::Retry),
             Retried::New | Retried::Reused(_) => {
-                let verdict = self.verdict(cfg, &print, id, call.batch, call.call_id, now);
+                let verdict = self.verdict(
+                    cfg,
+                    session,
+                    scope,
+                    &print,
+                    id,
+                    call.batch,
+                    call.call_id,
+                    now,
+                );
                 let (resent, id_use) = match retried {
                     Retried::Reused(n) => (
                         n,
@@ -294,9 +345,15 @@ impl RunState {
         Ticket::new(scope, print.tool, keys(&print, id), verdict, standing).with_id_use(id_use)
     }
 
+    /// The verdict on a new call: a stopped run's block, else the budgets' and the
+    /// detectors' (a budget's block first; its warning only where the detectors are quiet).
+    /// A call that may run is counted against the budgets.
+    #[allow(clippy::too_many_arguments)]
     fn verdict(
         &mut self,
         cfg: &EffectiveConfig,
+        session: &mut SessionState,
+        scope: &Scope<'_>,
         call: &CallPrint<'_>,
         id: Option<u64>,
         batch: Option<&str>,
@@ -304,12 +361,16 @@ impl RunState {
         now: Millis,
     ) -> Verdict {
         if let Some(stop) = &self.stop {
+            let message = match (stop.detector.is_budget(), self.added6.budget.stop()) {
+                (true, Some(r)) => messages::budget_stopped(call.tool, r),
+                _ => messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
+            };
             let detection = Detection {
                 level: Level::Critical,
                 detector: stop.detector,
                 count: stop.count,
                 tool: call.tool.to_owned(),
-                message: messages::stopped_run(stop.detector, &stop.tool, stop.count, call.tool),
+                message,
                 signature: call.signature,
                 evidence: Evidence::None,
             };
@@ -319,6 +380,82 @@ impl RunState {
                 terminal: true,
             };
         }
+        let Some(budgets) = cfg.budgets() else {
+            return self.loop_verdict(cfg, call, id, batch, call_id, now);
+        };
+        let agent = scope.agent().unwrap_or("");
+        self.added6.budget.start(now);
+        let judged = self.added6.budget.judge(budgets, session, agent, now);
+        let detection = |level, r: &Reading, message: String| Detection {
+            level,
+            detector: r.scope.detector(),
+            count: r.percent(),
+            tool: call.tool.to_owned(),
+            message,
+            signature: call.signature,
+            evidence: Evidence::None,
+        };
+        let whose = |r: &Reading| budget::whose(r.scope, scope.agent(), budgets.utc_offset_minutes);
+        let shadow = cfg.is_shadow();
+        if let Judgement::Block(r) = &judged {
+            let message = messages::budget_block(call.tool, &whose(r), r);
+            let detection = detection(Level::Critical, r, message);
+            if shadow {
+                self.added6.budget.count_call(budgets, session, agent, now);
+                self.push(cfg, call, id, None, RecordState::Pending, now, None);
+                return Verdict::Shadow {
+                    detection,
+                    terminal: true,
+                };
+            }
+            if r.scope.is_run() {
+                self.stop = Some(Stop {
+                    detector: r.scope.detector(),
+                    count: r.percent(),
+                    tool: call.tool.to_owned(),
+                });
+                self.added6.budget.stopped(r.clone());
+            }
+            self.push(cfg, call, id, None, RecordState::Veto, now, None);
+            return Verdict::Block {
+                detection,
+                terminal: true,
+            };
+        }
+        let verdict = self.loop_verdict(cfg, call, id, batch, call_id, now);
+        if !verdict.is_blocked() {
+            self.added6.budget.count_call(budgets, session, agent, now);
+        }
+        match (judged, &verdict) {
+            (Judgement::Warn(r), Verdict::Allow) => {
+                self.added6.budget.warned(&r);
+                let message = messages::budget_warning(call.tool, &whose(&r), &r);
+                let detection = detection(Level::Warning, &r, message);
+                match shadow {
+                    true => Verdict::Shadow {
+                        detection,
+                        terminal: false,
+                    },
+                    false => Verdict::Warn {
+                        detection,
+                        notify: true,
+                    },
+                }
+            }
+            _ => verdict,
+        }
+    }
+
+    /// The detectors' verdict on a new call, recorded in the history.
+    fn loop_verdict(
+        &mut self,
+        cfg: &EffectiveConfig,
+        call: &CallPrint<'_>,
+        id: Option<u64>,
+        batch: Option<&str>,
+        call_id: Option<&str>,
+        now: Millis,
+    ) -> Verdict {
         let target = call.target.map(|t| target_key(call.tool, t));
         if let Some(verdict) = self.escalate(cfg, call, id, target, now) {
             return verdict;
@@ -659,6 +796,49 @@ impl RunState {
             .then(|| (self.history.names().get(record.tool()), record.signature()))
     }
 
+    /// What a model response of the run of `scope` used: counted in the run and in its
+    /// session (`session`), priced by the host's figure or the price table. When it uses a
+    /// limit of the run up, the run stops now (its next call is blocked); a session's,
+    /// agent's or day's limit blocks the next call of every run it covers. A usage with an
+    /// id already counted gets the same answer and counts nothing. Refused, changing
+    /// nothing, when its figures cannot be right or its id was counted with other figures.
+    pub fn usage(
+        &mut self,
+        session: &mut SessionState,
+        cfg: &EffectiveConfig,
+        scope: &Scope<'_>,
+        usage: &Usage<'_>,
+        now: Millis,
+    ) -> Result<Counted, UsageError> {
+        let shadow = cfg.is_shadow();
+        let counted = self.added6.budget.count_usage(
+            cfg.budgets(),
+            cfg.prices(),
+            session,
+            scope.agent().unwrap_or(""),
+            usage,
+            now,
+            shadow,
+        )?;
+        self.last_active = now;
+        if let Some(r) = counted
+            .stop
+            .as_ref()
+            .filter(|r| r.scope.is_run() && !shadow)
+        {
+            if self.stop.is_none() {
+                self.stop = Some(Stop {
+                    detector: r.scope.detector(),
+                    count: r.percent(),
+                    tool: String::new(),
+                });
+                self.added6.budget.stopped(r.clone());
+            }
+        }
+        observe::usage(scope, usage, &counted);
+        Ok(counted)
+    }
+
     /// A compaction retry in the run of `scope`: arms the post-compaction guard. Returns
     /// the window, or 0 when the guard is disabled; the arming is logged (`tracing`, target `loopguard`).
     pub fn compaction(&mut self, cfg: &EffectiveConfig, scope: &Scope<'_>, now: Millis) -> u32 {
@@ -700,11 +880,15 @@ impl RunState {
                 OutcomeKey::Hashed(fingerprint),
             ),
         };
-        // Failures are tracked for the extension detectors only.
+        // Failures are tracked for the extension detectors and `withoutProgress` only
+        // (both need the `loopguard` block).
         let failure = match cfg.extensions.as_deref() {
             Some(_) => failure_of(ticket.tool(), outcome),
             None => None,
         };
+        if let RecordState::Done(fp) = state {
+            self.progress(cfg, signature, fp, rule, failure.is_some());
+        }
         let class = failure.map(|f| f.class);
         let index = match pending {
             Some(index) => {
@@ -771,6 +955,31 @@ impl RunState {
                 .recorded(id, signature, rule, key, &recorded);
         }
         recorded
+    }
+
+    /// Tracks progress for `withoutProgress` (see [`crate::budget`]): a successful outcome
+    /// whose triple is new to the run, or of a tool the policy classes `mutate`.
+    fn progress(
+        &mut self,
+        cfg: &EffectiveConfig,
+        signature: Signature,
+        outcome: crate::fingerprint::Fingerprint,
+        rule: OutcomeRule,
+        failed: bool,
+    ) {
+        if failed || !cfg.budgets().is_some_and(budget::Budgets::tracks_progress) {
+            return;
+        }
+        let mutate = cfg.extensions.as_deref().is_some_and(|x| {
+            rule.tool_rule()
+                .and_then(|i| x.policy.rule(i))
+                .is_some_and(|r| r.class == Some(crate::policy::ToolClass::Mutate))
+        });
+        let mut bytes = [0u8; 32];
+        bytes[..16].copy_from_slice(&signature.as_u128().to_le_bytes());
+        bytes[16..].copy_from_slice(&outcome.as_u128().to_le_bytes());
+        let triple = xxhash_rust::xxh3::xxh3_64(&bytes);
+        self.added6.budget.succeeded(triple, mutate);
     }
 
     /// Whether the newest call with id `id` was blocked: its veto when the window still
@@ -982,7 +1191,13 @@ mod tests {
         now: Millis,
     ) -> Verdict {
         state
-            .begin(cfg, &scope(), &call.with_id(id), now)
+            .begin(
+                &mut SessionState::default(),
+                cfg,
+                &scope(),
+                &call.with_id(id),
+                now,
+            )
             .into_verdict()
     }
 
@@ -1036,10 +1251,17 @@ mod tests {
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
         assert_eq!(back, state);
-        // Without retries marked, version 5 writes what version 4 did: those still read.
-        let mut v4 = bytes.clone();
+        // Version 5 wrote what version 6 does without `Added6`, and, without retries
+        // marked, version 4 what version 5 did: those still read, with nothing spent.
+        let added6 = postcard::to_allocvec(&state.added6).unwrap().len();
+        let mut v5 = bytes[..bytes.len() - added6].to_vec();
+        v5[0] = STATE_FORMAT_V5;
+        let mut old = state.clone();
+        old.added6 = Added6::default();
+        assert_eq!(RunState::from_bytes(&v5).unwrap(), old);
+        let mut v4 = v5.clone();
         v4[0] = STATE_FORMAT_V4;
-        assert_eq!(RunState::from_bytes(&v4).unwrap(), state);
+        assert_eq!(RunState::from_bytes(&v4).unwrap(), old);
         assert!(matches!(
             RunState::from_bytes(&[9, 1, 2]),
             Err(StateDecodeError::Version { found: 9 })
@@ -1307,11 +1529,18 @@ mod tests {
         let set = ConfigSet::enabled_defaults();
         let cfg = set.global();
         let mut state = RunState::default();
+        let mut session = SessionState::default();
         let args = json!({"q": "same"});
         let same = Call::new("search", &args);
         let uses: Vec<(CallIdUse, Verdict)> = (0..30)
             .map(|_| {
-                let ticket = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+                let ticket = state.begin(
+                    &mut session,
+                    cfg,
+                    &scope(),
+                    &same.with_id(Some("x")),
+                    Millis::new(0),
+                );
                 (ticket.id_use(), ticket.into_verdict())
             })
             .collect();
@@ -1361,9 +1590,21 @@ mod tests {
             Outcome::Result(&out),
             Millis::new(0),
         );
-        let next = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+        let next = state.begin(
+            &mut session,
+            cfg,
+            &scope(),
+            &same.with_id(Some("x")),
+            Millis::new(0),
+        );
         assert_eq!(next.id_use(), CallIdUse::New);
-        let again = state.begin(cfg, &scope(), &same.with_id(Some("x")), Millis::new(0));
+        let again = state.begin(
+            &mut session,
+            cfg,
+            &scope(),
+            &same.with_id(Some("x")),
+            Millis::new(0),
+        );
         assert_eq!(again.id_use(), CallIdUse::Retry);
         // The count of retries survives the state's bytes.
         let back = RunState::from_bytes(&state.to_bytes()).unwrap();

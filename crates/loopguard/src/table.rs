@@ -86,14 +86,37 @@ pub struct SessionLimit {
     pub limit: usize,
 }
 
-/// What a touch gave back: the run's value and, when making room pushed one out, the
-/// run it evicted (session id, run id, value), for a store to delete from its backend.
+/// What a touch gave back: the run's value, its session's, and, when making room pushed
+/// one out, the run it evicted (session id, run id, value), for a store to delete from its
+/// backend.
 #[derive(Debug)]
-pub struct Touched<'t, T> {
+pub struct Touched<'t, T, S = ()> {
     /// The run's value (created if the run is new).
     pub value: &'t mut T,
+    /// The session's own value (created with the session).
+    pub session: &'t mut S,
     /// The run evicted to make room in the session, if any.
     pub evicted: Option<(Box<str>, Box<str>, T)>,
+}
+
+/// What a table keeps per session beside its runs (the engine's
+/// [`SessionState`](crate::SessionState)): a session whose runs are all gone is kept while
+/// this holds something, until it expires.
+pub trait SessionValue: Default {
+    /// Whether nothing is kept (the session may go with its last run).
+    fn is_empty(&self) -> bool;
+}
+
+impl SessionValue for () {
+    fn is_empty(&self) -> bool {
+        true
+    }
+}
+
+impl SessionValue for crate::budget::SessionState {
+    fn is_empty(&self) -> bool {
+        crate::budget::SessionState::is_empty(self)
+    }
 }
 
 /// Maps keyed by client-chosen ids: a fast hash with a per-process random seed.
@@ -121,9 +144,11 @@ impl Shared {
 }
 
 #[derive(Debug)]
-struct Session<T> {
+struct Session<T, S> {
     /// Most sessions hold one run: a vector, searched by id.
     runs: Vec<Run<T>>,
+    /// The session's own value.
+    value: S,
     /// The newest stamp of a touch (least-recently-active eviction).
     stamp: u64,
     /// Clock time of the last touch (idle expiry).
@@ -138,14 +163,15 @@ struct Run<T> {
     stamp: u64,
 }
 
-/// Sessions, each with its runs, bounded by [`Limits`] (see the module docs).
+/// Sessions, each with its runs and a value of its own, bounded by [`Limits`] (see the
+/// module docs).
 #[derive(Debug)]
-pub struct SessionTable<T> {
-    sessions: IdMap<Session<T>>,
+pub struct SessionTable<T, S = ()> {
+    sessions: IdMap<Session<T, S>>,
     shared: Arc<Shared>,
 }
 
-impl<T> SessionTable<T> {
+impl<T, S: SessionValue> SessionTable<T, S> {
     /// An empty table with the bounds of `limits`.
     pub fn new(limits: &Limits, when_full: WhenFull) -> Self {
         Self {
@@ -182,7 +208,7 @@ impl<T> SessionTable<T> {
         stamp: u64,
         now: Millis,
         new: impl FnOnce() -> T,
-    ) -> Result<Touched<'_, T>, SessionLimit> {
+    ) -> Result<Touched<'_, T, S>, SessionLimit> {
         // At the bound a new session needs room first, and making room takes the map;
         // below it a new session only takes a place in the count, so a session the table
         // holds (nearly every touch) is looked up once.
@@ -210,6 +236,7 @@ impl<T> SessionTable<T> {
                 }
                 new_session.insert(Session {
                     runs: Vec::with_capacity(1),
+                    value: S::default(),
                     stamp,
                     last_active: now,
                 })
@@ -243,6 +270,7 @@ impl<T> SessionTable<T> {
         slot.stamp = stamp;
         Ok(Touched {
             value: &mut slot.value,
+            session: &mut entry.value,
             evicted,
         })
     }
@@ -289,6 +317,42 @@ impl<T> SessionTable<T> {
         runs.iter().rev().find(|r| &*r.id == run).map(|r| &r.value)
     }
 
+    /// The session's own value, if the table holds the session.
+    pub fn session_value(&self, session: &str) -> Option<&S> {
+        self.sessions.get(session).map(|s| &s.value)
+    }
+
+    /// Applies `f` to the session's own value, if the table holds the session.
+    pub fn with_session_value(&mut self, session: &str, f: impl FnOnce(&mut S)) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            f(&mut s.value);
+        }
+    }
+
+    /// Opens `session` without a run (a store restoring a session's own value), making
+    /// room as [`SessionTable::touch`] does, and applies `f` to its value.
+    pub fn touch_session(
+        &mut self,
+        session: &str,
+        stamp: u64,
+        now: Millis,
+        f: impl FnOnce(&mut S),
+    ) -> Result<(), SessionLimit> {
+        if !self.sessions.contains_key(session) {
+            self.admit()?;
+        }
+        let entry = self.sessions.entry_ref(session).or_insert_with(|| Session {
+            runs: Vec::new(),
+            value: S::default(),
+            stamp,
+            last_active: now,
+        });
+        entry.stamp = entry.stamp.max(stamp);
+        entry.last_active = entry.last_active.max(now);
+        f(&mut entry.value);
+        Ok(())
+    }
+
     /// The runs of a session: run id and value.
     pub fn runs_of(&self, session: &str) -> impl Iterator<Item = (&str, &T)> {
         self.sessions
@@ -304,7 +368,8 @@ impl<T> SessionTable<T> {
             .flat_map(|(id, s)| s.runs.iter().map(move |r| (&**id, &*r.id, &r.value)))
     }
 
-    /// Removes a run (and its session when it was the last); returns its value.
+    /// Removes a run (and its session when it was the last and the session's value is
+    /// empty); returns its value.
     pub fn remove_run(&mut self, session: &str, run: &str) -> Option<T> {
         self.remove_run_if(session, run, |_| true)
     }
@@ -316,14 +381,15 @@ impl<T> SessionTable<T> {
         run: &str,
         pred: impl FnOnce(&T) -> bool,
     ) -> Option<T> {
-        let runs = &mut self.sessions.get_mut(session)?.runs;
+        let entry = self.sessions.get_mut(session)?;
+        let runs = &mut entry.runs;
         let i = runs.iter().position(|r| &*r.id == run)?;
         if !pred(&runs[i].value) {
             return None;
         }
         let gone = runs.swap_remove(i);
         self.shared.runs.fetch_sub(1, Ordering::Relaxed);
-        if runs.is_empty() {
+        if runs.is_empty() && entry.value.is_empty() {
             self.sessions.remove(session);
             self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
         }
@@ -356,15 +422,20 @@ impl<T> SessionTable<T> {
         sessions
     }
 
-    /// Keeps the runs for which `keep(session, run, value)` holds (sessions left without
-    /// runs are removed); returns how many runs were removed.
-    pub fn retain_runs(&mut self, mut keep: impl FnMut(&str, &str, &T) -> bool) -> usize {
+    /// Keeps the runs for which `keep(session, run, value)` holds; a session left without
+    /// runs is removed unless its value is kept (not empty, and `keep_session` holds for
+    /// it). Returns how many runs were removed.
+    pub fn retain_runs(
+        &mut self,
+        mut keep: impl FnMut(&str, &str, &T) -> bool,
+        mut keep_session: impl FnMut(&S) -> bool,
+    ) -> usize {
         let (mut sessions, mut runs) = (0, 0);
         self.sessions.retain(|id, s| {
             let before = s.runs.len();
             s.runs.retain(|r| keep(id, &r.id, &r.value));
             runs += before - s.runs.len();
-            let emptied = s.runs.is_empty();
+            let emptied = s.runs.is_empty() && (s.value.is_empty() || !keep_session(&s.value));
             sessions += usize::from(emptied);
             !emptied
         });
@@ -483,7 +554,7 @@ mod tests {
             1
         );
         assert!(t.get("a", "2").is_none());
-        assert_eq!(t.retain_runs(|s, _, _| s != "b"), 1);
+        assert_eq!(t.retain_runs(|s, _, _| s != "b", |_| true), 1);
         assert_eq!(
             t.iter().map(|(s, r, _)| (s, r)).collect::<Vec<_>>(),
             [("c", "1")]

@@ -39,12 +39,22 @@ pub enum Detector {
     TargetThrash,
     /// A call that continues a loop already blocked; ends the run after a few (extension).
     Escalation,
+    /// A run's spend budget (`loopguard.budgets.run`).
+    RunBudget,
+    /// A session's spend budget (`loopguard.budgets.session`).
+    SessionBudget,
+    /// An agent's spend budget in a session (`loopguard.budgets.agent`).
+    AgentBudget,
+    /// A session's spend budget for one calendar day (`loopguard.budgets.day`).
+    DayBudget,
+    /// What a run may spend without progress (`loopguard.budgets.withoutProgress`).
+    NoProgressBudget,
 }
 
 impl Detector {
     /// Every detector, in the order of this enum: the closed set that metrics, API schemas
     /// and documentation derive from.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 18] = [
         Self::GenericRepeat,
         Self::KnownPollNoProgress,
         Self::PingPong,
@@ -58,6 +68,11 @@ impl Detector {
         Self::StaleRepeat,
         Self::TargetThrash,
         Self::Escalation,
+        Self::RunBudget,
+        Self::SessionBudget,
+        Self::AgentBudget,
+        Self::DayBudget,
+        Self::NoProgressBudget,
     ];
 
     /// The snake_case name used in outputs.
@@ -76,15 +91,32 @@ impl Detector {
             Self::StaleRepeat => "stale_repeat",
             Self::TargetThrash => "target_thrash",
             Self::Escalation => "escalation",
+            Self::RunBudget => "run_budget",
+            Self::SessionBudget => "session_budget",
+            Self::AgentBudget => "agent_budget",
+            Self::DayBudget => "day_budget",
+            Self::NoProgressBudget => "no_progress_budget",
         }
     }
 
     /// Whether firing always ends the run (`escalation` ends it only after its last
-    /// attempt; its verdict says so).
+    /// attempt; its verdict says so). A budget's block is terminal; its warning is not.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             Self::GlobalCircuitBreaker | Self::CompactionLoopPersisted
+        ) || self.is_budget()
+    }
+
+    /// Whether this is a spend budget's detector.
+    pub fn is_budget(self) -> bool {
+        matches!(
+            self,
+            Self::RunBudget
+                | Self::SessionBudget
+                | Self::AgentBudget
+                | Self::DayBudget
+                | Self::NoProgressBudget
         )
     }
 }
@@ -379,6 +411,7 @@ impl Recorded {
 /// The words of every message, in one place.
 pub(crate) mod messages {
     use super::Detector;
+    use crate::budget::{BudgetScope, Measure, Reading};
 
     pub fn generic_warning(tool: &str, n: u32) -> String {
         format!(
@@ -542,6 +575,94 @@ pub(crate) mod messages {
         )
     }
 
+    /// What a budget's limit is, in words: `cost budget`, `limit without progress`.
+    fn budget_what(r: &Reading) -> String {
+        let what = match r.measure {
+            Measure::Cost => "cost",
+            Measure::Tokens => "token",
+            Measure::Calls => "call",
+            Measure::WallSeconds => "time",
+        };
+        match r.scope {
+            BudgetScope::WithoutProgress => format!("{what} limit without progress"),
+            _ => format!("{what} budget"),
+        }
+    }
+
+    /// How a spent budget ends things.
+    fn budget_ending(scope: BudgetScope) -> &'static str {
+        match scope {
+            BudgetScope::Run => "the run is stopped (run_budget)",
+            BudgetScope::WithoutProgress => {
+                "the run is stopped: it made no progress (no_progress_budget)"
+            }
+            BudgetScope::Agent => {
+                "this agent's runs are stopped until the session is reset (agent_budget)"
+            }
+            BudgetScope::Session => {
+                "every run of this session is stopped until the session is reset (session_budget)"
+            }
+            BudgetScope::Day => {
+                "every run of this session is stopped until the day turns (day_budget)"
+            }
+        }
+    }
+
+    /// `whose`: `this run`, `this session`, `agent coder in this session`, ….
+    pub fn budget_warning(tool: &str, whose: &str, r: &Reading) -> String {
+        let (used, limit, left) = (
+            r.measure.show(r.used),
+            r.measure.show(r.limit),
+            r.measure.show(r.left()),
+        );
+        match r.scope {
+            BudgetScope::WithoutProgress => format!(
+                "WARNING: this run has spent {used} of its {limit} allowed without progress ({}%; no new successful result since), {left} left before it is stopped. {tool} is next: change approach, or report where you stand.",
+                r.percent()
+            ),
+            _ => format!(
+                "WARNING: {whose} has used {}% of its {} ({used} of {limit}; {left} left). {tool} is next: finish the task, or report where you stand before the budget runs out.",
+                r.percent(),
+                budget_what(r)
+            ),
+        }
+    }
+
+    pub fn budget_block(tool: &str, whose: &str, r: &Reading) -> String {
+        format!(
+            "CRITICAL: {whose} has used up its {} ({} of {}, {}%). This {tool} call was blocked and {}.",
+            budget_what(r),
+            r.measure.show(r.used),
+            r.measure.show(r.limit),
+            r.percent(),
+            budget_ending(r.scope)
+        )
+    }
+
+    /// For the answer to the usage that used a budget up.
+    pub fn budget_spent(whose: &str, r: &Reading) -> String {
+        format!(
+            "CRITICAL: {whose} has used up its {} ({} of {}, {}%): the next call will be blocked and {}.",
+            budget_what(r),
+            r.measure.show(r.used),
+            r.measure.show(r.limit),
+            r.percent(),
+            budget_ending(r.scope)
+        )
+    }
+
+    /// A later call of a run a budget stopped.
+    pub fn budget_stopped(tool: &str, r: &Reading) -> String {
+        format!(
+            "CRITICAL: this run was stopped by {}: it used up its {} ({} of {}, {}%); {tool} was not executed.",
+            r.scope.detector(),
+            budget_what(r),
+            r.measure.show(r.used),
+            r.measure.show(r.limit),
+            r.percent()
+        )
+    }
+
     pub fn compaction_abort(tool: &str, n: u32, window: u32) -> String {
         format!(
             "CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop; the run was aborted (compaction_loop_persisted)."
@@ -629,6 +750,11 @@ mod tests {
                 Detector::StaleRepeat => 10,
                 Detector::TargetThrash => 11,
                 Detector::Escalation => 12,
+                Detector::RunBudget => 13,
+                Detector::SessionBudget => 14,
+                Detector::AgentBudget => 15,
+                Detector::DayBudget => 16,
+                Detector::NoProgressBudget => 17,
             }
         }
         let mut names = std::collections::BTreeSet::new();

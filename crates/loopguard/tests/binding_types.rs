@@ -59,6 +59,8 @@ fn presets() -> Vec<&'static str> {
 /// `LoopDetectionDetectorsConfig`; `loopguard.policy.tools[]` → `LoopguardPolicyToolConfig`).
 fn type_name(path: &str) -> String {
     let mut out = String::new();
+    // An entry of a map (`loopguard.prices.*`: one model's price) is named as an element.
+    let path = path.replace(".*", "[]");
     for segment in path.trim_start_matches("tools.").split('.') {
         // An element of a list is named in the singular (`tools[]`: a tool).
         let segment = match segment.strip_suffix("[]") {
@@ -87,6 +89,9 @@ fn ts_type(kind: FieldKind, nested: &str) -> String {
         FieldKind::Strings => "string[]".into(),
         FieldKind::MaskRules => "MaskRule[]".into(),
         FieldKind::Mask => "boolean | MaskRule[]".into(),
+        FieldKind::Decimal { .. } => "number".into(),
+        FieldKind::UtcOffset => "string".into(),
+        FieldKind::Map(..) => format!("{{ [name: string]: {nested} }}"),
         other => panic!("no TypeScript type for {other:?}: add one here"),
     }
 }
@@ -104,6 +109,9 @@ fn py_type(kind: FieldKind, nested: &str) -> String {
         FieldKind::Strings => "List[str]".into(),
         FieldKind::MaskRules => "List[MaskRule]".into(),
         FieldKind::Mask => "Union[bool, List[MaskRule]]".into(),
+        FieldKind::Decimal { .. } => "float".into(),
+        FieldKind::UtcOffset => "str".into(),
+        FieldKind::Map(..) => format!("Dict[str, \"{nested}\"]"),
         other => panic!("no Python type for {other:?}: add one here"),
     }
 }
@@ -112,7 +120,16 @@ fn py_type(kind: FieldKind, nested: &str) -> String {
 fn range(kind: FieldKind) -> Option<String> {
     match kind {
         FieldKind::Count { min, max } => Some(format!("an integer from {min} to {max}")),
-        FieldKind::List(_, max) => Some(format!("at most {max}")),
+        FieldKind::List(_, max) | FieldKind::Map(_, max) => Some(format!("at most {max}")),
+        FieldKind::Decimal {
+            positive: true,
+            max,
+        } => Some(format!("a number above 0, at most {max}")),
+        FieldKind::Decimal {
+            positive: false,
+            max,
+        } => Some(format!("a number from 0 to {max}")),
+        FieldKind::UtcOffset => Some("\"UTC\" or an offset such as \"+02:00\"".into()),
         _ => None,
     }
 }
@@ -125,6 +142,7 @@ fn blocks() -> Vec<(String, &'static [Field])> {
             match f.kind {
                 FieldKind::Block(inner) => walk(format!("{path}.{}", f.key), inner, out),
                 FieldKind::List(inner, _) => walk(format!("{path}.{}[]", f.key), inner, out),
+                FieldKind::Map(inner, _) => walk(format!("{path}.{}.*", f.key), inner, out),
                 _ => {}
             }
         }
@@ -140,6 +158,7 @@ fn blocks() -> Vec<(String, &'static [Field])> {
 fn nested_name(path: &str, f: &Field) -> String {
     match f.kind {
         FieldKind::List(..) => type_name(&format!("{path}.{}[]", f.key)),
+        FieldKind::Map(..) => type_name(&format!("{path}.{}.*", f.key)),
         _ => type_name(&format!("{path}.{}", f.key)),
     }
 }

@@ -475,7 +475,7 @@ fn result_event(
     call: CallRef<'_>,
     outcome: Outcome<'_>,
 ) -> Result<Recorded, ResultError> {
-    guard.with_run(scope, |cfg, run, now| {
+    guard.with_run(scope, |cfg, run, _, now| {
         let ticket = run.resume(cfg, scope, call);
         run.finish(cfg, ticket, outcome, now)
     })

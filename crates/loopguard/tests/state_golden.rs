@@ -2,13 +2,15 @@
 //! wrote it (three events, the last call blocked as a ping-pong), read by this build: it
 //! reads, it equals the state this build makes of the same events (so every fingerprint
 //! in it, signatures and outcomes, is the one this build computes), this build writes the
-//! same fields (then those format version 4 added after them), and the run goes on from
+//! same fields (then those later format versions added after them), and the run goes on from
 //! it exactly as from that state. Old states are read, never migrated: the fingerprint
 //! version has not changed (`docs/decisions.md`).
 
 use loopguard::config::ConfigSet;
 use loopguard::json::Tape;
-use loopguard::{Call, Millis, OutcomeOf, RunState, Scope, Verdict, STATE_FORMAT_VERSION};
+use loopguard::{
+    Call, Millis, OutcomeOf, RunState, Scope, SessionState, Verdict, STATE_FORMAT_VERSION,
+};
 
 /// `RunState::to_bytes` after `EVENTS`, as written by the earlier build.
 const WRITTEN_BEFORE: &str = "03031092bc284d40d3d067aec3999c2aeb33be1050aab6ec1ce72b8d1151b3efff5cd72cddf6edafece892ac6700ffffffff0f000101010000ff1008657b523a63fb8863955aa7ae002fb010592ee8aeaa5b6e3653e9258fef60284982aca5cdece4bfd38e0101ffffffff0f000202010000ff1092bc284d40d3d067aec3999c2aeb33be1000000000000000000000000000000000d585b3cdcdca9bc43000ffffffff0f020303020000ff02047265616402f29bcb8f95d488932c046772657001efc8c38bfacffd95b101000000000000b8170001d585b3cdcdca9bc43003ddf6edafece892ac67ae87e7e4a9e5fa99be0191a2cdfdfe9fd7eb2c0000ff020082aca5cdece4bfd38e01e3aaeabaea95c097b001d3d297f9f89d9894490000ff0200d585b3cdcdca9bc430ae87e7e4a9e5fa99be01000000ff0001010101020304726561640104677265709801435249544943414c3a20796f752061726520616c7465726e6174696e67206265747765656e207265616420616e64206772657020283320636f6e73656375746976652063616c6c732c20332074696d6573292077697468206e6f2070726f67726573732e20546869732063616c6c2077617320626c6f636b65643a207468652070696e672d706f6e67206c6f6f7020697320737475636b2e1092bc284d40d3d067aec3999c2aeb33be011008657b523a63fb8863955aa7ae002fb000000000000000000000";
@@ -53,6 +55,7 @@ fn apply(
     let now = Millis::new(1_000 * (i as u64 + 1));
     let scope = Scope::new("s").with_run(Some("r"));
     let ticket = state.begin(
+        &mut SessionState::default(),
         cfg,
         &scope,
         &Call::with_args(tool, args).with_id(Some(&id)),
@@ -90,7 +93,7 @@ fn a_state_the_previous_build_wrote_reads_and_goes_on_alike() {
     assert_eq!(written[0], STATE_FORMAT_VERSION);
     assert!(
         written[1..].starts_with(&bytes[1..]),
-        "and this build writes the same bytes, then the fields of version 4"
+        "and this build writes the same bytes, then the fields later versions added"
     );
     // The run goes on alike: the same read, its members in yet another order.
     let again = (

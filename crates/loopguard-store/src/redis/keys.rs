@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `P{S}:r:RUN` | string | the state of one run: `[layout version][etag: 8 bytes][RunState::to_bytes()]`, with a TTL of the idle TTL |
 //! | `P{S}:runs` | sorted set | the session's runs: member = run id (empty for calls outside any run), score = last activity (ms); same TTL |
+//! | `P{S}:s` | string | the session's own state: `[layout version][etag: 8 bytes][SessionState::to_bytes()]`, with a TTL of the idle TTL from its last change |
 //! | `P{%}:sessions` | sorted set | the live sessions, for `--max-sessions`: member = escaped session id, score = last refresh (ms) |
 //!
 //! Every key of a session carries the hash tag `{S}`, so a session lives on one shard of a
@@ -26,6 +27,8 @@ pub(crate) struct RunKeys {
     pub run_prefix: Vec<u8>,
     /// The run's member in the index: its id, or empty.
     pub member: Vec<u8>,
+    /// `P{S}:s`, the session's own state.
+    pub session: Vec<u8>,
 }
 
 /// The keys of one session.
@@ -37,6 +40,8 @@ pub(crate) struct SessionKeys {
     pub run_prefix: Vec<u8>,
     /// The session's member in the registry (the escaped id).
     pub member: Vec<u8>,
+    /// `P{S}:s`, the session's own state.
+    pub state: Vec<u8>,
 }
 
 /// Builds keys under one prefix.
@@ -77,6 +82,7 @@ impl Layout {
             index,
             run_prefix,
             member,
+            session: self.state(session),
         }
     }
 
@@ -90,7 +96,15 @@ impl Layout {
             index,
             run_prefix,
             member: escape(session),
+            state: self.state(session),
         }
+    }
+
+    /// `P{S}:s` for `session`.
+    fn state(&self, session: &str) -> Vec<u8> {
+        let mut key = self.tagged(session, 2);
+        key.extend_from_slice(b":s");
+        key
     }
 
     /// `P{%}:sessions`, the registry of live sessions.
@@ -167,6 +181,7 @@ mod tests {
         assert_eq!(text(&keys.index), "lg:{s1}:runs");
         assert_eq!(text(&keys.run_prefix), "lg:{s1}:r:");
         assert_eq!(text(&keys.member), "r1");
+        assert_eq!(text(&keys.session), "lg:{s1}:s");
         let none = Layout::new("lg:").run("s1", None);
         assert_eq!(text(&none.run), "lg:{s1}:r:");
         assert!(none.member.is_empty());
@@ -199,6 +214,7 @@ mod tests {
                 let keys = layout.run(session, run);
                 assert_eq!(slot(&keys.run), slot(&index), "{session:?} {run:?}");
                 assert_eq!(slot(&keys.index), slot(&index));
+                assert_eq!(slot(&keys.session), slot(&index));
             }
         }
         // The slot function agrees with Redis' documented examples.

@@ -7,17 +7,19 @@
 
 use ::redis::Script;
 
-/// Compare-and-swap of one run's state, and the bookkeeping of its session.
+/// Compare-and-swap of one run's state and its session's, and the bookkeeping of its
+/// session.
 ///
-/// KEYS: run key, session index. ARGV: expected tag (empty: no value), new value, TTL (ms),
-/// score (the state's last activity), cutoff (oldest live activity), most runs per
-/// session, the run's member, `1` if the session is registered (else a new session is
-/// refused until it is), the run key prefix (for evicted runs).
+/// KEYS: run key, session index, session state key. ARGV: expected tag (empty: no value),
+/// new value, TTL (ms), score (the state's last activity), cutoff (oldest live activity),
+/// most runs per session, the run's member, `1` if the session is registered (else a new
+/// session is refused until it is), the run key prefix (for evicted runs), the session
+/// state's expected tag (empty: no value), its new value (empty: unchanged).
 ///
 /// Replies `{1, the run's previous activity, or 0 for a new run of a live session, or
-/// false for the first run of a session}` when stored, `{0, current value or false}` when
-/// the tag differs (the caller applies its event again to that value), `{2}` when the
-/// session is new and must first be registered.
+/// false for the first run of a session}` when stored, `{0, current value or false,
+/// current session state or false}` when either tag differs (the caller applies its event
+/// again to those values), `{2}` when the session is new and must first be registered.
 ///
 /// An event of a known run costs five commands (`GETRANGE`, `ZSCORE`, `SET`, `ZADD`,
 /// `PEXPIRE`); the index is pruned of idle runs, and the session's run limit enforced, only
@@ -29,8 +31,9 @@ use ::redis::Script;
 /// Counting live runs with `ZCOUNT` reads instead.
 const CAS: &str = r#"
 local tag = redis.call('GETRANGE', KEYS[1], 1, 8)
-if tag ~= ARGV[1] then
-  return {0, redis.call('GET', KEYS[1])}
+local session_tag = redis.call('GETRANGE', KEYS[3], 1, 8)
+if tag ~= ARGV[1] or session_tag ~= ARGV[10] then
+  return {0, redis.call('GET', KEYS[1]), redis.call('GET', KEYS[3])}
 end
 local previous = redis.call('ZSCORE', KEYS[2], ARGV[7])
 local new_run = not previous
@@ -47,6 +50,9 @@ if new_run then
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[11] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[11], 'PX', ARGV[3])
+end
 if new_run then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
   local max = tonumber(ARGV[6])
@@ -104,10 +110,11 @@ end
 return {live, redis.call('ZCARD', KEYS[2])}
 "#;
 
-/// Forgets a session. KEYS: session index. ARGV: run key prefix, cutoff.
+/// Forgets a session. KEYS: session index, session state key. ARGV: run key prefix, cutoff.
 ///
 /// Replies the number of live runs removed.
 const REMOVE_SESSION: &str = r#"
+redis.call('DEL', KEYS[2])
 local runs = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local live = 0
 for i = 1, #runs, 2 do

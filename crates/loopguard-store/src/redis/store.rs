@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::redis::Value;
-use loopguard::{Millis, RunState};
+use loopguard::{Millis, RunState, SessionState};
 
 use super::connect::{Conn, Shared, TURNS};
 use super::keys::{self, Layout, RunKeys};
@@ -52,8 +52,8 @@ pub(super) enum Cas {
     /// Stored; the run's activity before this write (0 for a new run of a live session),
     /// `None` for the first run of a new session.
     Stored(Option<u64>),
-    /// Another writer got there first: what the run holds now.
-    Conflict(Option<Vec<u8>>),
+    /// Another writer got there first: what the run and its session's state hold now.
+    Conflict(Option<Vec<u8>>, Option<Vec<u8>>),
     /// The session is new: register it first.
     Register,
 }
@@ -78,12 +78,27 @@ impl RedisStore {
             .map_err(|e| self.shared.fail(&e))
     }
 
+    /// A run's value and its session's state, in one read (one slot: one shard).
+    async fn get_both(
+        &self,
+        keys: &RunKeys,
+    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), StoreError> {
+        let mut c = self.conn.clone();
+        ::redis::cmd("MGET")
+            .arg(&keys.run)
+            .arg(&keys.session)
+            .query_async::<(Option<Vec<u8>>, Option<Vec<u8>>)>(&mut c)
+            .await
+            .map_err(|e| self.shared.fail(&e))
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn cas(
         &self,
         keys: &RunKeys,
         expected: &[u8],
         value: &[u8],
+        session: (&[u8], &[u8]),
         score: u64,
         cutoff: u64,
         registered: bool,
@@ -94,6 +109,7 @@ impl RedisStore {
                     .cas
                     .key(&keys.run)
                     .key(&keys.index)
+                    .key(&keys.session)
                     .arg(expected)
                     .arg(value)
                     .arg(self.ttl_arg())
@@ -102,13 +118,18 @@ impl RedisStore {
                     .arg(self.limits.max_runs_per_session.max(1))
                     .arg(&keys.member)
                     .arg(if registered { "1" } else { "0" })
-                    .arg(&keys.run_prefix),
+                    .arg(&keys.run_prefix)
+                    .arg(session.0)
+                    .arg(session.1),
             )
             .await?;
         let items = array(reply)?;
         match items.first().and_then(int) {
             Some(1) => Ok(Cas::Stored(items.get(1).and_then(score_of))),
-            Some(0) => Ok(Cas::Conflict(items.get(1).and_then(bytes))),
+            Some(0) => Ok(Cas::Conflict(
+                items.get(1).and_then(bytes),
+                items.get(2).and_then(bytes),
+            )),
             Some(2) => Ok(Cas::Register),
             _ => Err(unexpected("the compare-and-swap script")),
         }
@@ -117,12 +138,12 @@ impl RedisStore {
     /// One update, retried on conflicts; not bounded (the caller is).
     async fn apply<R, F>(&self, key: RunKey<'_>, f: &mut F) -> Result<R, StoreError>
     where
-        F: FnMut(&mut RunState, Millis) -> R,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R,
     {
         let keys = self.layout.run(key.session, key.run);
         let turn = self.hasher.hash_one(&keys.run) as usize & (TURNS - 1);
         let _turn = self.turns[turn].lock().await;
-        let mut current = self.get(&keys.run).await?;
+        let (mut current, mut current_session) = self.get_both(&keys).await?;
         let mut registered = false;
         for attempt in 0..self.options.max_attempts.max(1) {
             if attempt > 0 {
@@ -145,8 +166,27 @@ impl RedisStore {
             if state.last_active() < cutoff {
                 state = RunState::default();
             }
-            let result = f(&mut state, now);
+            let session_expected = current_session
+                .as_deref()
+                .map(value::tag_of)
+                .unwrap_or_default()
+                .to_vec();
+            let mut session = match current_session.as_deref() {
+                None => SessionState::default(),
+                Some(bytes) => value::decode_session(bytes).unwrap_or_else(|error| {
+                    crate::warn_unreadable(RunKey::new(key.session, None), &error);
+                    SessionState::default()
+                }),
+            };
+            if session.last_active() < cutoff {
+                session = SessionState::default();
+            }
+            let result = f(&mut state, &mut session, now);
             let stored = value::encode(etag::next(), &state);
+            let session_stored = match session.changed() {
+                true => value::encode_session(etag::next(), &session),
+                false => Vec::new(),
+            };
             let started = Instant::now();
             loop {
                 match self
@@ -154,6 +194,7 @@ impl RedisStore {
                         &keys,
                         &expected,
                         &stored,
+                        (&session_expected, &session_stored),
                         state.last_active().get(),
                         cutoff.get(),
                         registered,
@@ -185,8 +226,9 @@ impl RedisStore {
                         registered = true;
                     }
                     Cas::Register => return Err(unexpected("the compare-and-swap script")),
-                    Cas::Conflict(now_held) => {
+                    Cas::Conflict(now_held, session_now) => {
                         current = now_held;
+                        current_session = session_now;
                         break;
                     }
                 }
@@ -210,7 +252,7 @@ impl Store for RedisStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         self.bounded(self.apply(key, &mut f)).await
     }
@@ -252,6 +294,7 @@ impl Store for RedisStore {
                     self.scripts
                         .remove_session
                         .key(&keys.index)
+                        .key(&keys.state)
                         .arg(&keys.run_prefix)
                         .arg(cutoff.get()),
                 )
@@ -305,6 +348,15 @@ impl Store for RedisStore {
                 .then_with(|| a.run.cmp(&b.run))
         });
         Ok(out)
+    }
+
+    async fn session_state(&self, session: &str) -> Result<Option<SessionState>, StoreError> {
+        let keys = self.layout.session(session);
+        let cutoff = self.limits.cutoff(self.clock.now_ms());
+        let stored = self.bounded(self.get(&keys.state)).await?;
+        Ok(stored
+            .and_then(|bytes| value::decode_session(&bytes).ok())
+            .filter(|s| !s.is_empty() && s.last_active() >= cutoff))
     }
 
     /// Redis expires idle runs and sessions by itself (TTLs); this drops stale entries of

@@ -6,7 +6,7 @@
 //! Lua. [`tag_of`] is the same slice on the Rust side, for any bytes (a value too short or
 //! unreadable still has a tag, so that it can be overwritten).
 
-use loopguard::RunState;
+use loopguard::{RunState, SessionState};
 
 /// Version of this layout (the header, not the engine's state format).
 pub(crate) const LAYOUT_VERSION: u8 = 1;
@@ -16,12 +16,34 @@ const HEADER: usize = 9;
 
 /// The stored form of `state`, tagged `etag`.
 pub(crate) fn encode(etag: u64, state: &RunState) -> Vec<u8> {
-    let body = state.to_bytes();
+    framed(etag, &state.to_bytes())
+}
+
+/// The stored form of a session's state, tagged `etag` (the same layout).
+pub(crate) fn encode_session(etag: u64, state: &SessionState) -> Vec<u8> {
+    framed(etag, &state.to_bytes())
+}
+
+fn framed(etag: u64, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + body.len());
     out.push(LAYOUT_VERSION);
     out.extend_from_slice(&etag.to_be_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     out
+}
+
+/// Reads a stored session state back.
+pub(crate) fn decode_session(value: &[u8]) -> Result<SessionState, String> {
+    match value.first() {
+        Some(&LAYOUT_VERSION) if value.len() >= HEADER => {
+            SessionState::from_bytes(&value[HEADER..]).map_err(|e| e.to_string())
+        }
+        Some(&LAYOUT_VERSION) => Err("stored session state is truncated".into()),
+        Some(&other) => Err(format!(
+            "stored session state layout version {other} is not supported (this build reads version {LAYOUT_VERSION})"
+        )),
+        None => Err("stored session state is empty".into()),
+    }
 }
 
 /// What `GETRANGE key 1 8` returns for a stored `value`: its tag (empty for a missing key).

@@ -27,12 +27,16 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
-use super::file::{as_sql, fold_deltas, read_run, replace_row, StoredRun, DELTA_TABLES};
-use crate::cache::Reload;
+use super::file::{
+    as_sql, fold_deltas, put_session, read_run, read_session_state, replace_row, session_tag,
+    StoredRun, DELTA_TABLES,
+};
+use crate::cache::{Reload, Row};
 use crate::delta;
 
-/// A row write: a run's new state, compare-and-swapped on its tag. `D` is who waits for
-/// it: one update when queued, every update merged into it within a batch.
+/// A row write: a run's new state, compare-and-swapped on its tag, with its session's tag
+/// checked and its session's new state when it changed. `D` is who waits for it: one
+/// update when queued, every update merged into it within a batch.
 pub(super) struct Put<D> {
     pub(super) session: Box<str>,
     pub(super) run: Box<str>,
@@ -40,7 +44,18 @@ pub(super) struct Put<D> {
     pub(super) last_active: u64,
     pub(super) expected: Option<u64>,
     pub(super) etag: u64,
+    /// The version of the session's state the update was computed from.
+    pub(super) session_expected: Option<u64>,
+    /// The session's new state, when the update changed it.
+    pub(super) session_write: Option<SessionWrite>,
     pub(super) done: D,
+}
+
+/// A session state to write with a run.
+pub(super) struct SessionWrite {
+    pub(super) state: Vec<u8>,
+    pub(super) etag: u64,
+    pub(super) last_active: u64,
 }
 
 /// What one merged entry came to inside the transaction.
@@ -61,12 +76,21 @@ pub(super) fn reload(
     session: &str,
     run: &str,
 ) -> rusqlite::Result<Reload> {
-    Ok(match read_run(tx, session, run)? {
-        Some(stored) => Reload::Row {
-            bytes: stored.state,
-            etag: stored.etag,
+    Ok(Reload {
+        run: match read_run(tx, session, run)? {
+            Some(stored) => Row::Stored {
+                bytes: stored.state,
+                etag: stored.etag,
+            },
+            None => Row::Absent,
         },
-        None => Reload::Absent,
+        session: match read_session_state(tx, session)? {
+            Some(stored) => Row::Stored {
+                bytes: stored.state,
+                etag: stored.etag,
+            },
+            None => Row::Absent,
+        },
     })
 }
 
@@ -211,12 +235,27 @@ impl Log {
         }
     }
 
-    /// Writes one (merged) put: a delta when the run's chain can continue, else its row.
+    /// Writes one (merged) put: nothing when the session's state is not at the version the
+    /// update was computed from; else the run (a delta when its chain can continue, else
+    /// its row, by a compare-and-swap), then the session's state when it changed. The
+    /// writer holds the database's write lock, so the check and the writes are one step.
     pub(super) fn put<D>(
         &mut self,
         tx: &Transaction<'_>,
         put: &mut Put<D>,
     ) -> rusqlite::Result<Landed> {
+        if session_tag(tx, &put.session)? != put.session_expected {
+            return Ok(Landed::Conflict(reload(tx, &put.session, &put.run)?));
+        }
+        let landed = self.put_run(tx, put)?;
+        if let (Landed::Ok, Some(w)) = (&landed, &put.session_write) {
+            put_session(tx, &put.session, w.etag, w.last_active, &w.state)?;
+        }
+        Ok(landed)
+    }
+
+    /// Writes the run of one (merged) put.
+    fn put_run<D>(&mut self, tx: &Transaction<'_>, put: &mut Put<D>) -> rusqlite::Result<Landed> {
         let state = std::mem::take(&mut put.state);
         let Some(expected) = put.expected else {
             let inserted = tx

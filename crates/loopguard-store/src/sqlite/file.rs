@@ -20,6 +20,11 @@
 //!   into the rows as it goes and empties one table while it appends to the other. A
 //!   process that writes a run's row whole (the hooks) makes the run's deltas dead by
 //!   giving it a new tag, so it needs nothing but [`read_run`] to take part.
+//! - `sessions (session, etag, last_active, state)`, keyed by session: the
+//!   `SessionState::to_bytes()` of each session that has one (its spend), written whole,
+//!   in the same transaction as the run whose event changed it, by a compare-and-swap on
+//!   its tag ([`put_session`]); `last_active` is when it last changed. Schema version 3
+//!   added it; a version 1 or 2 file is upgraded in place (an empty table).
 //!
 //! A file that holds tables but no `loopguard_meta` was made by another application:
 //! [`ensure_schema`] refuses it ([`SchemaError::Foreign`]) rather than add loopguard's
@@ -30,9 +35,9 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Version of the layout this build reads and writes. Version 1 (no change log) is
-/// upgraded in place: it is version 2 with empty logs.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Version of the layout this build reads and writes. Versions 1 (no change log) and 2 (no
+/// session states) are upgraded in place: they are version 3 with those tables empty.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The two tables of the change log.
 pub const DELTA_TABLES: [&str; 2] = ["run_deltas_0", "run_deltas_1"];
@@ -90,6 +95,12 @@ pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
              last_active INTEGER NOT NULL,
              state BLOB NOT NULL,
              PRIMARY KEY (session, run)
+         );
+         CREATE TABLE IF NOT EXISTS sessions (
+             session TEXT PRIMARY KEY,
+             etag INTEGER NOT NULL,
+             last_active INTEGER NOT NULL,
+             state BLOB NOT NULL
          );",
     )?;
     for table in DELTA_TABLES {
@@ -111,7 +122,7 @@ pub fn ensure_schema(conn: &Connection) -> Result<(), SchemaError> {
         [SCHEMA_VERSION.to_string()],
     )?;
     conn.execute(
-        "UPDATE loopguard_meta SET value = ?1 WHERE key = 'schema_version' AND value = '1'",
+        "UPDATE loopguard_meta SET value = ?1 WHERE key = 'schema_version' AND value IN ('1', '2')",
         [SCHEMA_VERSION.to_string()],
     )?;
     let found: String = conn.query_row(
@@ -264,6 +275,67 @@ pub fn replace_row(
     Ok(changed == 1)
 }
 
+/// A session's state as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSession {
+    /// `SessionState::to_bytes()`.
+    pub state: Vec<u8>,
+    /// Its tag.
+    pub etag: u64,
+    /// When it last changed, clock milliseconds.
+    pub last_active: u64,
+}
+
+/// The stored state of `session`, when it has one.
+pub fn read_session_state(
+    conn: &Connection,
+    session: &str,
+) -> rusqlite::Result<Option<StoredSession>> {
+    conn.prepare_cached("SELECT state, etag, last_active FROM sessions WHERE session = ?1")?
+        .query_row([session], |r| {
+            Ok(StoredSession {
+                state: r.get(0)?,
+                etag: r.get::<_, i64>(1)? as u64,
+                last_active: r.get::<_, i64>(2)? as u64,
+            })
+        })
+        .optional()
+}
+
+/// The tag of `session`'s stored state, when it has one.
+pub fn session_tag(conn: &Connection, session: &str) -> rusqlite::Result<Option<u64>> {
+    conn.prepare_cached("SELECT etag FROM sessions WHERE session = ?1")?
+        .query_row([session], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|t| t.map(|t| t as u64))
+}
+
+/// Writes `session`'s state under tag `etag` (replacing what it holds: check its tag first
+/// with [`session_tag`] inside the same transaction when it matters).
+pub fn put_session(
+    conn: &Connection,
+    session: &str,
+    etag: u64,
+    last_active: u64,
+    state: &[u8],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (session, etag, last_active, state) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (session) DO UPDATE SET
+             etag = excluded.etag, last_active = excluded.last_active, state = excluded.state",
+    )?
+    .execute(params![session, as_sql(etag), as_sql(last_active), state])?;
+    Ok(())
+}
+
+/// Deletes the stored state of `session`. Returns whether there was one.
+pub fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("DELETE FROM sessions WHERE session = ?1")?
+        .execute([session])?
+        > 0)
+}
+
 /// Reads the current state of (`session`, `run`) (`run` is `""` outside any run): its row,
 /// then its live deltas. Without an index on the log this scans it, which the server keeps
 /// short (a few thousand rows at most).
@@ -321,9 +393,14 @@ pub fn fold_deltas(conn: &Connection) -> rusqlite::Result<usize> {
 }
 
 /// Deletes the rows of runs idle since before `cutoff` (clock milliseconds), at most
-/// `limit` of them: a run whose row is older but whose deltas are not is live. Returns
-/// the rows deleted.
+/// `limit` of them: a run whose row is older but whose deltas are not is live. Session
+/// states unchanged since before `cutoff` go too (as many). Returns the run rows deleted.
 pub fn delete_idle(conn: &Connection, cutoff: u64, limit: Option<u32>) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM sessions WHERE rowid IN
+             (SELECT rowid FROM sessions WHERE last_active < ?1 LIMIT ?2)",
+    )?
+    .execute(params![as_sql(cutoff), limit.map_or(-1, i64::from)])?;
     let [a, b] = DELTA_TABLES;
     let sql = format!(
         "DELETE FROM runs WHERE rowid IN
@@ -396,13 +473,13 @@ mod tests {
         ensure_schema(&conn).unwrap();
         ensure_schema(&conn).unwrap();
         conn.execute(
-            "UPDATE loopguard_meta SET value = '3' WHERE key = 'schema_version'",
+            "UPDATE loopguard_meta SET value = '99' WHERE key = 'schema_version'",
             [],
         )
         .unwrap();
         let err = ensure_schema(&conn).unwrap_err();
-        assert!(matches!(&err, SchemaError::Version { found } if found == "3"));
-        assert!(err.to_string().contains("schema version 3"), "{err}");
+        assert!(matches!(&err, SchemaError::Version { found } if found == "99"));
+        assert!(err.to_string().contains("schema version 99"), "{err}");
     }
 
     /// Another application's file gets no loopguard table, whatever its tables are

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use loopguard::{Millis, RunState};
+use loopguard::{Millis, RunState, SessionState};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
@@ -150,16 +150,22 @@ impl SqliteStore {
     }
 
     /// Waits for a queued write and turns its outcome into what the caller does next.
-    async fn settle(&self, key: RunKey<'_>, etag: u64, ticket: Ticket) -> Settled {
+    async fn settle(
+        &self,
+        key: RunKey<'_>,
+        etag: u64,
+        session_etag: Option<u64>,
+        ticket: Ticket,
+    ) -> Settled {
         match ticket.await {
             Ok(Ok(())) => Settled::Done,
             Ok(Err(WriteError::Conflict(reload))) => Settled::Retry(reload),
             Ok(Err(WriteError::Failed(source))) => {
-                self.cache.forget(key, etag);
+                self.cache.forget(key, etag, session_etag);
                 Settled::Failed(StoreError::Unavailable { source })
             }
             Err(_) => {
-                self.cache.forget(key, etag);
+                self.cache.forget(key, etag, session_etag);
                 Settled::Failed(StoreError::Closed)
             }
         }
@@ -173,7 +179,7 @@ impl SqliteStore {
         mut reload: Reload,
     ) -> Result<R, StoreError>
     where
-        F: FnMut(&mut RunState, Millis) -> R,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R,
     {
         for _ in 1..MAX_ATTEMPTS {
             self.writer
@@ -181,7 +187,10 @@ impl SqliteStore {
                 .conflicts
                 .fetch_add(1, Ordering::Relaxed);
             let applied = self.cache.apply(key, Some(reload), f, &self.writer)?;
-            match self.settle(key, applied.etag, applied.ticket).await {
+            match self
+                .settle(key, applied.etag, applied.session_etag, applied.ticket)
+                .await
+            {
                 Settled::Done => return Ok(applied.result),
                 Settled::Retry(next) => reload = next,
                 Settled::Failed(e) => return Err(e),
@@ -218,11 +227,14 @@ impl Store for SqliteStore {
     async fn update<R, F>(&self, key: RunKey<'_>, mut f: F) -> Result<R, StoreError>
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         self.ensure_open()?;
         let applied = self.cache.apply(key, None, &mut f, &self.writer)?;
-        match self.settle(key, applied.etag, applied.ticket).await {
+        match self
+            .settle(key, applied.etag, applied.session_etag, applied.ticket)
+            .await
+        {
             Settled::Done => Ok(applied.result),
             Settled::Retry(reload) => self.retry(key, &mut f, reload).await,
             Settled::Failed(e) => Err(e),
@@ -236,7 +248,7 @@ impl Store for SqliteStore {
     ) -> Vec<Result<R, StoreError>>
     where
         R: Send,
-        F: FnMut(&mut RunState, Millis) -> R + Send,
+        F: FnMut(&mut RunState, &mut SessionState, Millis) -> R + Send,
     {
         let n = ops.len();
         let mut out = Vec::with_capacity(n);
@@ -262,7 +274,9 @@ impl Store for SqliteStore {
         let mut failed = false;
         for (key, mut f, applied) in pending {
             let settled = bounded(deadline, async {
-                Ok(self.settle(key, applied.etag, applied.ticket).await)
+                Ok(self
+                    .settle(key, applied.etag, applied.session_etag, applied.ticket)
+                    .await)
             })
             .await;
             out.push(match settled {
@@ -320,6 +334,11 @@ impl Store for SqliteStore {
         }
     }
 
+    async fn session_state(&self, session: &str) -> Result<Option<SessionState>, StoreError> {
+        self.ensure_open()?;
+        Ok(self.cache.session_state(session))
+    }
+
     async fn expire_idle(&self) -> Result<usize, StoreError> {
         self.ensure_open()?;
         let (expired, cutoff) = self.cache.sweep();
@@ -336,6 +355,7 @@ impl Store for SqliteStore {
         self.writer.send(Op::Delete(Delete::Sweep {
             expired,
             full,
+            sessions_before: Some(cutoff.get()),
             done,
         }));
         match wait.await {
@@ -438,6 +458,17 @@ fn prepare(conn: &Connection, options: &SqliteOptions, path: &Path) -> Result<()
 /// Loads every live row into the cache; returns (kept, skipped).
 fn load(conn: &Connection, cache: &Cache) -> rusqlite::Result<(usize, usize)> {
     let cutoff = cache.limits().cutoff(cache.now());
+    let mut stmt = conn.prepare(
+        "SELECT session, etag, state FROM sessions WHERE last_active >= ?1
+         ORDER BY last_active DESC",
+    )?;
+    let mut rows = stmt.query([as_sql(cutoff.get())])?;
+    while let Some(row) = rows.next()? {
+        let session: String = row.get(0)?;
+        let etag: i64 = row.get(1)?;
+        let state: Vec<u8> = row.get(2)?;
+        cache.load_session(&session, &state, etag as u64);
+    }
     let mut stmt = conn.prepare(
         "SELECT session, run, etag, state FROM runs WHERE last_active >= ?1
          ORDER BY last_active DESC",

@@ -12,11 +12,11 @@ use loopguard::RunState;
 use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::change_log::{Landed, Log, Put, SessionRows};
+use super::change_log::{Landed, Log, Put, SessionRows, SessionWrite};
 use super::checkpoint::Checkpointer;
 use super::file::{delete_idle, read_run, StoredRun};
 use super::SqliteOptions;
-use crate::cache::{Expired, Reload, Sink};
+use crate::cache::{Expired, Reload, SessionPut, Sink};
 use crate::{Cause, Failed, RunKey, StoreError};
 
 /// Why a queued write did not land.
@@ -46,6 +46,8 @@ pub(super) enum Delete {
         expired: Vec<Expired>,
         /// Also delete every row idle since before this time (rows other processes wrote).
         full: Option<u64>,
+        /// Delete the session states unchanged since before this time.
+        sessions_before: Option<u64>,
         done: oneshot::Sender<Result<usize, Cause>>,
     },
 }
@@ -188,7 +190,14 @@ impl Completions {
 impl Sink for Writer {
     type Ticket = Ticket;
 
-    fn put(&self, key: RunKey<'_>, state: &RunState, expected: Option<u64>, etag: u64) -> Ticket {
+    fn put(
+        &self,
+        key: RunKey<'_>,
+        state: &RunState,
+        expected: Option<u64>,
+        etag: u64,
+        session: SessionPut<'_>,
+    ) -> Ticket {
         let (done, ticket) = oneshot::channel();
         self.send(Op::Put(Put {
             session: key.session.into(),
@@ -197,6 +206,12 @@ impl Sink for Writer {
             last_active: state.last_active().get(),
             expected,
             etag,
+            session_expected: session.expected,
+            session_write: session.write.map(|(s, etag)| SessionWrite {
+                state: s.to_bytes(),
+                etag,
+                last_active: s.last_active().get(),
+            }),
             done,
         }));
         ticket
@@ -308,15 +323,24 @@ fn merge(
             let h = hasher.hash_one((&*put.session, &*put.run));
             if let Some(&i) = last_put.get(&h) {
                 if let Merged::Put(previous) = &mut merged[i] {
-                    // Only a write computed from the previous one continues the chain;
-                    // anything else must meet the row as the previous write left it.
+                    // Only a write computed from the previous one continues the chain
+                    // (its run and its session as the previous write left them);
+                    // anything else must meet the rows as the previous write left them.
+                    let session_after = previous
+                        .session_write
+                        .as_ref()
+                        .map_or(previous.session_expected, |w| Some(w.etag));
                     if previous.session == put.session
                         && previous.run == put.run
                         && put.expected == Some(previous.etag)
+                        && put.session_expected == session_after
                     {
                         previous.state = put.state;
                         previous.last_active = put.last_active;
                         previous.etag = put.etag;
+                        if put.session_write.is_some() {
+                            previous.session_write = put.session_write;
+                        }
                         previous.done.push(put.done);
                         return;
                     }
@@ -330,6 +354,8 @@ fn merge(
                 last_active: put.last_active,
                 expected: put.expected,
                 etag: put.etag,
+                session_expected: put.session_expected,
+                session_write: put.session_write,
                 done: vec![put.done],
             }));
         }
@@ -403,12 +429,18 @@ fn run_transaction(
             }) => Landed::Rows(log.delete_run(&tx, session, run, *etag)?),
             Merged::Delete(Delete::Session { session, .. }) => {
                 log.forget_session(session);
+                super::file::delete_session(&tx, session)?;
                 Landed::Rows(
                     tx.prepare_cached("DELETE FROM runs WHERE session = ?1")?
                         .execute(params![&**session])?,
                 )
             }
-            Merged::Delete(Delete::Sweep { expired, full, .. }) => {
+            Merged::Delete(Delete::Sweep {
+                expired,
+                full,
+                sessions_before,
+                ..
+            }) => {
                 let mut rows = 0;
                 for e in expired.iter() {
                     if let Some(etag) = e.etag {
@@ -421,10 +453,14 @@ fn run_transaction(
                     log.fold_in(&tx)?;
                     rows += delete_idle(&tx, *cutoff, None)?;
                 }
+                if let Some(cutoff) = sessions_before {
+                    tx.prepare_cached("DELETE FROM sessions WHERE last_active < ?1")?
+                        .execute(params![super::file::as_sql(*cutoff)])?;
+                }
                 Landed::Rows(rows)
             }
             Merged::Read(read) => Landed::Read(if log.shared {
-                Some(read_session(&tx, &read.session)?)
+                Some(read_session_runs(&tx, &read.session)?)
             } else {
                 None
             }),
@@ -437,7 +473,7 @@ fn run_transaction(
 
 /// Every run of `session` as the file holds it (the log was folded by [`Log::sync`] when
 /// another connection wrote, so the rows are current).
-fn read_session(
+fn read_session_runs(
     tx: &rusqlite::Transaction<'_>,
     session: &str,
 ) -> rusqlite::Result<Vec<(String, StoredRun)>> {

@@ -16,9 +16,10 @@ pub async fn apply(
     let event = parse_line(line.as_bytes()).expect("valid event");
     let scope = event.as_ref().scope(None);
     store
-        .update(RunKey::of(&scope), |run, now| {
+        .update(RunKey::of(&scope), |run, session, now| {
             apply_event(
                 run,
+                session,
                 config.for_agent(scope.agent()),
                 &scope,
                 &event.as_ref(),
@@ -65,4 +66,40 @@ pub async fn run_names(store: &impl Store, session: &str) -> Vec<String> {
         .into_iter()
         .map(|r| r.run.unwrap())
         .collect()
+}
+
+/// A config with a session budget of `tokens` tokens (and `withoutProgress` off, so that
+/// only the session's spend decides).
+pub fn session_budget(tokens: u64) -> ConfigSet {
+    ConfigSet::parse(&format!(
+        "{{ tools: {{ loopDetection: {{ enabled: true }} }}, loopguard: {{ budgets: {{ session: {{ tokens: {tokens} }}, withoutProgress: {{ enabled: false }} }} }} }}"
+    ))
+    .unwrap()
+}
+
+/// Runs of one session taking turns, `n` rounds: in each round every run reports a model
+/// response of 100 tokens (sent twice, as a client that retries) and makes a call.
+pub fn budget_lines(session: &str, runs: &[&str], n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        for run in runs {
+            let usage = format!(
+                r#"{{"type":"usage","session":"{session}","run":"{run}","id":"u{i}","model":"gpt-4o","input_tokens":80,"output_tokens":20}}"#
+            );
+            out.push(usage.clone());
+            out.push(usage);
+            out.push(format!(
+                r#"{{"type":"call","session":"{session}","run":"{run}","call_id":"c{i}","tool":"read","args":{{"n":{i}}}}}"#
+            ));
+        }
+    }
+    out
+}
+
+/// Whether any answer is a call blocked by `detector`.
+pub fn blocked_by(answers: &[Answer], detector: loopguard::Detector) -> bool {
+    answers.iter().any(|a| {
+        matches!(a, Answer::Call { verdict, .. }
+            if verdict.is_blocked() && verdict.detection().is_some_and(|d| d.detector == detector))
+    })
 }

@@ -15,8 +15,15 @@
 //! that record ([`RunState::resume`](crate::RunState::resume), by the call's id) and
 //! finishes it ([`RunState::finish`](crate::RunState::finish)). Each logs what it answers.
 //!
+//! A session's [`SessionState`](crate::SessionState) (what its runs, agents and days
+//! spent, for the budgets) is kept the same way, one per session beside its runs
+//! ([`SessionState::to_bytes`](crate::SessionState::to_bytes)), and handed to every
+//! event of any of its runs: a call is judged against the session's budgets there, and a
+//! model response's usage ([`RunState::usage`](crate::RunState::usage)) is counted there.
+//! It needs writing back only when [`SessionState::changed`](crate::SessionState::changed).
+//!
 //! ```
-//! use loopguard::{Call, CallRef, ConfigSet, Millis, Outcome, RunState, Scope};
+//! use loopguard::{Call, CallRef, ConfigSet, Millis, Outcome, RunState, Scope, SessionState};
 //! use serde_json::json;
 //!
 //! let set = ConfigSet::parse("{ tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3 } } }")?;
@@ -24,28 +31,36 @@
 //! let scope = Scope::new("s").with_run(Some("r"));
 //! let (args, result) = (json!({ "q": "x" }), json!("no results"));
 //!
-//! // One process per event: read the state, apply the event, write the state back.
-//! let mut stored: Option<Vec<u8>> = None;
-//! let mut event = |apply: &mut dyn FnMut(&mut RunState)| {
+//! // One process per event: read the states, apply the event, write them back.
+//! let (mut stored, mut stored_session): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+//! let mut event = |apply: &mut dyn FnMut(&mut RunState, &mut SessionState)| {
 //!     let mut run = match &stored {
 //!         Some(bytes) => RunState::from_bytes(bytes).expect("a state this build wrote"),
 //!         None => RunState::default(),
 //!     };
-//!     apply(&mut run);
+//!     let mut session = match &stored_session {
+//!         Some(bytes) => SessionState::from_bytes(bytes).expect("a state this build wrote"),
+//!         None => SessionState::default(),
+//!     };
+//!     apply(&mut run, &mut session);
 //!     stored = Some(run.to_bytes());
+//!     if session.changed() {
+//!         stored_session = Some(session.to_bytes());
+//!     }
 //! };
 //! let mut verdicts = Vec::new();
 //! for (i, now) in (0..4).zip((1_000..).map(Millis::new)) {
 //!     let id = format!("c{i}");
 //!     let mut blocked = false;
 //!     // The call: judged, its ticket left with the run as the call's pending record.
-//!     event(&mut |run| {
-//!         let ticket = run.begin(cfg, &scope, &Call::new("search", &args).with_id(Some(&id)), now);
+//!     event(&mut |run, session| {
+//!         let call = Call::new("search", &args).with_id(Some(&id));
+//!         let ticket = run.begin(session, cfg, &scope, &call, now);
 //!         blocked = ticket.is_blocked();
 //!     });
 //!     if !blocked {
 //!         // Its result, in another process: the ticket resumed by the call's id.
-//!         event(&mut |run| {
+//!         event(&mut |run, _| {
 //!             let ticket = run.resume(cfg, &scope, CallRef::id(&id));
 //!             let recorded = run.finish(cfg, ticket, Outcome::Result(&result), now);
 //!             assert!(recorded.expect("a pending call").recorded);

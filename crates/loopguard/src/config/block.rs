@@ -25,7 +25,10 @@ use std::sync::OnceLock;
 use serde::Serialize;
 
 use super::locate::Segment;
-use super::value::{self, Checker, Node, MAX_CYCLE_LENGTH, MAX_THRESHOLD, MAX_WINDOW};
+use super::value::{
+    self, Checker, Decimal, Node, UtcOffset, MAX_BUDGET_COST, MAX_BUDGET_TOKENS, MAX_CYCLE_LENGTH,
+    MAX_PRICE, MAX_PRICES, MAX_THRESHOLD, MAX_WALL_SECONDS, MAX_WINDOW,
+};
 pub(crate) use super::value::{Block, Field, Kind};
 
 /// How a field is laid over: a value set by the agent wins, a block merges key by key.
@@ -59,6 +62,18 @@ macro_rules! read {
     (block, $v:ident, $p:ident, $c:ident) => {
         value::parse_block($v, $p, $c)
     };
+    (tokens($max:expr), $v:ident, $p:ident, $c:ident) => {
+        value::big_count($v, $p, $max, $c)
+    };
+    (amount($max:expr), $v:ident, $p:ident, $c:ident) => {
+        value::decimal($v, $p, true, $max, $c)
+    };
+    (rate($max:expr), $v:ident, $p:ident, $c:ident) => {
+        value::decimal($v, $p, false, $max, $c)
+    };
+    (utc_offset, $v:ident, $p:ident, $c:ident) => {
+        value::utc_offset($v, $p, $c)
+    };
 }
 
 /// The description of one kind of value.
@@ -85,11 +100,31 @@ macro_rules! kind {
     (block, $ty:ty) => {
         Kind::Block(<$ty as Block>::FIELDS)
     };
+    (tokens($max:expr), $ty:ty) => {
+        Kind::Count { min: 1, max: $max }
+    };
+    (amount($max:expr), $ty:ty) => {
+        Kind::Decimal {
+            positive: true,
+            max: $max,
+        }
+    };
+    (rate($max:expr), $ty:ty) => {
+        Kind::Decimal {
+            positive: false,
+            max: $max,
+        }
+    };
+    (utc_offset, $ty:ty) => {
+        Kind::UtcOffset
+    };
 }
 
 /// The table: `"key" => field: Type = what,` per line, where `what` is `switch`,
-/// `count(max)` (1 to max), `gap(max)` (0 to max), `period(min, max)`, `mask_rules`, or
-/// `block` (a nested block of the table, merged key by key).
+/// `count(max)` (1 to max), `tokens(max)` (the same, beyond 32 bits), `gap(max)` (0 to
+/// max), `period(min, max)`, `amount(max)` (a decimal above 0), `rate(max)` (a decimal
+/// from 0), `utc_offset`, `mask_rules`, or `block` (a nested block of the table, merged
+/// key by key).
 macro_rules! blocks {
     ($(
         $(#[doc = $doc:literal])*
@@ -257,7 +292,69 @@ blocks! {
         /// On unless `false`.
         "enabled" => enabled: Option<bool> = switch,
     }
+
+    /// The limits of one scope of `loopguard.budgets` (`run`, `session`, `agent`, `day`),
+    /// as written.
+    BudgetBlock {
+        /// Tokens (input, output and cache, as the provider counts them).
+        "tokens" => tokens: Option<u64> = tokens(MAX_BUDGET_TOKENS),
+        /// US dollars.
+        "cost" => cost: Option<Decimal> = amount(MAX_BUDGET_COST),
+        /// Tool calls allowed to run.
+        "calls" => calls: Option<u32> = count(MAX_THRESHOLD),
+        /// Seconds since the scope's first event.
+        "wallSeconds" => wall_seconds: Option<u32> = count(MAX_WALL_SECONDS),
+    }
+
+    /// `loopguard.budgets.withoutProgress`, as written: what a run may spend since its
+    /// last progress.
+    ProgressBudgetBlock {
+        /// On unless `false` (a `budgets` block turns it on); limits not given take their
+        /// defaults.
+        "enabled" => enabled: Option<bool> = switch,
+        /// Tokens since the last progress.
+        "tokens" => tokens: Option<u64> = tokens(MAX_BUDGET_TOKENS),
+        /// US dollars since the last progress.
+        "cost" => cost: Option<Decimal> = amount(MAX_BUDGET_COST),
+        /// Tool calls since the last progress.
+        "calls" => calls: Option<u32> = count(MAX_THRESHOLD),
+    }
+
+    /// `loopguard.budgets`, as written.
+    BudgetsBlock {
+        /// What one run may spend.
+        "run" => run: BudgetBlock = block,
+        /// What one session may spend, all its runs and agents together.
+        "session" => session: BudgetBlock = block,
+        /// What one agent may spend in a session.
+        "agent" => agent: BudgetBlock = block,
+        /// What one session may spend per calendar day.
+        "day" => day: BudgetBlock = block,
+        /// What a run may spend since its last progress.
+        "withoutProgress" => without_progress: ProgressBudgetBlock = block,
+        /// The share of a limit at which the model is warned (default 0.8).
+        "warnAt" => warn_at: Option<Decimal> = amount(1),
+        /// Where calendar days begin, as a UTC offset (default `"UTC"`).
+        "timeZone" => time_zone: Option<UtcOffset> = utc_offset,
+    }
+
+    /// One model's price in `loopguard.prices`, in US dollars per million tokens, as
+    /// written.
+    PriceBlock {
+        /// Uncached input tokens (required).
+        "input" => input: Option<Decimal> = rate(MAX_PRICE),
+        /// Output tokens (required).
+        "output" => output: Option<Decimal> = rate(MAX_PRICE),
+        /// Input tokens read from the prompt cache (default: `input`).
+        "cacheRead" => cache_read: Option<Decimal> = rate(MAX_PRICE),
+        /// Input tokens written to the prompt cache (default: `input`).
+        "cacheWrite" => cache_write: Option<Decimal> = rate(MAX_PRICE),
+    }
 }
+
+/// What a JSON schema accepts as a UTC offset (`budgets.timeZone`), as
+/// [`UtcOffset::parse`] reads it.
+pub const UTC_OFFSET_PATTERN: &str = "^(UTC|Z|(UTC)?[+-](0[0-9]|1[0-4]):[0-5][0-9])$";
 
 /// `loopguard.mode`'s values.
 pub(crate) const MODES: &[&str] = &["enforce", "shadow"];
@@ -279,6 +376,8 @@ pub(crate) const EXTENSIONS: &[Field] = &[
     field("masking", block::<MaskingBlock>()),
     field("policy", Kind::Block(POLICY)),
     field("detectors", Kind::Block(EXT_DETECTORS)),
+    field("budgets", block::<BudgetsBlock>()),
+    field("prices", Kind::Map(PriceBlock::FIELDS, MAX_PRICES)),
 ];
 
 /// `loopguard.policy`.
@@ -364,6 +463,7 @@ fn every_block() -> Vec<(String, Vec<&'static str>)> {
             match f.kind {
                 Kind::Block(inner) => stack.push((format!("{path}.{}", f.key), inner)),
                 Kind::List(inner, _) => stack.push((format!("{path}.{}[]", f.key), inner)),
+                Kind::Map(inner, _) => stack.push((format!("{path}.{}.*", f.key), inner)),
                 _ => {}
             }
         }
@@ -423,6 +523,22 @@ mod tests {
                 // The schema offers the boolean form; the rule list is for hand-written
                 // configs.
                 Kind::Mask => json!({ "type": "boolean" }),
+                Kind::Decimal {
+                    positive: true,
+                    max,
+                } => json!({ "type": "number", "exclusiveMinimum": 0, "maximum": max }),
+                Kind::Decimal {
+                    positive: false,
+                    max,
+                } => json!({ "type": "number", "minimum": 0, "maximum": max }),
+                Kind::UtcOffset => json!({ "type": "string", "pattern": UTC_OFFSET_PATTERN }),
+                Kind::Map(inner, max) => {
+                    if s["type"] != "object" || s["maxProperties"] != max {
+                        out.push(format!("{at}: not an object of at most {max} entries"));
+                    }
+                    schema_problems(&s["additionalProperties"], inner, &format!("{at}.*"), out);
+                    continue;
+                }
                 Kind::Block(inner) => {
                     schema_problems(s, inner, &at, out);
                     continue;
@@ -469,6 +585,8 @@ mod tests {
             Kind::MaskRules => Some(json!(["uuid"])),
             Kind::OneOf(names) => names.last().map(|n| json!(n)),
             Kind::Preset => Preset::ALL.first().map(|(n, _)| json!(n)),
+            Kind::Decimal { .. } => Some(json!(0.5)),
+            Kind::UtcOffset => Some(json!("+02:00")),
             _ => None,
         }
     }

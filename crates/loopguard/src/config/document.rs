@@ -2,11 +2,13 @@
 //! collected (not just the first) and placed at its line and column.
 
 use super::block::{CLASSES, EXTENSIONS, EXT_DETECTORS, MODES, POLICY, TOOL_RULE};
-use super::extensions::{ExtensionsBlock, Mode, PolicyBlock, Preset, ToolMask, ToolRuleBlock};
+use super::extensions::{
+    ExtensionsBlock, Mode, PolicyBlock, Preset, PriceBlock, ToolMask, ToolRuleBlock,
+};
 use super::locate::{too_deep, Position, Segment};
 use super::value::{
     boolean, child, child_index, count, key, mask_rules, members, one_of, parse_block, render_path,
-    strings, unknown, Checker, Node, MAX_THRESHOLD,
+    strings, unknown, Checker, Node, MAX_PRICES, MAX_THRESHOLD,
 };
 use super::{ConfigError, ConfigIssue, IssueKind, ScopeBlocks};
 use crate::policy::ToolClass;
@@ -242,10 +244,50 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                     }
                 }
             }
+            "budgets" => block.budgets = Some(parse_block(v, &p, checker)),
+            "prices" => block.prices = parse_prices(v, &p, checker),
             _ => unknown(k, &p, EXTENSIONS, checker),
         }
     }
     block
+}
+
+/// Parses `loopguard.prices`: model name → price, `input` and `output` required.
+fn parse_prices(
+    node: &Node,
+    path: &[Segment],
+    checker: &mut Checker<'_>,
+) -> Vec<(String, PriceBlock)> {
+    let members = members(node, path, checker);
+    if members.len() > MAX_PRICES {
+        checker.issue(
+            path,
+            IssueKind::TooLarge {
+                max: MAX_PRICES as u64,
+            },
+        );
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(members.len());
+    for (model, v) in members {
+        let p = child(path, model);
+        if crate::text::is_blank(model) {
+            checker.issue(&p, IssueKind::MissingKey { key: "model name" });
+            continue;
+        }
+        let price: PriceBlock = parse_block(v, &p, checker);
+        let mut complete = true;
+        for (key, given) in [("input", price.input), ("output", price.output)] {
+            if given.is_none() && matches!(v, Node::Object(_)) && v.get(key).is_none() {
+                checker.issue(&p, IssueKind::MissingKey { key });
+                complete = false;
+            }
+        }
+        if complete {
+            out.push((crate::text::trim(model).to_owned(), price));
+        }
+    }
+    out
 }
 
 fn parse_policy(node: &Node, path: &[Segment], checker: &mut Checker<'_>) -> PolicyBlock {

@@ -34,7 +34,12 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 
 pub use super::block::{
-    CascadeBlock, CycleBlock, EscalationBlock, LevelsBlock, MaskingBlock, StaleBlock, SwitchBlock,
+    BudgetBlock, BudgetsBlock, CascadeBlock, CycleBlock, EscalationBlock, LevelsBlock,
+    MaskingBlock, PriceBlock, ProgressBudgetBlock, StaleBlock, SwitchBlock,
+};
+use crate::budget::prices::{Price, Rates};
+use crate::budget::{
+    BudgetLimits, Budgets, Cost, DEFAULT_NO_PROGRESS_CALLS, DEFAULT_NO_PROGRESS_TOKENS,
 };
 use crate::canonical::PathSet;
 use crate::masking::MaskSet;
@@ -145,7 +150,69 @@ fn recommended() -> ExtensionsBlock {
             stop_after: Some(3),
         }),
         batch_duplicates: Some(SwitchBlock::default()),
+        budgets: None,
+        prices: Vec::new(),
     }
+}
+
+/// The `budgets` block, compiled: limits in the engine's units, `withoutProgress` on with
+/// its defaults (for the limits it does not give) unless it is switched off.
+fn compile_budgets(b: &BudgetsBlock) -> Budgets {
+    let dollars =
+        |d: super::value::Decimal| Cost::from_pico(d.millionths().saturating_mul(1_000_000));
+    let limits = |x: &BudgetBlock| BudgetLimits {
+        tokens: x.tokens,
+        cost: x.cost.map(dollars),
+        calls: x.calls.map(u64::from),
+        wall_seconds: x.wall_seconds.map(u64::from),
+    };
+    let p = &b.without_progress;
+    let without_progress = match p.enabled != Some(false) {
+        true => BudgetLimits {
+            tokens: Some(p.tokens.unwrap_or(DEFAULT_NO_PROGRESS_TOKENS)),
+            cost: p.cost.map(dollars),
+            calls: Some(p.calls.map_or(DEFAULT_NO_PROGRESS_CALLS, u64::from)),
+            wall_seconds: None,
+        },
+        false => BudgetLimits::default(),
+    };
+    Budgets {
+        run: limits(&b.run),
+        session: limits(&b.session),
+        agent: limits(&b.agent),
+        day: limits(&b.day),
+        without_progress,
+        warn_at: b
+            .warn_at
+            .map_or((crate::budget::DEFAULT_WARN_AT * 1e6) as u32, |d| {
+                u32::try_from(d.millionths()).unwrap_or(1_000_000)
+            }),
+        utc_offset_minutes: b.time_zone.map_or(0, |z| z.minutes()),
+    }
+}
+
+/// The `prices` block, compiled: names normalized, the first of a model kept, cache rates
+/// defaulting to the input rate.
+fn compile_prices(prices: &[(String, PriceBlock)]) -> Vec<(String, Price)> {
+    let mut out: Vec<(String, Price)> = Vec::with_capacity(prices.len());
+    for (model, p) in prices {
+        let name = crate::budget::prices::normalize(model).into_owned();
+        if out.iter().any(|(m, _)| *m == name) {
+            continue;
+        }
+        let rate = |d: Option<super::value::Decimal>| d.map(|d| d.millionths());
+        let input = rate(p.input).unwrap_or(0);
+        out.push((
+            name,
+            Price::flat(Rates {
+                input,
+                output: rate(p.output).unwrap_or(0),
+                cache_read: rate(p.cache_read).unwrap_or(input),
+                cache_write: rate(p.cache_write).unwrap_or(input),
+            }),
+        ));
+    }
+    out
 }
 
 /// A tool rule's `mask`, as written.
@@ -261,6 +328,10 @@ pub struct ExtensionsBlock {
     pub escalation: Option<EscalationBlock>,
     /// `detectors.batchDuplicates`.
     pub batch_duplicates: Option<SwitchBlock>,
+    /// `budgets`.
+    pub budgets: Option<BudgetsBlock>,
+    /// `prices`: model name (as written) and price.
+    pub prices: Vec<(String, PriceBlock)>,
 }
 
 fn overlay_opt<T: Clone>(
@@ -320,6 +391,9 @@ impl ExtensionsBlock {
                 &agent.batch_duplicates,
                 SwitchBlock::overlay,
             ),
+            budgets: overlay_opt(&self.budgets, &agent.budgets, BudgetsBlock::overlay),
+            // The agent's prices first: the first of a model wins.
+            prices: agent.prices.iter().chain(&self.prices).cloned().collect(),
         }
     }
 }
@@ -410,6 +484,10 @@ pub struct Extensions {
     pub escalation: Option<u32>,
     /// `batch_duplicates`.
     pub batch_duplicates: bool,
+    /// The spend budgets, when the block has a `budgets` block.
+    pub budgets: Option<Budgets>,
+    /// The block's own prices (model names normalized), before the built-in table.
+    pub prices: Vec<(String, Price)>,
 }
 
 fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
@@ -517,6 +595,8 @@ impl Extensions {
                 .batch_duplicates
                 .as_ref()
                 .is_some_and(|b| on(b.enabled)),
+            budgets: block.budgets.as_ref().map(compile_budgets),
+            prices: compile_prices(&block.prices),
         })
     }
 

@@ -33,7 +33,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use block::{known_keys, schema, DetectorsBlock, GuardBlock, LoopDetectionBlock};
+pub use block::{
+    known_keys, schema, DetectorsBlock, GuardBlock, LoopDetectionBlock, UTC_OFFSET_PATTERN,
+};
 use extensions::{Extensions, ExtensionsBlock};
 pub use locate::Position;
 pub use value::{Field, Kind as FieldKind};
@@ -280,6 +282,19 @@ impl EffectiveConfig {
         let mut config = Self::from_block(block);
         config.extensions = extensions.map(Extensions::from_block);
         config
+    }
+
+    /// The spend budgets in force (`loopguard.budgets`), when a limit is set.
+    pub fn budgets(&self) -> Option<&crate::budget::Budgets> {
+        self.extensions
+            .as_deref()
+            .and_then(|x| x.budgets.as_ref())
+            .filter(|b| b.any())
+    }
+
+    /// The config's own prices (`loopguard.prices`), which come before the built-in table.
+    pub fn prices(&self) -> &[(String, crate::budget::prices::Price)] {
+        self.extensions.as_deref().map_or(&[], |x| &x.prices)
     }
 
     /// Whether verdicts are only reported (`loopguard.mode: "shadow"`).
@@ -575,6 +590,9 @@ impl fmt::Display for ConfigIssue {
             IssueKind::NotPositiveInteger { found } => {
                 write!(f, "{at}expected a positive integer, found {found}")
             }
+            IssueKind::NotNumber { found } => {
+                write!(f, "{at}expected a finite number, not negative (above 0 for a limit), found {found}")
+            }
             IssueKind::TooLarge { max } => write!(f, "{at}must be at most {max}"),
             IssueKind::NotBoolean { found } => {
                 write!(f, "{at}expected true or false, found {found}")
@@ -650,6 +668,12 @@ pub enum IssueKind {
     },
     /// A numeric field that is not a positive integer.
     NotPositiveInteger {
+        /// What was found.
+        found: String,
+    },
+    /// A decimal field (a price, an amount, a fraction) that is not a finite number in
+    /// its range.
+    NotNumber {
         /// What was found.
         found: String,
     },
@@ -738,12 +762,13 @@ mod tests {
         node.to_string()
     }
 
-    /// Whether parsing `doc` reports an unknown key at `path` (array indices as `[]`).
+    /// Whether parsing `doc` reports an unknown key at `path` (array indices as `[]`, a
+    /// map's entry named `*` as `.*`).
     fn unknown_at(doc: &str, path: &str) -> bool {
         ConfigSet::parse(doc).err().is_some_and(|e| {
             e.issues.iter().any(|i| {
                 matches!(i.kind, IssueKind::UnknownKey { .. })
-                    && i.path.replace("[0]", "[]") == path
+                    && i.path.replace("[0]", "[]").replace("[\"*\"]", ".*") == path
             })
         })
     }

@@ -19,6 +19,21 @@ pub const MAX_WINDOW: u64 = 1_000_000;
 /// Largest accepted threshold.
 pub const MAX_THRESHOLD: u64 = 1_000_000_000;
 
+/// Largest token budget accepted (a thousand billion).
+pub const MAX_BUDGET_TOKENS: u64 = 1_000_000_000_000;
+
+/// Largest money budget accepted, in US dollars.
+pub const MAX_BUDGET_COST: u64 = 10_000_000;
+
+/// Largest `wallSeconds` accepted (a year).
+pub const MAX_WALL_SECONDS: u64 = 366 * 24 * 60 * 60;
+
+/// Largest price accepted, in US dollars per million tokens.
+pub const MAX_PRICE: u64 = 100_000;
+
+/// Most models a config may price (`loopguard.prices`).
+pub const MAX_PRICES: usize = 1024;
+
 /// Longest `cycle.maxLength` accepted (at run time it is also capped at `historySize`).
 pub const MAX_CYCLE_LENGTH: u32 = 1000;
 
@@ -60,6 +75,19 @@ pub enum Kind {
     MaskRules,
     /// `true`, `false` or an array of masking rule names.
     Mask,
+    /// A decimal number from 0 (excluded when `positive`) to `max` (a price, an amount of
+    /// money, a fraction).
+    Decimal {
+        /// Whether 0 is refused.
+        positive: bool,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A UTC offset: `"UTC"`, or `"+HH:MM"` / `"-HH:MM"` up to 14 hours.
+    UtcOffset,
+    /// An object whose keys are names chosen by the writer (model names), each holding an
+    /// object with these keys; at most `max` of them.
+    Map(&'static [Field], usize),
 }
 
 /// A block of the table: parsed key by key, laid over another of its kind.
@@ -455,6 +483,202 @@ pub(crate) fn count(
                 path,
                 IssueKind::NotPositiveInteger {
                     found: v.describe(),
+                },
+            );
+            None
+        }
+    }
+}
+
+/// A count too large for 32 bits (a token budget), from 1 to `max`.
+pub(crate) fn big_count(
+    v: &Node,
+    path: &[Segment],
+    max: u64,
+    checker: &mut Checker<'_>,
+) -> Option<u64> {
+    let value = match v {
+        Node::Int(i) if *i >= 1 => Some(*i),
+        Node::Float(f) if f.is_finite() && f.fract() == 0.0 && *f >= 1.0 => {
+            Some(if *f > 1e30 { i128::MAX } else { *f as i128 })
+        }
+        _ => None,
+    };
+    match value {
+        Some(n) if n <= max as i128 => Some(n as u64),
+        Some(_) => {
+            checker.issue(path, IssueKind::TooLarge { max });
+            None
+        }
+        None => {
+            checker.issue(
+                path,
+                IssueKind::NotPositiveInteger {
+                    found: v.describe(),
+                },
+            );
+            None
+        }
+    }
+}
+
+/// A decimal number kept exactly to the millionth: written `0.8`, `2`, `0.075`, it is
+/// compared, summed and serialized without binary rounding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Decimal(u64);
+
+impl Decimal {
+    /// The value in millionths.
+    pub const fn millionths(self) -> u64 {
+        self.0
+    }
+
+    /// A value given in millionths.
+    pub const fn from_millionths(millionths: u64) -> Self {
+        Self(millionths)
+    }
+
+    /// The value as a float (for display).
+    pub fn as_f64(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl serde::Serialize for Decimal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.as_f64())
+    }
+}
+
+/// A decimal from 0 (excluded when `positive`) to `max`, rounded to the millionth.
+pub(crate) fn decimal(
+    v: &Node,
+    path: &[Segment],
+    positive: bool,
+    max: u64,
+    checker: &mut Checker<'_>,
+) -> Option<Decimal> {
+    let x = match v {
+        Node::Int(i) => *i as f64,
+        Node::Float(f) => *f,
+        other => {
+            checker.issue(
+                path,
+                IssueKind::NotNumber {
+                    found: other.describe(),
+                },
+            );
+            return None;
+        }
+    };
+    if !x.is_finite() || x < 0.0 || (positive && x == 0.0) {
+        checker.issue(
+            path,
+            IssueKind::NotNumber {
+                found: v.describe(),
+            },
+        );
+        return None;
+    }
+    if x > max as f64 {
+        checker.issue(path, IssueKind::TooLarge { max });
+        return None;
+    }
+    let millionths = (x * 1e6).round() as u64;
+    if positive && millionths == 0 {
+        // Below a millionth: a limit nothing could stay under.
+        checker.issue(
+            path,
+            IssueKind::NotNumber {
+                found: v.describe(),
+            },
+        );
+        return None;
+    }
+    Some(Decimal(millionths))
+}
+
+/// A UTC offset in minutes east of UTC, as written: `"+02:00"`, `"-05:30"`, `"UTC"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UtcOffset(i32);
+
+impl UtcOffset {
+    /// Minutes east of UTC.
+    pub const fn minutes(self) -> i32 {
+        self.0
+    }
+
+    /// An offset of `minutes` east of UTC.
+    pub const fn from_minutes(minutes: i32) -> Self {
+        Self(minutes)
+    }
+
+    /// Reads `"UTC"`, `"Z"`, `"+HH:MM"` or `"-HH:MM"` (at most 14 hours).
+    pub fn parse(text: &str) -> Option<Self> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("utc") || t == "Z" {
+            return Some(Self(0));
+        }
+        let t = t
+            .strip_prefix("UTC")
+            .or_else(|| t.strip_prefix("utc"))
+            .unwrap_or(t);
+        let (sign, rest) = match t.as_bytes().first() {
+            Some(b'+') => (1, &t[1..]),
+            Some(b'-') => (-1, &t[1..]),
+            _ => return None,
+        };
+        let (h, m) = rest.split_once(':')?;
+        if h.len() != 2 || m.len() != 2 {
+            return None;
+        }
+        let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
+        (h <= 14 && m < 60 && h * 60 + m <= 14 * 60).then_some(Self(sign * (h * 60 + m)))
+    }
+}
+
+impl std::fmt::Display for UtcOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == 0 {
+            return f.write_str("UTC");
+        }
+        let sign = if self.0 < 0 { '-' } else { '+' };
+        let m = self.0.unsigned_abs();
+        write!(f, "UTC{sign}{:02}:{:02}", m / 60, m % 60)
+    }
+}
+
+impl serde::Serialize for UtcOffset {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A UTC offset (`budgets.timeZone`).
+pub(crate) fn utc_offset(
+    v: &Node,
+    path: &[Segment],
+    checker: &mut Checker<'_>,
+) -> Option<UtcOffset> {
+    match v {
+        Node::Str(s) => {
+            let offset = UtcOffset::parse(s);
+            if offset.is_none() {
+                checker.issue(
+                    path,
+                    IssueKind::UnknownValue {
+                        value: s.clone(),
+                        expected: "\"UTC\" or an offset such as \"+02:00\" or \"-05:30\"".into(),
+                    },
+                );
+            }
+            offset
+        }
+        other => {
+            checker.issue(
+                path,
+                IssueKind::NotString {
+                    found: other.describe(),
                 },
             );
             None

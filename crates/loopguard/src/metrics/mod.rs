@@ -219,6 +219,7 @@ mod tests {
             );
             let cfg = set.global();
             let mut run = RunState::default();
+            let mut session = crate::SessionState::default();
             let scope = Scope::new("s");
             for (now, step) in steps.iter().enumerate() {
                 let now = now as u64;
@@ -233,7 +234,7 @@ mod tests {
                         prop_assert_eq!(ping_pong(h, sig), reference::ping_pong(h, sig));
                         let id = format!("c{id}");
                         let call = Call::new(TOOLS[*tool as usize], &args).with_id(Some(&id));
-                        run.begin(cfg, &scope, &call, Millis::new(now)).cancel();
+                        run.begin(&mut session, cfg, &scope, &call, Millis::new(now)).cancel();
                     }
                     Step::Result { tool, args, id, outcome: n } => {
                         let args = json!({ "a": args });
