@@ -387,6 +387,50 @@ export interface Recorded {
   shadowAbort?: Abort;
 }
 
+/** What one model response used (`Guard.recordUsage`). */
+export interface UsageInput extends Scope {
+  /** The response's id: a usage sent again with the same id counts once. */
+  id?: string;
+  /** The model that answered; prices the response when `cost` is absent. */
+  model?: string;
+  /** Input tokens not read from or written to the prompt cache. */
+  inputTokens: number;
+  /** Output tokens, reasoning included. */
+  outputTokens: number;
+  /** Input tokens read from the prompt cache. */
+  cacheReadTokens?: number;
+  /** Input tokens written to the prompt cache. */
+  cacheWriteTokens?: number;
+  /** What the response cost in US dollars, when the host knows (wins over the price table). */
+  cost?: number;
+}
+
+/** A spend budget used up (`loopguard.budgets`). */
+export interface BudgetStop {
+  detector: Detector;
+  /** Percent of the limit used. */
+  count: number;
+  measure: 'tokens' | 'cost' | 'calls' | 'wall_seconds';
+  /** Spent: US dollars, tokens, calls or seconds. */
+  used: number;
+  /** The limit, in the same unit. */
+  limit: number;
+  message: string;
+}
+
+/** What a usage counted. */
+export interface Counted {
+  /** What the response cost in US dollars (the host's figure, else the price table's);
+   * null when neither is known. */
+  cost: number | null;
+  /** A budget used up (by this response or an earlier one): the run's next call is blocked. */
+  stop: BudgetStop | null;
+  /** When a budget is used up: the message the run ends with (`stop.message`). */
+  endsRun: string | null;
+  /** Shadow mode: the budget that would have stopped the run. */
+  shadowStop?: BudgetStop;
+}
+
 /** What a tool call came to: its result, or how it failed (wins over `result`). */
 export interface Outcome {
   result?: Json;
@@ -526,6 +570,12 @@ export class Guard {
   /** A compaction retry happened in this run: arms the post-compaction guard; returns the
    * number of attempts it watches (0 when disabled). */
   onCompaction(scope?: Scope): number;
+  /**
+   * What one model response of the run used (a `usage` event), for the spend budgets of
+   * the `loopguard` block; a usage sent again with the same `id` counts once. Figures that
+   * cannot be right throw and count nothing.
+   */
+  recordUsage(usage: UsageInput): Counted;
   /** Forgets a run; returns whether it existed. */
   endRun(scope?: Scope): boolean;
   /** Forgets a session and all its runs; returns whether it existed. */
@@ -549,3 +599,7 @@ export function configKeys(): Record<string, string[]>;
  * `tool` is the call's.
  */
 export function verdictFromAnswer(answer: string | Record<string, unknown>, tool: string): Verdict;
+
+/** A `loopguard serve` answer to a usage event (the parsed object or its JSON text) as
+ * `recordUsage` answers it. */
+export function countedFromAnswer(answer: string | Record<string, unknown>): Counted;

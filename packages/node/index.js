@@ -374,6 +374,39 @@ function recordedObject(r) {
   return out;
 }
 
+/** The keys `recordUsage` takes. */
+const USAGE_KEYS = new Set([
+  'session',
+  'run',
+  'agent',
+  'id',
+  'model',
+  'inputTokens',
+  'outputTokens',
+  'cacheReadTokens',
+  'cacheWriteTokens',
+  'cost',
+]);
+
+/** A usage answer of the protocol (snake_case) as `recordUsage` answers it. */
+function countedObject(a) {
+  const out = { cost: a.cost ?? null, stop: a.stop ?? null, endsRun: a.stop?.message ?? null };
+  if (a.shadow_stop) out.shadowStop = a.shadow_stop;
+  return out;
+}
+
+/**
+ * A `loopguard serve` answer to a usage event (the parsed object or its JSON text) as
+ * `recordUsage` answers it.
+ */
+function countedFromAnswer(answer) {
+  const a = typeof answer === 'string' ? JSON.parse(answer) : answer;
+  if (a === null || typeof a !== 'object' || a.type !== 'usage' || a.counted !== true) {
+    throw new Error(`not the answer to a usage event: ${JSON.stringify(a)}`);
+  }
+  return countedObject(a);
+}
+
 /** The error text of an exception a tool threw (its message: an Error's JSON is `{}`). */
 function errorOutcome(error) {
   return error instanceof Error ? `${error.name}: ${error.message}` : error;
@@ -622,6 +655,43 @@ class Guard {
     );
   }
 
+  /**
+   * What one model response of the run used (a `usage` event): counted in the run, its
+   * session, its agent and the day, priced by `cost` (US dollars) when given, else by the
+   * price table. Answers `{ cost, stop, endsRun }`; when a budget is used up, the run's next
+   * call is blocked. A usage sent again with the same `id` counts once. Figures that cannot
+   * be right, and keys it does not know, throw and count nothing.
+   */
+  recordUsage(usage) {
+    if (usage === null || typeof usage !== 'object') {
+      throw new TypeError(`recordUsage expects an object, not ${describe(usage)}`);
+    }
+    for (const key of Object.keys(usage)) {
+      if (!USAGE_KEYS.has(key)) {
+        throw new TypeError(
+          `recordUsage: unknown key ${JSON.stringify(key)} (a usage has ${[...USAGE_KEYS].join(', ')})`,
+        );
+      }
+    }
+    checkFields(usage, 'recordUsage');
+    checkId(usage.id, 'id', 'recordUsage');
+    checkId(usage.model, 'model', 'recordUsage');
+    const event = {
+      type: 'usage',
+      session: usage.session,
+      run: usage.run,
+      agent: usage.agent,
+      id: usage.id,
+      model: usage.model,
+      input_tokens: usage.inputTokens,
+      output_tokens: usage.outputTokens,
+      cache_read_tokens: usage.cacheReadTokens,
+      cache_write_tokens: usage.cacheWriteTokens,
+      cost: usage.cost,
+    };
+    return countedObject(JSON.parse(native.usageText(this.#native, toJson(event, 'the usage'))));
+  }
+
   /** Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed. */
   endRun(scope = {}) {
     checkFields(scope, 'endRun');
@@ -674,4 +744,12 @@ function verdictFromAnswer(answer, tool) {
   return verdict === null ? ALLOW : verdictObject(verdict);
 }
 
-module.exports = { Guard, Ticket, ConfigError, ALLOW, configKeys, verdictFromAnswer };
+module.exports = {
+  Guard,
+  Ticket,
+  ConfigError,
+  ALLOW,
+  configKeys,
+  verdictFromAnswer,
+  countedFromAnswer,
+};

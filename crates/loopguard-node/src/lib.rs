@@ -285,6 +285,20 @@ pub fn compaction_text(guard: &External<RefCell<NativeGuard>>, event: String) ->
     }
 }
 
+/// A usage event as JSON text: the answer's JSON text (`counted`, `cost`, `stop`, and
+/// `shadow_stop` in shadow mode); figures the protocol refuses throw, counting nothing.
+#[napi]
+pub fn usage_text(guard: &External<RefCell<NativeGuard>>, event: String) -> Result<String> {
+    let mut this = enter(guard)?;
+    let this = &mut *this;
+    match this.replayer.apply_line(0, event.as_bytes()) {
+        answer @ Answer::Usage { .. } => {
+            serde_json::to_string(&answer).map_err(|e| Error::from_reason(e.to_string()))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
 /// Any line of the replay protocol, answered as `loopguard replay` prints it (the
 /// answer's JSON text, error lines included).
 #[napi]

@@ -1,13 +1,14 @@
 //! What the guard answers, as frozen Python objects: [`PyVerdict`], [`PyRecorded`],
-//! [`PyAbort`]. Each wraps the engine's own value and reads every field from it, so the
+//! [`PyAbort`], [`PyCounted`]. Each wraps the engine's own value and reads every field from it, so the
 //! words, the blocked result and the warning note are the engine's; `to_dict()` is the
 //! answer `loopguard replay` prints for the same event, without `seq`, `type`, `session` and
 //! `run` (it is serialized by the event protocol crate, not rebuilt here).
 //!
 //! `Guard.remote` builds the same objects from the sidecar's JSON answers
-//! ([`verdict_from_answer`], [`recorded_from_answer`]), so both guards hand back one type.
+//! ([`verdict_from_answer`], [`recorded_from_answer`], [`counted_from_answer`]), so both
+//! guards hand back one type.
 
-use loopguard::{Abort, CallIdUse, Detection, Level, Recorded, Verdict};
+use loopguard::{Abort, CallIdUse, Counted, Detection, Level, Recorded, Verdict};
 use loopguard_events::Answer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -328,6 +329,81 @@ impl PyAbort {
     }
 }
 
+/// What a model response's usage counted: its cost, and the budget it used up, if any.
+#[pyclass(module = "loopguard", name = "Counted", frozen)]
+pub struct PyCounted {
+    inner: Counted,
+}
+
+pub fn counted(py: Python<'_>, inner: Counted) -> PyResult<Py<PyCounted>> {
+    Py::new(py, PyCounted { inner })
+}
+
+#[pymethods]
+impl PyCounted {
+    /// What the response cost in US dollars: the host's figure, else the price table's;
+    /// `None` when neither is known.
+    #[getter]
+    fn cost(&self) -> Option<f64> {
+        self.inner.cost.map(loopguard::budget::Cost::usd)
+    }
+
+    /// The detector of the budget used up (`run_budget`, …), or `None`.
+    #[getter]
+    fn detector(&self) -> Option<&'static str> {
+        self.inner.detector().map(|d| d.as_str())
+    }
+
+    /// What the model or the user reads about the budget used up.
+    #[getter]
+    fn message(&self) -> Option<&str> {
+        self.inner.message.as_deref()
+    }
+
+    /// Whether the budget is only reported (shadow mode): nothing is stopped.
+    #[getter]
+    fn shadow(&self) -> bool {
+        self.inner.shadow
+    }
+
+    /// When a budget is used up (not in shadow mode): the message the run ends with; its
+    /// next call is blocked.
+    #[getter]
+    fn ends_run(&self) -> Option<&str> {
+        match self.inner.shadow {
+            true => None,
+            false => self.inner.message.as_deref(),
+        }
+    }
+
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        answer_dict(
+            py,
+            &Answer::Usage {
+                seq: 0,
+                session: String::new(),
+                run: None,
+                counted: self.inner.clone(),
+            },
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        let cost = match self.inner.cost {
+            Some(c) => format!("{}", c.usd()),
+            None => "None".into(),
+        };
+        match self.inner.detector() {
+            Some(d) => format!(
+                "Counted(cost={cost}, detector='{}', shadow={})",
+                d.as_str(),
+                py_bool(self.inner.shadow)
+            ),
+            None => format!("Counted(cost={cost})"),
+        }
+    }
+}
+
 fn py_bool(b: bool) -> &'static str {
     if b {
         "True"
@@ -369,6 +445,15 @@ pub fn recorded_from_answer(py: Python<'_>, answer: &[u8]) -> PyResult<Py<PyReco
             recorded: inner, ..
         } => recorded(py, inner),
         _ => Err(bad_answer("not the answer to a result")),
+    }
+}
+
+/// A sidecar's answer to a usage event (JSON text).
+#[pyfunction]
+pub fn counted_from_answer(py: Python<'_>, answer: &[u8]) -> PyResult<Py<PyCounted>> {
+    match Answer::from_json(answer, "").map_err(bad_answer)? {
+        Answer::Usage { counted: inner, .. } => counted(py, inner),
+        _ => Err(bad_answer("not the answer to a usage event")),
     }
 }
 

@@ -5,7 +5,8 @@
 //! protocol's crate ([`loopguard_events::Replayer`]), as every front end is: `begin` hands
 //! out the engine's own [`Ticket`] ([`PyTicket`], whose `finish` records the outcome
 //! against the call as it was judged); `before_call`, `after_call` and `on_compaction` are
-//! the protocol's call, result and compaction events; `apply_event` takes any event.
+//! the protocol's call, result and compaction events, `record_usage` its usage event;
+//! `apply_event` takes any event.
 //! Python values are walked into a `flat` JSON view (`convert`, in buffers reused from
 //! call to call) and the engine's answers are wrapped in frozen objects (`answers`):
 //! every word a verdict says (message, blocked result, warning note) is the engine's.
@@ -40,7 +41,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use answers::{PyAbort, PyRecorded, PyVerdict};
+use answers::{PyAbort, PyCounted, PyRecorded, PyVerdict};
 use convert::{to_flat, to_python};
 use flat::Flat;
 
@@ -415,6 +416,58 @@ impl PyGuard {
         });
         match reply {
             Reply::Compaction(armed) => Ok(armed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What one model response of this run used (a `usage` event): counted in the run, its
+    /// session, its agent and the day, priced by `cost` (US dollars) when given, else by
+    /// the price table. Answers what it counted; when it used a budget up, the run's next
+    /// call is blocked (`Counted.ends_run`). A usage sent again with the same `id` counts
+    /// once. Figures that cannot be right (negative, not whole, absurd) raise ValueError
+    /// and count nothing.
+    #[pyo3(signature = (*, session, run, input_tokens, output_tokens, agent = None, model = None, cache_read_tokens = None, cache_write_tokens = None, cost = None, id = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn record_usage(
+        &self,
+        py: Python<'_>,
+        session: &Bound<'_, PyAny>,
+        run: Option<&Bound<'_, PyAny>>,
+        input_tokens: &Bound<'_, PyAny>,
+        output_tokens: &Bound<'_, PyAny>,
+        agent: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        cache_read_tokens: Option<&Bound<'_, PyAny>>,
+        cache_write_tokens: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyCounted>> {
+        // Read as the protocol reads a usage event, so both refuse the same figures with
+        // the same words.
+        let event = PyDict::new(py);
+        event.set_item("type", "usage")?;
+        event.set_item("session", required_text(session, "session")?)?;
+        for (key, value) in [
+            ("run", run),
+            ("agent", agent),
+            ("model", model),
+            ("id", id),
+            ("input_tokens", Some(input_tokens)),
+            ("output_tokens", Some(output_tokens)),
+            ("cache_read_tokens", cache_read_tokens),
+            ("cache_write_tokens", cache_write_tokens),
+            ("cost", cost),
+        ] {
+            if let Some(value) = value.filter(|v| !v.is_none()) {
+                event.set_item(key, value)?;
+            }
+        }
+        let value = loopguard::json::to_value(Converted::new(event.as_any(), "usage")?.0.root())
+            .ok_or_else(|| PyValueError::new_err("usage: nested too deep"))?;
+        let event = from_value(value).map_err(PyValueError::new_err)?;
+        let reply = self.with_engine(py, false, |engine| engine.reply(&event.as_ref()));
+        match reply {
+            Reply::Usage(inner) => answers::counted(py, inner),
             other => Err(unexpected(other)),
         }
     }
@@ -814,8 +867,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVerdict>()?;
     m.add_class::<PyRecorded>()?;
     m.add_class::<PyAbort>()?;
+    m.add_class::<PyCounted>()?;
     m.add_function(wrap_pyfunction!(answers::verdict_from_answer, m)?)?;
     m.add_function(wrap_pyfunction!(answers::recorded_from_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(answers::counted_from_answer, m)?)?;
     m.add_function(wrap_pyfunction!(_convert_object, m)?)?;
     m.add_function(wrap_pyfunction!(_convert_text, m)?)?;
     m.add("MAX_NESTING", convert::MAX_NESTING)?;

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional, assert_never
 
-from loopguard import Guard, Recorded, Ticket, Verdict
+from loopguard import Counted, Guard, Recorded, Ticket, Verdict
 from loopguard._native import Detector, GuardConfig, Level
 
 CONFIG: GuardConfig = {
@@ -32,6 +32,10 @@ def advice(detector: Detector) -> str:
             return "failures piling up"
         case "batch_duplicates":
             return "one call twice in a batch"
+        case "run_budget" | "session_budget" | "agent_budget" | "day_budget":
+            return "the money or tokens allowed are spent"
+        case "no_progress_budget":
+            return "spending without getting anywhere"
         case _:
             assert_never(detector)
 
@@ -59,3 +63,21 @@ def host_cycle(guard: Guard) -> Optional[str]:
 
 
 host_cycle(Guard(CONFIG))
+
+
+def report_usage(guard: Guard) -> Optional[str]:
+    counted: Counted = guard.record_usage(
+        session="s", run="r", id="resp-1", model="gpt-4o", input_tokens=1200, output_tokens=300
+    )
+    if counted.detector is not None:
+        print(advice(counted.detector), counted.cost)
+    return counted.ends_run
+
+
+BUDGETS: GuardConfig = {
+    "loopguard": {
+        "budgets": {"run": {"cost": 2.0}, "day": {"tokens": 5_000_000}, "withoutProgress": {"calls": 25}, "warnAt": 0.9},
+        "prices": {"my-model": {"input": 1.0, "output": 4.0}},
+    }
+}
+report_usage(Guard(BUDGETS))

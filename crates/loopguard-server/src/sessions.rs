@@ -20,9 +20,54 @@ use crate::extract::AppJson;
 pub struct SessionView {
     /// The session id.
     pub session: String,
+    /// What the session spent (every run, every agent), when anything was counted.
+    pub spend: Option<SpendView>,
     /// Its live runs, most recently active first.
     pub runs: Vec<RunView>,
 }
+
+/// What a session or a run spent: model responses reported in usage events, and tool calls
+/// (counted while a budget is set).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpendView {
+    /// Every token: input, output and cache.
+    pub tokens: u64,
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt-cache reads.
+    pub cache_read_tokens: u64,
+    /// Prompt-cache writes.
+    pub cache_write_tokens: u64,
+    /// US dollars, for the responses whose cost is known.
+    pub cost_usd: f64,
+    /// Tokens of the responses whose cost is unknown (no host figure, no price).
+    pub unpriced_tokens: u64,
+    /// Model responses reported.
+    pub responses: u64,
+    /// Tool calls counted.
+    pub calls: u64,
+}
+
+impl SpendView {
+    /// The view of `spend`; `None` when nothing was spent.
+    pub fn of(spend: &loopguard::Spend) -> Option<Self> {
+        (!spend.is_empty()).then(|| Self {
+            tokens: spend.tokens(),
+            input_tokens: spend.input_tokens,
+            output_tokens: spend.output_tokens,
+            cache_read_tokens: spend.cache_read_tokens,
+            cache_write_tokens: spend.cache_write_tokens,
+            cost_usd: spend.cost.usd(),
+            unpriced_tokens: spend.unpriced_tokens,
+            responses: spend.responses,
+            calls: spend.calls,
+        })
+    }
+}
+
+impl Eq for SpendView {}
 
 /// One run of a [`SessionView`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -37,6 +82,8 @@ pub struct RunView {
     pub guard: GuardView,
     /// Why the run stopped, when it did: every later call of it is blocked.
     pub stopped: Option<StopView>,
+    /// What the run spent, when anything was counted.
+    pub spend: Option<SpendView>,
     /// The last calls, newest first, with what the guard did (at most [`RECENT_CALLS`]).
     pub recent: Vec<RecentCall>,
 }
@@ -85,7 +132,8 @@ pub struct GuardView {
 /// Why a run stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StopView {
-    /// `global_circuit_breaker` or `compaction_loop_persisted`.
+    /// `global_circuit_breaker`, `compaction_loop_persisted`, `escalation` or a budget's
+    /// detector.
     pub detector: String,
     /// The count that stopped it.
     pub count: u32,
@@ -99,8 +147,15 @@ impl SessionView {
     pub fn new(session: String, runs: &[RunSnapshot]) -> Self {
         Self {
             runs: runs.iter().map(RunView::of).collect(),
+            spend: None,
             session,
         }
+    }
+
+    /// The same view with the session's own state (its spend).
+    pub fn with_session_state(mut self, state: Option<&loopguard::SessionState>) -> Self {
+        self.spend = state.and_then(|s| SpendView::of(s.spend()));
+        self
     }
 }
 
@@ -161,6 +216,7 @@ impl RunView {
                 count: s.count,
                 tool: s.tool.clone(),
             }),
+            spend: SpendView::of(state.spend()),
             recent,
         }
     }
@@ -204,7 +260,10 @@ pub(crate) async fn get_session<S: Store>(
             format!("no live session {session:?}"),
         ));
     }
-    Ok(AppJson(SessionView::new(session, &runs)))
+    let state = bounded(deadline(&app), app.store().session_state(&session)).await?;
+    Ok(AppJson(
+        SessionView::new(session, &runs).with_session_state(state.as_ref()),
+    ))
 }
 
 /// Answer of `DELETE /v1/sessions/{session}`.

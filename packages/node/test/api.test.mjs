@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
-import { ALLOW, ConfigError, Guard, packageDir } from './support.mjs';
+import { ALLOW, ConfigError, Guard, countedFromAnswer, packageDir } from './support.mjs';
 
 /** The error `fn` throws, checked to be of `type`. */
 function caught(fn, type) {
@@ -504,4 +504,47 @@ test('applyEvent answers protocol lines, bad ones included, with replay\'s field
   assert.deepEqual(guard.applyEvent('not json'), { seq: 2, error: 'invalid JSON: expected ident at column 2' });
   assert.match(guard.applyEvent(Buffer.from([0x7b, 0xff, 0x7d])).error, /UTF-8/);
   assert.equal(guard.applyEvent({ type: 'compaction' }, 10).armed, 3);
+});
+
+test('recordUsage counts a response once, prices it, and a used-up budget stops the run', () => {
+  const guard = new Guard(
+    '{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 0.01 } } } }',
+  );
+  const scope = { session: 's', run: 'r' };
+  const usage = { ...scope, id: 'resp-1', model: 'gpt-4o', inputTokens: 1000, outputTokens: 100 };
+  const first = guard.recordUsage(usage);
+  assert.deepEqual(first, { cost: 0.0035, stop: null, endsRun: null });
+  assert.deepEqual(guard.recordUsage(usage), first, 'a retry is answered the same');
+  // A retry with other figures under the same id is refused, and counts nothing.
+  const conflict = caught(() => guard.recordUsage({ ...usage, outputTokens: 101 }), Error);
+  assert.match(conflict.message, /already counted with other figures/);
+  for (const [bad, says] of [
+    [{ ...scope, inputTokens: -1, outputTokens: 0 }, /input_tokens must be a whole number/],
+    [{ ...scope, inputTokens: 1.5, outputTokens: 0 }, /input_tokens must be a whole number/],
+    [{ ...scope, inputTokens: 1, outputTokens: 0, cost: Number.NaN }, /cost must be/],
+    [{ ...scope, inputTokens: 1, outputTokens: 0, cost: -1 }, /cost must be/],
+    [{ ...scope, inputTokens: 1e12, outputTokens: 0 }, /from 0 to 100000000/],
+    [{ ...scope, outputTokens: 0 }, /without input_tokens/],
+  ]) {
+    assert.match(caught(() => guard.recordUsage(bad), Error).message, says);
+  }
+  assert.match(
+    caught(() => guard.recordUsage({ ...scope, promptTokens: 3 }), TypeError).message,
+    /unknown key "promptTokens"/,
+  );
+  assert.match(caught(() => guard.recordUsage({ ...scope, model: 4 }), TypeError).message, /model/);
+  assert.equal(guard.beforeCall({ ...scope, tool: 'read', args: { n: 1 } }).verdict, 'allow');
+  const over = guard.recordUsage({ ...scope, id: 'resp-2', cost: 0.02, inputTokens: 1, outputTokens: 1 });
+  assert.equal(over.cost, 0.02);
+  assert.equal(over.stop.detector, 'run_budget');
+  assert.equal(over.stop.measure, 'cost');
+  assert.equal(over.stop.limit, 0.01);
+  assert.equal(over.endsRun, over.stop.message);
+  const blocked = guard.beforeCall({ ...scope, tool: 'read', args: { n: 2 } });
+  assert.equal(blocked.verdict, 'block');
+  assert.equal(blocked.detector, 'run_budget');
+  assert.equal(blocked.terminal, true);
+  // The sidecar's answer reads back the same way.
+  const answer = guard.applyEvent({ type: 'usage', ...scope, id: 'resp-2', cost: 0.02, input_tokens: 1, output_tokens: 1 });
+  assert.deepEqual(countedFromAnswer(answer), over);
 });

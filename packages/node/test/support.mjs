@@ -21,4 +21,4 @@ if (!process.env.LOOPGUARD_NODE_ADDON) {
 }
 
 const require = createRequire(import.meta.url);
-export const { Guard, ConfigError, ALLOW } = require('../index.js');
+export const { Guard, ConfigError, ALLOW, countedFromAnswer } = require('../index.js');

@@ -7,8 +7,10 @@
 import {
   ALLOW,
   Guard,
+  countedFromAnswer,
   verdictFromAnswer,
   type Called,
+  type Counted,
   type Detector,
   type GuardConfig,
   type Level,
@@ -43,6 +45,13 @@ function advice(detector: Detector): string {
       return 'failures piling up';
     case 'batch_duplicates':
       return 'one call twice in a batch';
+    case 'run_budget':
+    case 'session_budget':
+    case 'agent_budget':
+    case 'day_budget':
+      return 'the money or tokens allowed are spent';
+    case 'no_progress_budget':
+      return 'spending without getting anywhere';
     default:
       return assertNever(detector);
   }
@@ -108,3 +117,14 @@ void later();
 
 const fromSidecar: Verdict = verdictFromAnswer({ seq: 1, type: 'call', session: 's', run: null, verdict: 'allow' }, 'read');
 console.log(describe(fromSidecar), guard.beforeCall({ tool: 'read' }).verdict, guard.afterCall({ callId: 'c1', result: 1 }).recorded);
+
+const counted: Counted = guard.recordUsage({ session: 's', run: 'r', id: 'resp-1', model: 'gpt-4o', inputTokens: 1200, outputTokens: 300 });
+if (counted.stop) console.log(advice(counted.stop.detector), counted.stop.used / counted.stop.limit, counted.endsRun);
+console.log(counted.cost ?? 'unpriced', countedFromAnswer('{"type":"usage","counted":true,"cost":null,"stop":null}').stop);
+const budgets: GuardConfig = {
+  loopguard: {
+    budgets: { run: { cost: 2 }, day: { tokens: 5_000_000 }, withoutProgress: { calls: 25 }, warnAt: 0.9, timeZone: '+02:00' },
+    prices: { 'my-model': { input: 1, output: 4 } },
+  },
+};
+console.log(new Guard(budgets).configExplain());

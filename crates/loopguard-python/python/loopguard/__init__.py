@@ -13,7 +13,8 @@ The engine runs in this process (a Rust extension)::
 
 The ticket holds the call as it was judged, so its outcome needs nothing else.
 ``before_call`` and ``after_call`` are the event protocol's call and result, and
-``apply_event`` takes any event of it.
+``apply_event`` takes any event of it; ``record_usage`` reports what a model response used,
+for the spend budgets of the ``loopguard`` block.
 
 ``Guard.remote(url)`` speaks to a ``loopguard serve`` sidecar with the same API. Adapters:
 ``loopguard.langchain``, ``loopguard.openai_agents``, ``loopguard.pydantic_ai``.
@@ -24,7 +25,7 @@ from __future__ import annotations
 from typing import Union
 
 from ._errors import ConfigError, ConfigWarning, RemoteError
-from ._native import MAX_NESTING, Abort, Guard, Recorded, Ticket, Verdict
+from ._native import MAX_NESTING, Abort, Counted, Guard, Recorded, Ticket, Verdict
 from .remote import RemoteGuard, RemoteTicket
 
 #: Either kind of guard: the adapters take both.
@@ -38,6 +39,7 @@ __all__ = [
     "AnyTicket",
     "ConfigError",
     "ConfigWarning",
+    "Counted",
     "Guard",
     "MAX_NESTING",
     "Recorded",

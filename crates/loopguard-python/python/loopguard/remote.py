@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import math
 import threading
 import urllib.parse
 from types import TracebackType
@@ -168,6 +169,45 @@ class RemoteGuard:
     def on_compaction(self, *, session: str, run: Optional[str], agent: Optional[str] = None) -> int:
         answer = json.loads(self._post("/v1/events", _dumps(self._event("compaction", session, run, agent))))
         return int(answer["armed"])
+
+    def record_usage(
+        self,
+        *,
+        session: str,
+        run: Optional[str],
+        input_tokens: int,
+        output_tokens: int,
+        agent: Optional[str] = None,
+        model: Optional[str] = None,
+        cache_read_tokens: Optional[int] = None,
+        cache_write_tokens: Optional[int] = None,
+        cost: Optional[float] = None,
+        id: Optional[str] = None,
+    ) -> _native.Counted:
+        """The usage event of one model response; figures the sidecar refuses raise
+        ValueError, as the in-process guard does."""
+        if isinstance(cost, float) and not math.isfinite(cost):
+            # JSON cannot carry it; refused in the protocol's words.
+            raise ValueError(f"cost must be a number of US dollars from 0 to 100000, not {cost}")
+        event = self._event(
+            "usage",
+            session,
+            run,
+            agent,
+            id=id,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            cost=cost,
+        )
+        status, data = self._request("POST", "/v1/events", _dumps(event))
+        if status in (400, 422):
+            raise ValueError(_error_text(data))
+        if status != 200:
+            raise RemoteError(status, _error_text(data))
+        return _native.counted_from_answer(data)
 
     def end_run(self, *, session: str, run: Optional[str]) -> bool:
         answer = json.loads(self._post("/v1/runs/end", _dumps({"session": session, "run": run or ""})))
