@@ -448,6 +448,123 @@ case("agent-overlay",
      "The global block turns consecutiveRepeat on (3/20); agent quiet switches it off and agent loud runs in shadow mode: quiet only gets generic warnings from the 11th call, loud's verdicts are all allow with what would have fired.",
      "{ %s, loopguard: { detectors: { consecutiveRepeat: { warningThreshold: 3, criticalThreshold: 20 } } }, agents: { list: [ { id: 'quiet', loopguard: { detectors: { consecutiveRepeat: { enabled: false } } } }, { id: 'loud', loopguard: { mode: 'shadow' } } ] } }" % ON, ev)
 
+# budgets ------------------------------------------------------------------------------
+def usage(inp, out, run="r1", session="s1", agent=None, uid=None, model=None, cost=None, **extra):
+    e = {"type": "usage", "session": session, "run": run}
+    if agent:
+        e["agent"] = agent
+    if uid:
+        e["id"] = uid
+    if model:
+        e["model"] = model
+    e["input_tokens"] = inp
+    e["output_tokens"] = out
+    if cost is not None:
+        e["cost"] = cost
+    e.update(extra)
+    return e
+
+
+def step(i, run="r1", session="s1", agent=None, same=False):
+    """A call and its result: a new read each time, or the same read with the same result."""
+    args = {"path": "/same" if same else f"/f{i}"}
+    out = text("same" if same else f"contents {i}")
+    return [call(i, "read", args, run=run, session=session, agent=agent),
+            result(i, "read", args, out, run=run, session=session, agent=agent)]
+
+
+NO_WP = "withoutProgress: { enabled: false }"
+
+ev = []
+for i, (inp, out) in enumerate([(250, 50), (250, 50), (200, 50), (150, 50)], 1):
+    ev += [usage(inp, out, uid=f"u{i}")] + step(i)
+ev += [call(5, "read", {"path": "/f5"})]
+case("budget-run-tokens-warn-then-stop",
+     "budgets.run.tokens 1000, warnAt 0.8: after 850 tokens the next call is warned with what is left (150 tokens); the usage that brings the run to 1050 answers the stop (run_budget, 105%), and the next call is blocked, terminal; every later call of the run is blocked too.",
+     "{ %s, loopguard: { budgets: { run: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev + [call(6, "list", {})])
+
+ev = [usage(2000, 500, uid="a", model="gpt-4o-2024-08-06"),
+      usage(1000, 1000, uid="b", model="anthropic/my-model"),
+      usage(4000, 0, uid="c", model="no-such-model"),
+      usage(10, 10, uid="d", model="no-such-model", cost=0.004),
+      usage(100, 100, uid="e", model="claude-sonnet-4-5-20250929", cache_read_tokens=100000, cache_write_tokens=1000)]
+ev += step(1)
+case("budget-run-cost-prices",
+     "budgets.run.cost 0.05: gpt-4o from the built-in table (2000 in, 500 out: $0.01), my-model from the config's prices ($1 and $3 per million: $0.004), an unknown model unpriced (cost null, its tokens still counted), the host's own cost ($0.004), Claude Sonnet 4.5 with cache reads and writes ($0.03555: 100 in at $3, 100 out at $15, 100k cache reads at $0.30, 1k cache writes at $3.75 per million): $0.05355 used up, the next call blocked.",
+     "{ %s, loopguard: { budgets: { run: { cost: 0.05 }, %s }, prices: { 'my-model': { input: 1, output: 3 } } } }" % (ON, NO_WP), ev)
+
+ev = [usage(300, 0, uid="u1"), usage(300, 0, uid="u1"), usage(301, 0, uid="u1"),
+      usage(300, 0), usage(300, 0)]
+ev += step(1)
+ev += [usage(100, 0, uid="u2"), usage(100, 0, uid="u2")]
+ev += step(2)
+case("budget-retried-usage-counts-once",
+     "A usage sent again with its id is answered the same and counts once; other figures under that id are refused (an error, nothing counted); usage without an id always counts. budgets.run.tokens 1000: 300 + 300 + 300 = 900 warns at the first call (90%), u2 brings the run to 1000 (counted once: used up), the next call is blocked.",
+     "{ %s, loopguard: { budgets: { run: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
+
+ev = []
+ev += [usage(400, 0, run="r1", uid="a")] + step(1, run="r1")
+ev += [usage(400, 0, run="r2", uid="a")] + step(2, run="r2")
+ev += [usage(300, 0, run="r1", uid="b")]
+ev += [call(3, "read", {"path": "/f3"}, run="r1"), call(4, "read", {"path": "/f4"}, run="r2"),
+       call(5, "read", {"path": "/f5"}, run="r3"), call(6, "read", {"path": "/f6"}, run="r1", session="s2")]
+case("budget-session-stops-every-run",
+     "budgets.session.tokens 1000 across the runs of session s1 (the same usage id in two runs is two responses): 800 tokens warn r2's call, r1's next usage brings the session to 1100; then every call of every run of s1 is blocked (session_budget, terminal), a new run too; session s2 is untouched.",
+     "{ %s, loopguard: { budgets: { session: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
+
+ev = []
+ev += [usage(600, 0, run="r1", agent="coder", uid="a")] + step(1, run="r1", agent="coder")
+ev += [usage(600, 0, run="r2", agent="coder", uid="b")]
+ev += [call(2, "read", {"path": "/f2"}, run="r2", agent="coder"), call(3, "read", {"path": "/f3"}, run="r3", agent="reviewer")]
+ev += [usage(600, 0, run="r3", agent="reviewer", uid="c"), call(4, "read", {"path": "/f4"}, run="r3", agent="reviewer")]
+case("budget-agent-in-a-session",
+     "budgets.agent.tokens is per agent of a session: agent coder's two runs spend 1200 tokens of 1000 allowed (agent_budget stops coder's runs), agent reviewer in the same session is untouched until its own spend reaches the limit.",
+     "{ %s, loopguard: { budgets: { agent: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
+
+ev = [usage(700, 0, run="r1", uid="a")] + step(1, run="r1")
+ev += [usage(700, 0, run="r2", uid="a"), call(2, "read", {"path": "/f2"}, run="r2"), call(3, "read", {"path": "/f3"}, run="r3")]
+case("budget-day",
+     "budgets.day.tokens 1000 with timeZone +02:00: the session's spend on one calendar day (replay's clock stands still, so every event is on one day) stops every run of the session (day_budget) until the day turns.",
+     "{ %s, loopguard: { budgets: { day: { tokens: 1000 }, timeZone: '+02:00', %s } } }" % (ON, NO_WP), ev)
+
+ev = []
+for i in range(1, 7):
+    ev += step(i)
+case("budget-run-calls",
+     "budgets.run.calls 5, warnAt 0.6: the 4th call is warned (3 of 5 used, 2 left), the 6th is blocked (5 of 5), terminal.",
+     "{ %s, loopguard: { budgets: { run: { calls: 5 }, warnAt: 0.6, %s } } }" % (ON, NO_WP), ev)
+
+ev = step(1)
+for i in range(2, 10):
+    ev += step(i, same=True)
+case("budget-without-progress-stops-a-circling-run",
+     "budgets.withoutProgress.calls 5: new reads are progress; the same read with the same result is not (only its first success is). After 5 calls without progress the next is blocked (no_progress_budget, terminal), long before the loop detectors' thresholds; the 4th call without progress is warned (80%).",
+     "{ %s, loopguard: { budgets: { withoutProgress: { calls: 5 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 31):
+    ev += step(i)
+    if i % 3 == 0:
+        ev += [call(100 + i, "run_tests", {}), result(100 + i, "run_tests", {}, error="1 failed")]
+case("budget-without-progress-spares-a-productive-run",
+     "budgets.withoutProgress.calls 3 (tight): a run that reads something new at least every other call, with failing test runs in between, is never warned or stopped: every new success is progress.",
+     "{ %s, loopguard: { budgets: { withoutProgress: { calls: 3 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 5):
+    ev += [usage(300, 0, uid=f"u{i}")] + step(i)
+case("budget-shadow",
+     "mode shadow with budgets.run.tokens 1000: the warning and the stop are reported (shadow on the call, shadow_stop on the usage, stop null) and every call is allowed.",
+     "{ %s, loopguard: { mode: 'shadow', budgets: { run: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
+
+ev = [usage(-1, 0), usage(1.5, 0), usage("10", 0), usage(1, 0, prompt_tokens=5), usage(1, 0, cost=-0.01),
+      usage(200000000, 0), {"type": "usage", "session": "s1", "run": "r1", "output_tokens": 1},
+      usage(1, 0, model=5), usage(1, 0, cost="0.5")]
+ev += step(1) + [usage(900, 0, uid="ok")] + step(2)
+case("budget-bad-usage-is-refused",
+     "Usage that cannot be right is refused with an error and counts nothing: a negative, fractional or string count, an unknown member (prompt_tokens: send it as input_tokens), a negative cost, a count above 100,000,000, no input_tokens, a model that is not a string, a cost that is a string. budgets.run.tokens 1000: only the valid 900 counts (the next call is warned, 100 left).",
+     "{ %s, loopguard: { budgets: { run: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
+
 # invalid configs -----------------------------------------------------------------------
 case("config-invalid-extension-key",
      "An unknown key in the loopguard block (detectors.cycles) is a load error: exit 1, nothing on stdout.",
@@ -461,6 +578,10 @@ case("config-invalid-tool-mask-rule",
 case("config-invalid-preset",
      "An unknown preset name is a load error: exit 1.",
      "{ %s, loopguard: { preset: 'recomended' } }" % ON, [call(1, "read", {})])
+
+case("config-invalid-budget",
+     "Budget limits must be positive numbers in range, prices not negative, warnAt at most 1, the time zone an offset: each wrong value is a load error (exit 1).",
+     "{ %s, loopguard: { budgets: { run: { cost: -1, tokens: 1.5 }, warnAt: 2, timeZone: 'Mars/Olympus' }, prices: { 'm': { input: -1 } } } }" % ON, [call(1, "read", {})])
 
 
 def main():

@@ -7,7 +7,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{config_of, name, server_config_of, spec_cases};
+use common::vectors::{budget_cases, config_of, name, server_config_of, spec_cases};
 use serve_common::{check_event_by_event, parallel, replay, tempdir, Server};
 
 /// Starts a server for a case (on a fresh SQLite file unless `memory`).
@@ -84,6 +84,20 @@ fn conformance_set_one_event_per_request() {
     parallel(&cases, 3, |case| {
         let dir = tempdir();
         let server = start(case, false, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
+        check_event_by_event(case, &mut [server.client()])
+    });
+}
+
+/// The spend budget vectors (usage events, run, session, agent, day and progress budgets,
+/// retries, refused usage): as JSON Lines on SQLite and in memory, and event by event.
+#[test]
+fn budget_vectors_answer_as_replay() {
+    let cases = budget_cases();
+    parallel(&cases, 3, |case| ndjson_case(case, false));
+    parallel(&cases, 3, |case| ndjson_case(case, true));
+    parallel(&cases, 3, |case| {
+        let dir = tempdir();
+        let server = start(case, true, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
         check_event_by_event(case, &mut [server.client()])
     });
 }

@@ -51,7 +51,7 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
     if not isinstance(event, dict):
         return {"seq": seq, "error": "event must be a JSON object"}
     kind = event.get("type")
-    if kind not in ("call", "result", "compaction"):
+    if kind not in ("call", "result", "compaction", "usage"):
         return {"seq": seq, "error": f"bad event type {kind!r}"}
     try:
         ids = {key: _id(event, key) for key in IDS}
@@ -59,6 +59,9 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
         head = {"seq": seq, "type": kind, "session": scope["session"], "run": scope["run"]}
         if kind == "compaction":
             return {**head, "armed": guard.on_compaction(**scope)}
+        if kind == "usage":
+            figures = {k: v for k, v in event.items() if k not in ("type", "session", "run", "agent", "ts")}
+            return {**head, **guard.record_usage(**scope, **figures).to_dict()}
         tool = event.get("tool")
         if tool is None:
             return {"seq": seq, "error": f"{kind} without tool"}
@@ -125,6 +128,13 @@ def conformance_view(answer: Dict[str, Any]) -> Dict[str, Any]:
     if "abort" in answer:
         abort = answer["abort"]
         view["abort"] = abort and {k: abort[k] for k in ("detector", "tool", "count")}
+    for key in ("counted", "cost"):
+        if key in answer:
+            view[key] = answer[key]
+    for key in ("stop", "shadow_stop"):
+        if key in answer:
+            stop = answer[key]
+            view[key] = stop and {k: stop[k] for k in ("detector", "count", "measure", "used", "limit")}
     return view
 
 

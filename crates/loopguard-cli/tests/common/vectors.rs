@@ -44,6 +44,17 @@ pub fn spec_cases() -> Vec<PathBuf> {
     cases
 }
 
+/// The spend budget vectors of the `loopguard` block (`spec/extensions/budget-*`): usage
+/// events and budgets, for the front ends that must answer them exactly as `replay`.
+pub fn budget_cases() -> Vec<PathBuf> {
+    let cases: Vec<_> = cases(&super::repo_root().join("spec/extensions"))
+        .into_iter()
+        .filter(|c| name(c).starts_with("budget-"))
+        .collect();
+    assert!(cases.len() >= 10, "the budget vectors are expected");
+    cases
+}
+
 /// A case's config file, if it has one.
 pub fn config_of(case: &Path) -> Option<PathBuf> {
     Some(case.join("config.json5")).filter(|p| p.exists())

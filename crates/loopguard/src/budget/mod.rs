@@ -84,13 +84,19 @@ impl Cost {
 }
 
 impl fmt::Display for Cost {
-    /// `$1.64`, or with more digits below a cent (`$0.0042`).
+    /// `$12.50`; below $10 to four decimals without trailing zeros (`$1.64`, `$0.0536`,
+    /// `$0.0042`), so that small limits and what is left of them read apart.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let usd = self.usd();
-        if usd != 0.0 && usd < 0.01 {
-            write!(f, "${usd:.4}")
-        } else {
-            write!(f, "${usd:.2}")
+        if usd >= 10.0 {
+            return write!(f, "${usd:.2}");
+        }
+        let text = format!("{usd:.4}");
+        let trimmed = text.trim_end_matches('0');
+        let decimals = trimmed.len() - trimmed.find('.').map_or(trimmed.len(), |d| d + 1);
+        match decimals {
+            0..=2 => write!(f, "${usd:.2}"),
+            _ => f.write_str(&format!("${trimmed}")),
         }
     }
 }
@@ -657,6 +663,9 @@ mod tests {
         assert_eq!(Cost::from_usd(1.64).unwrap().to_string(), "$1.64");
         assert_eq!(Cost::from_usd(0.0042).unwrap().to_string(), "$0.0042");
         assert_eq!(Cost::ZERO.to_string(), "$0.00");
+        assert_eq!(Cost::from_usd(0.05355).unwrap().to_string(), "$0.0536");
+        assert_eq!(Cost::from_usd(0.05).unwrap().to_string(), "$0.05");
+        assert_eq!(Cost::from_usd(12.345).unwrap().to_string(), "$12.35");
         for bad in [-0.01, f64::NAN, f64::INFINITY] {
             assert!(Cost::from_usd(bad).is_none(), "{bad}");
         }
