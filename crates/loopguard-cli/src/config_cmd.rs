@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use loopguard::budget::prices::{Price, Rates, BUILTIN as BUILTIN_PRICES};
+use loopguard::budget::Cost;
 use loopguard::config::extensions::{Mode, Preset};
 use loopguard::config::{ConfigSet, EffectiveConfig, Enabled};
 use loopguard::masking::MASK_RULES;
@@ -86,6 +88,10 @@ fn check(file: PathBuf) -> u8 {
             warnings += 1;
             println!("warning: {label}: {}", u.reason);
         }
+        for caveat in cfg.budget_caveats() {
+            warnings += 1;
+            println!("warning: {label}: {caveat}");
+        }
     }
     println!(
         "{}: valid ({} agent block{}, {warnings} warning{})",
@@ -144,6 +150,7 @@ fn explain(args: ExplainArgs) -> u8 {
                 "explanations": explanations(cfg),
             })).collect::<Vec<_>>(),
             "policy": policy_json(),
+            "prices": prices_json(),
         });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
@@ -171,6 +178,7 @@ fn explanations(cfg: &EffectiveConfig) -> Vec<String> {
     let mut out = vec![format!("enabled is {}.", enabled_text(cfg.enabled()))];
     out.extend(cfg.clamps().iter().map(|c| format!("{}.", c.reason)));
     out.extend(cfg.unreachable().iter().map(|u| format!("{}.", u.reason)));
+    out.extend(cfg.budget_caveats().into_iter().map(|c| format!("{c}.")));
     out.extend(
         extension_lines(cfg)
             .into_iter()
@@ -277,7 +285,47 @@ fn extension_lines(cfg: &EffectiveConfig) -> Vec<(String, String)> {
     for (i, rule) in ext.policy.rules.iter().enumerate() {
         lines.push((format!("policy.tools[{i}]"), rule.to_string()));
     }
+    match cfg.budgets() {
+        None => lines.push(("budgets".to_owned(), "off".to_owned())),
+        Some(b) => {
+            lines.extend(b.describe());
+            lines.push((
+                "budgets.warnAt".to_owned(),
+                format!("{}% of a limit", f64::from(b.warn_at) / 1e4),
+            ));
+            lines.push((
+                "budgets.timeZone".to_owned(),
+                format!(
+                    "{} (where the calendar days of budgets.day begin)",
+                    loopguard::budget::zone(b.utc_offset_minutes)
+                ),
+            ));
+        }
+    }
+    for (model, price) in cfg.prices() {
+        lines.push((format!("prices.{model}"), price_text(price)));
+    }
     lines
+}
+
+/// `$3 in, $15 out, $0.30 cache read, $3.75 cache write per million tokens`, and the
+/// long-prompt tiers.
+fn price_text(price: &Price) -> String {
+    let usd = |rate: u64| Cost::from_pico(rate.saturating_mul(1_000_000)).to_string();
+    let rates = |r: &Rates| {
+        format!(
+            "{} in, {} out, {} cache read, {} cache write",
+            usd(r.input),
+            usd(r.output),
+            usd(r.cache_read),
+            usd(r.cache_write)
+        )
+    };
+    let mut out = format!("{} per million tokens", rates(&price.rates));
+    for (above, tier) in price.tiers {
+        out.push_str(&format!("; prompts above {above} tokens: {}", rates(tier)));
+    }
+    out
 }
 
 fn print_table(label: &str, cfg: &EffectiveConfig) {
@@ -356,6 +404,21 @@ fn policy_json() -> Value {
     })
 }
 
+/// The built-in price table, for `config explain --json`.
+fn prices_json() -> Value {
+    BUILTIN_PRICES
+        .iter()
+        .map(|row| {
+            json!({
+                "model": row.model,
+                "price": row.price,
+                "source": row.source,
+                "asOf": row.as_of,
+            })
+        })
+        .collect()
+}
+
 fn send_when(m: SendMatch) -> String {
     match m {
         SendMatch::Always => "always".into(),
@@ -392,6 +455,19 @@ fn print_policy() {
         println!(
             "  {:<11} {:<13} {}  e.g. {:?} → {:?}",
             r.name, r.placeholder, r.description, r.example.0, r.example.1
+        );
+    }
+    println!();
+    println!(
+        "built-in prices (loopguard.prices overrides or adds a model; names match without provider prefixes and date suffixes)"
+    );
+    for row in BUILTIN_PRICES {
+        println!(
+            "  {:<24} {}  ({}, {})",
+            row.model,
+            price_text(&row.price),
+            row.source,
+            row.as_of
         );
     }
 }

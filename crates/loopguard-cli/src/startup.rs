@@ -149,6 +149,17 @@ pub fn detection_summary(cfg: &EffectiveConfig) -> String {
     if cfg.is_shadow() {
         out.push_str(", shadow mode (reports, never blocks)");
     }
+    if let Some(budgets) = cfg.budgets() {
+        let limits: Vec<String> = budgets
+            .describe()
+            .into_iter()
+            .map(|(scope, limits)| format!("{} {limits}", scope.trim_start_matches("budgets.")))
+            .collect();
+        out.push_str(&format!(", budgets {}", limits.join("; ")));
+        if cfg.budget_caveats().iter().any(|c| c.contains(".cost")) {
+            out.push_str(" (cost counts priced responses only: loopguard config check says more)");
+        }
+    }
     out
 }
 

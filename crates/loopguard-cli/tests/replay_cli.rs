@@ -286,6 +286,49 @@ fn config_check_lists_every_problem_with_positions() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid JSON5"));
 }
 
+/// Budgets that cannot hold everywhere are named, with why, by `config check` and the
+/// startup summary; `config explain` shows the limits, the config's prices and the table.
+#[test]
+fn budgets_that_cannot_be_enforced_are_named() {
+    let cfg = temp_file(
+        "budgets.json5",
+        b"{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 2 }, day: { wallSeconds: 3600 } }, prices: { 'acme/my-model': { input: 1, output: 3 } } } }",
+    );
+    let out = run(&["config", "check", cfg.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "warning: global: budgets.run.cost cannot be enforced for models without a price"
+        ) && text.contains("1 in loopguard.prices")
+            && text.contains("set a token budget too"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wallSeconds runs on the host's clock"),
+        "{text}"
+    );
+    assert!(text.contains("2 warnings"), "{text}");
+    assert!(
+        text.contains("budgets run $2.00; withoutProgress 20 calls; day 3,600 s (cost counts priced responses only"),
+        "{text}"
+    );
+    let out = run(&["config", "explain", cfg.to_str().unwrap(), "--json"], b"");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes = doc["configs"][0]["explanations"].to_string();
+    assert!(notes.contains("budgets.run: $2.00."), "{notes}");
+    assert!(
+        notes.contains("prices.my-model: $1.00 in, $3.00 out"),
+        "{notes}"
+    );
+    let table = doc["prices"].as_array().unwrap();
+    assert!(table.len() >= 60);
+    assert!(table.iter().all(
+        |row| row["source"].as_str().unwrap().starts_with("https://")
+            && row["asOf"].as_str().unwrap().len() == 10
+    ));
+}
+
 #[test]
 fn config_explain_prints_json_when_piped() {
     let cfg = temp_file(

@@ -143,7 +143,8 @@ pub struct ReloadReport {
     pub config: Option<String>,
     /// Agent blocks in it.
     pub agents: usize,
-    /// Clamped or unreachable thresholds (the config applies anyway).
+    /// Clamped or unreachable thresholds, budgets that cannot be enforced (the config
+    /// applies anyway).
     pub warnings: Vec<String>,
     /// Whether requests now need a token.
     pub token_required: bool,
@@ -324,6 +325,12 @@ fn load_config(options: &Options) -> Result<(ConfigSet, ReloadReport), LoadError
                 .unreachable()
                 .iter()
                 .map(|u| format!("{label}: {}", u.reason)),
+        );
+        warnings.extend(
+            effective
+                .budget_caveats()
+                .into_iter()
+                .map(|c| format!("{label}: {c}")),
         );
     }
     let report = ReloadReport {

@@ -105,13 +105,24 @@ fn abort(scope: &Scope<'_>, abort: &Abort) {
     );
 }
 
-/// Logs a model response's usage (debug), and the budget it used up (error), or the one
-/// it would have in shadow mode (info).
+/// Logs a model response's usage (debug), a response that a cost limit cannot count
+/// (`unpriced`: warn, once per run), and the budget it used up (error), or the one it
+/// would have in shadow mode (info).
 pub fn usage(
     scope: &Scope<'_>,
     usage: &crate::budget::Usage<'_>,
     counted: &crate::budget::Counted,
+    unpriced: bool,
 ) {
+    if unpriced {
+        tracing::warn!(
+            target: "loopguard",
+            session = scope.session(),
+            run = scope.run(),
+            model = usage.model,
+            "a response without a cost (no host figure, no price for its model): the cost budgets do not count it; price the model in loopguard.prices"
+        );
+    }
     tracing::debug!(
         target: "loopguard",
         session = scope.session(),

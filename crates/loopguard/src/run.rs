@@ -811,6 +811,7 @@ impl RunState {
         now: Millis,
     ) -> Result<Counted, UsageError> {
         let shadow = cfg.is_shadow();
+        let priced_so_far = self.spend().unpriced_tokens == 0;
         let counted = self.added6.budget.count_usage(
             cfg.budgets(),
             cfg.prices(),
@@ -835,7 +836,15 @@ impl RunState {
                 self.added6.budget.stopped(r.clone());
             }
         }
-        observe::usage(scope, usage, &counted);
+        // A cost limit that this response escapes is said once per run.
+        let unpriced = counted.cost.is_none()
+            && priced_so_far
+            && cfg.budgets().is_some_and(|b| {
+                budget::BudgetScope::ALL
+                    .iter()
+                    .any(|s| b.limits(*s).cost.is_some())
+            });
+        observe::usage(scope, usage, &counted, unpriced);
         Ok(counted)
     }
 

@@ -486,10 +486,10 @@ impl BudgetLimits {
 pub const DEFAULT_WARN_AT: f64 = 0.8;
 
 /// Default `withoutProgress.calls`: tool calls a run may make since its last progress.
+/// OpenClaw's own block point for a poll that repeats without progress
+/// (`criticalThreshold`); on the project's two labelled corpora no healthy session goes
+/// more than 5 calls without progress (docs/budgets.md has the figures).
 pub const DEFAULT_NO_PROGRESS_CALLS: u64 = 20;
-
-/// Default `withoutProgress.tokens`: tokens a run may spend since its last progress.
-pub const DEFAULT_NO_PROGRESS_TOKENS: u64 = 2_000_000;
 
 /// The budgets in force for one agent (or globally): the `loopguard.budgets` block,
 /// compiled.
@@ -552,22 +552,57 @@ impl Budgets {
         day_of(now, self.utc_offset_minutes)
     }
 
-    /// Limits that can never be enforced, each with why: a cost limit holds only for the
-    /// usage the host prices or the table knows, and a wall-clock limit only where the
-    /// host's clock runs (not in a replay without timestamps).
-    pub fn caveats(&self) -> Vec<String> {
+    /// What the budgets cannot enforce, each with why: a cost limit counts only the
+    /// responses whose cost is known (the host's own figure, or a model of the price
+    /// table: `config_prices` of the config's own, then the built-in rows); a response of
+    /// any other model counts its tokens and its calls, not its cost, so a cost limit alone
+    /// lets it through. Replay's clock stands still, so `wallSeconds` never runs out there.
+    pub fn caveats(&self, config_prices: usize) -> Vec<String> {
+        let costs: Vec<String> = BudgetScope::ALL
+            .into_iter()
+            .filter(|s| self.limits(*s).cost.is_some())
+            .map(|s| format!("budgets.{}.cost", s.key()))
+            .collect();
         let mut out = Vec::new();
-        for scope in BudgetScope::ALL {
-            let limits = self.limits(scope);
-            if limits.cost.is_some() {
-                out.push(format!(
-                    "budgets.{}.cost counts only responses with a cost: the host's own figure or a model in the price table ({} built in, more in loopguard.prices); responses of other models count their tokens and calls, not their cost",
-                    scope.key(),
-                    prices::BUILTIN.len()
-                ));
-            }
+        if !costs.is_empty() {
+            let guarded = BudgetScope::ALL
+                .into_iter()
+                .any(|s| self.limits(s).tokens.is_some());
+            out.push(format!(
+                "{} cannot be enforced for models without a price: only responses with the host's own cost or a model of the price table ({} built in, {config_prices} in loopguard.prices) count; {}",
+                costs.join(", "),
+                prices::BUILTIN.len(),
+                match guarded {
+                    true => "the token budgets still hold for the others",
+                    false => "set a token budget too, or price the models you use in loopguard.prices",
+                }
+            ));
+        }
+        if BudgetScope::ALL
+            .into_iter()
+            .any(|s| self.limits(s).wall_seconds.is_some())
+        {
+            out.push(
+                "wallSeconds runs on the host's clock: loopguard replay and scan, whose clock stands still, never reach it".to_owned(),
+            );
         }
         out
+    }
+
+    /// The limits in words, one `(key, limits)` pair per scope that has any:
+    /// `("budgets.run", "tokens 2,000,000, cost $5")`.
+    pub fn describe(&self) -> Vec<(String, String)> {
+        BudgetScope::ALL
+            .into_iter()
+            .filter_map(|scope| {
+                let limits = self.limits(scope);
+                let words: Vec<String> = Measure::ALL
+                    .into_iter()
+                    .filter_map(|m| limits.get(m).map(|n| m.show(n)))
+                    .collect();
+                (!words.is_empty()).then(|| (format!("budgets.{}", scope.key()), words.join(", ")))
+            })
+            .collect()
     }
 }
 

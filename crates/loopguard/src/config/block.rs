@@ -309,8 +309,7 @@ blocks! {
     /// `loopguard.budgets.withoutProgress`, as written: what a run may spend since its
     /// last progress.
     ProgressBudgetBlock {
-        /// On unless `false` (a `budgets` block turns it on); limits not given take their
-        /// defaults.
+        /// On unless `false` (a `budgets` block turns it on); `calls` defaults to 20.
         "enabled" => enabled: Option<bool> = switch,
         /// Tokens since the last progress.
         "tokens" => tokens: Option<u64> = tokens(MAX_BUDGET_TOKENS),

@@ -38,9 +38,7 @@ pub use super::block::{
     MaskingBlock, PriceBlock, ProgressBudgetBlock, StaleBlock, SwitchBlock,
 };
 use crate::budget::prices::{Price, Rates};
-use crate::budget::{
-    BudgetLimits, Budgets, Cost, DEFAULT_NO_PROGRESS_CALLS, DEFAULT_NO_PROGRESS_TOKENS,
-};
+use crate::budget::{BudgetLimits, Budgets, Cost, DEFAULT_NO_PROGRESS_CALLS};
 use crate::canonical::PathSet;
 use crate::masking::MaskSet;
 use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
@@ -155,8 +153,10 @@ fn recommended() -> ExtensionsBlock {
     }
 }
 
-/// The `budgets` block, compiled: limits in the engine's units, `withoutProgress` on with
-/// its defaults (for the limits it does not give) unless it is switched off.
+/// The `budgets` block, compiled: limits in the engine's units, `withoutProgress` on
+/// unless it is switched off, its calls at their default when not given (tokens and cost
+/// only when given: what a response costs depends on its context, which varies a
+/// hundredfold between hosts, while a turn that acts is a call everywhere).
 fn compile_budgets(b: &BudgetsBlock) -> Budgets {
     let dollars =
         |d: super::value::Decimal| Cost::from_pico(d.millionths().saturating_mul(1_000_000));
@@ -169,7 +169,7 @@ fn compile_budgets(b: &BudgetsBlock) -> Budgets {
     let p = &b.without_progress;
     let without_progress = match p.enabled != Some(false) {
         true => BudgetLimits {
-            tokens: Some(p.tokens.unwrap_or(DEFAULT_NO_PROGRESS_TOKENS)),
+            tokens: p.tokens,
             cost: p.cost.map(dollars),
             calls: Some(p.calls.map_or(DEFAULT_NO_PROGRESS_CALLS, u64::from)),
             wall_seconds: None,

@@ -292,6 +292,13 @@ impl EffectiveConfig {
             .filter(|b| b.any())
     }
 
+    /// What the budgets in force cannot enforce, each with why (empty without budgets).
+    pub fn budget_caveats(&self) -> Vec<String> {
+        self.budgets()
+            .map(|b| b.caveats(self.prices().len()))
+            .unwrap_or_default()
+    }
+
     /// The config's own prices (`loopguard.prices`), which come before the built-in table.
     pub fn prices(&self) -> &[(String, crate::budget::prices::Price)] {
         self.extensions.as_deref().map_or(&[], |x| &x.prices)
