@@ -327,6 +327,18 @@ async fn apply<S: Store>(
         let e = match result {
             Ok(answer) => {
                 app.metrics().answer(&answer);
+                if let (RawEvent::Usage { usage, .. }, Answer::Usage { counted, .. }) =
+                    (event, &answer)
+                {
+                    let agent = event.scope(default_agent).agent().map(str::to_owned);
+                    let cfg = config.for_agent(agent.as_deref());
+                    app.metrics().usage(
+                        crate::metrics::agent_label(&config, agent.as_deref()),
+                        crate::metrics::model_label(cfg, usage.model),
+                        usage.tokens(),
+                        counted,
+                    );
+                }
                 applied = true;
                 out.push(Out::Answer(answer));
                 continue;

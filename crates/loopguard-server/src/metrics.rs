@@ -2,8 +2,10 @@
 //! few relaxed increments, and all the series are fixed, so the output is bounded whatever
 //! clients send.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use loopguard::{CallIdUse, Detector, Level, Verdict};
@@ -140,6 +142,53 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     /// Fail-open answers given without the store, per type in [`DEGRADED_TYPES`].
     degraded: [AtomicU64; DEGRADED_TYPES.len()],
+    /// What usage events counted, per (agent, model) label pair: bounded, since both
+    /// labels come from the config (see [`Metrics::usage`]).
+    usage: Mutex<BTreeMap<(String, String), Spent>>,
+    /// Usage that used a budget up, per detector.
+    budget_stops: [AtomicU64; Detector::ALL.len()],
+}
+
+/// Tokens and money counted under one pair of labels.
+#[derive(Clone, Copy, Default)]
+struct Spent {
+    tokens: u64,
+    pico: u64,
+    unpriced_tokens: u64,
+}
+
+/// The `agent` label of a usage event: an agent the config has a block for, `none` for an
+/// event without agent, `other` for any other (so a client cannot grow the series).
+pub fn agent_label(config: &loopguard::ConfigSet, agent: Option<&str>) -> String {
+    match agent {
+        None => "none".to_owned(),
+        Some(a) if config.agents().any(|(id, _, _)| id == a) => a.to_owned(),
+        Some(_) => "other".to_owned(),
+    }
+}
+
+/// The `model` label: a model of the price table (the built-in rows, or the config's own
+/// prices), normalized; `none` without a model, `other` for any other.
+pub fn model_label(cfg: &loopguard::EffectiveConfig, model: Option<&str>) -> String {
+    use loopguard::budget::prices;
+    let Some(model) = model else {
+        return "none".to_owned();
+    };
+    let name = prices::normalize(model);
+    let known = prices::builtin(&name).is_some() || cfg.prices().iter().any(|(m, _)| *m == *name);
+    if known {
+        name.into_owned()
+    } else {
+        "other".to_owned()
+    }
+}
+
+/// A label value as the exposition format writes it.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl std::fmt::Debug for Metrics {
@@ -187,6 +236,27 @@ impl Metrics {
         }
         if let Some(i) = EVENT_TYPES.iter().position(|&k| k == kind) {
             self.events[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts what a usage event counted (not a retry: its answer says so) under the
+    /// labels [`agent_label`] and [`model_label`] give.
+    pub fn usage(&self, agent: String, model: String, tokens: u64, counted: &loopguard::Counted) {
+        if counted.repeat {
+            return;
+        }
+        if let Some(d) = counted
+            .detector()
+            .and_then(|d| DETECTORS.iter().position(|&x| x == d))
+        {
+            self.budget_stops[d].fetch_add(1, Ordering::Relaxed);
+        }
+        let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let spent = usage.entry((agent, model)).or_default();
+        spent.tokens = spent.tokens.saturating_add(tokens);
+        match counted.cost {
+            Some(cost) => spent.pico = spent.pico.saturating_add(cost.pico()),
+            None => spent.unpriced_tokens = spent.unpriced_tokens.saturating_add(tokens),
         }
     }
 
@@ -467,6 +537,75 @@ impl Metrics {
 
         head(
             &mut out,
+            "loopguard_usage_tokens_total",
+            "counter",
+            "Tokens of model responses reported in usage events, by agent (the config's agents; none, other) and model (the price table's; none, other).",
+        );
+        let usage: Vec<((String, String), Spent)> = self
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        for ((agent, model), spent) in &usage {
+            let _ = writeln!(
+                out,
+                "loopguard_usage_tokens_total{{agent=\"{}\",model=\"{}\"}} {}",
+                escaped(agent),
+                escaped(model),
+                spent.tokens
+            );
+        }
+        head(
+            &mut out,
+            "loopguard_usage_cost_usd_total",
+            "counter",
+            "US dollars of the model responses whose cost is known (the host's figure, or the price table's), by agent and model.",
+        );
+        for ((agent, model), spent) in &usage {
+            let _ = writeln!(
+                out,
+                "loopguard_usage_cost_usd_total{{agent=\"{}\",model=\"{}\"}} {}",
+                escaped(agent),
+                escaped(model),
+                spent.pico as f64 / 1e12
+            );
+        }
+        head(
+            &mut out,
+            "loopguard_usage_unpriced_tokens_total",
+            "counter",
+            "Tokens of model responses whose cost is unknown (no host figure, no price): cost budgets do not count them.",
+        );
+        for ((agent, model), spent) in &usage {
+            let _ = writeln!(
+                out,
+                "loopguard_usage_unpriced_tokens_total{{agent=\"{}\",model=\"{}\"}} {}",
+                escaped(agent),
+                escaped(model),
+                spent.unpriced_tokens
+            );
+        }
+        head(
+            &mut out,
+            "loopguard_budget_stops_total",
+            "counter",
+            "Usage events that used a budget up, by the budget's detector (the blocked calls that follow count in loopguard_verdicts_total).",
+        );
+        for (detector, n) in DETECTORS.iter().zip(&self.budget_stops) {
+            if detector.is_budget() {
+                let _ = writeln!(
+                    out,
+                    "loopguard_budget_stops_total{{detector=\"{}\"}} {}",
+                    detector.as_str(),
+                    load(n)
+                );
+            }
+        }
+
+        head(
+            &mut out,
             "loopguard_config_reloads_total",
             "counter",
             "Config reloads, by result.",
@@ -506,6 +645,33 @@ mod tests {
         m.request("/nope", 404, Duration::from_secs(20));
         m.reload(false);
         m.degraded("result");
+        let budgets = loopguard::ConfigSet::parse(
+            "{ loopguard: { budgets: { run: { tokens: 100 } } }, agents: { list: [ { id: 'coder', loopguard: { mode: 'enforce' } } ] } }",
+        )
+        .unwrap();
+        let mut budgeted = loopguard_events::Replayer::new(budgets.clone(), None);
+        for line in [
+            r#"{"type":"usage","agent":"coder","id":"u1","model":"gpt-4o-2024-08-06","input_tokens":60,"output_tokens":10}"#,
+            r#"{"type":"usage","agent":"coder","id":"u1","model":"gpt-4o-2024-08-06","input_tokens":60,"output_tokens":10}"#,
+            r#"{"type":"usage","agent":"other one","model":"my \"model\"","input_tokens":40,"output_tokens":0}"#,
+        ] {
+            let event = parse_line(line.as_bytes()).unwrap();
+            let answer = budgeted.apply(1, &event.as_ref());
+            let (
+                loopguard_events::Event::Usage { ids, usage },
+                loopguard_events::Answer::Usage { counted, .. },
+            ) = (&event, &answer)
+            else {
+                panic!("{answer:?}");
+            };
+            let cfg = budgets.for_agent(ids.agent.as_deref());
+            m.usage(
+                agent_label(&budgets, ids.agent.as_deref()),
+                model_label(cfg, usage.model.as_deref()),
+                usage.as_usage().tokens(),
+                counted,
+            );
+        }
         let text = m.render(
             &StoreStats {
                 sessions: 2,
@@ -535,6 +701,12 @@ mod tests {
             "loopguard_degraded_answers_total{type=\"result\"} 1",
             "loopguard_degraded_answers_total{type=\"call\"} 0",
             "loopguard_events_total{type=\"result\"} 1",
+            "loopguard_usage_tokens_total{agent=\"coder\",model=\"gpt-4o\"} 70",
+            "loopguard_usage_cost_usd_total{agent=\"coder\",model=\"gpt-4o\"} 0.00025",
+            "loopguard_usage_tokens_total{agent=\"other\",model=\"other\"} 40",
+            "loopguard_usage_unpriced_tokens_total{agent=\"other\",model=\"other\"} 40",
+            "loopguard_budget_stops_total{detector=\"run_budget\"} 1",
+            "loopguard_budget_stops_total{detector=\"day_budget\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -71,6 +71,8 @@ pub struct Counted {
     pub message: Option<String>,
     /// Shadow mode: `stop` is what would have stopped the run.
     pub shadow: bool,
+    /// Whether this answers a retry (the usage was counted before, not now).
+    pub repeat: bool,
 }
 
 /// The stored form of a [`Counted`] with its id and figures.
@@ -272,7 +274,10 @@ impl RunLedger {
         if id != 0 {
             if let Some(earlier) = self.get().usage.iter().rev().find(|c| c.id == id) {
                 return match earlier.figures == figures {
-                    true => Ok(earlier.clone()),
+                    true => Ok(Counted {
+                        repeat: true,
+                        ..earlier.clone()
+                    }),
                     false => Err(UsageError::Conflict),
                 };
             }
@@ -303,6 +308,7 @@ impl RunLedger {
             stop: stop.map(|(r, _)| r),
             message,
             shadow,
+            repeat: false,
         };
         if id != 0 {
             let kept = &mut self.get_mut().usage;
@@ -361,6 +367,7 @@ impl<'de> Deserialize<'de> for Counted {
             stop,
             message,
             shadow: f.shadow,
+            repeat: false,
         })
     }
 }
@@ -380,6 +387,7 @@ impl Counted {
             stop,
             message,
             shadow,
+            repeat: false,
         }
     }
 
@@ -446,7 +454,14 @@ mod tests {
         let again = ledger
             .count_usage(Some(&b), &[], &mut session, "", &u, Millis::ZERO, false)
             .unwrap();
-        assert_eq!(again, first);
+        assert!(again.repeat && !first.repeat);
+        assert_eq!(
+            Counted {
+                repeat: false,
+                ..again
+            },
+            first
+        );
         assert_eq!(ledger.spent().tokens(), 700);
         assert_eq!(session.spend().tokens(), 700);
         let other = Usage::new(601, 100).with_id(Some("r1"));
