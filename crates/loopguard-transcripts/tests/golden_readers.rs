@@ -93,6 +93,12 @@ fn render(items: &[(Pos, Item)]) -> String {
                 })
             }
             Event::Compaction { ids } => json!({"line": pos.line, "compaction": ids.session}),
+            Event::Usage { ids, usage } => json!({
+                "line": pos.line,
+                "usage": ids.session,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+            }),
         };
         out.push_str(&line.to_string());
         out.push('\n');
