@@ -240,3 +240,51 @@ fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_opencl
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// `scan` hands the transcript's usage to the guard: a run cost budget stops the
+/// mini-swe-agent sessions (whose transcripts record each response's cost) where their
+/// spend passes it, after a warning, and the report says what stopping would have saved.
+#[test]
+fn scan_applies_cost_budgets_to_the_transcripts_usage() {
+    let Some(shared) = shared_dir() else {
+        println!("SKIPPED: shared folder not found (set LOOPGUARD_SHARED_DIR)");
+        return;
+    };
+    let files = BTreeSet::from([shared
+        .join("corpus/mini-swe-agent")
+        .to_str()
+        .unwrap()
+        .to_owned()]);
+    let doc = scan(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 0.05 }, withoutProgress: { enabled: false } } } }",
+        &files,
+        "cost",
+    );
+    let mut stopped = 0;
+    for s in doc["sessions"].as_array().unwrap() {
+        let cost = s["usage"]["cost"].as_f64().unwrap();
+        let warned = first(&[s], |f| {
+            f["detector"] == "run_budget" && f["level"] == "warning"
+        });
+        let blocked = first(&[s], |f| {
+            f["detector"] == "run_budget" && f["level"] == "critical"
+        });
+        println!(
+            "{} {}: ${cost:.4}, warned at {}, stopped at {}, saved {}",
+            s["file"],
+            s["session"],
+            show(warned),
+            show(blocked),
+            s["saved"]
+        );
+        if cost < 0.04 {
+            assert_eq!(warned, None, "{s}");
+        }
+        if let Some(at) = blocked {
+            stopped += 1;
+            assert!(warned.is_some_and(|w| w < at), "warned before the stop");
+            assert!(s["saved"]["cost"].as_f64().unwrap() > 0.0, "{}", s["saved"]);
+        }
+    }
+    assert!(stopped >= 2, "{stopped} sessions stopped");
+}

@@ -36,13 +36,7 @@ fn table() -> String {
             .price
             .tiers
             .iter()
-            .map(|(above, r)| {
-                format!(
-                    "above {above}: {} in, {} out",
-                    usd(r.input),
-                    usd(r.output)
-                )
-            })
+            .map(|(above, r)| format!("above {above}: {} in, {} out", usd(r.input), usd(r.output)))
             .collect();
         let host = row
             .source
@@ -54,7 +48,11 @@ fn table() -> String {
             "| `{}` | {} | {} | [{host}]({}), {} |\n",
             row.model,
             rates(&row.price.rates),
-            if tiers.is_empty() { "-".to_owned() } else { tiers.join("; ") },
+            if tiers.is_empty() {
+                "-".to_owned()
+            } else {
+                tiers.join("; ")
+            },
             row.source,
             row.as_of
         ));

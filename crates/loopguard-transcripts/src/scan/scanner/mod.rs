@@ -25,7 +25,7 @@ use loopguard::{
     ConfigSet, Detection, Detector, Guard, Level, Limits, ManualClock, Millis, OutcomeOf, RunState,
     Signature, Verdict,
 };
-use loopguard_events::{Answer, EventRef, IdsRef, Replayer};
+use loopguard_events::{Answer, EventRef, Ids, IdsRef, Replayer};
 use serde_json::Value;
 
 use super::report::{add_cost, cut, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
@@ -206,6 +206,9 @@ pub struct Scanner {
     budget: usize,
     /// History kept per run (for the memory estimate).
     history: usize,
+    /// Whether the config sets spend budgets: the transcript's usage is then handed to
+    /// the guard as usage events.
+    budgets: bool,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -227,6 +230,9 @@ impl Scanner {
     /// A scanner that keeps at most about `budget` bytes of open runs.
     pub fn with_budget(config: ConfigSet, agent: Option<String>, budget: usize) -> Self {
         let history = config.for_agent(agent.as_deref()).history_size() as usize;
+        let budgets = std::iter::once(config.global())
+            .chain(config.agents().map(|(_, _, cfg)| cfg))
+            .any(|cfg| cfg.budgets().is_some());
         // The scanner decides which sessions to forget, by bytes; the guard never does.
         let limits = Limits {
             max_sessions: usize::MAX,
@@ -244,6 +250,7 @@ impl Scanner {
             live_bytes: 0,
             budget,
             history,
+            budgets,
         }
     }
 
@@ -589,6 +596,20 @@ impl Scanner {
         }
     }
 
+    /// Hands a response's usage to the guard as a usage event, so that the config's budgets
+    /// count it: the transcript's total as input tokens (readers keep no split by kind, so
+    /// the price table cannot apply) and its own cost when it records one.
+    fn spend(&mut self, pos: Pos, ids: &Ids, usage: Usage) {
+        let usage = loopguard::Usage::new(usage.tokens, 0)
+            .with_cost(usage.cost.filter(|c| c.is_finite() && *c >= 0.0));
+        let event: EventRef<'_, &Value> = EventRef::Usage {
+            ids: ids.as_ref(),
+            usage,
+        };
+        // Figures the engine refuses (beyond what one response can use) count nothing.
+        self.replayer.apply(pos.line, &event);
+    }
+
     fn usage(&mut self, s: usize, r: usize, usage: Usage) {
         let report = &mut self.reports[s];
         let total = report.usage.get_or_insert(Usage {
@@ -617,6 +638,17 @@ impl Sink for Scanner {
             return self.event(pos, &event.as_ref());
         }
         let (s, r) = self.enter(item.ids().as_ref());
+        if let (
+            true,
+            Item::Turn {
+                ids,
+                usage: Some(usage),
+            }
+            | Item::Usage { ids, usage },
+        ) = (self.budgets, &item)
+        {
+            self.spend(pos, ids, *usage);
+        }
         match item {
             Item::Event(_) => {}
             Item::Turn { usage, .. } => self.turn(s, r, usage),
