@@ -595,7 +595,11 @@ impl Extensions {
                 .batch_duplicates
                 .as_ref()
                 .is_some_and(|b| on(b.enabled)),
-            budgets: block.budgets.as_ref().map(compile_budgets),
+            budgets: block
+                .budgets
+                .as_ref()
+                .map(compile_budgets)
+                .filter(Budgets::any),
             prices: compile_prices(&block.prices),
         })
     }

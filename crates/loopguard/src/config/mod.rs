@@ -286,10 +286,8 @@ impl EffectiveConfig {
 
     /// The spend budgets in force (`loopguard.budgets`), when a limit is set.
     pub fn budgets(&self) -> Option<&crate::budget::Budgets> {
-        self.extensions
-            .as_deref()
-            .and_then(|x| x.budgets.as_ref())
-            .filter(|b| b.any())
+        // A block without limits is left out when the config is compiled.
+        self.extensions.as_deref().and_then(|x| x.budgets.as_ref())
     }
 
     /// What the budgets in force cannot enforce, each with why (empty without budgets).
