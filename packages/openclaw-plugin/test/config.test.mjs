@@ -18,11 +18,16 @@ const manifest = JSON.parse(readFileSync(join(pluginDir, 'openclaw.plugin.json')
 const schema = manifest.configSchema;
 
 /** The schema of the block at an engine path (`tools.loopDetection` is the plugin's
- * `loopDetection`; `[]` is an array's items). */
+ * `loopDetection`; `[]` is an array's items, `*` any entry of a map such as `prices`). */
 function schemaAt(root, path) {
   let node = root;
   const parts = path.replace(/^tools\./, '').split('.');
   for (const part of parts) {
+    if (part === '*') {
+      node = node.additionalProperties;
+      assert.ok(node, `no schema for ${path}`);
+      continue;
+    }
     const array = part.endsWith('[]');
     node = node.properties[array ? part.slice(0, -2) : part];
     assert.ok(node, `no schema for ${path}`);
