@@ -15,11 +15,17 @@ breaker) or a post-compaction abort ends the run: the agent jumps to its end wit
 
 The session is the LangGraph thread (``configurable.thread_id``, else ``"default"``); each
 ``invoke`` is a run, ended (and forgotten by the guard) when the agent finishes.
+
+``after_model`` reports each model response's ``usage_metadata`` (and its model, from
+``response_metadata``) to the guard, for the spend budgets of the ``loopguard`` block: a
+response that uses a budget up stops the run at its next tool call, as a terminal verdict
+does. Usage the guard refuses is reported as a warning and counts nothing.
 """
 
 from __future__ import annotations
 
 import uuid
+import warnings
 from typing import Any, Awaitable, Callable, Dict, Optional, Union
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
@@ -67,6 +73,33 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         if not stop:
             return None
         return {"jump_to": "end", "messages": [AIMessage(content=f"The run was stopped by loopguard. {stop}")]}
+
+    def after_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> None:
+        messages = state.get("messages") or []
+        message = messages[-1] if messages else None
+        usage = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
+        if not usage:
+            return
+        details = usage.get("input_token_details") or {}
+        cache_read = int(details.get("cache_read") or 0)
+        cache_write = int(details.get("cache_creation") or 0)
+        meta = message.response_metadata or {}  # type: ignore[union-attr]
+        model = meta.get("model_name") or meta.get("model")
+        try:
+            self.guard.record_usage(
+                session=_session(),
+                run=state.get("loopguard_run"),
+                agent=self.agent,
+                id=message.id,  # type: ignore[union-attr]
+                model=model if isinstance(model, str) else None,
+                # LangChain counts cached input inside input_tokens; loopguard apart.
+                input_tokens=max(int(usage.get("input_tokens") or 0) - cache_read - cache_write, 0),
+                output_tokens=int(usage.get("output_tokens") or 0),
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            )
+        except ValueError as e:
+            warnings.warn(f"loopguard: usage not counted: {e}", stacklevel=2)
 
     def _scope(self, request: ToolCallRequest) -> Dict[str, Any]:
         return {"session": _session(), "run": request.state.get("loopguard_run"), "agent": self.agent}
