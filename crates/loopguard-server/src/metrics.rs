@@ -240,7 +240,7 @@ impl Metrics {
     }
 
     /// Counts what a usage event counted (not a retry: its answer says so) under the
-    /// labels [`agent_label`] and [`model_label`] give.
+    /// labels `agent_label` and `model_label` give.
     pub fn usage(&self, agent: String, model: String, tokens: u64, counted: &loopguard::Counted) {
         if counted.repeat {
             return;

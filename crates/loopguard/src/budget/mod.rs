@@ -33,7 +33,10 @@ use serde::{Deserialize, Serialize};
 
 pub use ledger::{Counted, PROGRESS_KEPT, USAGE_IDS_KEPT};
 pub(crate) use ledger::{Judgement, RunLedger};
-pub use session::{AgentSpend, DaySpend, SessionDecodeError, SessionState, SESSION_FORMAT_VERSION};
+pub use session::{
+    AgentSpend, DaySpend, SessionDecodeError, SessionState, MAX_AGENTS_PER_SESSION,
+    SESSION_FORMAT_VERSION,
+};
 
 use crate::verdict::Detector;
 

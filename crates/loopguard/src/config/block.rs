@@ -352,8 +352,8 @@ blocks! {
 }
 
 /// What a JSON schema accepts as a UTC offset (`budgets.timeZone`), as
-/// [`UtcOffset::parse`] reads it.
-pub const UTC_OFFSET_PATTERN: &str = "^(UTC|Z|(UTC)?[+-](0[0-9]|1[0-4]):[0-5][0-9])$";
+/// `UtcOffset::parse` reads it.
+pub const UTC_OFFSET_PATTERN: &str = "^(UTC|Z|(UTC)?[+-]((0[0-9]|1[0-3]):[0-5][0-9]|14:00))$";
 
 /// `loopguard.mode`'s values.
 pub(crate) const MODES: &[&str] = &["enforce", "shadow"];
@@ -564,6 +564,34 @@ mod tests {
 
     /// The plugin's schema for both blocks is the table's: the same keys, types, bounds
     /// and values, so a key added to the table fails here until the schema has it.
+    /// What the schema's pattern accepts as a time zone, the parser reads, and the other
+    /// way round for the canonical forms (the parser also takes lower-case `utc`).
+    #[test]
+    fn the_time_zone_pattern_agrees_with_the_parser() {
+        let pattern = regex::Regex::new(UTC_OFFSET_PATTERN).unwrap();
+        for text in [
+            "UTC",
+            "Z",
+            "+02:00",
+            "-05:30",
+            "UTC+14:00",
+            "UTC-14:00",
+            "+14:30",
+            "+15:00",
+            "02:00",
+            "+2:00",
+            "+02:60",
+            "UTC+",
+            "",
+        ] {
+            assert_eq!(
+                pattern.is_match(text),
+                value::UtcOffset::parse(text).is_some(),
+                "{text:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_plugin_schema_is_the_table() {
         let manifest: Value = serde_json::from_str(MANIFEST).unwrap();
