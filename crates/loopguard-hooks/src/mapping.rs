@@ -279,30 +279,12 @@ pub fn apply(
                 let outcome_json = outcome_text.as_deref().and_then(|t| t2.parse(t).ok());
                 let outcome = outcome.map(|o| o.with(outcome_json));
                 let replay_event = hook_event(event, ids, args, outcome);
-                tx.update_run(session, Some(&run), |state, session_state, now| {
-                    apply_event(
-                        state,
-                        session_state,
-                        cfg,
-                        &replay_event.scope(None),
-                        &replay_event,
-                        now,
-                    )
-                })?
+                apply_in(tx, session, &run, cfg, &replay_event)?
             } else {
                 let args = args.and_then(Json::value);
                 let outcome = outcome.map(|o| o.with(o.json().and_then(Json::value)));
                 let replay_event = hook_event(event, ids, args, outcome);
-                tx.update_run(session, Some(&run), |state, session_state, now| {
-                    apply_event(
-                        state,
-                        session_state,
-                        cfg,
-                        &replay_event.scope(None),
-                        &replay_event,
-                        now,
-                    )
-                })?
+                apply_in(tx, session, &run, cfg, &replay_event)?
             };
             match (reply, event) {
                 (Reply::Call(verdict, _), HookEvent::ToolCall(call)) => {
@@ -333,6 +315,19 @@ pub fn apply(
 }
 
 /// The replay event of a hook event, with its JSON in view `J`.
+/// Applies `event` to its run (and its session) in the hook's transaction.
+fn apply_in<'a, J: loopguard::json::Json<'a>>(
+    tx: &mut HookTx<'_>,
+    session: &str,
+    run: &str,
+    cfg: &loopguard::EffectiveConfig,
+    event: &EventRef<'a, J>,
+) -> Result<Reply, StoreError> {
+    tx.update_run(session, Some(run), |state, session_state, now| {
+        apply_event(state, session_state, cfg, &event.scope(None), event, now)
+    })
+}
+
 fn hook_event<'a, J>(
     event: &'a HookEvent,
     ids: IdsRef<'a>,

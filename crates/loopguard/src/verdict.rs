@@ -628,13 +628,21 @@ pub(crate) mod messages {
         }
     }
 
-    pub fn budget_block(tool: &str, whose: &str, r: &Reading) -> String {
+    /// `its token budget (1,050 tokens of 1,000 tokens, 105%)`.
+    fn budget_used(r: &Reading) -> String {
         format!(
-            "CRITICAL: {whose} has used up its {} ({} of {}, {}%). This {tool} call was blocked and {}.",
+            "its {} ({} of {}, {}%)",
             budget_what(r),
             r.measure.show(r.used),
             r.measure.show(r.limit),
-            r.percent(),
+            r.percent()
+        )
+    }
+
+    pub fn budget_block(tool: &str, whose: &str, r: &Reading) -> String {
+        format!(
+            "CRITICAL: {whose} has used up {}. This {tool} call was blocked and {}.",
+            budget_used(r),
             budget_ending(r.scope)
         )
     }
@@ -642,11 +650,8 @@ pub(crate) mod messages {
     /// For the answer to the usage that used a budget up.
     pub fn budget_spent(whose: &str, r: &Reading) -> String {
         format!(
-            "CRITICAL: {whose} has used up its {} ({} of {}, {}%): the next call will be blocked and {}.",
-            budget_what(r),
-            r.measure.show(r.used),
-            r.measure.show(r.limit),
-            r.percent(),
+            "CRITICAL: {whose} has used up {}: the next call will be blocked and {}.",
+            budget_used(r),
             budget_ending(r.scope)
         )
     }
@@ -654,12 +659,9 @@ pub(crate) mod messages {
     /// A later call of a run a budget stopped.
     pub fn budget_stopped(tool: &str, r: &Reading) -> String {
         format!(
-            "CRITICAL: this run was stopped by {}: it used up its {} ({} of {}, {}%); {tool} was not executed.",
+            "CRITICAL: this run was stopped by {}: it used up {}; {tool} was not executed.",
             r.scope.detector(),
-            budget_what(r),
-            r.measure.show(r.used),
-            r.measure.show(r.limit),
-            r.percent()
+            budget_used(r)
         )
     }
 

@@ -464,33 +464,11 @@ pub(crate) fn count(
     max: u64,
     checker: &mut Checker<'_>,
 ) -> Option<u32> {
-    let value = match v {
-        Node::Int(i) if *i >= 1 => Some(*i),
-        // 10.0 is the integer 10, as in JavaScript.
-        Node::Float(f) if f.is_finite() && f.fract() == 0.0 && *f >= 1.0 => {
-            Some(if *f > 1e30 { i128::MAX } else { *f as i128 })
-        }
-        _ => None,
-    };
-    match value {
-        Some(n) if n <= max as i128 => Some(n as u32),
-        Some(_) => {
-            checker.issue(path, IssueKind::TooLarge { max });
-            None
-        }
-        None => {
-            checker.issue(
-                path,
-                IssueKind::NotPositiveInteger {
-                    found: v.describe(),
-                },
-            );
-            None
-        }
-    }
+    // Every `max` a field gives a count fits 32 bits.
+    big_count(v, path, max, checker).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
-/// A count too large for 32 bits (a token budget), from 1 to `max`.
+/// A count from 1 to `max`, beyond 32 bits when `max` is (a token budget).
 pub(crate) fn big_count(
     v: &Node,
     path: &[Segment],
@@ -499,6 +477,7 @@ pub(crate) fn big_count(
 ) -> Option<u64> {
     let value = match v {
         Node::Int(i) if *i >= 1 => Some(*i),
+        // 10.0 is the integer 10, as in JavaScript.
         Node::Float(f) if f.is_finite() && f.fract() == 0.0 && *f >= 1.0 => {
             Some(if *f > 1e30 { i128::MAX } else { *f as i128 })
         }
