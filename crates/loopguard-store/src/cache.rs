@@ -344,12 +344,26 @@ impl Cache {
 
     /// The state of a session beyond its runs, if the cache holds it and it is live.
     pub(crate) fn session_state(&self, session: &str) -> Option<SessionState> {
-        let cutoff = self.limits.cutoff(self.clock.now_ms());
         self.shard(session)
             .session_value(session)
             .map(|s| &s.state)
-            .filter(|s| !s.is_empty() && s.last_active() >= cutoff)
+            .filter(|s| self.is_live_session(s))
             .cloned()
+    }
+
+    /// [`Cache::session_state`] of a state read from the backend, without touching the
+    /// map; an unreadable state is skipped.
+    pub(crate) fn session_state_of(
+        &self,
+        session: &str,
+        bytes: Option<&[u8]>,
+    ) -> Option<SessionState> {
+        decode_session(session, bytes?).filter(|s| self.is_live_session(s))
+    }
+
+    /// Whether a session state counts anything and is not expired.
+    fn is_live_session(&self, state: &SessionState) -> bool {
+        !state.is_empty() && state.last_active() >= self.limits.cutoff(self.clock.now_ms())
     }
 
     /// Removes runs idle past the TTL (and sessions left without runs, unless their own

@@ -239,6 +239,11 @@ async fn two_stores_on_one_file_share_a_session_spend() {
     }
     assert_eq!(got, want);
     assert!(a.stats().conflicts + b.stats().conflicts > 0);
+    // Each reads the spend from the file they share, not from what it last wrote itself.
+    for store in [&a, &b] {
+        let spent = store.session_state("s").await.unwrap().unwrap();
+        assert_eq!(spent.spend().tokens(), 1_200);
+    }
 }
 
 #[tokio::test]

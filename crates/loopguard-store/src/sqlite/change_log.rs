@@ -29,7 +29,7 @@ use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use super::file::{
     as_sql, fold_deltas, put_session, read_run, read_session_state, replace_row, session_tag,
-    StoredRun, DELTA_TABLES,
+    StoredRun, StoredSession, DELTA_TABLES,
 };
 use crate::cache::{Reload, Row};
 use crate::delta;
@@ -66,9 +66,17 @@ pub(super) enum Landed {
     Read(SessionRows),
 }
 
-/// The runs of one session as the file holds them (run column, stored run): `None` when
-/// no other connection has written the file, so the store's own map is the truth.
-pub(super) type SessionRows = Option<Vec<(String, StoredRun)>>;
+/// One session as the file holds it: `None` when no other connection has written the
+/// file, so the store's own map is the truth.
+pub(super) type SessionRows = Option<FileSession>;
+
+/// One session as the file holds it.
+pub(super) struct FileSession {
+    /// Its runs (run column, stored run).
+    pub(super) runs: Vec<(String, StoredRun)>,
+    /// Its state beyond its runs (what it spent), when it has one.
+    pub(super) state: Option<StoredSession>,
+}
 
 /// What the backend holds, as a [`Reload`].
 pub(super) fn reload(

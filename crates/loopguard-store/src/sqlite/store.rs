@@ -8,7 +8,7 @@ use loopguard::{Millis, RunState, SessionState};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::change_log::Log;
+use super::change_log::{Log, SessionRows};
 use super::checkpoint::Checkpointer;
 use super::file::{
     as_sql, create_private, delete_idle, ensure_schema, fold_deltas, refuse_foreign,
@@ -127,6 +127,23 @@ impl SqliteStore {
 
     /// Starts the task that hands out commit answers, on the runtime of the caller.
     #[cold]
+    /// The session as the file holds it, read after every write queued before; `None`
+    /// while no other process has written the file since it was opened (the map is the
+    /// truth then).
+    async fn read_file_session(&self, session: &str) -> Result<SessionRows, StoreError> {
+        self.ensure_open()?;
+        let (done, wait) = oneshot::channel();
+        self.writer.send(Op::Read(Read {
+            session: session.into(),
+            done,
+        }));
+        match wait.await {
+            Ok(Ok(file)) => Ok(file),
+            Ok(Err(source)) => Err(StoreError::Unavailable { source }),
+            Err(_) => Err(StoreError::Closed),
+        }
+    }
+
     fn start_dispatcher(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -316,27 +333,25 @@ impl Store for SqliteStore {
     /// it was opened (a hook, `loopguard sessions reset`): then as the file holds it, read
     /// after every write queued before, so a reset elsewhere shows at once.
     async fn session(&self, session: &str) -> Result<Vec<RunSnapshot>, StoreError> {
-        self.ensure_open()?;
-        let (done, wait) = oneshot::channel();
-        self.writer.send(Op::Read(Read {
-            session: session.into(),
-            done,
-        }));
-        match wait.await {
-            Ok(Ok(None)) => Ok(self.cache.snapshot(session)),
-            Ok(Ok(Some(rows))) => Ok(self.cache.snapshot_of(
+        match self.read_file_session(session).await? {
+            None => Ok(self.cache.snapshot(session)),
+            Some(file) => Ok(self.cache.snapshot_of(
                 session,
-                rows.iter()
+                file.runs
+                    .iter()
                     .map(|(run, stored)| (run.as_str(), stored.state.as_slice())),
             )),
-            Ok(Err(source)) => Err(StoreError::Unavailable { source }),
-            Err(_) => Err(StoreError::Closed),
         }
     }
 
+    /// As `session`: from the map, unless another process has written the file.
     async fn session_state(&self, session: &str) -> Result<Option<SessionState>, StoreError> {
-        self.ensure_open()?;
-        Ok(self.cache.session_state(session))
+        match self.read_file_session(session).await? {
+            None => Ok(self.cache.session_state(session)),
+            Some(file) => Ok(self
+                .cache
+                .session_state_of(session, file.state.as_ref().map(|s| s.state.as_slice()))),
+        }
     }
 
     async fn expire_idle(&self) -> Result<usize, StoreError> {

@@ -12,9 +12,9 @@ use loopguard::RunState;
 use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::change_log::{Landed, Log, Put, SessionRows, SessionWrite};
+use super::change_log::{FileSession, Landed, Log, Put, SessionRows, SessionWrite};
 use super::checkpoint::Checkpointer;
-use super::file::{delete_idle, read_run, StoredRun};
+use super::file::{delete_idle, read_run, read_session_state, StoredRun};
 use super::SqliteOptions;
 use crate::cache::{Expired, Reload, SessionPut, Sink};
 use crate::{Cause, Failed, RunKey, StoreError};
@@ -460,7 +460,10 @@ fn run_transaction(
                 Landed::Rows(rows)
             }
             Merged::Read(read) => Landed::Read(if log.shared {
-                Some(read_session_runs(&tx, &read.session)?)
+                Some(FileSession {
+                    runs: read_session_runs(&tx, &read.session)?,
+                    state: read_session_state(&tx, &read.session)?,
+                })
             } else {
                 None
             }),
