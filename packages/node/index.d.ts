@@ -51,7 +51,10 @@ export type Detector =
   | 'batch_duplicates'
   | 'stale_repeat'
   | 'target_thrash'
-  | 'escalation';
+  | 'escalation'
+  | 'repeated_message'
+  | 'content_chanting'
+  | 'no_tool_turns';
 
 /** How serious a detection is. */
 export type Level = 'warning' | 'critical';
@@ -185,6 +188,33 @@ export interface LoopguardDetectorsBatchDuplicatesConfig {
   enabled?: boolean;
 }
 
+/** `loopguard.detectors.repeatedMessage` as written (every key optional). */
+export interface LoopguardDetectorsRepeatedMessageConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000. */
+  warningThreshold?: number;
+  /** an integer from 1 to 1000000000. */
+  criticalThreshold?: number;
+}
+
+/** `loopguard.detectors.contentChanting` as written (every key optional). */
+export interface LoopguardDetectorsContentChantingConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000. */
+  warningThreshold?: number;
+  /** an integer from 1 to 1000000000. */
+  criticalThreshold?: number;
+}
+
+/** `loopguard.detectors.noToolTurns` as written (every key optional). */
+export interface LoopguardDetectorsNoToolTurnsConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000. */
+  warningThreshold?: number;
+  /** an integer from 1 to 1000000000. */
+  criticalThreshold?: number;
+}
+
 /** `loopguard.detectors` as written (every key optional). */
 export interface LoopguardDetectorsConfig {
   consecutiveRepeat?: LoopguardDetectorsConsecutiveRepeatConfig;
@@ -194,6 +224,9 @@ export interface LoopguardDetectorsConfig {
   targetThrash?: LoopguardDetectorsTargetThrashConfig;
   escalation?: LoopguardDetectorsEscalationConfig;
   batchDuplicates?: LoopguardDetectorsBatchDuplicatesConfig;
+  repeatedMessage?: LoopguardDetectorsRepeatedMessageConfig;
+  contentChanting?: LoopguardDetectorsContentChantingConfig;
+  noToolTurns?: LoopguardDetectorsNoToolTurnsConfig;
 }
 
 /** `loopguard` as written (every key optional). */

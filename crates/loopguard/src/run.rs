@@ -15,6 +15,7 @@ use crate::detectors::escalation::{Escalation, Members};
 use crate::detectors::extensions::Context;
 use crate::detectors::period::PeriodTrack;
 use crate::detectors::thrash::{target_key, Targets};
+use crate::detectors::turns::Turns;
 use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{failure_of, CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
@@ -24,6 +25,8 @@ use crate::observe;
 use crate::scope::Scope;
 use crate::ticket::{Call, CallRef, Keys, Standing, Ticket};
 use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
+
+mod said;
 
 /// The warning threshold whose multiples surface a warning of `detector`.
 fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -> u32 {
@@ -90,13 +93,15 @@ pub enum StateDecodeError {
 /// covers the fingerprint version, since states hold fingerprints). Version 3 appends the
 /// fields of `Added3` to version 2's encoding, version 4 those of `Added4` after them;
 /// version 5 may mark an answered call with the times it was sent again (a variant added
-/// last, so that older states read unchanged). Version 2, 3 and 4 states still read.
-pub const STATE_FORMAT_VERSION: u8 = 5;
+/// last, so that older states read unchanged); version 7 appends those of `Added7`.
+/// Version 2, 3, 4 and 5 states still read.
+pub const STATE_FORMAT_VERSION: u8 = 7;
 
 /// The older format versions whose states [`RunState::from_bytes`] still reads.
 const STATE_FORMAT_V2: u8 = 2;
 const STATE_FORMAT_V3: u8 = 3;
 const STATE_FORMAT_V4: u8 = 4;
+const STATE_FORMAT_V5: u8 = 5;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +119,9 @@ pub struct RunState {
     /// Encoded after `added`.
     #[serde(skip)]
     added4: Added4,
+    /// Encoded after `added4`.
+    #[serde(skip)]
+    added7: Added7,
 }
 
 /// The fields state format version 4 added, encoded after those of version 3.
@@ -121,6 +129,13 @@ pub struct RunState {
 struct Added4 {
     /// What `error_cascade` keeps per record: what each call worked on, how it failed.
     failures: FailureTrack,
+}
+
+/// The fields state format version 7 added, encoded after those of version 5.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Added7 {
+    /// The run's messages, for the detectors of loops without tool calls.
+    turns: Turns,
 }
 
 /// The fields state format version 3 added, encoded after version 2's so that version 2
@@ -197,6 +212,9 @@ impl RunState {
         if let Ok(bytes) = postcard::to_extend(&self.added4, std::mem::take(out)) {
             *out = bytes;
         }
+        if let Ok(bytes) = postcard::to_extend(&self.added7, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
@@ -204,7 +222,7 @@ impl RunState {
         let corrupt = |e: postcard::Error| StateDecodeError::Corrupt(e.to_string());
         match bytes.split_first() {
             Some((
-                &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4
+                &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4 | STATE_FORMAT_V5
                 | STATE_FORMAT_VERSION),
                 rest,
             )) => {
@@ -215,6 +233,9 @@ impl RunState {
                 }
                 if version >= STATE_FORMAT_V4 {
                     (state.added4, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
+                if version >= STATE_FORMAT_VERSION {
+                    (state.added7, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
                     return Err(StateDecodeError::Corrupt(format!(
@@ -241,6 +262,7 @@ impl RunState {
             + self.added.ext.targets.heap_bytes()
             + self.added.ext.escalation.heap_bytes()
             + self.added4.failures.heap_bytes()
+            + self.added7.turns.heap_bytes()
     }
 
     /// Judges a call about to run and records it: the [`Ticket`] carries the verdict, and
@@ -265,6 +287,12 @@ impl RunState {
         let (verdict, id_use) = match retried {
             Retried::Again(verdict) => (verdict, CallIdUse::Retry),
             Retried::New | Retried::Reused(_) => {
+                // A tool call ends an answer being streamed and a row of answers without
+                // one.
+                if !self.added7.turns.is_empty() {
+                    self.end_stream(cfg, true);
+                    self.added7.turns.called();
+                }
                 let verdict = self.verdict(cfg, &print, id, call.batch, call.call_id, now);
                 let (resent, id_use) = match retried {
                     Retried::Reused(n) => (
@@ -1036,8 +1064,13 @@ mod tests {
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
         assert_eq!(back, state);
-        // Without retries marked, version 5 writes what version 4 did: those still read.
-        let mut v4 = bytes.clone();
+        // Without messages, version 7 writes version 5's bytes and no messages after them;
+        // without retries marked, version 5 writes what version 4 did: those still read.
+        let tail = postcard::to_allocvec(&Added7::default()).unwrap().len();
+        let mut v5 = bytes[..bytes.len() - tail].to_vec();
+        v5[0] = STATE_FORMAT_V5;
+        assert_eq!(RunState::from_bytes(&v5).unwrap(), state);
+        let mut v4 = v5.clone();
         v4[0] = STATE_FORMAT_V4;
         assert_eq!(RunState::from_bytes(&v4).unwrap(), state);
         assert!(matches!(
@@ -1136,9 +1169,37 @@ mod tests {
             Millis::new(2000),
         );
         assert!(!r.recorded);
-        // Written back as version 3, and read again.
+        // Written back in the current version, and read again.
         let again = RunState::from_bytes(&state.to_bytes()).unwrap();
         assert_eq!(again, state);
+    }
+
+    /// A state written by version 5 (no messages after the cascade's notes) reads as the
+    /// same state with no messages.
+    #[test]
+    fn a_version_5_state_reads_without_messages() {
+        let set = small_window(4);
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let args = json!({"p": "a"});
+        let read = Call::new("read", &args);
+        let out = json!("same");
+        for id in ["c1", "c2", "c3"] {
+            let _ = call(&mut state, cfg, &read, Some(id), Millis::new(0));
+            let _ = result(
+                &mut state,
+                cfg,
+                &read,
+                Some(id),
+                Outcome::Result(&out),
+                Millis::new(0),
+            );
+        }
+        let mut bytes = state.to_bytes();
+        let tail = postcard::to_allocvec(&Added7::default()).unwrap().len();
+        bytes.truncate(bytes.len() - tail);
+        bytes[0] = STATE_FORMAT_V5;
+        assert_eq!(RunState::from_bytes(&bytes).unwrap(), state);
     }
 
     /// The reproduction of the issue: a result for a blocked call arrives after its veto

@@ -39,12 +39,19 @@ pub enum Detector {
     TargetThrash,
     /// A call that continues a loop already blocked; ends the run after a few (extension).
     Escalation,
+    /// The model gives the same answer again and again (extension, messages).
+    RepeatedMessage,
+    /// One piece of text repeated over and over inside one answer (extension, messages).
+    ContentChanting,
+    /// The harness keeps sending the same feedback to answers without a tool call
+    /// (extension, messages).
+    NoToolTurns,
 }
 
 impl Detector {
     /// Every detector, in the order of this enum: the closed set that metrics, API schemas
     /// and documentation derive from.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 16] = [
         Self::GenericRepeat,
         Self::KnownPollNoProgress,
         Self::PingPong,
@@ -58,6 +65,9 @@ impl Detector {
         Self::StaleRepeat,
         Self::TargetThrash,
         Self::Escalation,
+        Self::RepeatedMessage,
+        Self::ContentChanting,
+        Self::NoToolTurns,
     ];
 
     /// The snake_case name used in outputs.
@@ -76,16 +86,29 @@ impl Detector {
             Self::StaleRepeat => "stale_repeat",
             Self::TargetThrash => "target_thrash",
             Self::Escalation => "escalation",
+            Self::RepeatedMessage => "repeated_message",
+            Self::ContentChanting => "content_chanting",
+            Self::NoToolTurns => "no_tool_turns",
         }
     }
 
-    /// Whether firing always ends the run (`escalation` ends it only after its last
-    /// attempt; its verdict says so).
+    /// Whether the detector judges messages (what the model said, what it was told)
+    /// rather than tool calls.
+    pub fn judges_messages(self) -> bool {
+        matches!(
+            self,
+            Self::RepeatedMessage | Self::ContentChanting | Self::NoToolTurns
+        )
+    }
+
+    /// Whether blocking always ends the run (`escalation` ends it only after its last
+    /// attempt; its verdict says so). A blocked message ends its run: its words cannot be
+    /// taken back, only the next model call refused.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             Self::GlobalCircuitBreaker | Self::CompactionLoopPersisted
-        )
+        ) || self.judges_messages()
     }
 }
 
@@ -429,8 +452,60 @@ pub(crate) mod messages {
     }
 
     pub fn stopped_run(detector: Detector, stop_tool: &str, n: u32, tool: &str) -> String {
+        if detector.judges_messages() {
+            return format!(
+                "CRITICAL: this run was stopped by {detector} (the {stop_tool} repeated itself {n} times); {tool} was not executed."
+            );
+        }
         format!(
             "CRITICAL: this run was stopped by {detector} ({stop_tool} repeated {n} times); {tool} was not executed."
+        )
+    }
+
+    /// What a message of a stopped run is answered.
+    pub fn stopped_run_message(detector: Detector, stop_tool: &str, n: u32) -> String {
+        let what = match detector.judges_messages() {
+            true => format!("the {stop_tool} repeated itself {n} times"),
+            false => format!("{stop_tool} repeated {n} times"),
+        };
+        format!(
+            "CRITICAL: this run was stopped by {detector} ({what}); do not call the model again in this run."
+        )
+    }
+
+    pub fn repeated_message_warning(n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the assistant has given the same answer {n} times in this run (\"{excerpt}\"). Saying it again will not move the task on: do something different, or say that you are stuck."
+        )
+    }
+
+    pub fn repeated_message_critical(n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the assistant has given the same answer {n} times with nothing changing in between (\"{excerpt}\"). The run was stopped (repeated_message): do not call the model again in this run."
+        )
+    }
+
+    pub fn chanting_warning(role: &str, n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the {role} repeats the same text over and over ({n} times: \"{excerpt}\"). Stop repeating it: finish the answer or change approach."
+        )
+    }
+
+    pub fn chanting_critical(role: &str, n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the {role} repeated the same text {n} times within one answer (\"{excerpt}\"). The run was stopped (content_chanting): stop the stream and do not call the model again in this run."
+        )
+    }
+
+    pub fn no_tool_turns_warning(n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the assistant answered {n} times in a row without a tool call and got the same feedback each time (\"{excerpt}\"). Follow the required format: call a tool, or say that you cannot."
+        )
+    }
+
+    pub fn no_tool_turns_critical(n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the assistant answered {n} times in a row without a tool call and got the same feedback each time (\"{excerpt}\"). The run was stopped (no_tool_turns): do not call the model again in this run."
         )
     }
 
@@ -629,6 +704,9 @@ mod tests {
                 Detector::StaleRepeat => 10,
                 Detector::TargetThrash => 11,
                 Detector::Escalation => 12,
+                Detector::RepeatedMessage => 13,
+                Detector::ContentChanting => 14,
+                Detector::NoToolTurns => 15,
             }
         }
         let mut names = std::collections::BTreeSet::new();

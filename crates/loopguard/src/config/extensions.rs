@@ -22,6 +22,9 @@
 //!       targetThrash: {},
 //!       escalation: { stopAfter: 3 },
 //!       batchDuplicates: {},
+//!       repeatedMessage: {},                 // the model's messages (`message` events)
+//!       contentChanting: {},
+//!       noToolTurns: { criticalThreshold: 5 },
 //!     },
 //!   },
 //!   agents: { list: [{ id: "ops", loopguard: { mode: "enforce" } }] },
@@ -57,6 +60,14 @@ pub const DEFAULT_STALE_REPEAT: (u32, u32, u32) = (3, 4, 3);
 pub const DEFAULT_TARGET_THRASH: (u32, u32) = (4, 6);
 /// Default `escalation.stopAfter`.
 pub const DEFAULT_ESCALATION_STOP: u32 = 3;
+/// Default `repeatedMessage` thresholds: copies of one answer in the window, and copies
+/// with nothing new in between.
+pub const DEFAULT_REPEATED_MESSAGE: (u32, u32) = (3, 4);
+/// Default `contentChanting` thresholds: occurrences of one segment in a run of repeats.
+pub const DEFAULT_CONTENT_CHANTING: (u32, u32) = (6, 10);
+/// Default `noToolTurns` thresholds: the same feedback to answers without a tool call, in
+/// a row.
+pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 6);
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -145,6 +156,9 @@ fn recommended() -> ExtensionsBlock {
             stop_after: Some(3),
         }),
         batch_duplicates: Some(SwitchBlock::default()),
+        repeated_message: Some(levels(3, 4)),
+        content_chanting: Some(levels(6, 10)),
+        no_tool_turns: Some(levels(3, 6)),
     }
 }
 
@@ -261,6 +275,12 @@ pub struct ExtensionsBlock {
     pub escalation: Option<EscalationBlock>,
     /// `detectors.batchDuplicates`.
     pub batch_duplicates: Option<SwitchBlock>,
+    /// `detectors.repeatedMessage`.
+    pub repeated_message: Option<LevelsBlock>,
+    /// `detectors.contentChanting`.
+    pub content_chanting: Option<LevelsBlock>,
+    /// `detectors.noToolTurns`.
+    pub no_tool_turns: Option<LevelsBlock>,
 }
 
 fn overlay_opt<T: Clone>(
@@ -319,6 +339,21 @@ impl ExtensionsBlock {
                 &self.batch_duplicates,
                 &agent.batch_duplicates,
                 SwitchBlock::overlay,
+            ),
+            repeated_message: overlay_opt(
+                &self.repeated_message,
+                &agent.repeated_message,
+                LevelsBlock::overlay,
+            ),
+            content_chanting: overlay_opt(
+                &self.content_chanting,
+                &agent.content_chanting,
+                LevelsBlock::overlay,
+            ),
+            no_tool_turns: overlay_opt(
+                &self.no_tool_turns,
+                &agent.no_tool_turns,
+                LevelsBlock::overlay,
             ),
         }
     }
@@ -410,6 +445,12 @@ pub struct Extensions {
     pub escalation: Option<u32>,
     /// `batch_duplicates`.
     pub batch_duplicates: bool,
+    /// `repeated_message`, when on.
+    pub repeated_message: Option<Levels>,
+    /// `content_chanting`, when on.
+    pub content_chanting: Option<Levels>,
+    /// `no_tool_turns`, when on.
+    pub no_tool_turns: Option<Levels>,
 }
 
 fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
@@ -517,12 +558,22 @@ impl Extensions {
                 .batch_duplicates
                 .as_ref()
                 .is_some_and(|b| on(b.enabled)),
+            repeated_message: levels(&block.repeated_message, DEFAULT_REPEATED_MESSAGE),
+            content_chanting: levels(&block.content_chanting, DEFAULT_CONTENT_CHANTING),
+            no_tool_turns: levels(&block.no_tool_turns, DEFAULT_NO_TOOL_TURNS),
         })
     }
 
     /// Whether verdicts are only reported.
     pub fn is_shadow(&self) -> bool {
         self.mode == Mode::Shadow
+    }
+
+    /// Whether a detector of messages is on (`message` events are judged).
+    pub fn judges_messages(&self) -> bool {
+        self.repeated_message.is_some()
+            || self.content_chanting.is_some()
+            || self.no_tool_turns.is_some()
     }
 }
 
