@@ -44,6 +44,17 @@ pub enum Answer {
         /// Window the guard was armed with; 0 when disabled.
         armed: u32,
     },
+    /// The verdict on a message.
+    Message {
+        /// Input line number.
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// The verdict.
+        verdict: Verdict,
+    },
     /// A line that is not a valid event.
     Invalid {
         /// Input line number.
@@ -59,10 +70,10 @@ impl Answer {
         matches!(self, Self::Invalid { .. })
     }
 
-    /// The verdict, for call answers.
+    /// The verdict, for call and message answers.
     pub fn verdict(&self) -> Option<&Verdict> {
         match self {
-            Self::Call { verdict, .. } => Some(verdict),
+            Self::Call { verdict, .. } | Self::Message { verdict, .. } => Some(verdict),
             _ => None,
         }
     }
@@ -71,7 +82,8 @@ impl Answer {
     /// sidecar turns back into the engine's own values, so that the blocked result and the
     /// warning note it hands the model are the engine's, built by the same code as in
     /// process. The answer of a call names its tool only in its message; `tool` is the
-    /// call's. The signatures a detection holds are not in the answer: they are zero.
+    /// call's (for a message, its role). The signatures a detection holds are not in the
+    /// answer: they are zero.
     pub fn from_json(text: &[u8], tool: &str) -> Result<Self, String> {
         let answer: Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
         let seq = answer["seq"].as_u64().unwrap_or(0);
@@ -101,6 +113,12 @@ impl Answer {
                 session,
                 run,
                 recorded: recorded_of(&answer)?,
+            }),
+            Some("message") => Ok(Self::Message {
+                seq,
+                session,
+                run,
+                verdict: verdict_of(&answer, tool)?,
             }),
             Some("compaction") => Ok(Self::Compaction {
                 seq,
@@ -206,6 +224,16 @@ impl Serialize for Answer {
                 ids: Some((session, run.as_deref())),
                 reply: ReplyRef::Compaction(*armed),
             },
+            Self::Message {
+                seq,
+                session,
+                run,
+                verdict,
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Message(verdict),
+            },
         };
         view.serialize(serializer)
     }
@@ -225,6 +253,8 @@ pub enum Reply {
     Compaction(u32),
     /// A result the engine cannot take (it names no call it can be recorded against).
     Invalid(String),
+    /// The verdict on a message.
+    Message(Verdict),
 }
 
 impl Reply {
@@ -253,6 +283,12 @@ impl Reply {
                 armed,
             },
             Self::Invalid(error) => Answer::Invalid { seq, error },
+            Self::Message(verdict) => Answer::Message {
+                seq,
+                session,
+                run,
+                verdict,
+            },
         }
     }
 
@@ -263,6 +299,7 @@ impl Reply {
             Self::Call(verdict, id_use) => ReplyRef::Call(verdict, *id_use),
             Self::Result(recorded) => ReplyRef::Result(recorded),
             Self::Compaction(armed) => ReplyRef::Compaction(*armed),
+            Self::Message(verdict) => ReplyRef::Message(verdict),
             Self::Invalid(error) => {
                 return View {
                     seq,
@@ -277,6 +314,7 @@ impl Reply {
 
 enum ReplyRef<'a> {
     Call(&'a Verdict, CallIdUse),
+    Message(&'a Verdict),
     Result(&'a Recorded),
     Compaction(u32),
     Invalid(&'a str),
@@ -316,8 +354,13 @@ impl Serialize for View<'_> {
                 m.serialize_entry("seq", &self.seq)?;
                 m.serialize_entry("error", error)?;
             }
-            ReplyRef::Call(verdict, id_use) => {
-                head(&mut m, self.seq, "call", session, run)?;
+            ReplyRef::Call(verdict, _) | ReplyRef::Message(verdict) => {
+                // A message has no call id: nothing to say of its use.
+                let (kind, id_use) = match self.reply {
+                    ReplyRef::Call(_, id_use) => ("call", id_use),
+                    _ => ("message", CallIdUse::New),
+                };
+                head(&mut m, self.seq, kind, session, run)?;
                 match verdict {
                     Verdict::Allow => m.serialize_entry("verdict", "allow")?,
                     Verdict::Warn { detection, notify } => {
@@ -476,6 +519,29 @@ mod tests {
                 }
             }
         }
+        // Message answers too.
+        let config = ConfigSet::parse(
+            "{ loopguard: { detectors: { noToolTurns: { warningThreshold: 2, criticalThreshold: 4 } } } }",
+        )
+        .unwrap();
+        let mut replayer = Replayer::new(config, None);
+        let line =
+            r#"{"type":"message","session":"s","role":"tool_feedback","text":"No tool call."}"#;
+        let mut words = Vec::new();
+        for i in 0..5 {
+            let answer = replayer.apply_line(i, line.as_bytes());
+            let text = serde_json::to_vec(&answer).unwrap();
+            let back = Answer::from_json(&text, "tool_feedback").unwrap();
+            assert_eq!(serde_json::to_vec(&back).unwrap(), text);
+            assert_eq!(
+                answer.verdict().map(Verdict::warning_note),
+                back.verdict().map(Verdict::warning_note)
+            );
+            let json: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(json["type"], "message");
+            words.push(json["verdict"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(words, ["allow", "warn", "warn", "block", "block"]);
         assert!(Answer::from_json(b"[]", "t").is_err());
         assert!(Answer::from_json(br#"{"type":"call","verdict":"block"}"#, "t").is_err());
     }

@@ -44,7 +44,9 @@ pub use answer::{Answer, Reply};
 pub use cost::{
     is_readable_part, parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE, MAX_PART_COST,
 };
-pub use event::{from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, MAX_DEPTH};
+pub use event::{
+    from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedMessage, OwnedOutcome, MAX_DEPTH,
+};
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
 
@@ -192,8 +194,9 @@ pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
 /// Each kind of event is one step of the engine: a `call` begins the call's [`Ticket`]
 /// ([`RunState::begin`]) and leaves it with the run as the call's pending record; a
 /// `result` resumes the ticket of the call it names ([`RunState::resume`]) and finishes
-/// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard. The engine
-/// logs each answer.
+/// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard; a `message` is
+/// judged by the detectors of messages ([`RunState::message`]). The engine logs each
+/// answer.
 pub fn apply_event<'a, J: Json<'a>>(
     run: &mut RunState,
     cfg: &EffectiveConfig,
@@ -258,6 +261,9 @@ pub fn apply_event<'a, J: Json<'a>>(
             }
         }
         EventRef::Compaction { .. } => Reply::Compaction(run.compaction(cfg, scope, now)),
+        EventRef::Message { ref message, .. } => {
+            Reply::Message(run.message(cfg, scope, message, now))
+        }
     }
 }
 

@@ -16,8 +16,8 @@
 //! event invalid.
 
 use loopguard::fingerprint::RESULT_READ;
-use loopguard::json::{kind_name, Json, Member, Raw, Read, Str, Tape};
-use loopguard::{OutcomeOf, Scope};
+use loopguard::json::{kind_name, Json, Kind, Member, Raw, Read, Str, Tape};
+use loopguard::{Message, OutcomeOf, Scope};
 use serde_json::Value;
 
 use crate::event::{Event, Ids, OwnedOutcome};
@@ -68,6 +68,13 @@ pub enum EventRef<'a, J> {
         /// Scope.
         ids: IdsRef<'a>,
     },
+    /// What the model said (whole, or a piece of its stream), or what it was told.
+    Message {
+        /// Scope.
+        ids: IdsRef<'a>,
+        /// The message.
+        message: Message<'a>,
+    },
 }
 
 /// An event read from JSON text.
@@ -77,7 +84,10 @@ impl<'a, J> EventRef<'a, J> {
     /// The event's ids.
     pub fn ids(&self) -> IdsRef<'a> {
         match self {
-            Self::Call { ids, .. } | Self::Result { ids, .. } | Self::Compaction { ids } => *ids,
+            Self::Call { ids, .. }
+            | Self::Result { ids, .. }
+            | Self::Compaction { ids }
+            | Self::Message { ids, .. } => *ids,
         }
     }
 
@@ -89,12 +99,13 @@ impl<'a, J> EventRef<'a, J> {
             .with_agent(ids.agent.or(default_agent))
     }
 
-    /// The name of the event's type (`call`, `result`, `compaction`).
+    /// The name of the event's type (`call`, `result`, `compaction`, `message`).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Call { .. } => "call",
             Self::Result { .. } => "result",
             Self::Compaction { .. } => "compaction",
+            Self::Message { .. } => "message",
         }
     }
 
@@ -103,7 +114,15 @@ impl<'a, J> EventRef<'a, J> {
         match self {
             Self::Call { call_id, tool, .. } => (*call_id, Some(*tool)),
             Self::Result { call_id, tool, .. } => (*call_id, *tool),
-            Self::Compaction { .. } => (None, None),
+            Self::Compaction { .. } | Self::Message { .. } => (None, None),
+        }
+    }
+
+    /// The id of a message event.
+    pub fn message_id(&self) -> Option<&'a str> {
+        match self {
+            Self::Message { message, .. } => message.id,
+            _ => None,
         }
     }
 
@@ -142,6 +161,7 @@ impl<'a, J> EventRef<'a, J> {
                 outcome: o.map(outcome),
             },
             Self::Compaction { ids } => EventRef::Compaction { ids },
+            Self::Message { ids, message } => EventRef::Message { ids, message },
         }
     }
 }
@@ -204,6 +224,10 @@ impl Event {
                 },
             },
             Event::Compaction { .. } => EventRef::Compaction { ids },
+            Event::Message { message, .. } => EventRef::Message {
+                ids,
+                message: message.as_message(),
+            },
         }
     }
 }
@@ -230,7 +254,7 @@ static ENVELOPE: Read = Read::Members(&MEMBERS);
 
 /// The members of an event the engine reads, in the order of [`Fields`]' slots; of a
 /// result, what the outcome rules read ([`RESULT_READ`]).
-const MEMBERS: [Member; 10] = [
+const MEMBERS: [Member; 17] = [
     Member::new("type", Read::All),
     Member::new("session", Read::All),
     Member::new("run", Read::All),
@@ -241,6 +265,13 @@ const MEMBERS: [Member; 10] = [
     Member::new("result", RESULT_READ),
     Member::new("error", Read::All),
     Member::new("batch", Read::All),
+    Member::new("role", Read::All),
+    Member::new("text", Read::All),
+    Member::new("reasoning", Read::All),
+    Member::new("has_tool_calls", Read::All),
+    Member::new("id", Read::All),
+    Member::new("delta", Read::All),
+    Member::new("index", Read::All),
 ];
 
 /// Reads an event from a tokenized JSON value.
@@ -306,6 +337,34 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
             })
         }
         b"compaction" => Ok(EventRef::Compaction { ids }),
+        b"message" => {
+            let role = match f.get(ROLE) {
+                None => return Err("message without role".into()),
+                Some(v) => match v.as_string() {
+                    Some(Str::Text(name)) => crate::event::role_named(name)?,
+                    _ => return Err(format!("role must be a string, not {}", kind_name(v))),
+                },
+            };
+            let text = text_field(f.get(TEXT), "text")?.unwrap_or("");
+            let reasoning = text_field(f.get(REASONING), "reasoning")?;
+            let has_tool_calls = bool_field(f.get(HAS_TOOL_CALLS), "has_tool_calls")?;
+            let delta = bool_field(f.get(DELTA), "delta")?.unwrap_or(false);
+            let index = match f.get(INDEX) {
+                None => None,
+                Some(v) => Some(match v.kind() {
+                    Kind::Number(n) => crate::event::index_of(n.as_f64())?,
+                    _ => return Err(crate::event::index_error(kind_name(v))),
+                }),
+            };
+            let message = Message::new(role, text)
+                .with_reasoning(reasoning)
+                .with_tool_calls(has_tool_calls)
+                .with_id(string_field(f.get(ID), "id")?);
+            Ok(EventRef::Message {
+                ids,
+                message: crate::event::streamed(message, delta, index)?,
+            })
+        }
         other => {
             let other = String::from_utf8_lossy(other);
             let shown: String = other.chars().take(64).collect();
@@ -316,7 +375,7 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
 
 /// The envelope's members as found, in the order of [`ENVELOPE`].
 #[derive(Default)]
-struct Fields<'a>([Option<Raw<'a>>; 10]);
+struct Fields<'a>([Option<Raw<'a>>; MEMBERS.len()]);
 
 impl<'a> Fields<'a> {
     fn get(&self, slot: usize) -> Option<Raw<'a>> {
@@ -335,6 +394,13 @@ const ARGS: usize = 6;
 const RESULT: usize = 7;
 const ERROR: usize = 8;
 const BATCH: usize = 9;
+const ROLE: usize = 10;
+const TEXT: usize = 11;
+const REASONING: usize = 12;
+const HAS_TOOL_CALLS: usize = 13;
+const ID: usize = 14;
+const DELTA: usize = 15;
+const INDEX: usize = 16;
 
 /// A string field: trimmed, blank = absent, anything but a string is an error.
 fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {
@@ -347,6 +413,35 @@ fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>
             "{key} must be Unicode text, not a string with a lone surrogate escape"
         )),
         None => Err(format!("{key} must be a string, not {}", kind_name(value))),
+    }
+}
+
+/// A text field, untrimmed (a message's text is what it is): anything but a string is an
+/// error.
+fn text_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.as_string() {
+        Some(Str::Text(s)) => Ok(Some(s)),
+        Some(Str::Wtf8(_)) => Err(format!(
+            "{key} must be Unicode text, not a string with a lone surrogate escape"
+        )),
+        None => Err(format!("{key} must be a string, not {}", kind_name(value))),
+    }
+}
+
+/// A boolean field.
+fn bool_field(value: Option<Raw<'_>>, key: &str) -> Result<Option<bool>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.kind() {
+        Kind::Bool(b) => Ok(Some(b)),
+        _ => Err(format!(
+            "{key} must be true or false, not {}",
+            kind_name(value)
+        )),
     }
 }
 
@@ -383,6 +478,25 @@ mod tests {
             "{\"type\":\"call\",\"tool\":\"t\u{1}\"}",
             r#"{"type":"call","tool":"t"} x"#,
             "",
+            r#"{"type":"message","role":"assistant","text":"hi","id":" m1 ","has_tool_calls":false}"#,
+            r#"{"type":"message","role":"tool_feedback","text":"No tool calls found."}"#,
+            r#"{"type":"message","role":"assistant","text":"he","delta":true,"index":3,"id":"m"}"#,
+            r#"{"type":"message","role":"assistant","delta":true}"#,
+            r#"{"type":"message","role":"user","text":"go","delta":true}"#,
+            r#"{"type":"message","text":"x"}"#,
+            r#"{"type":"message","role":"robot","text":"x"}"#,
+            r#"{"type":"message","role":3}"#,
+            r#"{"type":"message","role":"user","text":5}"#,
+            r#"{"type":"message","role":"user","text":null}"#,
+            r#"{"type":"message","role":"assistant","has_tool_calls":"yes"}"#,
+            r#"{"type":"message","role":"assistant","delta":1}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":-1}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":1.5}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":"2"}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":1e300}"#,
+            r#"{"type":"message","role":"assistant","index":2}"#,
+            r#"{"type":"message","role":"assistant","reasoning":["x"]}"#,
+            r#"{"type":"message","role":"assistant","id":7}"#,
         ];
         let mut tape = Tape::new();
         for line in lines {
@@ -395,6 +509,13 @@ mod tests {
                     assert_eq!(a.ids(), b.ids(), "{line}");
                     assert_eq!(a.kind(), b.kind(), "{line}");
                     assert_eq!(a.call_id_and_tool(), b.call_id_and_tool(), "{line}");
+                    if let (
+                        EventRef::Message { message: x, .. },
+                        EventRef::Message { message: y, .. },
+                    ) = (a, b)
+                    {
+                        assert_eq!(x, *y, "{line}");
+                    }
                 }
                 _ => panic!("{line}: {want:?} vs {got:?}"),
             }

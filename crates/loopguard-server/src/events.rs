@@ -59,6 +59,7 @@ fn check_ids(event: &RawEvent<'_>, max: usize) -> Result<(), String> {
         ("agent", ids.agent),
         ("call_id", call_id),
         ("tool", tool),
+        ("id", event.message_id()),
     ];
     for (name, value) in fields {
         if let Some(v) = value.filter(|v| v.len() > max) {
@@ -194,6 +195,7 @@ impl Out {
                 Answer::Call { seq, .. }
                 | Answer::Result { seq, .. }
                 | Answer::Compaction { seq, .. }
+                | Answer::Message { seq, .. }
                 | Answer::Invalid { seq, .. },
             ) => *seq,
             Self::Degraded(d) => d.seq,
@@ -221,7 +223,7 @@ pub(crate) struct Degraded {
     degraded: bool,
 }
 
-/// What a guard that saw nothing wrong answers, per event type.
+/// What a guard that saw nothing wrong answers, per event type (a message as a call).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 enum Allowed {
@@ -235,7 +237,7 @@ impl Degraded {
         let scope = event.scope(default_agent);
         let kind = event.kind();
         let allowed = match event {
-            RawEvent::Call { .. } => Allowed::Call { verdict: "allow" },
+            RawEvent::Call { .. } | RawEvent::Message { .. } => Allowed::Call { verdict: "allow" },
             RawEvent::Result { .. } => Allowed::Result {
                 recorded: false,
                 abort: None,
@@ -367,6 +369,14 @@ mod tests {
 
     #[test]
     fn degraded_answers_say_allow() {
+        let mut tape = Tape::new();
+        let line = br#"{"type":"message","session":"s","role":"assistant","text":"x"}"#;
+        let event = parse_raw(line, &mut tape).unwrap();
+        let text = serde_json::to_string(&Degraded::of(2, &event, None)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"seq":2,"type":"message","session":"s","run":null,"verdict":"allow","degraded":true}"#
+        );
         let mut tape = Tape::new();
         let line = br#"{"type":"result","session":"s","call_id":"c"}"#;
         let event = parse_raw(line, &mut tape).unwrap();

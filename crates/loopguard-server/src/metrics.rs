@@ -112,11 +112,16 @@ impl Histogram {
     }
 }
 
+/// The `type` labels of `loopguard_events_total`, in the order of `Metrics::events`.
+const EVENT_TYPES: [&str; 5] = ["call", "result", "compaction", "invalid", "message"];
+/// The `type` labels of `loopguard_degraded_answers_total` (every valid event type).
+const DEGRADED_TYPES: [&str; 4] = ["call", "result", "compaction", "message"];
+
 /// Every metric the server exports.
 #[derive(Default)]
 pub struct Metrics {
-    /// call, result, compaction, invalid.
-    events: [AtomicU64; 4],
+    /// Per type in [`EVENT_TYPES`].
+    events: [AtomicU64; EVENT_TYPES.len()],
     allowed: AtomicU64,
     /// Per detector, [warning, critical].
     verdicts: [[AtomicU64; 2]; Detector::ALL.len()],
@@ -133,8 +138,8 @@ pub struct Metrics {
     connections_closed: [AtomicU64; Closed::ALL.len()],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
-    /// Fail-open answers given without the store: call, result, compaction.
-    degraded: [AtomicU64; 3],
+    /// Fail-open answers given without the store, per type in [`DEGRADED_TYPES`].
+    degraded: [AtomicU64; DEGRADED_TYPES.len()],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -170,20 +175,22 @@ impl Metrics {
             }
             Answer::Compaction { .. } => 2,
             Answer::Invalid { .. } => 3,
+            Answer::Message { verdict, .. } => {
+                self.verdict(verdict);
+                4
+            }
         };
         self.events[kind].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts an event answered without the store (fail-open): `kind` is `call`,
-    /// `result` or `compaction`.
+    /// Counts an event answered without the store (fail-open): `kind` is its type.
     pub fn degraded(&self, kind: &str) {
-        let (i, event) = match kind {
-            "call" => (0, 0),
-            "result" => (1, 1),
-            _ => (2, 2),
-        };
-        self.degraded[i].fetch_add(1, Ordering::Relaxed);
-        self.events[event].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = DEGRADED_TYPES.iter().position(|&k| k == kind) {
+            self.degraded[i].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(i) = EVENT_TYPES.iter().position(|&k| k == kind) {
+            self.events[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts an event refused before it reached the engine.
@@ -261,10 +268,7 @@ impl Metrics {
             "counter",
             "Events answered, by type (invalid: refused or answered with an error).",
         );
-        for (kind, n) in ["call", "result", "compaction", "invalid"]
-            .iter()
-            .zip(&self.events)
-        {
+        for (kind, n) in EVENT_TYPES.iter().zip(&self.events) {
             let _ = writeln!(out, "loopguard_events_total{{type=\"{kind}\"}} {}", load(n));
         }
 
@@ -401,7 +405,7 @@ impl Metrics {
             "counter",
             "Events answered without the store because it failed (fail-open), by type.",
         );
-        for (kind, n) in ["call", "result", "compaction"].iter().zip(&self.degraded) {
+        for (kind, n) in DEGRADED_TYPES.iter().zip(&self.degraded) {
             let _ = writeln!(
                 out,
                 "loopguard_degraded_answers_total{{type=\"{kind}\"}} {}",

@@ -3,7 +3,7 @@
 //! usage, real run ids), each with its position in the file.
 
 use loopguard::OutcomeOf;
-use loopguard_events::{Event, EventRef, Ids, OwnedOutcome};
+use loopguard_events::{Event, EventRef, Ids, OwnedMessage, OwnedOutcome};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -127,6 +127,10 @@ pub fn owned_event(event: &EventRef<'_, JsonRef<'_>>) -> Event {
             outcome: outcome(o),
         },
         EventRef::Compaction { ids } => Event::Compaction { ids: ids.to_ids() },
+        EventRef::Message { ids, message } => Event::Message {
+            ids: ids.to_ids(),
+            message: OwnedMessage::of(&message),
+        },
     }
 }
 

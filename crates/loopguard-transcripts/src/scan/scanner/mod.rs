@@ -349,6 +349,9 @@ impl Scanner {
                 report.compactions += 1;
                 report.timeline.compactions.push(report.calls);
             }
+            EventRef::Message { .. } => {
+                self.replayer.apply(pos.line, event);
+            }
         }
         self.fit_budget(s);
     }
