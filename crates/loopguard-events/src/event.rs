@@ -165,7 +165,7 @@ impl Event {
 }
 
 /// The role named `name`, or why not.
-pub(crate) fn role_named(name: &str) -> Result<Role, String> {
+fn role_named(name: &str) -> Result<Role, String> {
     Role::from_name(name).ok_or_else(|| {
         let shown: String = name.chars().take(64).collect();
         format!("role must be assistant, user, system or tool_feedback, not {shown:?}")
@@ -186,12 +186,22 @@ pub(crate) fn index_error(kind: &str) -> String {
     format!("index must be a whole number, not {kind}")
 }
 
-/// `message` as a piece of its stream when `delta` says so.
-pub(crate) fn streamed(
-    message: Message<'_>,
+/// A message from its fields as the protocol reads them (also for the bindings' typed
+/// helpers, so that they refuse what the protocol refuses): `role` by its name, `index`
+/// only with `delta`, and `delta` only for the assistant's answers.
+pub fn message_of<'a>(
+    role: &str,
+    text: &'a str,
+    reasoning: Option<&'a str>,
+    has_tool_calls: Option<bool>,
+    id: Option<&'a str>,
     delta: bool,
     index: Option<u64>,
-) -> Result<Message<'_>, String> {
+) -> Result<Message<'a>, String> {
+    let message = Message::new(role_named(role)?, text)
+        .with_reasoning(reasoning)
+        .with_tool_calls(has_tool_calls)
+        .with_id(id);
     match (delta, index) {
         (false, None) => Ok(message),
         (false, Some(_)) => {
@@ -312,7 +322,7 @@ pub fn from_value(value: Value) -> Result<Event, String> {
         "message" => {
             let role = match map.get("role") {
                 None => return Err("message without role".into()),
-                Some(Value::String(name)) => role_named(name)?,
+                Some(Value::String(name)) => name,
                 Some(other) => {
                     return Err(format!("role must be a string, not {}", kind_of(other)))
                 }
@@ -327,11 +337,16 @@ pub fn from_value(value: Value) -> Result<Event, String> {
                 Some(other) => return Err(index_error(kind_of(other))),
             };
             let id = string_field(&map, "id")?;
-            let message = Message::new(role, &text)
-                .with_reasoning(reasoning.as_deref())
-                .with_tool_calls(has_tool_calls)
-                .with_id(id.as_deref());
-            let message = OwnedMessage::of(&streamed(message, delta, index)?);
+            let message = message_of(
+                role,
+                &text,
+                reasoning.as_deref(),
+                has_tool_calls,
+                id.as_deref(),
+                delta,
+                index,
+            )?;
+            let message = OwnedMessage::of(&message);
             Ok(Event::Message { ids, message })
         }
         other => {

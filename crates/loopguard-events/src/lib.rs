@@ -45,7 +45,8 @@ pub use cost::{
     is_readable_part, parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE, MAX_PART_COST,
 };
 pub use event::{
-    from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedMessage, OwnedOutcome, MAX_DEPTH,
+    from_value, json_fault, kind_of, message_of, parse_line, Event, Ids, OwnedMessage,
+    OwnedOutcome, MAX_DEPTH,
 };
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};

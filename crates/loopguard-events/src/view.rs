@@ -341,7 +341,7 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
             let role = match f.get(ROLE) {
                 None => return Err("message without role".into()),
                 Some(v) => match v.as_string() {
-                    Some(Str::Text(name)) => crate::event::role_named(name)?,
+                    Some(Str::Text(name)) => name,
                     _ => return Err(format!("role must be a string, not {}", kind_name(v))),
                 },
             };
@@ -356,13 +356,18 @@ fn from_fields(f: Fields<'_>) -> Result<RawEvent<'_>, String> {
                     _ => return Err(crate::event::index_error(kind_name(v))),
                 }),
             };
-            let message = Message::new(role, text)
-                .with_reasoning(reasoning)
-                .with_tool_calls(has_tool_calls)
-                .with_id(string_field(f.get(ID), "id")?);
+            let id = string_field(f.get(ID), "id")?;
             Ok(EventRef::Message {
                 ids,
-                message: crate::event::streamed(message, delta, index)?,
+                message: crate::event::message_of(
+                    role,
+                    text,
+                    reasoning,
+                    has_tool_calls,
+                    id,
+                    delta,
+                    index,
+                )?,
             })
         }
         other => {

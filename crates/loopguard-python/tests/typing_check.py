@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional, assert_never
 
 from loopguard import Guard, Recorded, Ticket, Verdict
-from loopguard._native import Detector, GuardConfig, Level
+from loopguard._native import Detector, GuardConfig, Level, Role
 
 CONFIG: GuardConfig = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "detectors": {"pingPong": True}}},
@@ -32,6 +32,8 @@ def advice(detector: Detector) -> str:
             return "failures piling up"
         case "batch_duplicates":
             return "one call twice in a batch"
+        case "repeated_message" | "content_chanting" | "no_tool_turns":
+            return "the model repeating itself"
         case _:
             assert_never(detector)
 
@@ -58,4 +60,11 @@ def host_cycle(guard: Guard) -> Optional[str]:
     return recorded.ends_run
 
 
+def model_turn(guard: Guard, answer: str, role: Role = "assistant") -> bool:
+    verdict: Verdict = guard.message(answer, session="s", run="r", role=role, has_tool_calls=False, id="m1")
+    piece: Verdict = guard.message(answer, session="s", run="r", delta=True, index=0, id="m2")
+    return verdict.blocked or piece.blocked
+
+
 host_cycle(Guard(CONFIG))
+model_turn(Guard(CONFIG), "No tool calls found.", "tool_feedback")

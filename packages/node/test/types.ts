@@ -13,6 +13,7 @@ import {
   type GuardConfig,
   type Level,
   type Recorded,
+  type Role,
   type Ticket,
   type Verdict,
 } from '../index';
@@ -43,6 +44,10 @@ function advice(detector: Detector): string {
       return 'failures piling up';
     case 'batch_duplicates':
       return 'one call twice in a batch';
+    case 'repeated_message':
+    case 'content_chanting':
+    case 'no_tool_turns':
+      return 'the model repeating itself';
     default:
       return assertNever(detector);
   }
@@ -108,3 +113,8 @@ void later();
 
 const fromSidecar: Verdict = verdictFromAnswer({ seq: 1, type: 'call', session: 's', run: null, verdict: 'allow' }, 'read');
 console.log(describe(fromSidecar), guard.beforeCall({ tool: 'read' }).verdict, guard.afterCall({ callId: 'c1', result: 1 }).recorded);
+
+const role: Role = 'tool_feedback';
+const said: Verdict = guard.message({ session: 's', run: 'r', text: 'No tool calls found.', role });
+const piece: Verdict = guard.message({ session: 's', text: 'I will ', delta: true, index: 0, id: 'm1', hasToolCalls: false });
+console.log(describe(said), describe(piece));

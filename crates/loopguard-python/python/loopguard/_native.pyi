@@ -14,6 +14,8 @@ from .remote import RemoteGuard
 Detector = Literal["generic_repeat", "known_poll_no_progress", "ping_pong", "unknown_tool_repeat", "global_circuit_breaker", "compaction_loop_persisted", "consecutive_repeat", "cycle", "error_cascade", "batch_duplicates", "stale_repeat", "target_thrash", "escalation", "repeated_message", "content_chanting", "no_tool_turns"]
 #: How serious a detection is.
 Level = Literal["warning", "critical"]
+#: Who a message is from (the engine's ``Role::ALL``).
+Role = Literal["assistant", "user", "system", "tool_feedback"]
 #: A masking rule (``loopguard.masking.rules``, a tool rule's ``mask``).
 MaskRule = Literal["uuid", "iso8601", "clock", "epoch_ms", "duration", "pid", "request_id", "hex", "base64", "digits"]
 
@@ -188,11 +190,13 @@ class GuardConfig(ScopeConfig, total=False):
 DETECTORS: Tuple[str, ...]
 #: Every level (what ``Level`` lists).
 LEVELS: Tuple[str, ...]
+#: Every role a message may have (what ``Role`` lists).
+ROLES: Tuple[str, ...]
 MAX_NESTING: int
 
 @final
 class Verdict:
-    """The verdict on a call, before it runs (frozen)."""
+    """The verdict on a call before it runs, or on a message (frozen)."""
 
     @property
     def verdict(self) -> Literal["allow", "warn", "block"]: ...
@@ -314,6 +318,20 @@ class Guard:
         error: object = ...,
     ) -> Recorded: ...
     def on_compaction(self, *, session: str, run: Optional[str], agent: Optional[str] = None) -> int: ...
+    def message(
+        self,
+        text: str,
+        *,
+        session: str,
+        run: Optional[str],
+        role: Role = "assistant",
+        agent: Optional[str] = None,
+        reasoning: Optional[str] = None,
+        has_tool_calls: Optional[bool] = None,
+        id: Optional[str] = None,
+        delta: bool = False,
+        index: Optional[int] = None,
+    ) -> Verdict: ...
     def apply_event(self, event: Union[Dict[str, Any], str, bytes], seq: Optional[int] = None) -> Dict[str, Any]: ...
     def end_run(self, *, session: str, run: Optional[str]) -> bool: ...
     def end_session(self, session: str) -> bool: ...
