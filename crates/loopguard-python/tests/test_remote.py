@@ -59,7 +59,7 @@ def message_stream(session: str) -> List[str]:
         return json.dumps({"type": "message", "session": session, "run": run, "role": role, "text": text, **more})
 
     lines = []
-    for i in range(7):
+    for i in range(9):
         lines.append(line("r1", "assistant", f"Done (try {i}).", has_tool_calls=False, id=f"a{i}"))
         lines.append(line("r1", "tool_feedback", "No tool calls found in the response."))
     for i in range(24):

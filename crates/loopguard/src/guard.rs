@@ -148,7 +148,7 @@ impl<C: Clock> Guard<C> {
     ///         break;
     ///     }
     /// }
-    /// assert_eq!(stopped, Some(6));
+    /// assert_eq!(stopped, Some(8));
     /// # Ok::<(), loopguard::ConfigError>(())
     /// ```
     pub fn message(&mut self, scope: &Scope<'_>, message: &Message<'_>) -> Verdict {

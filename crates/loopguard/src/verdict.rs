@@ -173,6 +173,21 @@ pub struct Detection {
     pub evidence: Evidence,
 }
 
+impl Detection {
+    /// For a detection of messages (`repeated_message`, `content_chanting`,
+    /// `no_tool_turns`): the text its message quotes (the repeated answer, the chanted
+    /// segment, the harness's feedback), cut to a readable length. `None` for the others,
+    /// and for the answer of a run already stopped.
+    pub fn excerpt(&self) -> Option<&str> {
+        if !self.detector.judges_messages() {
+            return None;
+        }
+        let start = self.message.find("(\"")? + 2;
+        let end = self.message.rfind("\")")?;
+        self.message.get(start..end)
+    }
+}
+
 /// What a detector found beyond the call itself: only ping-pong names more today.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -487,7 +502,7 @@ pub(crate) mod messages {
 
     pub fn chanting_warning(role: &str, n: u32, excerpt: &str) -> String {
         format!(
-            "WARNING: the {role} repeats the same text over and over ({n} times: \"{excerpt}\"). Stop repeating it: finish the answer or change approach."
+            "WARNING: the {role} repeats the same text over and over, {n} times (\"{excerpt}\"). Stop repeating it: finish the answer or change approach."
         )
     }
 

@@ -476,13 +476,13 @@ test('messages: a chanting stream and a format-error loop are stopped, bad field
   assert.equal(guard.beforeCall({ session: 's', run: 'stream', tool: 'bash' }).verdict, 'block');
 
   const turns = [];
-  for (let i = 0; i < 8; i++) {
+  for (let i = 0; i < 9; i++) {
     guard.message({ session: 's', run: 'format', text: `Done, attempt ${i}.`, hasToolCalls: false });
     turns.push(guard.message({ session: 's', run: 'format', role: 'tool_feedback', text: 'No tool calls found.' }));
   }
   assert.deepEqual(
     turns.map((v) => v.verdict),
-    ['allow', 'allow', 'warn', 'warn', 'warn', 'block', 'block', 'block'],
+    ['allow', 'allow', 'warn', 'warn', 'warn', 'warn', 'warn', 'block', 'block'],
   );
   assert.equal(turns[2].warningNote.includes('No tool calls found.'), true);
 

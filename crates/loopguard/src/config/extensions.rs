@@ -67,7 +67,7 @@ pub const DEFAULT_REPEATED_MESSAGE: (u32, u32) = (3, 4);
 pub const DEFAULT_CONTENT_CHANTING: (u32, u32) = (6, 10);
 /// Default `noToolTurns` thresholds: the same feedback to answers without a tool call, in
 /// a row.
-pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 6);
+pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 8);
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -158,7 +158,7 @@ fn recommended() -> ExtensionsBlock {
         batch_duplicates: Some(SwitchBlock::default()),
         repeated_message: Some(levels(3, 4)),
         content_chanting: Some(levels(6, 10)),
-        no_tool_turns: Some(levels(3, 6)),
+        no_tool_turns: Some(levels(3, 8)),
     }
 }
 

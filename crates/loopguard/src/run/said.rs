@@ -559,11 +559,33 @@ mod tests {
         let text = format!("{piece}\n").repeat(5);
         let v = say(&mut state, cfg, Message::assistant(&text));
         assert_eq!(word(&v), "warn");
-        assert!(v
-            .detection()
-            .unwrap()
-            .message
-            .contains("I will now run the tests again"));
+        assert_eq!(
+            v.detection().unwrap().excerpt(),
+            Some("I will now run the tests again to be sure.")
+        );
+    }
+
+    #[test]
+    fn every_detection_quotes_its_text() {
+        let set = config(
+            "repeatedMessage: { warningThreshold: 2 }, noToolTurns: { warningThreshold: 2 }, contentChanting: { warningThreshold: 3 }",
+        );
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let quoted = "He said \"no\" (twice) and left.";
+        let _ = say(&mut state, cfg, Message::assistant(quoted));
+        let v = say(&mut state, cfg, Message::assistant(quoted));
+        assert_eq!(v.detection().unwrap().excerpt(), Some(quoted));
+        let _ = say(&mut state, cfg, Message::tool_feedback("Use a tool."));
+        let v = say(&mut state, cfg, Message::tool_feedback("Use a tool."));
+        assert_eq!(v.detection().unwrap().detector, Detector::NoToolTurns);
+        assert_eq!(v.detection().unwrap().excerpt(), Some("Use a tool."));
+        let chant = "The same line comes back every time.\n".repeat(4);
+        let v = say(&mut state, cfg, Message::assistant(&chant));
+        assert_eq!(
+            v.detection().unwrap().excerpt(),
+            Some("The same line comes back every time.")
+        );
     }
 
     #[test]
