@@ -2,7 +2,7 @@
 //! transcript that the guard does not need but a scan report does (model turns, token
 //! usage, real run ids), each with its position in the file.
 
-use loopguard::OutcomeOf;
+use loopguard::{OutcomeOf, Role};
 use loopguard_events::{Event, EventRef, Ids, OwnedMessage, OwnedOutcome};
 use serde::Serialize;
 use serde_json::Value;
@@ -38,8 +38,8 @@ pub struct Usage {
 /// One thing a reader found in a transcript.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
-    /// A tool call, a result or a compaction, with its session and run: exactly what the
-    /// guard consumes (SPEC §7). Readers always give results a `call_id` that names their
+    /// A tool call, a result, a compaction or a message, with its session and run: exactly
+    /// what the guard consumes (SPEC §7). Readers always give results a `call_id` that names their
     /// call (formats without ids get synthesized ones), and never give a call a blank tool.
     Event(Event),
     /// A model response begins; the calls it makes follow. `usage` when the response
@@ -192,6 +192,38 @@ pub fn result(ids: &Ids, call_id: &str, outcome: OwnedOutcome) -> Item {
         tool: None,
         args: None,
         outcome,
+    })
+}
+
+/// The model's answer: its text, its reasoning where the transcript keeps it (blank
+/// reasoning is none), and whether it carried tool calls.
+pub fn answer(ids: &Ids, text: String, reasoning: Option<String>, has_tool_calls: bool) -> Item {
+    Item::Event(Event::Message {
+        ids: ids.clone(),
+        message: OwnedMessage {
+            role: Role::Assistant,
+            text,
+            reasoning: reasoning.filter(|r| !r.trim().is_empty()),
+            has_tool_calls: Some(has_tool_calls),
+            id: None,
+            delta: None,
+        },
+    })
+}
+
+/// A message of `role` other than the model's answer: a prompt (`User`, `System`) or the
+/// harness's feedback to an answer without a tool call (`ToolFeedback`).
+pub fn said(ids: &Ids, role: Role, text: String) -> Item {
+    Item::Event(Event::Message {
+        ids: ids.clone(),
+        message: OwnedMessage {
+            role,
+            text,
+            reasoning: None,
+            has_tool_calls: None,
+            id: None,
+            delta: None,
+        },
     })
 }
 

@@ -4,14 +4,15 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `role: user` with text and no `tool_result` | a new run |
+//! | `role: user` with text and no `tool_result` | a new run, and its prompt |
 //! | `role: user`, `tool_result` blocks | the result of call `tool_use_id`: `{content}` (a string content becomes one text part), or an error with the joined text when `is_error` is true |
-//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), then one call per `tool_use` block: `id`, `name`, `input` |
+//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), the model's answer (its `text` blocks, its `thinking` blocks as reasoning), then one call per `tool_use` block: `id`, `name`, `input` |
 //!
 //! Claude Code transcripts wrap exactly these messages and use the same mapping.
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::Value;
 
@@ -57,6 +58,8 @@ impl Dialect for Anthropic<'_> {
                 stats.record();
                 if is_prompt(content) {
                     conversation.start_run();
+                    let prompt = item::said(&conversation.ids, Role::User, content_text(content));
+                    sink.push(pos, prompt);
                 }
                 for (id, block) in tool_results(content) {
                     let outcome =
@@ -80,6 +83,9 @@ impl Dialect for Anthropic<'_> {
                     },
                 );
                 conversation.unanswered.clear();
+                let mut said = Answer::default();
+                said.add(content);
+                sink.push(pos, said.into_item(&conversation.ids));
                 let batch = conversation.next_batch();
                 for (id, name, input) in tool_uses(content) {
                     let id = match id {
@@ -112,6 +118,52 @@ impl Dialect for Anthropic<'_> {
                 });
             }
         }
+    }
+}
+
+/// The model's answer as an API response's content blocks give it (one response may be
+/// written in several pieces, as Claude Code writes a block per line).
+#[derive(Debug, Default)]
+pub(crate) struct Answer {
+    /// The `text` blocks, a line each.
+    text: String,
+    /// The `thinking` blocks.
+    reasoning: String,
+    /// Whether a `tool_use` block came.
+    calls: bool,
+}
+
+impl Answer {
+    /// Adds the blocks of `content` (a string is one text block).
+    pub(crate) fn add(&mut self, content: &Value) {
+        let push = |to: &mut String, text: &str| {
+            if !to.is_empty() {
+                to.push('\n');
+            }
+            to.push_str(text);
+        };
+        match content {
+            Value::String(text) => push(&mut self.text, text),
+            Value::Array(blocks) => {
+                for block in blocks {
+                    let field = |k: &str| block.get(k).and_then(Value::as_str);
+                    match field("type") {
+                        Some("text") => push(&mut self.text, field("text").unwrap_or("")),
+                        Some("thinking") => {
+                            push(&mut self.reasoning, field("thinking").unwrap_or(""));
+                        }
+                        Some("tool_use" | "server_tool_use") => self.calls = true,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The answer as a message of `ids`.
+    pub(crate) fn into_item(self, ids: &Ids) -> Item {
+        item::answer(ids, self.text, Some(self.reasoning), self.calls)
     }
 }
 
@@ -286,12 +338,21 @@ mod tests {
         );
         assert_eq!(outcomes[1], &OwnedOutcome::Error(Value::from("ENOENT")));
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage { tokens: 125, .. }),
                 ..
             }
         ));
         assert!(r.stats.skipped.is_empty());
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "fix it", None, None),
+                (Role::Assistant, "", Some("hmm"), Some(true)),
+                (Role::Assistant, "done", None, Some(false)),
+                (Role::User, "thanks", None, None),
+            ]
+        );
     }
 }
