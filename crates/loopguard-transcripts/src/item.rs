@@ -211,6 +211,58 @@ pub fn answer(ids: &Ids, text: String, reasoning: Option<String>, has_tool_calls
     })
 }
 
+/// The model's answer while a reader collects it from several records (a response
+/// written over several lines or items): where and in which run it began, its text and
+/// reasoning so far (a line per piece), and whether it made calls.
+#[derive(Debug)]
+pub(crate) struct AnswerParts {
+    pub pos: Pos,
+    pub ids: Ids,
+    pub text: String,
+    pub reasoning: String,
+    pub calls: bool,
+}
+
+impl AnswerParts {
+    /// An answer begun at `pos` in `ids`, empty so far.
+    pub fn new(pos: Pos, ids: &Ids) -> Self {
+        Self {
+            pos,
+            ids: ids.clone(),
+            text: String::new(),
+            reasoning: String::new(),
+            calls: false,
+        }
+    }
+
+    /// Adds a piece of its text.
+    pub fn add_text(&mut self, text: &str) {
+        push_line(&mut self.text, text);
+    }
+
+    /// Adds a piece of its reasoning.
+    pub fn add_reasoning(&mut self, text: &str) {
+        push_line(&mut self.reasoning, text);
+    }
+
+    /// The answer goes out to `sink`.
+    pub fn emit(self, sink: &mut dyn Sink) {
+        let item = answer(&self.ids, self.text, Some(self.reasoning), self.calls);
+        sink.push(self.pos, item);
+    }
+}
+
+/// Appends `text` to `to` on a line of its own (nothing for an empty `text`).
+fn push_line(to: &mut String, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    if !to.is_empty() {
+        to.push('\n');
+    }
+    to.push_str(text);
+}
+
 /// A message of `role` other than the model's answer: a prompt (`User`, `System`) or the
 /// harness's feedback to an answer without a tool call (`ToolFeedback`).
 pub fn said(ids: &Ids, role: Role, text: String) -> Item {

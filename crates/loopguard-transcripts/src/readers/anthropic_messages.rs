@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::readers::chat::{self, content_text, Conversation, Dialect};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
@@ -83,9 +83,9 @@ impl Dialect for Anthropic<'_> {
                     },
                 );
                 conversation.unanswered.clear();
-                let mut said = Answer::default();
-                said.add(content);
-                sink.push(pos, said.into_item(&conversation.ids));
+                let mut said = AnswerParts::new(pos, &conversation.ids);
+                add_blocks(&mut said, content);
+                said.emit(sink);
                 let batch = conversation.next_batch();
                 for (id, name, input) in tool_uses(content) {
                     let id = match id {
@@ -121,49 +121,24 @@ impl Dialect for Anthropic<'_> {
     }
 }
 
-/// The model's answer as an API response's content blocks give it (one response may be
-/// written in several pieces, as Claude Code writes a block per line).
-#[derive(Debug, Default)]
-pub(crate) struct Answer {
-    /// The `text` blocks, a line each.
-    text: String,
-    /// The `thinking` blocks.
-    reasoning: String,
-    /// Whether a `tool_use` block came.
-    calls: bool,
-}
-
-impl Answer {
-    /// Adds the blocks of `content` (a string is one text block).
-    pub(crate) fn add(&mut self, content: &Value) {
-        let push = |to: &mut String, text: &str| {
-            if !to.is_empty() {
-                to.push('\n');
-            }
-            to.push_str(text);
-        };
-        match content {
-            Value::String(text) => push(&mut self.text, text),
-            Value::Array(blocks) => {
-                for block in blocks {
-                    let field = |k: &str| block.get(k).and_then(Value::as_str);
-                    match field("type") {
-                        Some("text") => push(&mut self.text, field("text").unwrap_or("")),
-                        Some("thinking") => {
-                            push(&mut self.reasoning, field("thinking").unwrap_or(""));
-                        }
-                        Some("tool_use" | "server_tool_use") => self.calls = true,
-                        _ => {}
-                    }
+/// Adds an API response's content blocks (a string is one text block) to its answer:
+/// `text` blocks to its text, `thinking` blocks to its reasoning, `tool_use` blocks make
+/// it an answer with calls.
+pub(crate) fn add_blocks(answer: &mut AnswerParts, content: &Value) {
+    match content {
+        Value::String(text) => answer.add_text(text),
+        Value::Array(blocks) => {
+            for block in blocks {
+                let field = |k: &str| block.get(k).and_then(Value::as_str).unwrap_or("");
+                match field("type") {
+                    "text" => answer.add_text(field("text")),
+                    "thinking" => answer.add_reasoning(field("thinking")),
+                    "tool_use" | "server_tool_use" => answer.calls = true,
+                    _ => {}
                 }
             }
-            _ => {}
         }
-    }
-
-    /// The answer as a message of `ids`.
-    pub(crate) fn into_item(self, ids: &Ids) -> Item {
-        item::answer(ids, self.text, Some(self.reasoning), self.calls)
+        _ => {}
     }
 }
 

@@ -31,9 +31,9 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::detect::Format;
-use crate::item::{self, Item, Pos, Sink};
+use crate::item::{self, AnswerParts, Item, Sink};
 use crate::readers::anthropic_messages::{
-    emit_tool_uses, is_prompt, judged_outcome, tool_results, usage, Answer,
+    add_blocks, emit_tool_uses, is_prompt, judged_outcome, tool_results, usage,
 };
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
@@ -89,16 +89,15 @@ const MAX_CHAINS: usize = 4096;
 struct Chain {
     runs: u64,
     last_response: Option<String>,
-    /// The answer of the response being read: where it began, its run, and its blocks so
-    /// far.
-    answer: Option<(Pos, Ids, Answer)>,
+    /// The answer of the response being read.
+    answer: Option<AnswerParts>,
 }
 
 impl Chain {
     /// The response being read is over: its answer goes out.
     fn end_response(&mut self, sink: &mut dyn Sink) {
-        if let Some((pos, ids, answer)) = self.answer.take() {
-            sink.push(pos, answer.into_item(&ids));
+        if let Some(answer) = self.answer.take() {
+            answer.emit(sink);
         }
     }
 }
@@ -106,7 +105,7 @@ impl Chain {
 /// Every answer still being read goes out, in the order the responses began.
 fn end_responses(chains: &mut HashMap<String, Chain>, sink: &mut dyn Sink) {
     let mut open: Vec<&mut Chain> = chains.values_mut().filter(|c| c.answer.is_some()).collect();
-    open.sort_by_key(|c| c.answer.as_ref().map(|a| a.0.offset));
+    open.sort_by_key(|c| c.answer.as_ref().map(|a| a.pos.offset));
     for chain in open {
         chain.end_response(sink);
     }
@@ -221,11 +220,10 @@ pub fn read<R: BufRead + Seek>(
                     );
                 }
                 let content = message.get("content").unwrap_or(&Value::Null);
-                chain
+                let answer = chain
                     .answer
-                    .get_or_insert_with(|| (pos, ids.clone(), Answer::default()))
-                    .2
-                    .add(content);
+                    .get_or_insert_with(|| AnswerParts::new(pos, &ids));
+                add_blocks(answer, content);
                 // One API response (message.id) spans several lines: one batch.
                 emit_tool_uses(&ids, pos, content, response.as_deref(), &mut stats, sink);
             }

@@ -12,8 +12,8 @@
 //! | entry | item |
 //! |---|---|
 //! | `session` header | the session id (else the file name's) |
-//! | `message`, role `user` | a new run (runs are inferred from user messages, FORMATS §1.6) |
-//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, then one call per `toolCall` block (`id`, `name`, `arguments`) |
+//! | `message`, role `user` | a new run (runs are inferred from user messages, FORMATS §1.6), and its prompt |
+//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, the model's answer (its `text` blocks, its `thinking` blocks as reasoning), then one call per `toolCall` block (`id`, `name`, `arguments`) |
 //! | `message`, role `toolResult` | the result of call `toolCallId`: `{content, details}`, or an error with the joined text when `isError` is true |
 //! | `compaction` | a compaction in the current run |
 //! | `custom` with `data.runId` | the real id of the current run ([`Item::RunLabel`]); a different id inside one inferred run starts a new run there |
@@ -31,14 +31,14 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, Seek, SeekFrom};
 
 use loopguard::json::{Json, Kind, Object, Raw, RawObject, Str, Tape};
-use loopguard::OutcomeOf;
+use loopguard::{OutcomeOf, Role};
 use loopguard_events::{EventRef, Ids};
 use serde::Deserialize;
 
 pub use files::{classify, sidecar_of, CopyKind, SessionFile};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::json_ref::{joined_text, opt_bool, opt_f64, opt_str, pick, JsonRef};
 use crate::readers::lines::{self, Line, Lines};
 use crate::stats::{ReadStats, SkipReason};
@@ -477,6 +477,11 @@ impl<'o> Reader<'o> {
                         usage: message.usage.and_then(usage),
                     },
                 );
+                if let Some(content) = message.content {
+                    let mut said = AnswerParts::new(pos, &self.ids);
+                    add_blocks(&mut said, content);
+                    said.emit(sink);
+                }
                 let Some(blocks) = message.content.and_then(Block::all) else {
                     return;
                 };
@@ -566,9 +571,13 @@ impl<'o> Reader<'o> {
                 };
                 sink.push_event(pos, &event);
             }
+            Some("user") => {
+                let text = message.content.map(joined_text).unwrap_or_default();
+                sink.push(pos, item::said(&self.ids, Role::User, text));
+            }
             Some(
-                "user" | "custom" | "bashExecution" | "compactionSummary" | "branchSummary"
-                | "hookMessage" | "system",
+                "custom" | "bashExecution" | "compactionSummary" | "branchSummary" | "hookMessage"
+                | "system",
             ) => {}
             other => {
                 let role = other.unwrap_or("(none)").to_owned();
@@ -576,6 +585,27 @@ impl<'o> Reader<'o> {
                     format!("message role {role}")
                 });
             }
+        }
+    }
+}
+
+/// Adds an assistant message's content to its answer: a string, or its `text` blocks,
+/// `thinking` blocks as reasoning, and whether a `toolCall` block came.
+fn add_blocks(answer: &mut AnswerParts, content: Raw<'_>) {
+    if let Some(text) = content.as_str() {
+        answer.add_text(text);
+        return;
+    }
+    let Some(blocks) = content.as_array() else {
+        return;
+    };
+    for block in blocks {
+        let field = |k: &str| block.get(k).and_then(Json::as_str).unwrap_or("");
+        match field("type") {
+            "text" => answer.add_text(field("text")),
+            "thinking" => answer.add_reasoning(field("thinking")),
+            "toolCall" => answer.calls = true,
+            _ => {}
         }
     }
 }
