@@ -7,7 +7,7 @@
 //! | line | item |
 //! |---|---|
 //! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run, and its prompt |
-//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block; the model's answer (its text and thinking blocks, whether it made calls) once the response's last line was read |
+//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block; the model's answer (its text and thinking blocks, whether it made calls) once the response's last line was read; none for the lines Claude Code writes for a failed API call (`isApiErrorMessage`) |
 //! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)); `is_error` makes an error, a `<tool_use_error>` text without it a failed result |
 //! | `system` with `subtype: compact_boundary` | a compaction in the current run |
 //! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, `permission-mode`, `custom-title`, `agent-name`, `last-prompt`, `tag`, `result`, other `system` lines | nothing |
@@ -52,6 +52,9 @@ struct LineEntry<'a> {
     is_meta: Option<bool>,
     #[serde(rename = "isCompactSummary", default)]
     is_compact_summary: Option<bool>,
+    /// An assistant line Claude Code writes for a failed API call (not the model's).
+    #[serde(rename = "isApiErrorMessage", default)]
+    is_api_error: Option<bool>,
     #[serde(rename = "sessionId", borrow, default)]
     session_id: Option<Cow<'a, str>>,
     /// stream-json's spelling.
@@ -220,10 +223,12 @@ pub fn read<R: BufRead + Seek>(
                     );
                 }
                 let content = message.get("content").unwrap_or(&Value::Null);
-                let answer = chain
-                    .answer
-                    .get_or_insert_with(|| AnswerParts::new(pos, &ids));
-                add_blocks(answer, content);
+                if entry.is_api_error != Some(true) {
+                    let answer = chain
+                        .answer
+                        .get_or_insert_with(|| AnswerParts::new(pos, &ids));
+                    add_blocks(answer, content);
+                }
                 // One API response (message.id) spans several lines: one batch.
                 emit_tool_uses(&ids, pos, content, response.as_deref(), &mut stats, sink);
             }

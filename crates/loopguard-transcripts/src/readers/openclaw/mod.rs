@@ -13,7 +13,7 @@
 //! |---|---|
 //! | `session` header | the session id (else the file name's) |
 //! | `message`, role `user` | a new run (runs are inferred from user messages, FORMATS §1.6), and its prompt |
-//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, the model's answer (its `text` blocks, its `thinking` blocks as reasoning), then one call per `toolCall` block (`id`, `name`, `arguments`) |
+//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, the model's answer (its `text` blocks, its `thinking` blocks as reasoning; none for a failed model call, `stopReason: "error"`), then one call per `toolCall` block (`id`, `name`, `arguments`) |
 //! | `message`, role `toolResult` | the result of call `toolCallId`: `{content, details}`, or an error with the joined text when `isError` is true |
 //! | `compaction` | a compaction in the current run |
 //! | `custom` with `data.runId` | the real id of the current run ([`Item::RunLabel`]); a different id inside one inferred run starts a new run there |
@@ -238,11 +238,13 @@ struct Message<'a> {
     details: Option<Raw<'a>>,
     is_error: Option<bool>,
     usage: Option<Raw<'a>>,
+    /// `error`: the model call failed (the content is OpenClaw's placeholder).
+    stop_reason: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
     fn read(object: RawObject<'a>) -> Result<Self, String> {
-        let [role, content, tool_call_id, details, is_error, usage] = pick(
+        let [role, content, tool_call_id, details, is_error, usage, stop_reason] = pick(
             object,
             [
                 "role",
@@ -251,6 +253,7 @@ impl<'a> Message<'a> {
                 "details",
                 "isError",
                 "usage",
+                "stopReason",
             ],
         );
         Ok(Self {
@@ -260,6 +263,7 @@ impl<'a> Message<'a> {
             details: details.filter(|d| !d.is_null()),
             is_error: opt_bool(is_error, "isError")?,
             usage,
+            stop_reason: opt_str(stop_reason, "stopReason").ok().flatten(),
         })
     }
 }
@@ -477,7 +481,9 @@ impl<'o> Reader<'o> {
                         usage: message.usage.and_then(usage),
                     },
                 );
-                if let Some(content) = message.content {
+                // A failed model call is no answer: its text is OpenClaw's placeholder.
+                let failed = message.stop_reason == Some("error");
+                if let Some(content) = message.content.filter(|_| !failed) {
                     let mut said = AnswerParts::new(pos, &self.ids);
                     add_blocks(&mut said, content);
                     said.emit(sink);
