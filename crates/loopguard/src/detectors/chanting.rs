@@ -220,20 +220,26 @@ impl ChantTrack {
             + self.scratch.capacity()
     }
 
-    /// Adds a line (or a piece of a long one) to the print.
+    /// Adds a line (or a piece of a long one) to the print: its words, masked, joined by
+    /// single spaces. A line with no run of whitespace (most) is hashed as it is, trimmed.
     fn print_line(&mut self, line: &str, mask: MaskSet) {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        crate::masking::with_masked(line, mask, |masked| {
-            for word in masked.split_ascii_whitespace() {
+        let hash = crate::masking::with_masked(line, mask, |masked| {
+            let trimmed = trim_ascii(masked);
+            if single_spaced(trimmed.as_bytes()) {
+                return (!trimmed.is_empty()).then(|| xxh3_64(trimmed.as_bytes()));
+            }
+            for word in trimmed.split_ascii_whitespace() {
                 if !scratch.is_empty() {
                     scratch.push(' ');
                 }
                 scratch.push_str(word);
             }
+            (!scratch.is_empty()).then(|| xxh3_64(scratch.as_bytes()))
         });
-        if !scratch.is_empty() {
-            self.print = mix(self.print, xxh3_64(scratch.as_bytes())) | 1;
+        if let Some(hash) = hash {
+            self.print = mix(self.print, hash) | 1;
         }
         if scratch.capacity() <= LINE_CAP * 2 {
             self.scratch = scratch;
@@ -338,6 +344,11 @@ impl ChantTrack {
         let steps = &self.steps;
         let newest = steps.len() - 1;
         let hash = steps[newest].hash;
+        // Most segments occur once: nothing to gather.
+        let near = newest.saturating_sub(MAX_GAP as usize);
+        if !(near..newest).any(|i| steps[i].compared && steps[i].hash == hash) {
+            return 1;
+        }
         // Positions of the occurrences, newest first, each within MAX_GAP of the next.
         let mut at = [0usize; WINDOW];
         let mut n = 1;
@@ -374,6 +385,44 @@ impl ChantTrack {
         }
         n as u32
     }
+}
+
+/// Whether `bytes` separates its words by single spaces only: no tab, form feed or
+/// carriage return (the other ASCII whitespace, besides the newlines a line has none of),
+/// and no two spaces in a row. Branch-free over blocks of 32 bytes, which the compiler
+/// turns into SIMD.
+fn single_spaced(bytes: &[u8]) -> bool {
+    let odd = |b: u8, next: u8| {
+        (b == b'\t') | (b == b'\r') | (b == 0x0C) | ((b == b' ') & (next == b' '))
+    };
+    let block_is_odd =
+        |block: &[u8; 33]| (0..32).fold(false, |any, k| any | odd(block[k], block[k + 1]));
+    let mut i = 0;
+    while i + 33 <= bytes.len() {
+        if block_is_odd(bytes[i..i + 33].try_into().expect("33 bytes")) {
+            return false;
+        }
+        i += 32;
+    }
+    // The rest, padded with zeros (no byte of them is odd).
+    let mut last = [0u8; 33];
+    last[..bytes.len() - i].copy_from_slice(&bytes[i..]);
+    !block_is_odd(&last)
+}
+
+/// `text` without the ASCII whitespace at its ends.
+fn trim_ascii(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    // ASCII bytes are character boundaries.
+    &text[start..end.max(start)]
 }
 
 /// Combines a running hash with the next hash.
@@ -477,6 +526,93 @@ impl<'a> Iterator for Segments<'a> {
         if text.is_empty() {
             return None;
         }
+        let (segment, rest) = text.split_at(segment_end(text));
+        self.rest = rest;
+        Some(segment)
+    }
+}
+
+/// Whether a sentence ends at `bytes[i]`, and the length of its mark: `.`, `!`, `?` or `;`
+/// followed by the end, a space, a tab, a quote or a parenthesis; `。`, `！`, `？` (U+3002,
+/// U+FF01, U+FF1F), which need no space after them.
+fn sentence_end(bytes: &[u8], i: usize) -> Option<usize> {
+    match bytes[i] {
+        b'.' | b'!' | b'?' | b';' => (i + 1 == bytes.len()
+            || matches!(bytes[i + 1], b' ' | b'\t' | b'"' | b')'))
+        .then_some(1),
+        0xE3 => (bytes.get(i + 1..i + 3) == Some(&[0x80, 0x82])).then_some(3),
+        0xEF => matches!(bytes.get(i + 1..i + 3), Some([0xBC, 0x81] | [0xBC, 0x9F])).then_some(3),
+        _ => None,
+    }
+}
+
+/// Where the first segment of `text` ends (see the module docs): at the first sentence end
+/// that leaves [`MIN_SEGMENT`] bytes; past [`MAX_SEGMENT`], at a space after a word chosen
+/// by its last byte (a quarter of them, so a repeated run is cut at the same words each
+/// time wherever the previous cut fell), or at any space 60 bytes later; at
+/// [`HARD_SEGMENT`] bytes (a character boundary) when no space comes. The marks and the
+/// spaces are found with SIMD searches, not byte by byte; the first position that
+/// qualifies wins, a sentence end before a space before the hard cut.
+fn segment_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    // Only positions up to HARD_SEGMENT can end the segment.
+    let scan = bytes.len().min(HARD_SEGMENT + 1);
+    let mut end = None;
+    let mut from = 0;
+    while from < scan {
+        let window = &bytes[from..scan];
+        let mark = match (
+            memchr::memchr3(b'.', b'!', b'?', window),
+            memchr::memchr3(b';', 0xE3, 0xEF, window),
+        ) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(at) => at,
+                None => break,
+            },
+        };
+        let i = from + mark;
+        if let Some(len) = sentence_end(bytes, i).filter(|len| i + len >= MIN_SEGMENT) {
+            end = Some((i, i + len));
+            break;
+        }
+        from = i + 1;
+    }
+    // A space past MAX_SEGMENT, before the sentence end.
+    let limit = end.map_or(scan, |(i, _)| i);
+    let mut from = MAX_SEGMENT;
+    while from < limit {
+        let Some(at) = memchr::memchr(b' ', &bytes[from..limit]) else {
+            break;
+        };
+        let i = from + at;
+        if bytes[i - 1] & 3 == 0 || i >= MAX_SEGMENT + 60 {
+            return i + 1;
+        }
+        from = i + 1;
+    }
+    if let Some((i, cut)) = end {
+        if i <= HARD_SEGMENT {
+            return cut;
+        }
+    }
+    if bytes.len() > HARD_SEGMENT {
+        let mut cut = HARD_SEGMENT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return cut;
+    }
+    bytes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The segment end of the first implementation, byte by byte: what `segment_end` must
+    /// give.
+    fn reference_end(text: &str) -> usize {
         let bytes = text.as_bytes();
         let mut i = 0;
         let mut cut = text.len();
@@ -486,7 +622,6 @@ impl<'a> Iterator for Segments<'a> {
                 b'.' | b'!' | b'?' | b';' => {
                     i + 1 == bytes.len() || matches!(bytes[i + 1], b' ' | b'\t' | b'"' | b')')
                 }
-                // 。！？ (U+3002, U+FF01, U+FF1F): sentence ends without a space after.
                 0xE3 => bytes.get(i + 1..i + 3) == Some(&[0x80, 0x82]),
                 0xEF => matches!(bytes.get(i + 1..i + 3), Some([0xBC, 0x81] | [0xBC, 0x9F])),
                 _ => false,
@@ -496,9 +631,6 @@ impl<'a> Iterator for Segments<'a> {
                 cut = i + len;
                 break;
             }
-            // Past MAX_SEGMENT, cut at a space after a word chosen by its last byte (a
-            // quarter of them), so a repeated run is cut at the same words each time
-            // wherever the previous cut fell; at a space 60 bytes later otherwise.
             if i >= MAX_SEGMENT && b == b' ' && (bytes[i - 1] & 3 == 0 || i >= MAX_SEGMENT + 60) {
                 cut = i + 1;
                 break;
@@ -512,15 +644,61 @@ impl<'a> Iterator for Segments<'a> {
             }
             i += 1;
         }
-        let (segment, rest) = text.split_at(cut);
-        self.rest = rest;
-        Some(segment)
+        cut
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    #[test]
+    fn segment_ends_are_the_byte_by_byte_ones() {
+        let pieces = [
+            "word ",
+            "a. ",
+            "e.g.",
+            "3.14 ",
+            "Done! ",
+            "why? ",
+            "x; ",
+            "。",
+            "！",
+            "？",
+            "字",
+            "longerword ",
+            "\"quoted.\" ",
+            "(paren.) ",
+            "\t",
+            "zz",
+            "  ",
+            "é",
+            "…",
+            ".",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            let n = (state % 90) as usize;
+            for _ in 0..n {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            let mut rest = text.as_str();
+            while !rest.is_empty() {
+                let want = reference_end(rest);
+                assert_eq!(segment_end(rest), want, "{rest:?}");
+                rest = &rest[want..];
+            }
+        }
+    }
+
+    #[test]
+    fn single_spacing_is_what_splitting_would_keep() {
+        for line in [
+            "a b c", "a  b", "a\tb", "a\rb", "a\u{b}b", "a\u{c}b", "", "abc",
+        ] {
+            let joined = line.split_ascii_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(single_spaced(line.as_bytes()), joined == line, "{line:?}");
+        }
+    }
 
     /// The highest count found feeding `text` whole.
     fn whole(text: &str) -> u32 {

@@ -65,6 +65,9 @@ fn retry_key(id: &str, index: Option<u64>) -> u64 {
     }
 }
 
+/// What the retry cache keeps a piece of a stream under (its key is its id and index).
+const PIECE: Signature = Signature::from_raw(0x7069_6563_6520_6f66_2061_2073_7472_6561);
+
 /// What a message is compared by when it is sent again: its role, text, reasoning and
 /// whether it carried calls.
 fn retry_signature(message: &Message<'_>, print: u64, reasoning: u64) -> Signature {
@@ -227,7 +230,10 @@ impl RunState {
         }
     }
 
-    /// A piece of a streamed answer: its chanting so far.
+    /// A piece of a streamed answer: its chanting so far. A piece sent again (its index
+    /// already seen) is answered as it was: allowed, or what the retry cache kept for it
+    /// (only verdicts other than allow are kept, so that a stream does not push the
+    /// answers of calls out of the cache).
     fn piece(
         &mut self,
         cfg: &EffectiveConfig,
@@ -238,7 +244,7 @@ impl RunState {
             return Verdict::Allow;
         };
         let id = message.id.map_or(0, call_id_hash);
-        let key = message.id.zip(index).map(|(id, i)| retry_key(id, Some(i)));
+        let key = || message.id.zip(index).map(|(id, i)| retry_key(id, Some(i)));
         if self
             .added5
             .turns
@@ -259,9 +265,8 @@ impl RunState {
         if let Some(index) = index {
             if index < stream.next {
                 // Sent again: what it was answered, and nothing changes.
-                let signature = Signature::new("delta", Fingerprint::from_u128(0));
-                return key
-                    .and_then(|k| self.added.answers.retried_call(k, signature))
+                return key()
+                    .and_then(|k| self.added.answers.retried_call(k, PIECE))
                     .unwrap_or(Verdict::Allow);
             }
             stream.next = index + 1;
@@ -276,11 +281,10 @@ impl RunState {
             Some(chanting_found(level, Role::Assistant, c))
         });
         let verdict = self.verdict_on(cfg, found);
-        if let Some(key) = key {
-            let signature = Signature::new("delta", Fingerprint::from_u128(0));
+        if let Some(key) = key().filter(|_| verdict != Verdict::Allow) {
             self.added
                 .answers
-                .called(key, signature, OutcomeRule::NONE, &verdict);
+                .called(key, PIECE, OutcomeRule::NONE, &verdict);
         }
         verdict
     }
