@@ -328,7 +328,8 @@ impl ChantTrack {
 
     fn push(&mut self, hash: u64, compared: bool) {
         self.prefix = self.prefix.wrapping_mul(BASE).wrapping_add(hash);
-        if self.steps.len() == WINDOW {
+        // `>=`: a state read back from bytes may hold more steps than a track keeps.
+        while self.steps.len() >= WINDOW {
             self.steps.pop_front();
         }
         self.steps.push_back(Step {
@@ -354,7 +355,7 @@ impl ChantTrack {
         let mut n = 1;
         at[0] = newest;
         for i in (0..newest).rev() {
-            if (at[n - 1] - i) as u64 > MAX_GAP {
+            if (at[n - 1] - i) as u64 > MAX_GAP || n == WINDOW {
                 break;
             }
             if steps[i].compared && steps[i].hash == hash {
@@ -857,6 +858,25 @@ Then I will run the tests again to confirm.\n\n";
             t.feed(&"y".repeat(10_000), MaskSet::NONE);
         }
         assert!(t.pending.len() <= LINE_CAP);
+        assert!(t.steps.len() <= WINDOW);
+    }
+
+    /// A track read back from bytes may hold more steps than one keeps (a corrupt or
+    /// crafted state): it is judged without a panic and shrinks back to its window.
+    #[test]
+    fn an_oversized_track_from_bytes_is_no_panic() {
+        let mut t = ChantTrack::new(true);
+        let hash = xxh3_64(b"The same sentence said once more.");
+        for _ in 0..3 * WINDOW {
+            t.prefix = t.prefix.wrapping_mul(BASE).wrapping_add(hash);
+            t.steps.push_back(Step {
+                hash,
+                prefix: t.prefix,
+                compared: true,
+            });
+        }
+        let found = t.feed("The same sentence said once more.\n", MaskSet::NONE);
+        assert_eq!(found.map(|c| c.count), Some(WINDOW as u32));
         assert!(t.steps.len() <= WINDOW);
     }
 }
