@@ -137,11 +137,21 @@ pub fn call_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
 ) -> Result<Option<NativeVerdict>> {
+    verdict_text(guard, &event)
+}
+
+/// A call or message event as JSON text, answered with a verdict.
+fn verdict_text(
+    guard: &External<RefCell<NativeGuard>>,
+    event: &JsString,
+) -> Result<Option<NativeVerdict>> {
     let mut this = enter(guard)?;
     let this = &mut *this;
-    this.read_event(&event)?;
+    this.read_event(event)?;
     match this.replayer.apply_line(0, &this.event) {
-        Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+        Answer::Call { verdict, .. } | Answer::Message { verdict, .. } => {
+            Ok(native_verdict(&verdict))
+        }
         other => Err(unexpected(&other)),
     }
 }
@@ -279,13 +289,7 @@ pub fn message_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
 ) -> Result<Option<NativeVerdict>> {
-    let mut this = enter(guard)?;
-    let this = &mut *this;
-    this.read_event(&event)?;
-    match this.replayer.apply_line(0, &this.event) {
-        Answer::Message { verdict, .. } => Ok(native_verdict(&verdict)),
-        other => Err(unexpected(&other)),
-    }
+    verdict_text(guard, &event)
 }
 
 /// A compaction event as JSON text: the number of attempts the post-compaction guard

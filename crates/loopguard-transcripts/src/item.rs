@@ -198,17 +198,13 @@ pub fn result(ids: &Ids, call_id: &str, outcome: OwnedOutcome) -> Item {
 /// The model's answer: its text, its reasoning where the transcript keeps it (blank
 /// reasoning is none), and whether it carried tool calls.
 pub fn answer(ids: &Ids, text: String, reasoning: Option<String>, has_tool_calls: bool) -> Item {
-    Item::Event(Event::Message {
-        ids: ids.clone(),
-        message: OwnedMessage {
-            role: Role::Assistant,
-            text,
-            reasoning: reasoning.filter(|r| !r.trim().is_empty()),
-            has_tool_calls: Some(has_tool_calls),
-            id: None,
-            delta: None,
-        },
-    })
+    message(
+        ids,
+        Role::Assistant,
+        text,
+        reasoning.filter(|r| !r.trim().is_empty()),
+        Some(has_tool_calls),
+    )
 }
 
 /// The model's answer while a reader collects it from several records (a response
@@ -266,13 +262,24 @@ fn push_line(to: &mut String, text: &str) {
 /// A message of `role` other than the model's answer: a prompt (`User`, `System`) or the
 /// harness's feedback to an answer without a tool call (`ToolFeedback`).
 pub fn said(ids: &Ids, role: Role, text: String) -> Item {
+    message(ids, role, text, None, None)
+}
+
+/// A message event, whole (readers read no streams) and without an id.
+fn message(
+    ids: &Ids,
+    role: Role,
+    text: String,
+    reasoning: Option<String>,
+    has_tool_calls: Option<bool>,
+) -> Item {
     Item::Event(Event::Message {
         ids: ids.clone(),
         message: OwnedMessage {
             role,
             text,
-            reasoning: None,
-            has_tool_calls: None,
+            reasoning,
+            has_tool_calls,
             id: None,
             delta: None,
         },

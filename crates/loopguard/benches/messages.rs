@@ -61,25 +61,7 @@ fn messages(c: &mut Criterion) {
                     n += 1;
                     (&texts[n % texts.len()], &ids[n % ids.len()])
                 },
-                |(text, id)| {
-                    let bytes = text.as_bytes();
-                    let mut start = 0;
-                    let mut index = 0;
-                    while start < bytes.len() {
-                        let mut end = (start + 64).min(bytes.len());
-                        while !text.is_char_boundary(end) {
-                            end += 1;
-                        }
-                        let piece = Message::assistant(&text[start..end])
-                            .with_id(Some(id))
-                            .as_delta(Some(index));
-                        let _ = black_box(guard.message(&scope, &piece));
-                        start = end;
-                        index += 1;
-                    }
-                    let end = Message::assistant("").with_id(Some(id));
-                    black_box(guard.message(&scope, &end))
-                },
+                |(text, id)| answers::stream(&mut guard, &scope, text, id),
                 BatchSize::SmallInput,
             )
         });

@@ -26,22 +26,7 @@ fn cycle(guard: &mut Guard<ManualClock>, texts: &[String], stream: bool) {
             let _ = std::hint::black_box(guard.message(&scope, &answer));
             continue;
         }
-        let mut start = 0;
-        let mut index = 0;
-        while start < text.len() {
-            let mut end = (start + 64).min(text.len());
-            while !text.is_char_boundary(end) {
-                end += 1;
-            }
-            let piece = Message::assistant(&text[start..end])
-                .with_id(Some(&id))
-                .as_delta(Some(index));
-            let _ = std::hint::black_box(guard.message(&scope, &piece));
-            start = end;
-            index += 1;
-        }
-        let end = Message::assistant("").with_id(Some(&id));
-        let _ = std::hint::black_box(guard.message(&scope, &end));
+        answers::stream(guard, &scope, text, &id);
     }
 }
 

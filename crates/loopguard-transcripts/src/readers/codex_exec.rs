@@ -89,7 +89,7 @@ pub fn read<R: BufRead + Seek>(
                 let it = event.get("item").unwrap_or(&Value::Null);
                 let text = |k: &str| it.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
                 match it.get("type").and_then(Value::as_str) {
-                    Some("agent_message") if kind == "item.completed" => {
+                    Some(part @ ("agent_message" | "reasoning")) if kind == "item.completed" => {
                         // A second answer ends the first (its reasoning stays with it).
                         if answer
                             .as_ref()
@@ -98,18 +98,10 @@ pub fn read<R: BufRead + Seek>(
                             end_answer(&mut answer, sink);
                         }
                         let open = answer.get_or_insert_with(|| AnswerParts::new(pos, &ids));
-                        open.add_text(&text("text"));
-                        continue;
-                    }
-                    Some("reasoning") if kind == "item.completed" => {
-                        if answer
-                            .as_ref()
-                            .is_some_and(|a| !a.text.is_empty() || a.calls)
-                        {
-                            end_answer(&mut answer, sink);
+                        match part {
+                            "agent_message" => open.add_text(&text("text")),
+                            _ => open.add_reasoning(&text("text")),
                         }
-                        let open = answer.get_or_insert_with(|| AnswerParts::new(pos, &ids));
-                        open.add_reasoning(&text("text"));
                         continue;
                     }
                     _ => {}

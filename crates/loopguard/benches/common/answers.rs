@@ -66,3 +66,29 @@ pub fn answer(size: usize, seed: u64) -> String {
     out.truncate(cut);
     out
 }
+
+/// Sends `text` to `guard` as a stream of 64-byte pieces (at character boundaries) of the
+/// answer `id`, then ends it.
+pub fn stream(
+    guard: &mut loopguard::Guard<loopguard::ManualClock>,
+    scope: &loopguard::Scope<'_>,
+    text: &str,
+    id: &str,
+) {
+    let mut start = 0;
+    let mut index = 0;
+    while start < text.len() {
+        let mut end = (start + 64).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        let piece = loopguard::Message::assistant(&text[start..end])
+            .with_id(Some(id))
+            .as_delta(Some(index));
+        let _ = std::hint::black_box(guard.message(scope, &piece));
+        start = end;
+        index += 1;
+    }
+    let end = loopguard::Message::assistant("").with_id(Some(id));
+    let _ = std::hint::black_box(guard.message(scope, &end));
+}
