@@ -8,6 +8,7 @@
 //! verdict is terminal): the words exist already, so what a block can still do is refuse
 //! the next model call, and every later call and message of the run is blocked.
 
+use crate::answers::Retried;
 use crate::clock::Millis;
 use crate::config::extensions::Levels;
 use crate::config::EffectiveConfig;
@@ -121,14 +122,14 @@ impl RunState {
         }
         // A whole message: its print (and, for an answer, its chanting) first, then the
         // run's state.
-        let streamed = match (message.role, &self.added5.turns.stream) {
+        let streamed = match (message.role, &self.added7.turns.stream) {
             (Role::Assistant, Some(s)) => s.id == message.id.map_or(0, call_id_hash),
             _ => false,
         };
         let mut chant = None;
         let (print, reasoning) = if streamed {
             // The end of a streamed answer: its text was read piece by piece.
-            let mut stream = self.added5.turns.stream.take().unwrap_or_default();
+            let mut stream = self.added7.turns.stream.take().unwrap_or_default();
             chant = Chant::max(stream.text.finish(mask), stream.reasoning.finish(mask));
             (stream.text.print, stream.reasoning.print)
         } else if message.role == Role::Assistant && ext.content_chanting.is_some() {
@@ -148,9 +149,13 @@ impl RunState {
         };
         let signature = retry_signature(message, print, reasoning);
         let key = message.id.map(|id| retry_key(id, None));
-        if let Some(verdict) = key.and_then(|k| self.added.answers.retried_call(k, signature)) {
-            return verdict;
-        }
+        // As for calls: a message sent again under its id is answered again, a few times;
+        // past that the id looks reused, and the message counts as new.
+        let resent = match key.map(|k| self.added.answers.retried_call(k, signature)) {
+            Some(Retried::Again(verdict)) => return verdict,
+            Some(Retried::Reused(n)) => n,
+            Some(Retried::New) | None => 0,
+        };
         if !streamed && message.role == Role::Assistant {
             // An answer streamed under another id, never ended: it ends here.
             self.end_stream(cfg, false);
@@ -160,7 +165,7 @@ impl RunState {
         if let Some(key) = key {
             self.added
                 .answers
-                .called(key, signature, OutcomeRule::NONE, &verdict);
+                .called(key, signature, OutcomeRule::NONE, &verdict, resent);
         }
         verdict
     }
@@ -177,7 +182,7 @@ impl RunState {
         let calls = self.history.seq_of(self.history.len());
         let window = cfg.history_size as usize;
         let with_calls = message.has_tool_calls == Some(true);
-        let turns = &mut self.added5.turns;
+        let turns = &mut self.added7.turns;
         turns.said(message.role, print, calls, with_calls, window);
         let role = message.role;
         match role {
@@ -246,7 +251,7 @@ impl RunState {
         let id = message.id.map_or(0, call_id_hash);
         let key = || message.id.zip(index).map(|(id, i)| retry_key(id, Some(i)));
         if self
-            .added5
+            .added7
             .turns
             .stream
             .as_ref()
@@ -254,7 +259,7 @@ impl RunState {
         {
             self.end_stream(cfg, false);
         }
-        let stream = self.added5.turns.stream.get_or_insert_with(|| {
+        let stream = self.added7.turns.stream.get_or_insert_with(|| {
             Box::new(Stream {
                 id,
                 next: 0,
@@ -264,10 +269,12 @@ impl RunState {
         });
         if let Some(index) = index {
             if index < stream.next {
-                // Sent again: what it was answered, and nothing changes.
-                return key()
-                    .and_then(|k| self.added.answers.retried_call(k, PIECE))
-                    .unwrap_or(Verdict::Allow);
+                // Sent again: what it was answered, and nothing changes (its index was
+                // read already, so past the retries it is allowed, not judged again).
+                return match key().map(|k| self.added.answers.retried_call(k, PIECE)) {
+                    Some(Retried::Again(verdict)) => verdict,
+                    _ => Verdict::Allow,
+                };
             }
             stream.next = index + 1;
         }
@@ -284,7 +291,7 @@ impl RunState {
         if let Some(key) = key().filter(|_| verdict != Verdict::Allow) {
             self.added
                 .answers
-                .called(key, PIECE, OutcomeRule::NONE, &verdict);
+                .called(key, PIECE, OutcomeRule::NONE, &verdict, 0);
         }
         verdict
     }
@@ -293,7 +300,7 @@ impl RunState {
     /// (`with_calls`: a tool call followed it). What its last line adds is not judged:
     /// nothing waits for the answer any more.
     pub(super) fn end_stream(&mut self, cfg: &EffectiveConfig, with_calls: bool) {
-        let Some(mut stream) = self.added5.turns.stream.take() else {
+        let Some(mut stream) = self.added7.turns.stream.take() else {
             return;
         };
         let mask = cfg
@@ -303,7 +310,7 @@ impl RunState {
         stream.text.finish(mask);
         let calls = self.history.seq_of(self.history.len());
         let window = cfg.history_size as usize;
-        self.added5.turns.said(
+        self.added7.turns.said(
             Role::Assistant,
             stream.text.print,
             calls,
@@ -618,6 +625,23 @@ mod tests {
             assert_eq!(word(&say(s, cfg, m2)), "warn");
         }
         assert_eq!(state, back);
+    }
+
+    /// As for calls: a host that sends every message under one id is answered as retrying
+    /// only `RETRIES_PER_CALL` times; every later copy counts, and the loop is caught.
+    #[test]
+    fn a_message_id_reused_past_the_retries_counts_as_new() {
+        let set = config("repeatedMessage: { warningThreshold: 2, criticalThreshold: 3 }");
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let m = Message::assistant("Same words.").with_id(Some("m"));
+        let retries = crate::answers::RETRIES_PER_CALL as usize;
+        let words: Vec<&str> = (0..retries + 3)
+            .map(|_| word(&say(&mut state, cfg, m)))
+            .collect();
+        let mut want = vec!["allow"; retries + 1];
+        want.extend(["warn", "block"]);
+        assert_eq!(words, want);
     }
 
     #[test]
