@@ -395,7 +395,7 @@ impl Serialize for View<'_> {
                     }
                 }
                 if let (CallIdUse::Reused { sent }, Some(warning)) = (id_use, id_use.warning()) {
-                    m.serialize_entry("call_id_reused", sent)?;
+                    m.serialize_entry("call_id_reused", &sent)?;
                     m.serialize_entry("call_id_warning", &warning)?;
                 }
             }

@@ -502,6 +502,9 @@ mod tests {
             r#"{"type":"message","role":"assistant","index":2}"#,
             r#"{"type":"message","role":"assistant","reasoning":["x"]}"#,
             r#"{"type":"message","role":"assistant","id":7}"#,
+            // Every member of a message is read, whatever else the line holds.
+            r#"{"x":{"text":"no"},"type":"message","role":"assistant","text":" a\n b ","reasoning":"think","has_tool_calls":true,"id":"m2","session":"s","run":"r"}"#,
+            r#"{"type":"message","role":"assistant","reasoning":"r","text":"t","delta":true,"index":0,"id":"m3","y":[1]}"#,
         ];
         let mut tape = Tape::new();
         for line in lines {
