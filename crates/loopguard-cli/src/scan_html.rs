@@ -189,7 +189,7 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
                 };
                 let _ = write!(
                     page,
-                    "<tr class=\"{class} text\"><td></td><td colspan=\"8\">repeated in messages {first}–{last}{share}: <q>{}</q></td></tr>",
+                    "<tr class=\"{class} text\"><td></td><td colspan=\"10\">repeated in messages {first}–{last}{share}: <q>{}</q></td></tr>",
                     esc(&shorten(text))
                 );
             }
