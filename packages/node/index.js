@@ -642,6 +642,48 @@ class Guard {
     }
   }
 
+  /**
+   * Judges a message of the run (a `message` event): the model's answer (`role`
+   * `'assistant'`, the default, with its `reasoning` and `hasToolCalls`), a piece of its
+   * stream (`delta: true`, numbered by `index`), the harness's feedback to an answer
+   * without a tool call (`'tool_feedback'`), a prompt (`'user'`, `'system'`). Words cannot
+   * be taken back: a blocked message stops the run (do not call the model again in it;
+   * stop the stream being read); a warning's `warningNote` goes into the next prompt.
+   */
+  message(message) {
+    checkFields(message, 'message');
+    const { text, role = 'assistant', reasoning, hasToolCalls, id, delta, index } = message;
+    if (typeof text !== 'string') {
+      throw new TypeError(`message: text must be a string, not ${describe(text)}`);
+    }
+    checkId(role, 'role', 'message');
+    checkId(id, 'id', 'message');
+    if (reasoning !== undefined && typeof reasoning !== 'string') {
+      throw new TypeError(`message: reasoning must be a string, not ${describe(reasoning)}`);
+    }
+    for (const [key, value] of [['hasToolCalls', hasToolCalls], ['delta', delta]]) {
+      if (value !== undefined && typeof value !== 'boolean') {
+        throw new TypeError(`message: ${key} must be a boolean, not ${describe(value)}`);
+      }
+    }
+    if (index !== undefined && !(Number.isSafeInteger(index) && index >= 0)) {
+      throw new TypeError(`message: index must be a whole number from 0, not ${String(index)}`);
+    }
+    const event =
+      '{"type":"message"' +
+      idMembers(message) +
+      member('role', role) +
+      `,"text":${JSON.stringify(text)}` +
+      (reasoning === undefined ? '' : `,"reasoning":${JSON.stringify(reasoning)}`) +
+      (hasToolCalls === undefined ? '' : `,"has_tool_calls":${hasToolCalls}`) +
+      member('id', id) +
+      (delta ? ',"delta":true' : '') +
+      (index === undefined ? '' : `,"index":${index}`) +
+      '}';
+    const verdict = native.messageText(this.#native, event);
+    return verdict === null ? ALLOW : verdictObject(verdict);
+  }
+
   /** A compaction retry happened in this run: arms the post-compaction guard. Returns the
    * number of attempts it watches (0 when disabled). */
   onCompaction(scope = {}) {

@@ -565,6 +565,153 @@ case("budget-bad-usage-is-refused",
      "Usage that cannot be right is refused with an error and counts nothing: a negative, fractional or string count, an unknown member (prompt_tokens: send it as input_tokens), a negative cost, a count above 100,000,000, no input_tokens, a model that is not a string, a cost that is a string. budgets.run.tokens 1000: only the valid 900 counts (the next call is warned, 100 left).",
      "{ %s, loopguard: { budgets: { run: { tokens: 1000 }, %s } } }" % (ON, NO_WP), ev)
 
+# messages (loops without tool calls) ---------------------------------------------------
+def msg(role, t, id=None, tools=None, delta=None, index=None, reasoning=None, run="r1", session="s1"):
+    e = {"type": "message", "session": session, "run": run, "role": role, "text": t}
+    if reasoning is not None:
+        e["reasoning"] = reasoning
+    if tools is not None:
+        e["has_tool_calls"] = tools
+    if id is not None:
+        e["id"] = id
+    if delta is not None:
+        e["delta"] = delta
+    if index is not None:
+        e["index"] = index
+    return e
+
+
+STUCK = "I could not find the configuration file. Please check that config/settings.yaml exists and try again."
+ev = []
+for i in range(1, 7):
+    ev += [msg("assistant", STUCK, id=f"m{i}", tools=False), msg("user", "Please continue.")]
+case("repeated-message-levels",
+     "The same answer six times with the same prompt after each: repeated_message warns at the 3rd and 4th copies (every copy in the window counts) and blocks the 5th: the prompt is new only the first time, so copies 2 to 5 have nothing new between them (critical 4). The block stops the run: the next answers and the next call are blocked (terminal).",
+     "{ %s, loopguard: { detectors: { repeatedMessage: { warningThreshold: 3, criticalThreshold: 4 } } } }" % ON,
+     ev + [call(1, "read", {"path": "config/settings.yaml"})])
+
+ev = []
+for i in range(1, 7):
+    a = {"path": f"/src/module_{i}.py"}
+    ev += [msg("assistant", STUCK, id=f"m{i}", tools=False), call(i, "read", a), result(i, "read", a, text(f"contents of module {i}"))]
+case("repeated-message-progress-only-warns",
+     "The same answer six times, each followed by a read with a new result (progress): repeated_message warns from the 3rd copy on (every copy in the window counts) but never blocks; answers that carry tool calls are never compared.",
+     "{ %s, loopguard: { detectors: { repeatedMessage: { warningThreshold: 3, criticalThreshold: 4 } } } }" % ON,
+     ev + [msg("assistant", STUCK, tools=True) for _ in range(4)])
+
+ev = [
+    msg("assistant", "Job 550e8400-e29b-41d4-a716-446655440000 failed at 2026-04-09T22:51:00Z; giving up."),
+    msg("tool_feedback", "Please call a tool."),
+    msg("assistant", "Job 550e8400-e29b-41d4-a716-446655440001 failed at 2026-04-09T22:52:01Z; retrying."),
+    msg("tool_feedback", "Please call a tool."),
+    msg("assistant", "\nJob  550e8400-e29b-41d4-a716-446655440002   failed at 2026-04-09T22:53:07Z;  retrying.  \n\n"),
+    msg("tool_feedback", "Please call a tool."),
+    msg("assistant", "Job 550e8400-e29b-41d4-a716-446655440003 failed at 2026-04-09T22:54:13Z; retrying."),
+]
+case("repeated-message-masked",
+     "Answers that differ only by a UUID, a timestamp, runs of spaces and blank lines are one answer once masked (loopguard.masking on); the first answer, with other words, is not a copy. The 2nd copy warns (2) and the 3rd blocks (critical 3: the feedback between the copies is nothing new).",
+     "{ %s, loopguard: { masking: {}, detectors: { repeatedMessage: { warningThreshold: 2, criticalThreshold: 3 } } } }" % ON, ev)
+
+CHANT = "I will now run the test suite again to make sure that everything passes. "
+case("content-chanting-whole-answer",
+     "One answer chanting a sentence 12 times: content_chanting counts 12 occurrences and blocks (critical 10), stopping the run; an answer quoting the sentence 3 times among other text is allowed.",
+     "{ %s, loopguard: { detectors: { contentChanting: { warningThreshold: 6, criticalThreshold: 10 } } } }" % ON,
+     [msg("assistant", "First, the fix. " + CHANT + "Then the docs. " + CHANT + "Last, the changelog. " + CHANT, id="a1"),
+      msg("assistant", "Let me look at the failing test first. " + CHANT * 12, id="a2"),
+      msg("assistant", "Done.", id="a3")])
+
+ev = []
+for i in range(12):
+    ev.append(msg("assistant", CHANT[:40] if i % 2 == 0 else CHANT[40:] + "\n", id="s1", delta=True, index=i))
+    if i == 3:
+        ev.append(msg("assistant", CHANT[40:] + "\n", id="s1", delta=True, index=3))
+case("content-chanting-stream",
+     "A streamed answer (delta: true, pieces numbered by index) chanting one line: each line is judged once complete, so the 6th copy warns (piece 11, warning 6) and would block at 10; piece 3 sent twice is a retry, answered the same and counted once. Pieces cut mid-line are judged as the whole answer would be.",
+     "{ %s, loopguard: { detectors: { contentChanting: { warningThreshold: 6, criticalThreshold: 10 } } } }" % ON,
+     ev + [msg("assistant", "", id="s1")])
+
+ev = []
+for i in range(24):
+    ev.append(msg("assistant", CHANT[:30] if i % 2 == 0 else CHANT[30:] + "\n", id="s2", delta=True))
+case("content-chanting-stream-blocked",
+     "A streamed answer without indexes chanting one line: the 10th complete copy blocks (critical 10) and stops the run; the pieces after it and the next call are blocked (terminal).",
+     "{ %s, loopguard: { detectors: { contentChanting: { warningThreshold: 6, criticalThreshold: 10 } } } }" % ON,
+     ev + [call(1, "bash", {"command": "pytest"})])
+
+TABLE = "| test | linux | macos | windows |\n|---|---|---|---|\n" + "| passes on every platform we build | yes | yes | yes |\n" * 20
+CODE = "Here is the test file:\n```python\n" + "    assert parse('1') == 1  # the parser returns the same value\n" * 30 + "```\n"
+REPORT = "".join(f"### Test case {i}\n**Result:** passed without errors or warnings.\n\n" for i in range(1, 16))
+LIST = "".join(f"{i}. Checked module_{i}.py for the bug: no changes were needed there.\n" for i in range(1, 21))
+RULES = ("-" * 60 + "\n") * 20 + ("=" * 60 + "\n") * 20
+ev = [msg("assistant", t, id=f"a{i}") for i, t in enumerate([TABLE, CODE, REPORT, LIST, RULES, TABLE + CODE + REPORT], 1)]
+case("content-chanting-structure-never-fires",
+     "Markdown structure repeats lines by nature and never chants: a table of 20 identical rows, a code block of 30 identical lines, a report whose 15 sections share a result line, a list whose 20 items share a sentence, rules and dividers: all allowed (thresholds 3/4).",
+     "{ %s, loopguard: { detectors: { contentChanting: { warningThreshold: 3, criticalThreshold: 4 } } } }" % ON, ev)
+
+NO_TOOL = "No tool calls found in the response. Every response MUST include exactly one bash code block."
+ev = []
+for i in range(1, 8):
+    ev += [msg("assistant", f"I have finished the task (attempt {i}). The fix is in place.", id=f"a{i}", tools=False), msg("tool_feedback", NO_TOOL)]
+case("no-tool-turns-levels",
+     "mini-swe-agent's format-error loop: the model answers in text, the harness replies with the same format error, seven times. no_tool_turns warns at the 3rd feedback in a row and blocks the 6th (critical 6), which stops the run: the 7th answer is blocked.",
+     "{ %s, loopguard: { detectors: { noToolTurns: { warningThreshold: 3, criticalThreshold: 6 } } } }" % ON, ev[:13])
+
+ev = []
+for i in range(1, 5):
+    ev += [msg("assistant", "Let me think about this.", tools=False), msg("tool_feedback", NO_TOOL)]
+ev += [msg("assistant", "Running the tests.", tools=True), call(1, "bash", {"command": "pytest"}), result(1, "bash", {"command": "pytest"}, text("2 passed"))]
+for i in range(1, 3):
+    ev += [msg("assistant", "Let me think again.", tools=False), msg("tool_feedback", NO_TOOL)]
+ev += [msg("tool_feedback", "Found 2 code blocks; expected exactly one."), msg("tool_feedback", NO_TOOL), msg("user", "Go on."), msg("tool_feedback", NO_TOOL)]
+case("no-tool-turns-broken-by-a-call",
+     "The row of identical feedback is broken by a tool call, by another feedback and by a prompt: 4 in a row warn (3/5), 2 more after the call, then rows of 1: never blocked.",
+     "{ %s, loopguard: { detectors: { noToolTurns: { warningThreshold: 3, criticalThreshold: 5 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 4):
+    m = msg("assistant", STUCK, id=f"m{i}", tools=False)
+    ev += [m, m, msg("tool_feedback", NO_TOOL, id=f"f{i}"), msg("tool_feedback", NO_TOOL, id=f"f{i}")]
+case("messages-retried-count-once",
+     "Every message sent twice with its id: the copy is a retry, answered the same and counted once, so the 3rd answer is the 3rd copy (repeated_message warning 3) and the 3rd feedback the 3rd in a row (no_tool_turns warning 3).",
+     "{ %s, loopguard: { detectors: { repeatedMessage: { warningThreshold: 3, criticalThreshold: 5 }, noToolTurns: { warningThreshold: 3, criticalThreshold: 5 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 6):
+    ev += [msg("assistant", STUCK, tools=False), msg("tool_feedback", NO_TOOL)]
+ev += [msg("assistant", "Let me look at the failing test first. " + CHANT * 12), call(1, "read", {"path": "/a"})]
+case("messages-shadow-mode",
+     "mode shadow: repeated_message, no_tool_turns and content_chanting would warn and block (terminal), but every message and the next call are allowed, with what would have fired.",
+     "{ %s, loopguard: { mode: 'shadow', detectors: { repeatedMessage: { warningThreshold: 2, criticalThreshold: 3 }, contentChanting: { warningThreshold: 4, criticalThreshold: 8 }, noToolTurns: { warningThreshold: 2, criticalThreshold: 4 } } } }" % ON, ev)
+
+ev = []
+for i in range(1, 9):
+    ev += [msg("assistant", STUCK, tools=False), msg("tool_feedback", NO_TOOL)]
+ev += [msg("assistant", "Let me look at the failing test first. " + CHANT * 12)]
+case("messages-without-the-detectors",
+     "Without a detector of messages in the loopguard block (here only consecutiveRepeat) every message is allowed, however often it repeats, and changes nothing.",
+     "{ %s, loopguard: { detectors: { consecutiveRepeat: {} } } }" % ON, ev)
+
+ev = []
+for i in range(1, 8):
+    ev += [msg("assistant", STUCK, id=f"m{i}", tools=False), msg("tool_feedback", NO_TOOL)]
+case("messages-preset-recommended",
+     "preset recommended: the same answer and the same format error in a row: repeated_message warns at the 3rd answer (3), no_tool_turns at the 3rd feedback (3); the 5th answer is blocked (repeated_message critical 4: the 4 copies since the feedback was new) and stops the run.",
+     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }", ev)
+
+BAD = [
+    {"type": "message", "session": "s1", "run": "r1", "text": "no role"},
+    {"type": "message", "session": "s1", "run": "r1", "role": "robot", "text": "x"},
+    {"type": "message", "session": "s1", "run": "r1", "role": "assistant", "text": 5},
+    {"type": "message", "session": "s1", "run": "r1", "role": "assistant", "text": "x", "has_tool_calls": "no"},
+    {"type": "message", "session": "s1", "run": "r1", "role": "user", "text": "x", "delta": True},
+    {"type": "message", "session": "s1", "run": "r1", "role": "assistant", "text": "x", "index": 2},
+    {"type": "message", "session": "s1", "run": "r1", "role": "assistant", "text": "x", "delta": True, "index": -1},
+    msg("assistant", "A valid answer after the bad lines."),
+]
+case("messages-invalid",
+     "Message events the guard cannot read are error lines (exit 2) and change nothing: no role, an unknown role, text not a string, has_tool_calls not a boolean, a user message as a stream piece, an index without delta, a negative index; the valid answer after them is allowed.",
+     "{ %s, loopguard: { detectors: { noToolTurns: {} } } }" % ON, BAD)
+
 # invalid configs -----------------------------------------------------------------------
 case("config-invalid-extension-key",
      "An unknown key in the loopguard block (detectors.cycles) is a load error: exit 1, nothing on stdout.",

@@ -105,7 +105,7 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
         page,
         "<section class=\"session {class}\" id=\"s{index}\" data-findings=\"{}\" data-calls=\"{}\">\
 <h2><span class=\"file\">{}</span> <span class=\"sid\">{}</span></h2>\
-<p class=\"stats\">{} in {} · {} warned · {} blocked · {}{}</p>",
+<p class=\"stats\">{} in {} · {} warned · {} blocked · {}{}{}</p>",
         s.findings.len(),
         s.calls,
         esc(&file.file),
@@ -115,6 +115,16 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
         s.warned_calls,
         s.blocked_calls,
         plural(s.compactions, "compaction"),
+        if s.warned_messages + s.blocked_messages > 0 {
+            format!(
+                " · {}: {} warned, {} blocked",
+                plural(s.messages, "message"),
+                s.warned_messages,
+                s.blocked_messages
+            )
+        } else {
+            String::new()
+        },
         match s.saved.tokens {
             Some(t) if s.saved.calls > 0 => format!(
                 " · would have saved {}, {} tokens",
@@ -134,9 +144,12 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
         for l in &s.loops {
             let step = |m: &Option<Mark>| {
                 m.as_ref().map_or(String::new(), |m| {
+                    let at = match m.message_index {
+                        Some(n) => format!("message {n}"),
+                        None => format!("call {}", m.call_index),
+                    };
                     format!(
-                        "call {} (line {}) · {} {}",
-                        m.call_index,
+                        "{at} (line {}) · {} {}",
                         m.line,
                         m.detector.as_str(),
                         m.count
@@ -167,10 +180,35 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
                 esc(&step(&l.stop)),
                 plural(l.saved.calls, "call"),
             );
+            if let Some(text) = &l.text {
+                // A loop without tool calls: the text it repeats, cut short.
+                let [first, last] = l.messages.unwrap_or_default();
+                let share = match l.token_share {
+                    Some(share) => format!(" · {:.0}% of the session's tokens", share * 100.0),
+                    None => String::new(),
+                };
+                let _ = write!(
+                    page,
+                    "<tr class=\"{class} text\"><td></td><td colspan=\"10\">repeated in messages {first}–{last}{share}: <q>{}</q></td></tr>",
+                    esc(&shorten(text))
+                );
+            }
         }
         page.push_str("</table>");
     }
     page.push_str("</section>");
+}
+
+/// Longest text of a loop without tool calls shown, in characters.
+const TEXT_CHARS: usize = 120;
+
+/// `text` on one line, cut to [`TEXT_CHARS`] characters (`…` where it was cut).
+fn shorten(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(TEXT_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
 }
 
 /// The strip: consecutive calls of one kind are one rectangle.
@@ -341,6 +379,7 @@ table{border-collapse:collapse;font-size:12px;margin:6px 0}
 td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eef1f3}
 tr.critical td:first-child{color:#d32f2f;font-weight:600}tr.warning td:first-child{color:#b07800;font-weight:600}
 tr.stopped td:first-child{color:#7f0000;font-weight:600}
+tr.text td{color:#555;font-size:.9em}tr.text q{font-style:italic}
 .filelist td:first-child{word-break:break-all}.filelist tr.problem td{color:#b00020}
 td.what{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;max-width:260px;word-break:break-all}
 body.hide-quiet section.quiet{display:none}

@@ -97,6 +97,9 @@ pub struct Summary {
     pub calls: u64,
     pub warned_calls: u64,
     pub blocked_calls: u64,
+    pub messages: u64,
+    pub warned_messages: u64,
+    pub blocked_messages: u64,
     pub loops: u64,
     pub findings: u64,
     pub compaction_aborts: u64,
@@ -145,6 +148,9 @@ impl Report {
                 summary.calls += s.calls;
                 summary.warned_calls += s.warned_calls;
                 summary.blocked_calls += s.blocked_calls;
+                summary.messages += s.messages;
+                summary.warned_messages += s.warned_messages;
+                summary.blocked_messages += s.blocked_messages;
                 summary.loops += s.loops.len() as u64;
                 summary.findings += s.findings.len() as u64;
                 summary.compaction_aborts += s.timeline.aborts.len() as u64;
@@ -242,6 +248,13 @@ impl Report {
             plural(s.sessions_with_blocks, "session"),
             plural(s.compaction_aborts, "compaction abort"),
         )?;
+        if s.warned_messages + s.blocked_messages > 0 {
+            writeln!(
+                out,
+                "Without tool calls: {} messages read; {} warned, {} blocked (each block stops its run).",
+                s.messages, s.warned_messages, s.blocked_messages
+            )?;
+        }
         writeln!(
             out,
             "Would have saved: {}.",
@@ -335,17 +348,43 @@ impl Report {
                 ];
                 for (what, mark) in steps {
                     if let Some(m) = mark {
+                        let at = match m.message_index {
+                            Some(n) => format!("message {n:>5} after call {}", m.call_index),
+                            None => format!("call {:>5}", m.call_index),
+                        };
                         writeln!(
                             out,
-                            "      {what:<10} {:<25} call {:>5} (line {:>6})  count {}",
+                            "      {what:<10} {:<25} {at} (line {:>6})  count {}",
                             m.detector.as_str(),
-                            m.call_index,
                             m.line,
                             m.count
                         )?;
                     }
                 }
-                if l.first_block.is_some() || l.stopped_run {
+                if let Some(text) = &l.text {
+                    let share = match (l.tokens, l.token_share) {
+                        (Some(t), Some(share)) => format!(
+                            "; {} tokens while it went on, {:.0}% of the session's",
+                            count_text(t),
+                            share * 100.0
+                        ),
+                        _ => String::new(),
+                    };
+                    let [first, last] = l.messages.unwrap_or_default();
+                    writeln!(
+                        out,
+                        "      repeated   \"{}\" (messages {first}-{last}{share})",
+                        shorten(&text.split_whitespace().collect::<Vec<_>>().join(" "), 90)
+                    )?;
+                }
+                if l.messages.is_some() && l.first_block.is_some() {
+                    // A loop without tool calls: no call to repeat; its block stops the run.
+                    writeln!(
+                        out,
+                        "      saved: {} (the run would have been stopped)",
+                        savings_text(&l.saved, usage_known)
+                    )?;
+                } else if l.first_block.is_some() || l.stopped_run {
                     let stop = if l.stopped_run {
                         " (the run would have been stopped)"
                     } else {

@@ -7,6 +7,14 @@
 //! The two files label alike with different keys: the first corpus marks its uncertain
 //! labels in the note ("Low confidence"), the second with `"assert": false` and selects
 //! sessions with `match` rules (its README).
+//!
+//! Loops without tool calls: the second corpus leaves its two format-error loops (L12,
+//! L13: mini-swe-agent answering in text 18 to 25 times in a row, the harness replying "No
+//! tool calls found" each time) unasserted, since no detector of tool calls can see them.
+//! The detectors of messages can, and here they must: each is checked like a loop, on the
+//! findings of those detectors only. The healthy labels of the same files (H5, H6) say
+//! "healthy at the tool level" (the waste is in L12, L13), so they are judged on the
+//! findings of the detectors of calls only.
 
 mod common;
 
@@ -19,6 +27,22 @@ use serde_json::Value;
 const PRESET: &str =
     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }";
 
+/// The labels of loops without tool calls (second corpus), asserted here (see the module
+/// docs).
+const TEXT_LOOPS: &[&str] = &["L12", "L13"];
+
+/// Which findings a label is judged on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// Every detector's.
+    All,
+    /// The detectors of messages only: a loop without tool calls.
+    Messages,
+    /// The detectors of calls only: a session healthy at the tool level whose waste is a
+    /// loop without tool calls, labelled apart.
+    Calls,
+}
+
 /// A label of either corpus, read into one shape.
 struct Label {
     name: String,
@@ -29,6 +53,8 @@ struct Label {
     calls: Option<(u64, u64)>,
     /// Checked (a confident label), or only reported.
     confident: bool,
+    /// Which findings count.
+    level: Level,
 }
 
 enum Select {
@@ -54,6 +80,7 @@ fn first_corpus_labels(corpus: &Path) -> Vec<Label> {
                 .as_str()
                 .unwrap_or_default()
                 .contains("Low confidence"),
+            level: Level::All,
         })
         .collect()
 }
@@ -61,9 +88,14 @@ fn first_corpus_labels(corpus: &Path) -> Vec<Label> {
 fn second_corpus_labels(corpus: &Path) -> Vec<Label> {
     let text = std::fs::read_to_string(corpus.join("labels.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
-    doc["labels"]
-        .as_array()
-        .unwrap()
+    let labels = doc["labels"].as_array().unwrap();
+    let text_loop = |l: &Value| TEXT_LOOPS.contains(&l["id"].as_str().unwrap());
+    let text_loop_files: Vec<&str> = labels
+        .iter()
+        .filter(|l| text_loop(l))
+        .map(|l| l["file"].as_str().unwrap())
+        .collect();
+    labels
         .iter()
         .map(|l| Label {
             name: format!(
@@ -82,7 +114,16 @@ fn second_corpus_labels(corpus: &Path) -> Vec<Label> {
             ),
             loop_: l["kind"] == "loop",
             calls: range(&l["calls"]),
-            confident: l["assert"] == true,
+            confident: l["assert"] == true || text_loop(l),
+            level: if text_loop(l) {
+                Level::Messages
+            } else if l["kind"] == "healthy"
+                && text_loop_files.contains(&l["file"].as_str().unwrap())
+            {
+                Level::Calls
+            } else {
+                Level::All
+            },
         })
         .collect()
 }
@@ -165,6 +206,13 @@ fn findings(session: &Value) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+/// Whether the detector named `name` judges messages rather than calls.
+fn judges_messages(name: &str) -> bool {
+    loopguard::Detector::ALL
+        .iter()
+        .any(|d| d.as_str() == name && d.judges_messages())
+}
+
 /// Scans the labelled files of `corpus` with the preset.
 fn scan(corpus: &Path, labels: &[Label]) -> Value {
     let config = std::env::temp_dir().join(format!(
@@ -212,10 +260,11 @@ fn check(corpus: &Path, labels: &[Label]) -> (Vec<String>, usize, usize) {
     for label in labels {
         let found = sessions(&doc, corpus, label);
         let name = &label.name;
-        let tag = if label.confident {
-            ""
-        } else {
-            " [low confidence]"
+        let tag = match (label.confident, label.level) {
+            (false, _) => " [low confidence]",
+            (true, Level::Messages) => " [without tool calls]",
+            (true, Level::Calls) => " [tool level]",
+            (true, Level::All) => "",
         };
         if found.is_empty() {
             problems.push(format!("{name}: no session read"));
@@ -224,7 +273,15 @@ fn check(corpus: &Path, labels: &[Label]) -> (Vec<String>, usize, usize) {
         if label.calls.is_some() && found.iter().all(|s| s["calls"] == 0) {
             problems.push(format!("{name}: read as nothing (0 calls)"));
         }
-        let all: Vec<(String, String, u64)> = found.iter().flat_map(|s| findings(s)).collect();
+        let all: Vec<(String, String, u64)> = found
+            .iter()
+            .flat_map(|s| findings(s))
+            .filter(|f| match label.level {
+                Level::All => true,
+                Level::Messages => judges_messages(&f.0),
+                Level::Calls => !judges_messages(&f.0),
+            })
+            .collect();
         if !label.loop_ {
             let critical: Vec<_> = all.iter().filter(|f| f.1 == "critical").collect();
             println!(
@@ -301,8 +358,8 @@ fn second_corpus_confident_loops_are_blocked_and_healthy_sessions_get_no_critica
     let (problems, blocked, loops) = check(&corpus, &labels);
     println!("{blocked} of {loops} confident loops blocked");
     assert_eq!(
-        loops, 10,
-        "confident loops of the second corpus (its README)"
+        loops, 12,
+        "confident loops of the second corpus (its README), and its two loops without tool calls"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -10,7 +10,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{budget_cases, name, server_config_of, spec_cases};
+use common::vectors::{budget_cases, message_cases, name, server_config_of, spec_cases};
 use redis_common::{prefix, replicas, require, RedisCluster, RedisServer};
 use serde_json::Value;
 use serve_common::{check_event_by_event, parallel, replay, Server};
@@ -117,4 +117,19 @@ fn budget_vectors_over_three_replicas_on_one_redis() {
     let redis = RedisServer::start().unwrap();
     parallel(&budget_cases(), 3, |case| round_robin(&redis.url(), case));
     parallel(&budget_cases(), 3, |case| ndjson_chunks(&redis.url(), case));
+}
+
+/// The extension vectors of loops without tool calls (`message` events, streamed pieces
+/// among them) over three replicas on one Redis, event by event and in chunks: the run's
+/// messages and the answer being streamed travel in the shared state.
+#[test]
+fn message_vectors_over_three_replicas_on_one_redis() {
+    if !require("message_vectors_over_three_replicas_on_one_redis") {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    parallel(&message_cases(), 3, |case| {
+        round_robin(&redis.url(), case)?;
+        ndjson_chunks(&redis.url(), case)
+    });
 }

@@ -596,3 +596,60 @@ fn corpus_loops_are_found_where_sources_md_says() {
     );
     assert_eq!(doc["summary"]["sessions_with_blocks"], 3);
 }
+
+/// A loop without tool calls in replay events: the model answering in text and the
+/// harness answering "no tool call" each time. With the preset, the scan reports one text
+/// loop (no_tool_turns, the run stopped at the 8th feedback in a row) with the messages it
+/// spans and the text repeated, and the HTML page shows that text.
+#[test]
+fn a_loop_without_tool_calls_is_reported_with_its_text() {
+    let dir = tempdir();
+    let config = dir.join("preset.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }",
+    )
+    .unwrap();
+    let mut events = String::new();
+    let line = |v: Value| format!("{v}\n");
+    events.push_str(&line(serde_json::json!({"type": "call", "session": "s", "run": "r", "call_id": "c1", "tool": "bash", "args": {"command": "make"}})));
+    events.push_str(&line(serde_json::json!({"type": "result", "session": "s", "run": "r", "call_id": "c1", "tool": "bash", "args": {"command": "make"}, "result": "ok"})));
+    let feedback = "No tool calls found in the response. Every response MUST include a tool call.";
+    for i in 1..=10 {
+        events.push_str(&line(serde_json::json!({"type": "message", "session": "s", "run": "r", "role": "assistant", "text": format!("Done, I think ({i})."), "has_tool_calls": false})));
+        events.push_str(&line(serde_json::json!({"type": "message", "session": "s", "run": "r", "role": "tool_feedback", "text": feedback})));
+    }
+    let path = dir.join("events.jsonl");
+    std::fs::write(&path, events).unwrap();
+    let page = dir.join("page.html");
+    let (doc, code, stderr) = scan(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let s = session(&doc, "events.jsonl", Some("s"));
+    assert_eq!(
+        (s["calls"].as_u64(), s["messages"].as_u64()),
+        (Some(1), Some(20))
+    );
+    assert_eq!(s["blocked_messages"], 1);
+    let loops = s["loops"].as_array().unwrap();
+    assert_eq!(loops.len(), 1);
+    let l = &loops[0];
+    assert_eq!(l["detectors"], serde_json::json!(["no_tool_turns"]));
+    assert_eq!(l["text"], feedback);
+    assert_eq!(l["messages"], serde_json::json!([6, 20]));
+    assert_eq!(l["first_block"]["message_index"], 16);
+    assert_eq!(l["first_block"]["call_index"], 1);
+    assert_eq!(l["stopped_run"], true);
+    assert_eq!(doc["summary"]["blocked_messages"], 1);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("repeated in messages 6–20: <q>No tool calls found in the response."),
+        "the page shows the repeated text"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

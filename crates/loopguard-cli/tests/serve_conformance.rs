@@ -7,7 +7,7 @@ mod serve_common;
 use std::fs;
 use std::path::Path;
 
-use common::vectors::{budget_cases, config_of, name, server_config_of, spec_cases};
+use common::vectors::{budget_cases, config_of, message_cases, name, server_config_of, spec_cases};
 use serve_common::{check_event_by_event, parallel, replay, tempdir, Server};
 
 /// Starts a server for a case (on a fresh SQLite file unless `memory`).
@@ -98,6 +98,21 @@ fn budget_vectors_answer_as_replay() {
     parallel(&cases, 3, |case| {
         let dir = tempdir();
         let server = start(case, true, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
+        check_event_by_event(case, &mut [server.client()])
+    });
+}
+
+/// The extension vectors of loops without tool calls (`message` events, streamed pieces
+/// among them), on SQLite and in memory, as JSON Lines and one request per event: the
+/// run's messages live in the stored state between requests.
+#[test]
+fn message_vectors_on_sqlite_and_in_memory() {
+    let cases = message_cases();
+    parallel(&cases, 3, |case| {
+        ndjson_case(case, false)?;
+        ndjson_case(case, true)?;
+        let dir = tempdir();
+        let server = start(case, false, dir.path()).map_err(|e| format!("{}: {e}", name(case)))?;
         check_event_by_event(case, &mut [server.client()])
     });
 }

@@ -17,14 +17,14 @@ use serve_common::{replay, Server};
 
 type Counts = BTreeMap<(String, String), u64>;
 
-/// Per (detector, level): the calls warned or blocked (or that would have been, in shadow
-/// mode), and the results that aborted a run, as replay answered them.
+/// Per (detector, level): the calls and messages warned or blocked (or that would have
+/// been, in shadow mode), and the results that aborted a run, as replay answered them.
 fn replay_counts(answers: &[Value]) -> Counts {
     let mut counts = Counts::new();
     for a in answers {
         let detection = match a["type"].as_str() {
-            Some("call") if a.get("detector").is_some() => Some(a),
-            Some("call") => a.get("shadow"),
+            Some("call" | "message") if a.get("detector").is_some() => Some(a),
+            Some("call" | "message") => a.get("shadow"),
             _ => None,
         };
         if let Some(d) = detection {

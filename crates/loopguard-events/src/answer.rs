@@ -56,6 +56,17 @@ pub enum Answer {
         /// Its cost and the budget it used up, if any.
         counted: Counted,
     },
+    /// The verdict on a message.
+    Message {
+        /// Input line number.
+        seq: u64,
+        /// Session.
+        session: String,
+        /// Run.
+        run: Option<String>,
+        /// The verdict.
+        verdict: Verdict,
+    },
     /// A line that is not a valid event.
     Invalid {
         /// Input line number.
@@ -71,10 +82,10 @@ impl Answer {
         matches!(self, Self::Invalid { .. })
     }
 
-    /// The verdict, for call answers.
+    /// The verdict, for call and message answers.
     pub fn verdict(&self) -> Option<&Verdict> {
         match self {
-            Self::Call { verdict, .. } => Some(verdict),
+            Self::Call { verdict, .. } | Self::Message { verdict, .. } => Some(verdict),
             _ => None,
         }
     }
@@ -83,7 +94,8 @@ impl Answer {
     /// sidecar turns back into the engine's own values, so that the blocked result and the
     /// warning note it hands the model are the engine's, built by the same code as in
     /// process. The answer of a call names its tool only in its message; `tool` is the
-    /// call's. The signatures a detection holds are not in the answer: they are zero.
+    /// call's (for a message, its role). The signatures a detection holds are not in the
+    /// answer: they are zero.
     pub fn from_json(text: &[u8], tool: &str) -> Result<Self, String> {
         let answer: Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
         let seq = answer["seq"].as_u64().unwrap_or(0);
@@ -113,6 +125,12 @@ impl Answer {
                 session,
                 run,
                 recorded: recorded_of(&answer)?,
+            }),
+            Some("message") => Ok(Self::Message {
+                seq,
+                session,
+                run,
+                verdict: verdict_of(&answer, tool)?,
             }),
             Some("compaction") => Ok(Self::Compaction {
                 seq,
@@ -275,6 +293,16 @@ impl Serialize for Answer {
                 ids: Some((session, run.as_deref())),
                 reply: ReplyRef::Usage(counted),
             },
+            Self::Message {
+                seq,
+                session,
+                run,
+                verdict,
+            } => View {
+                seq: *seq,
+                ids: Some((session, run.as_deref())),
+                reply: ReplyRef::Message(verdict),
+            },
         };
         view.serialize(serializer)
     }
@@ -296,6 +324,8 @@ pub enum Reply {
     Usage(Counted),
     /// A result the engine cannot take (it names no call it can be recorded against).
     Invalid(String),
+    /// The verdict on a message.
+    Message(Verdict),
 }
 
 impl Reply {
@@ -330,6 +360,12 @@ impl Reply {
                 counted,
             },
             Self::Invalid(error) => Answer::Invalid { seq, error },
+            Self::Message(verdict) => Answer::Message {
+                seq,
+                session,
+                run,
+                verdict,
+            },
         }
     }
 
@@ -341,6 +377,7 @@ impl Reply {
             Self::Result(recorded) => ReplyRef::Result(recorded),
             Self::Compaction(armed) => ReplyRef::Compaction(*armed),
             Self::Usage(counted) => ReplyRef::Usage(counted),
+            Self::Message(verdict) => ReplyRef::Message(verdict),
             Self::Invalid(error) => {
                 return View {
                     seq,
@@ -355,6 +392,7 @@ impl Reply {
 
 enum ReplyRef<'a> {
     Call(&'a Verdict, CallIdUse),
+    Message(&'a Verdict),
     Result(&'a Recorded),
     Compaction(u32),
     Usage(&'a Counted),
@@ -395,8 +433,13 @@ impl Serialize for View<'_> {
                 m.serialize_entry("seq", &self.seq)?;
                 m.serialize_entry("error", error)?;
             }
-            ReplyRef::Call(verdict, id_use) => {
-                head(&mut m, self.seq, "call", session, run)?;
+            ReplyRef::Call(verdict, _) | ReplyRef::Message(verdict) => {
+                // A message has no call id: nothing to say of its use.
+                let (kind, id_use) = match self.reply {
+                    ReplyRef::Call(_, id_use) => ("call", id_use),
+                    _ => ("message", CallIdUse::New),
+                };
+                head(&mut m, self.seq, kind, session, run)?;
                 match verdict {
                     Verdict::Allow => m.serialize_entry("verdict", "allow")?,
                     Verdict::Warn { detection, notify } => {
@@ -431,7 +474,7 @@ impl Serialize for View<'_> {
                     }
                 }
                 if let (CallIdUse::Reused { sent }, Some(warning)) = (id_use, id_use.warning()) {
-                    m.serialize_entry("call_id_reused", sent)?;
+                    m.serialize_entry("call_id_reused", &sent)?;
                     m.serialize_entry("call_id_warning", &warning)?;
                 }
             }
@@ -593,6 +636,29 @@ mod tests {
                 }
             }
         }
+        // Message answers too.
+        let config = ConfigSet::parse(
+            "{ loopguard: { detectors: { noToolTurns: { warningThreshold: 2, criticalThreshold: 4 } } } }",
+        )
+        .unwrap();
+        let mut replayer = Replayer::new(config, None);
+        let line =
+            r#"{"type":"message","session":"s","role":"tool_feedback","text":"No tool call."}"#;
+        let mut words = Vec::new();
+        for i in 0..5 {
+            let answer = replayer.apply_line(i, line.as_bytes());
+            let text = serde_json::to_vec(&answer).unwrap();
+            let back = Answer::from_json(&text, "tool_feedback").unwrap();
+            assert_eq!(serde_json::to_vec(&back).unwrap(), text);
+            assert_eq!(
+                answer.verdict().map(Verdict::warning_note),
+                back.verdict().map(Verdict::warning_note)
+            );
+            let json: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(json["type"], "message");
+            words.push(json["verdict"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(words, ["allow", "warn", "warn", "block", "block"]);
         assert!(Answer::from_json(b"[]", "t").is_err());
         assert!(Answer::from_json(br#"{"type":"call","verdict":"block"}"#, "t").is_err());
     }

@@ -6,6 +6,9 @@
 //! {"type":"result", ... ,"error":"Tool foo not found"}
 //! {"type":"compaction","session":"s","run":"r"}
 //! {"type":"usage","session":"s","run":"r","id":"resp_1","model":"gpt-4o","input_tokens":1200,"output_tokens":300}
+//! {"type":"message","session":"s","run":"r","role":"assistant","text":"...","has_tool_calls":false,"id":"m1"}
+//! {"type":"message", ... ,"role":"assistant","text":"a piece","delta":true,"index":0,"id":"m2"}
+//! {"type":"message", ... ,"role":"tool_feedback","text":"No tool calls found in the response."}
 //! ```
 //!
 //! Normalizations, documented once here:
@@ -21,7 +24,13 @@
 //!   per-line error;
 //! - a usage event refuses members it does not know, and figures that cannot be right
 //!   (see [`crate::usage`]).
+//! - a message's `role` is `assistant`, `user`, `system` or `tool_feedback`; its `text`
+//!   (absent: empty) and `reasoning` are kept as written, untrimmed; `id` is read like the
+//!   other ids; `has_tool_calls` and `delta` are booleans; `index` (a piece's position in
+//!   its stream, from 0) is a whole number and goes with `delta: true`, which only the
+//!   assistant's answers take.
 
+use loopguard::{Message, Role};
 use serde_json::{Map, Value};
 
 /// Deepest nesting a line may have (the JSON parser's recursion limit).
@@ -56,6 +65,49 @@ impl OwnedOutcome {
             Self::Result(v) => loopguard::Outcome::Result(v),
             Self::Error(v) => loopguard::Outcome::Error(v),
             Self::Nothing => loopguard::Outcome::Nothing,
+        }
+    }
+}
+
+/// What a message event carries ([`Message`], owned).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedMessage {
+    /// Who says it.
+    pub role: Role,
+    /// The text.
+    pub text: String,
+    /// The model's reasoning.
+    pub reasoning: Option<String>,
+    /// Whether the answer carried tool calls.
+    pub has_tool_calls: Option<bool>,
+    /// The message's id.
+    pub id: Option<String>,
+    /// A piece of a streamed answer, with its index when numbered.
+    pub delta: Option<Option<u64>>,
+}
+
+impl OwnedMessage {
+    /// The message, borrowed.
+    pub fn as_message(&self) -> Message<'_> {
+        Message {
+            role: self.role,
+            text: &self.text,
+            reasoning: self.reasoning.as_deref(),
+            has_tool_calls: self.has_tool_calls,
+            id: self.id.as_deref(),
+            delta: self.delta,
+        }
+    }
+
+    /// A message, owned.
+    pub fn of(message: &Message<'_>) -> Self {
+        Self {
+            role: message.role,
+            text: message.text.to_owned(),
+            reasoning: message.reasoning.map(str::to_owned),
+            has_tool_calls: message.has_tool_calls,
+            id: message.id.map(str::to_owned),
+            delta: message.delta,
         }
     }
 }
@@ -101,6 +153,13 @@ pub enum Event {
         /// The figures.
         usage: OwnedUsage,
     },
+    /// What the model said, or what it was told.
+    Message {
+        /// Scope.
+        ids: Ids,
+        /// The message.
+        message: OwnedMessage,
+    },
 }
 
 impl Event {
@@ -110,7 +169,8 @@ impl Event {
             Self::Call { ids, .. }
             | Self::Result { ids, .. }
             | Self::Compaction { ids }
-            | Self::Usage { ids, .. } => ids,
+            | Self::Usage { ids, .. }
+            | Self::Message { ids, .. } => ids,
         }
     }
 }
@@ -159,6 +219,57 @@ impl OwnedUsage {
             cache_write_tokens: usage.cache_write_tokens,
             cost: usage.cost,
         }
+    }
+}
+
+/// The role named `name`, or why not.
+fn role_named(name: &str) -> Result<Role, String> {
+    Role::from_name(name).ok_or_else(|| {
+        let shown: String = name.chars().take(64).collect();
+        format!("role must be assistant, user, system or tool_feedback, not {shown:?}")
+    })
+}
+
+/// The index of a piece of a stream, from a JSON number (as a double: every whole number
+/// a stream can reach is exact).
+pub(crate) fn index_of(n: Option<f64>) -> Result<u64, String> {
+    match n {
+        Some(n) if n >= 0.0 && n.fract() == 0.0 && n < 9.007_199_254_740_992e15 => Ok(n as u64),
+        _ => Err("index must be a whole number from 0 to 2^53".into()),
+    }
+}
+
+/// The error of an index that is not a number.
+pub(crate) fn index_error(kind: &str) -> String {
+    format!("index must be a whole number, not {kind}")
+}
+
+/// A message from its fields as the protocol reads them (also for the bindings' typed
+/// helpers, so that they refuse what the protocol refuses): `role` by its name, `index`
+/// only with `delta`, and `delta` only for the assistant's answers.
+pub fn message_of<'a>(
+    role: &str,
+    text: &'a str,
+    reasoning: Option<&'a str>,
+    has_tool_calls: Option<bool>,
+    id: Option<&'a str>,
+    delta: bool,
+    index: Option<u64>,
+) -> Result<Message<'a>, String> {
+    let message = Message::new(role_named(role)?, text)
+        .with_reasoning(reasoning)
+        .with_tool_calls(has_tool_calls)
+        .with_id(id);
+    match (delta, index) {
+        (false, None) => Ok(message),
+        (false, Some(_)) => {
+            Err("index goes with delta: true (a piece of a streamed answer)".into())
+        }
+        (true, _) if message.role != Role::Assistant => Err(format!(
+            "delta is for the assistant's answers, not a {} message",
+            message.role
+        )),
+        (true, index) => Ok(message.as_delta(index)),
     }
 }
 
@@ -273,6 +384,36 @@ pub fn from_value(value: Value) -> Result<Event, String> {
                 usage: OwnedUsage::of(&usage),
             })
         }
+        "message" => {
+            let role = match map.get("role") {
+                None => return Err("message without role".into()),
+                Some(Value::String(name)) => name,
+                Some(other) => {
+                    return Err(format!("role must be a string, not {}", kind_of(other)))
+                }
+            };
+            let text = text_field(&map, "text")?.unwrap_or_default();
+            let reasoning = text_field(&map, "reasoning")?;
+            let has_tool_calls = bool_field(&map, "has_tool_calls")?;
+            let delta = bool_field(&map, "delta")?.unwrap_or(false);
+            let index = match map.get("index") {
+                None => None,
+                Some(Value::Number(n)) => Some(index_of(n.as_f64())?),
+                Some(other) => return Err(index_error(kind_of(other))),
+            };
+            let id = string_field(&map, "id")?;
+            let message = message_of(
+                role,
+                &text,
+                reasoning.as_deref(),
+                has_tool_calls,
+                id.as_deref(),
+                delta,
+                index,
+            )?;
+            let message = OwnedMessage::of(&message);
+            Ok(Event::Message { ids, message })
+        }
         other => {
             let shown: String = other.chars().take(64).collect();
             Err(format!("unknown event type {shown:?}"))
@@ -286,6 +427,27 @@ fn string_field(map: &Map<String, Value>, key: &str) -> Result<Option<String>, S
         None => Ok(None),
         Some(Value::String(s)) => Ok(loopguard::text::non_blank(s).map(str::to_owned)),
         Some(other) => Err(format!("{key} must be a string, not {}", kind_of(other))),
+    }
+}
+
+/// A text field, untrimmed.
+fn text_field(map: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match map.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("{key} must be a string, not {}", kind_of(other))),
+    }
+}
+
+/// A boolean field.
+fn bool_field(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
+    match map.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(format!(
+            "{key} must be true or false, not {}",
+            kind_of(other)
+        )),
     }
 }
 

@@ -46,7 +46,8 @@ pub use cost::{
     is_readable_part, parse_cost, value_tree_cost, MAX_COST_PER_BODY_BYTE, MAX_PART_COST,
 };
 pub use event::{
-    from_value, json_fault, kind_of, parse_line, Event, Ids, OwnedOutcome, OwnedUsage, MAX_DEPTH,
+    from_value, json_fault, kind_of, message_of, parse_line, Event, Ids, OwnedMessage,
+    OwnedOutcome, OwnedUsage, MAX_DEPTH,
 };
 pub use lines::{Line, LineReader};
 pub use view::{from_raw, parse_raw, EventRef, IdsRef, RawEvent};
@@ -197,7 +198,8 @@ pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
 /// ([`RunState::begin`]) and leaves it with the run as the call's pending record; a
 /// `result` resumes the ticket of the call it names ([`RunState::resume`]) and finishes
 /// it ([`RunState::finish`]); a `compaction` arms the post-compaction guard; a `usage`
-/// counts what a model response used ([`RunState::usage`]). The engine logs each answer.
+/// counts what a model response used ([`RunState::usage`]); a `message` is judged by the
+/// detectors of messages ([`RunState::message`]). The engine logs each answer.
 pub fn apply_event<'a, J: Json<'a>>(
     run: &mut RunState,
     session: &mut SessionState,
@@ -274,6 +276,9 @@ pub fn apply_event<'a, J: Json<'a>>(
             Ok(counted) => Reply::Usage(counted),
             Err(e) => Reply::Invalid(e.to_string()),
         },
+        EventRef::Message { ref message, .. } => {
+            Reply::Message(run.message(cfg, scope, message, now))
+        }
     }
 }
 

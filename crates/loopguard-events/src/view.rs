@@ -16,8 +16,8 @@
 //! event invalid.
 
 use loopguard::fingerprint::RESULT_READ;
-use loopguard::json::{kind_name, Json, Member, Raw, Read, Str, Tape};
-use loopguard::{OutcomeOf, Scope, Usage};
+use loopguard::json::{kind_name, Json, Kind, Member, Raw, Read, Str, Tape};
+use loopguard::{Message, OutcomeOf, Scope, Usage};
 use serde_json::Value;
 
 use crate::event::{Event, Ids, OwnedOutcome};
@@ -75,6 +75,13 @@ pub enum EventRef<'a, J> {
         /// The figures.
         usage: Usage<'a>,
     },
+    /// What the model said (whole, or a piece of its stream), or what it was told.
+    Message {
+        /// Scope.
+        ids: IdsRef<'a>,
+        /// The message.
+        message: Message<'a>,
+    },
 }
 
 /// An event read from JSON text.
@@ -87,7 +94,8 @@ impl<'a, J> EventRef<'a, J> {
             Self::Call { ids, .. }
             | Self::Result { ids, .. }
             | Self::Compaction { ids }
-            | Self::Usage { ids, .. } => *ids,
+            | Self::Usage { ids, .. }
+            | Self::Message { ids, .. } => *ids,
         }
     }
 
@@ -99,13 +107,14 @@ impl<'a, J> EventRef<'a, J> {
             .with_agent(ids.agent.or(default_agent))
     }
 
-    /// The name of the event's type (`call`, `result`, `compaction`, `usage`).
+    /// The name of the event's type (`call`, `result`, `compaction`, `usage`, `message`).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Call { .. } => "call",
             Self::Result { .. } => "result",
             Self::Compaction { .. } => "compaction",
             Self::Usage { .. } => "usage",
+            Self::Message { .. } => "message",
         }
     }
 
@@ -114,7 +123,15 @@ impl<'a, J> EventRef<'a, J> {
         match self {
             Self::Call { call_id, tool, .. } => (*call_id, Some(*tool)),
             Self::Result { call_id, tool, .. } => (*call_id, *tool),
-            Self::Compaction { .. } | Self::Usage { .. } => (None, None),
+            Self::Compaction { .. } | Self::Usage { .. } | Self::Message { .. } => (None, None),
+        }
+    }
+
+    /// The id of a message event.
+    pub fn message_id(&self) -> Option<&'a str> {
+        match self {
+            Self::Message { message, .. } => message.id,
+            _ => None,
         }
     }
 
@@ -154,6 +171,7 @@ impl<'a, J> EventRef<'a, J> {
             },
             Self::Compaction { ids } => EventRef::Compaction { ids },
             Self::Usage { ids, usage } => EventRef::Usage { ids, usage },
+            Self::Message { ids, message } => EventRef::Message { ids, message },
         }
     }
 }
@@ -220,6 +238,10 @@ impl Event {
                 ids,
                 usage: usage.as_usage(),
             },
+            Event::Message { message, .. } => EventRef::Message {
+                ids,
+                message: message.as_message(),
+            },
         }
     }
 }
@@ -256,9 +278,9 @@ pub fn parse_raw<'a>(line: &'a [u8], tape: &'a mut Tape) -> Result<RawEvent<'a>,
 static ENVELOPE: Read = Read::Members(&MEMBERS);
 
 /// The members of an event the engine reads, in the order of [`Fields`]' slots; of a
-/// result, what the outcome rules read ([`RESULT_READ`]); then the figures of a usage event
-/// ([`crate::usage`]).
-const MEMBERS: [Member; 17] = [
+/// result, what the outcome rules read ([`RESULT_READ`]); then those of a message; then
+/// the figures of a usage event ([`crate::usage`]).
+const MEMBERS: [Member; 23] = [
     Member::new("type", Read::All),
     Member::new("session", Read::All),
     Member::new("run", Read::All),
@@ -269,7 +291,13 @@ const MEMBERS: [Member; 17] = [
     Member::new("result", RESULT_READ),
     Member::new("error", Read::All),
     Member::new("batch", Read::All),
+    Member::new("role", Read::All),
+    Member::new("text", Read::All),
+    Member::new("reasoning", Read::All),
+    Member::new("has_tool_calls", Read::All),
     Member::new("id", Read::All),
+    Member::new("delta", Read::All),
+    Member::new("index", Read::All),
     Member::new("model", Read::All),
     Member::new("input_tokens", Read::All),
     Member::new("output_tokens", Read::All),
@@ -353,6 +381,39 @@ fn from_fields<'a>(
             })?;
             Ok(EventRef::Usage { ids, usage })
         }
+        b"message" => {
+            let role = match f.get(ROLE) {
+                None => return Err("message without role".into()),
+                Some(v) => match v.as_string() {
+                    Some(Str::Text(name)) => name,
+                    _ => return Err(format!("role must be a string, not {}", kind_name(v))),
+                },
+            };
+            let text = text_field(f.get(TEXT), "text")?.unwrap_or("");
+            let reasoning = text_field(f.get(REASONING), "reasoning")?;
+            let has_tool_calls = bool_field(f.get(HAS_TOOL_CALLS), "has_tool_calls")?;
+            let delta = bool_field(f.get(DELTA), "delta")?.unwrap_or(false);
+            let index = match f.get(INDEX) {
+                None => None,
+                Some(v) => Some(match v.kind() {
+                    Kind::Number(n) => crate::event::index_of(n.as_f64())?,
+                    _ => return Err(crate::event::index_error(kind_name(v))),
+                }),
+            };
+            let id = string_field(f.get(ID), "id")?;
+            Ok(EventRef::Message {
+                ids,
+                message: crate::event::message_of(
+                    role,
+                    text,
+                    reasoning,
+                    has_tool_calls,
+                    id,
+                    delta,
+                    index,
+                )?,
+            })
+        }
         other => {
             let other = String::from_utf8_lossy(other);
             let shown: String = other.chars().take(64).collect();
@@ -382,6 +443,13 @@ const ARGS: usize = 6;
 const RESULT: usize = 7;
 const ERROR: usize = 8;
 const BATCH: usize = 9;
+const ROLE: usize = 10;
+const TEXT: usize = 11;
+const REASONING: usize = 12;
+const HAS_TOOL_CALLS: usize = 13;
+const ID: usize = 14;
+const DELTA: usize = 15;
+const INDEX: usize = 16;
 
 /// A string field: trimmed, blank = absent, anything but a string is an error.
 fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {
@@ -394,6 +462,35 @@ fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>
             "{key} must be Unicode text, not a string with a lone surrogate escape"
         )),
         None => Err(format!("{key} must be a string, not {}", kind_name(value))),
+    }
+}
+
+/// A text field, untrimmed (a message's text is what it is): anything but a string is an
+/// error.
+fn text_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.as_string() {
+        Some(Str::Text(s)) => Ok(Some(s)),
+        Some(Str::Wtf8(_)) => Err(format!(
+            "{key} must be Unicode text, not a string with a lone surrogate escape"
+        )),
+        None => Err(format!("{key} must be a string, not {}", kind_name(value))),
+    }
+}
+
+/// A boolean field.
+fn bool_field(value: Option<Raw<'_>>, key: &str) -> Result<Option<bool>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.kind() {
+        Kind::Bool(b) => Ok(Some(b)),
+        _ => Err(format!(
+            "{key} must be true or false, not {}",
+            kind_name(value)
+        )),
     }
 }
 
@@ -436,6 +533,28 @@ mod tests {
             r#"{"type":"usage","output_tokens":2}"#,
             r#"{"type":"usage","input_tokens":1,"output_tokens":2,"cost":null}"#,
             r#"{"type":"usage","input_tokens":1,"output_tokens":2,"call_id":5}"#,
+            r#"{"type":"message","role":"assistant","text":"hi","id":" m1 ","has_tool_calls":false}"#,
+            r#"{"type":"message","role":"tool_feedback","text":"No tool calls found."}"#,
+            r#"{"type":"message","role":"assistant","text":"he","delta":true,"index":3,"id":"m"}"#,
+            r#"{"type":"message","role":"assistant","delta":true}"#,
+            r#"{"type":"message","role":"user","text":"go","delta":true}"#,
+            r#"{"type":"message","text":"x"}"#,
+            r#"{"type":"message","role":"robot","text":"x"}"#,
+            r#"{"type":"message","role":3}"#,
+            r#"{"type":"message","role":"user","text":5}"#,
+            r#"{"type":"message","role":"user","text":null}"#,
+            r#"{"type":"message","role":"assistant","has_tool_calls":"yes"}"#,
+            r#"{"type":"message","role":"assistant","delta":1}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":-1}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":1.5}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":"2"}"#,
+            r#"{"type":"message","role":"assistant","delta":true,"index":1e300}"#,
+            r#"{"type":"message","role":"assistant","index":2}"#,
+            r#"{"type":"message","role":"assistant","reasoning":["x"]}"#,
+            r#"{"type":"message","role":"assistant","id":7}"#,
+            // Every member of a message is read, whatever else the line holds.
+            r#"{"x":{"text":"no"},"type":"message","role":"assistant","text":" a\n b ","reasoning":"think","has_tool_calls":true,"id":"m2","session":"s","run":"r"}"#,
+            r#"{"type":"message","role":"assistant","reasoning":"r","text":"t","delta":true,"index":0,"id":"m3","y":[1]}"#,
         ];
         let mut tape = Tape::new();
         for line in lines {
@@ -450,6 +569,13 @@ mod tests {
                     assert_eq!(a.call_id_and_tool(), b.call_id_and_tool(), "{line}");
                     if let (EventRef::Usage { usage: x, .. }, EventRef::Usage { usage: y, .. }) =
                         (a, b)
+                    {
+                        assert_eq!(x, *y, "{line}");
+                    }
+                    if let (
+                        EventRef::Message { message: x, .. },
+                        EventRef::Message { message: y, .. },
+                    ) = (a, b)
                     {
                         assert_eq!(x, *y, "{line}");
                     }

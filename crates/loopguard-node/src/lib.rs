@@ -137,11 +137,21 @@ pub fn call_text(
     guard: &External<RefCell<NativeGuard>>,
     event: JsString,
 ) -> Result<Option<NativeVerdict>> {
+    verdict_text(guard, &event)
+}
+
+/// A call or message event as JSON text, answered with a verdict.
+fn verdict_text(
+    guard: &External<RefCell<NativeGuard>>,
+    event: &JsString,
+) -> Result<Option<NativeVerdict>> {
     let mut this = enter(guard)?;
     let this = &mut *this;
-    this.read_event(&event)?;
+    this.read_event(event)?;
     match this.replayer.apply_line(0, &this.event) {
-        Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+        Answer::Call { verdict, .. } | Answer::Message { verdict, .. } => {
+            Ok(native_verdict(&verdict))
+        }
         other => Err(unexpected(&other)),
     }
 }
@@ -271,6 +281,15 @@ pub fn result_object(
         Answer::Result { recorded, .. } => Ok(native_recorded(recorded)),
         other => Err(unexpected(&other)),
     }
+}
+
+/// A message event as JSON text: the verdict, or `null` for allow.
+#[napi(ts_args_type = "guard: ExternalObject<NativeGuard>, event: string")]
+pub fn message_text(
+    guard: &External<RefCell<NativeGuard>>,
+    event: JsString,
+) -> Result<Option<NativeVerdict>> {
+    verdict_text(guard, &event)
 }
 
 /// A compaction event as JSON text: the number of attempts the post-compaction guard
@@ -418,13 +437,15 @@ fn lift<'a>(
 /// A `loopguard serve` answer to a call event (its JSON text) as the verdict `callText`
 /// gives (`null` for an allow): read back into the engine's own values by the protocol
 /// crate, so a sidecar's blocked result and warning note are the engine's. `tool` is the
-/// call's.
+/// call's (for the answer to a message event, the message's role).
 #[napi]
 pub fn verdict_from_answer(answer: String, tool: String) -> Result<Option<NativeVerdict>> {
     match Answer::from_json(answer.as_bytes(), &tool).map_err(invalid)? {
-        Answer::Call { verdict, .. } => Ok(native_verdict(&verdict)),
+        Answer::Call { verdict, .. } | Answer::Message { verdict, .. } => {
+            Ok(native_verdict(&verdict))
+        }
         other => Err(invalid(format!(
-            "not the answer to a call: {}",
+            "not the answer to a call or a message: {}",
             serde_json::to_string(&other).unwrap_or_default()
         ))),
     }

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::convert::to_python;
 
-/// The verdict on a call, before it runs.
+/// The verdict on a call before it runs, or on a message.
 #[pyclass(module = "loopguard", name = "Verdict", frozen)]
 pub struct PyVerdict {
     inner: Verdict,
@@ -426,14 +426,17 @@ fn answer_dict<'py>(py: Python<'py>, answer: &Answer) -> PyResult<Bound<'py, PyA
     Ok(dict)
 }
 
-/// A sidecar's answer to a call event (JSON text) as a verdict on a call of `tool`, read
-/// back into the engine's own values by the protocol crate ([`Answer::from_json`]), so
-/// that the blocked result and the warning note are the engine's.
+/// A sidecar's answer to a call event (JSON text) as a verdict on a call of `tool` (or to
+/// a message event, `tool` being the message's role), read back into the engine's own
+/// values by the protocol crate ([`Answer::from_json`]), so that the blocked result and
+/// the warning note are the engine's.
 #[pyfunction]
 pub fn verdict_from_answer(py: Python<'_>, answer: &[u8], tool: &str) -> PyResult<Py<PyVerdict>> {
     match Answer::from_json(answer, tool).map_err(bad_answer)? {
-        Answer::Call { verdict: inner, .. } => verdict(py, inner),
-        _ => Err(bad_answer("not the answer to a call")),
+        Answer::Call { verdict: inner, .. } | Answer::Message { verdict: inner, .. } => {
+            verdict(py, inner)
+        }
+        _ => Err(bad_answer("not the answer to a call or a message")),
     }
 }
 

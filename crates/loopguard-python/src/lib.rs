@@ -5,7 +5,8 @@
 //! protocol's crate ([`loopguard_events::Replayer`]), as every front end is: `begin` hands
 //! out the engine's own [`Ticket`] ([`PyTicket`], whose `finish` records the outcome
 //! against the call as it was judged); `before_call`, `after_call` and `on_compaction` are
-//! the protocol's call, result and compaction events, `record_usage` its usage event;
+//! the protocol's call, result and compaction events, `record_usage` its usage event,
+//! `message` its message event;
 //! `apply_event` takes any event.
 //! Python values are walked into a `flat` JSON view (`convert`, in buffers reused from
 //! call to call) and the engine's answers are wrapped in frozen objects (`answers`):
@@ -472,6 +473,56 @@ impl PyGuard {
         }
     }
 
+    /// Judges a message of the run (the protocol's `message` event): the model's answer
+    /// (`role="assistant"`, with its `reasoning` and whether it carried tool calls), a
+    /// piece of its stream (`delta=True`, numbered by `index` when the host numbers its
+    /// pieces), the harness's feedback to an answer without a tool call
+    /// (`role="tool_feedback"`), a prompt (`"user"`, `"system"`). Words cannot be taken
+    /// back: a blocked message stops the run, so do not call the model again in it (stop
+    /// the stream being read); hand a warning's `warning_note` to the next prompt.
+    #[pyo3(signature = (text, *, session, run, role = "assistant", agent = None, reasoning = None, has_tool_calls = None, id = None, delta = false, index = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &self,
+        py: Python<'_>,
+        text: &Bound<'_, PyAny>,
+        session: &Bound<'_, PyAny>,
+        run: Option<&Bound<'_, PyAny>>,
+        role: &str,
+        agent: Option<&Bound<'_, PyAny>>,
+        reasoning: Option<&Bound<'_, PyAny>>,
+        has_tool_calls: Option<bool>,
+        id: Option<&Bound<'_, PyAny>>,
+        delta: bool,
+        index: Option<u64>,
+    ) -> PyResult<Py<PyVerdict>> {
+        let text = required_text(text, "text")?;
+        let ids = IdsRef {
+            session: required_text(session, "session")?,
+            run: optional_text(run, "run")?,
+            agent: optional_text(agent, "agent")?,
+        };
+        let message = loopguard_events::message_of(
+            role,
+            text,
+            optional_text(reasoning, "reasoning")?,
+            has_tool_calls,
+            optional_text(id, "id")?,
+            delta,
+            index,
+        )
+        .map_err(PyValueError::new_err)?;
+        let heavy = text.len() + message.reasoning.map_or(0, str::len) > HEAVY;
+        let reply = self.with_engine(py, heavy, |engine| {
+            let event: EventRef<'_, flat::Value<'_>> = EventRef::Message { ids, message };
+            engine.reply(&event)
+        });
+        match reply {
+            Reply::Message(verdict) => answers::verdict(py, verdict),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Any event of the replay protocol (SPEC §7): a dict, or a line of JSON text (`str`
     /// or `bytes`), answered as `loopguard replay` prints it (a dict; an invalid event is
     /// answered `{"seq", "error"}`, not raised). `seq` defaults to one more than the last.
@@ -886,5 +937,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         pyo3::types::PyTuple::new(m.py(), names(&detectors))?,
     )?;
     m.add("LEVELS", pyo3::types::PyTuple::new(m.py(), names(&levels))?)?;
+    let roles: Vec<&str> = loopguard::Role::ALL.iter().map(|r| r.as_str()).collect();
+    m.add("ROLES", pyo3::types::PyTuple::new(m.py(), names(&roles))?)?;
     Ok(())
 }

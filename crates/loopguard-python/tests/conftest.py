@@ -40,7 +40,17 @@ def binary() -> Path:
 @pytest.fixture(scope="session")
 def sidecar(binary: Path) -> Iterator[str]:
     """A `loopguard serve --memory` on a free loopback port, with rolling detectors on."""
-    config = REPO / "examples" / "openclaw.json5"
+    yield from serve(binary, REPO / "examples" / "openclaw.json5")
+
+
+@pytest.fixture(scope="session")
+def message_sidecar(binary: Path) -> Iterator[str]:
+    """A sidecar with the recommended preset: the detectors of messages on."""
+    yield from serve(binary, REPO / "spec" / "extensions" / "messages-preset-recommended" / "config.json5")
+
+
+def serve(binary: Path, config: Path) -> Iterator[str]:
+    """Runs `loopguard serve --memory --config CONFIG` on a free port while the caller needs it."""
     proc = subprocess.Popen(
         [str(binary), "serve", "--memory", "--listen", "127.0.0.1:0", "--config", str(config)],
         stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from loopguard import AnyGuard, AnyTicket
 
-IDS = ("session", "run", "agent", "call_id", "tool", "batch")
+IDS = ("session", "run", "agent", "call_id", "tool", "batch", "id")
 _UNSET: Any = object()
 
 
@@ -51,7 +51,7 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
     if not isinstance(event, dict):
         return {"seq": seq, "error": "event must be a JSON object"}
     kind = event.get("type")
-    if kind not in ("call", "result", "compaction", "usage"):
+    if kind not in ("call", "result", "compaction", "usage", "message"):
         return {"seq": seq, "error": f"bad event type {kind!r}"}
     try:
         ids = {key: _id(event, key) for key in IDS}
@@ -62,6 +62,8 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
         if kind == "usage":
             figures = {k: v for k, v in event.items() if k not in ("type", "session", "run", "agent", "ts")}
             return {**head, **guard.record_usage(**scope, **figures).to_dict()}
+        if kind == "message":
+            return {**head, **_message(guard, event, ids["id"], scope).to_dict()}
         tool = event.get("tool")
         if tool is None:
             return {"seq": seq, "error": f"{kind} without tool"}
@@ -86,6 +88,36 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
         return {**head, **recorded.to_dict()}
     except (TypeError, ValueError) as e:
         return {"seq": seq, "error": str(e)}
+
+
+def _message(guard: AnyGuard, event: Dict[str, Any], id: Optional[str], scope: Dict[str, Any]) -> Any:
+    """A message event through ``guard.message``: the protocol's field shapes checked here,
+    everything else (role names, delta with index) by the guard."""
+    role = event.get("role")
+    if role is None:
+        raise ValueError("message without role")
+    if not isinstance(role, str):
+        raise ValueError("role must be a string")
+    fields: Dict[str, Any] = {"id": id}
+    for key in ("text", "reasoning"):
+        if key in event and not isinstance(event[key], str):
+            raise ValueError(f"{key} must be a string")
+    for key in ("has_tool_calls", "delta"):
+        if key in event and not isinstance(event[key], bool):
+            raise ValueError(f"{key} must be true or false")
+    index = event.get("index")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+        raise ValueError("index must be a whole number from 0")
+    return guard.message(
+        event.get("text", ""),
+        role=role,
+        reasoning=event.get("reasoning"),
+        has_tool_calls=event.get("has_tool_calls"),
+        delta=event.get("delta", False),
+        index=index,
+        **fields,
+        **scope,
+    )
 
 
 def drive(guard: AnyGuard, lines: Iterable[str], tickets: bool = False) -> List[Dict[str, Any]]:

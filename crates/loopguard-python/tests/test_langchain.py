@@ -1,14 +1,16 @@
 """The LangChain adapter on a real `create_agent` agent, driven by LangChain's own fake
-chat model: the scripted model calls the same tool 25 times."""
+chat model: the scripted model calls the same tool 25 times; it answers in text turn
+after turn while a harness insists on a tool call; it chants inside one answer."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 import loopguard
@@ -40,13 +42,17 @@ def script(args_of: Any, calls: int = 25) -> ScriptedModel:
 
 
 def agent_with(model: ScriptedModel, ran: List[Dict[str, Any]]) -> Any:
+    return agent_with_config(model, ran, CONFIG)
+
+
+def agent_with_config(model: ScriptedModel, ran: List[Dict[str, Any]], config: Dict[str, Any]) -> Any:
     @tool
     def read_file(path: str) -> str:
         """Read a file."""
         ran.append({"path": path})
         return "TODO: write the report"
 
-    return create_agent(model, [read_file], middleware=[LoopGuardMiddleware(loopguard.Guard(CONFIG))])
+    return create_agent(model, [read_file], middleware=[LoopGuardMiddleware(loopguard.Guard(config))])
 
 
 def tool_messages(messages: List[BaseMessage]) -> List[str]:
@@ -146,3 +152,77 @@ def test_a_without_progress_cap_stops_a_circling_agent_before_the_loop_detectors
     assert "no_progress_budget" in results[6]
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and "stopped by loopguard" in str(final.content)
+
+
+# Loops without tool calls: the preset's detectors of messages.
+PRESET = {"tools": {"loopDetection": {"enabled": True}}, "loopguard": {"preset": "recommended"}}
+
+
+class InsistOnTools(AgentMiddleware[AgentState[Any], Any]):
+    """A harness that wants a tool call at every turn (as mini-swe-agent does): an answer
+    without one gets "No tool calls found" and the model is asked again."""
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: AgentState[Any], runtime: Any) -> Optional[Dict[str, Any]]:
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and not last.tool_calls and "stopped by loopguard" not in str(last.content):
+            return {"jump_to": "model", "messages": [HumanMessage(content=NO_TOOL)]}
+        return None
+
+
+NO_TOOL = "No tool calls found in the response. Every response MUST include at least one tool call."
+
+
+def test_an_agent_that_never_calls_a_tool_is_stopped() -> None:
+    answers = [AIMessage(content=f"I believe the report is written (attempt {i}).") for i in range(30)]
+    model = ScriptedModel(messages=iter(answers), seen=[])
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    # The guard's middleware first: its after_model runs after the harness's (LangChain runs
+    # after_model hooks in reverse order), and its before_model sees the harness's reply.
+    agent = create_agent(
+        model, [read_file], middleware=[LoopGuardMiddleware(loopguard.Guard(PRESET)), InsistOnTools()]
+    )
+    out = agent.invoke({"messages": [{"role": "user", "content": "write the report"}]}, {"recursion_limit": 200})
+    final = out["messages"][-1]
+    assert isinstance(final, AIMessage) and "stopped by loopguard" in str(final.content)
+    assert "no_tool_turns" in str(final.content)
+    feedback = [m for m in out["messages"] if isinstance(m, HumanMessage) and m.content == NO_TOOL]
+    # no_tool_turns blocks at the 8th reply in a row; the model is not called again.
+    assert len(feedback) == 8
+    assert len(model.seen) == 8
+    # From the 3rd reply on, the model read the guard's warning with it.
+    assert any("WARNING" in str(m.content) for m in model.seen[3] if isinstance(m, HumanMessage))
+    assert not any("WARNING" in str(m.content) for m in model.seen[1] if isinstance(m, HumanMessage))
+
+
+def test_an_agent_that_chants_is_stopped_before_its_tool_calls_run() -> None:
+    chant = "Let me read the file again to make sure the report is correct. " * 12
+    answers = [AIMessage(content=chant, tool_calls=[{"name": "read_file", "args": {"path": "notes.txt"}, "id": "call_1"}])]
+    model = ScriptedModel(messages=iter(answers), seen=[])
+    ran: List[Dict[str, Any]] = []
+    out = agent_with_config(model, ran, PRESET).invoke({"messages": [{"role": "user", "content": "write the report"}]})
+    final = out["messages"][-1]
+    assert isinstance(final, AIMessage) and "content_chanting" in str(final.content)
+    assert ran == [], "the chanting answer's tool call did not run"
+    assert len(model.seen) == 1
+
+
+def test_text_answers_of_a_conversation_are_not_loops() -> None:
+    """A chat whose answers never call a tool (a Q&A session) ends each turn normally."""
+    guard = loopguard.Guard(PRESET)
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    for i, question in enumerate(["What is a branch?", "How do I rebase?", "What is a tag?"]):
+        model = ScriptedModel(messages=iter([AIMessage(content=f"Answer {i}: it is explained in the Git book.")]), seen=[])
+        agent = create_agent(model, [read_file], middleware=[LoopGuardMiddleware(guard)])
+        out = agent.invoke({"messages": [{"role": "user", "content": question}]}, {"configurable": {"thread_id": "qa"}})
+        assert "loopguard" not in str(out["messages"][-1].content)

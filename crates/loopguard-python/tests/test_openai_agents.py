@@ -11,7 +11,7 @@ from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import loopguard
-from loopguard.openai_agents import LoopGuardrails
+from loopguard.openai_agents import LoopGuardrails, LoopStopped
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}
 
@@ -70,3 +70,27 @@ def test_each_run_starts_clean_and_is_forgotten() -> None:
         verdict = guard.before_call("read_file", {"path": "x"}, session="user-1", run=run)
         assert verdict.verdict == "allow"
     assert not guard.end_run(session="user-1", run="first"), "the run was ended on exit"
+
+
+PRESET = {"tools": {"loopDetection": {"enabled": True}}, "loopguard": {"preset": "recommended"}}
+
+
+def test_a_chanting_response_stops_the_run_before_its_tool_calls() -> None:
+    ran: List[str] = []
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "notes"
+
+    chant = "I will read the notes once more to be completely sure. " * 12
+    model = ScriptedModel([[assistant_message(chant), function_call("read_file", {"path": "notes.txt"}, call_id="c1")]])
+    rails = LoopGuardrails(loopguard.Guard(PRESET), session="user-2")
+    agent = Agent(name="worker", model=model, tools=rails.protect(read_file))
+    with pytest.raises(LoopStopped) as caught:
+        with rails.run():
+            Runner.run_sync(agent, "write the report", hooks=rails.hooks)
+    assert caught.value.verdict.detector == "content_chanting"
+    assert caught.value.verdict.terminal
+    assert ran == []

@@ -61,3 +61,52 @@ def test_changing_arguments_are_never_warned() -> None:
     result = agent.run_sync("read them all")
     assert len(ran) == 25 and result.output == "done"
     assert not any("loopguard" in r or "CRITICAL" in r for r in returns(seen[-1]))
+
+
+PRESET = {"tools": {"loopDetection": {"enabled": True}}, "loopguard": {"preset": "recommended"}}
+
+
+def test_a_chanting_response_stops_the_run_before_its_tool_calls() -> None:
+    ran: List[str] = []
+    chant = "I will read the notes once more to be completely sure. " * 12
+
+    def script(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(chant), ToolCallPart("read_file", {"path": "notes.txt"}, tool_call_id="c1")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(script), capabilities=[LoopGuardCapability(loopguard.Guard(PRESET))])
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "notes"
+
+    with pytest.raises(RunStopped) as caught:
+        agent.run_sync("write the report")
+    assert caught.value.stop.detector == "content_chanting"
+    assert ran == []
+
+
+def test_answers_the_framework_keeps_rejecting_stop_the_run() -> None:
+    """An output validator that rejects every answer: the framework replies with the same
+    retry prompt each time, the harness's feedback; no_tool_turns stops the run at 8."""
+    calls: List[int] = []
+
+    def script(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(len(messages))
+        return ModelResponse(parts=[TextPart(f"I think the answer is {len(calls)}.")])
+
+    agent: Agent[None, str] = Agent(
+        FunctionModel(script), capabilities=[LoopGuardCapability(loopguard.Guard(PRESET))], retries=50
+    )
+
+    @agent.output_validator
+    def needs_a_report(output: str) -> str:
+        from pydantic_ai import ModelRetry
+
+        raise ModelRetry("Write the report with the report tool, not in text.")
+
+    with pytest.raises(RunStopped) as caught:
+        agent.run_sync("write the report")
+    assert caught.value.stop.detector == "no_tool_turns"
+    assert len(calls) == 8

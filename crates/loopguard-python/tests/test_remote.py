@@ -51,6 +51,43 @@ def test_remote_answers_as_the_guard_in_process(sidecar: str) -> None:
     assert remote.end_session(session) and not remote.end_session(session)
 
 
+def message_stream(session: str) -> List[str]:
+    """Loops without tool calls: a format-error loop, a chanting stream, a repeated answer."""
+    import json
+
+    def line(run: str, role: str, text: str, **more: Any) -> str:
+        return json.dumps({"type": "message", "session": session, "run": run, "role": role, "text": text, **more})
+
+    lines = []
+    for i in range(9):
+        lines.append(line("r1", "assistant", f"Done (try {i}).", has_tool_calls=False, id=f"a{i}"))
+        lines.append(line("r1", "tool_feedback", "No tool calls found in the response."))
+    for i in range(24):
+        lines.append(line("r2", "assistant", "I will run the tests again " if i % 2 == 0 else "to be sure they pass.\n", delta=True, index=i, id="s"))
+    lines.append(line("r2", "assistant", "I will run the tests again " * 3, delta=True, index=3, id="s"))
+    for i in range(6):
+        lines.append(line("r3", "assistant", "I cannot find the file, please check the path."))
+        lines.append(line("r3", "user", "Try again."))
+    return lines
+
+
+def test_remote_answers_messages_as_the_guard_in_process(message_sidecar: str) -> None:
+    session = f"py-{uuid.uuid4()}"
+    remote = loopguard.Guard.remote(message_sidecar)
+    config = REPO / "spec" / "extensions" / "messages-preset-recommended" / "config.json5"
+    got = drive(remote, message_stream(session))
+    assert got == drive(loopguard.Guard(config), message_stream(session))
+    fired = {(a.get("verdict"), a.get("detector")) for a in got}
+    assert {("block", "no_tool_turns"), ("block", "content_chanting"), ("block", "repeated_message")} <= fired
+    with pytest.raises(ValueError, match="role"):
+        remote.message("x", session=session, run="r", role="robot")
+    with pytest.raises(TypeError):
+        remote.message(b"x", session=session, run="r")  # type: ignore[arg-type]
+    with pytest.raises(loopguard.RemoteError) as caught:
+        remote.message("x", session=session, run="r", role="user", delta=True)
+    assert caught.value.status == 400
+
+
 def test_remote_verdicts_are_full_verdicts(sidecar: str) -> None:
     remote = loopguard.Guard.remote(sidecar)
     session = f"py-{uuid.uuid4()}"

@@ -52,3 +52,4 @@ def test_the_stubs_name_the_engines_detectors_and_levels() -> None:
             literals[name] = tuple(e.value for e in elts)  # type: ignore[attr-defined]
     assert literals["Detector"] == _native.DETECTORS
     assert literals["Level"] == _native.LEVELS
+    assert literals["Role"] == _native.ROLES

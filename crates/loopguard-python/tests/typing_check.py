@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional, assert_never
 
 from loopguard import Counted, Guard, Recorded, Ticket, Verdict
-from loopguard._native import Detector, GuardConfig, Level
+from loopguard._native import Detector, GuardConfig, Level, Role
 
 CONFIG: GuardConfig = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "detectors": {"pingPong": True}}},
@@ -36,6 +36,8 @@ def advice(detector: Detector) -> str:
             return "the money or tokens allowed are spent"
         case "no_progress_budget":
             return "spending without getting anywhere"
+        case "repeated_message" | "content_chanting" | "no_tool_turns":
+            return "the model repeating itself"
         case _:
             assert_never(detector)
 
@@ -62,6 +64,12 @@ def host_cycle(guard: Guard) -> Optional[str]:
     return recorded.ends_run
 
 
+def model_turn(guard: Guard, answer: str, role: Role = "assistant") -> bool:
+    verdict: Verdict = guard.message(answer, session="s", run="r", role=role, has_tool_calls=False, id="m1")
+    piece: Verdict = guard.message(answer, session="s", run="r", delta=True, index=0, id="m2")
+    return verdict.blocked or piece.blocked
+
+
 host_cycle(Guard(CONFIG))
 
 
@@ -81,3 +89,4 @@ BUDGETS: GuardConfig = {
     }
 }
 report_usage(Guard(BUDGETS))
+model_turn(Guard(CONFIG), "No tool calls found.", "tool_feedback")

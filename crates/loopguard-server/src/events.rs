@@ -63,7 +63,7 @@ fn check_ids(event: &RawEvent<'_>, max: usize) -> Result<(), String> {
         ("agent", ids.agent),
         ("call_id", call_id),
         ("tool", tool),
-        ("id", usage_id),
+        ("id", usage_id.or(event.message_id())),
         ("model", model),
     ];
     for (name, value) in fields {
@@ -201,6 +201,7 @@ impl Out {
                 | Answer::Result { seq, .. }
                 | Answer::Compaction { seq, .. }
                 | Answer::Usage { seq, .. }
+                | Answer::Message { seq, .. }
                 | Answer::Invalid { seq, .. },
             ) => *seq,
             Self::Degraded(d) => d.seq,
@@ -228,7 +229,7 @@ pub(crate) struct Degraded {
     degraded: bool,
 }
 
-/// What a guard that saw nothing wrong answers, per event type.
+/// What a guard that saw nothing wrong answers, per event type (a message as a call).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 enum Allowed {
@@ -254,7 +255,7 @@ impl Degraded {
         let scope = event.scope(default_agent);
         let kind = event.kind();
         let allowed = match event {
-            RawEvent::Call { .. } => Allowed::Call { verdict: "allow" },
+            RawEvent::Call { .. } | RawEvent::Message { .. } => Allowed::Call { verdict: "allow" },
             RawEvent::Result { .. } => Allowed::Result {
                 recorded: false,
                 abort: None,
@@ -404,6 +405,14 @@ mod tests {
 
     #[test]
     fn degraded_answers_say_allow() {
+        let mut tape = Tape::new();
+        let line = br#"{"type":"message","session":"s","role":"assistant","text":"x"}"#;
+        let event = parse_raw(line, &mut tape).unwrap();
+        let text = serde_json::to_string(&Degraded::of(2, &event, None)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"seq":2,"type":"message","session":"s","run":null,"verdict":"allow","degraded":true}"#
+        );
         let mut tape = Tape::new();
         let line = br#"{"type":"result","session":"s","call_id":"c"}"#;
         let event = parse_raw(line, &mut tape).unwrap();

@@ -115,9 +115,16 @@ impl Histogram {
 }
 
 /// The `type` labels of `loopguard_events_total`, in the order of `Metrics::events`.
-const EVENT_TYPES: [&str; 5] = ["call", "result", "compaction", "invalid", "usage"];
+const EVENT_TYPES: [&str; 6] = [
+    "call",
+    "result",
+    "compaction",
+    "invalid",
+    "usage",
+    "message",
+];
 /// The `type` labels of `loopguard_degraded_answers_total` (every valid event type).
-const DEGRADED_TYPES: [&str; 4] = ["call", "result", "compaction", "usage"];
+const DEGRADED_TYPES: [&str; 5] = ["call", "result", "compaction", "usage", "message"];
 
 /// Every metric the server exports.
 #[derive(Default)]
@@ -225,6 +232,10 @@ impl Metrics {
             Answer::Compaction { .. } => 2,
             Answer::Invalid { .. } => 3,
             Answer::Usage { .. } => 4,
+            Answer::Message { verdict, .. } => {
+                self.verdict(verdict);
+                5
+            }
         };
         self.events[kind].fetch_add(1, Ordering::Relaxed);
     }

@@ -2,8 +2,8 @@
 //! transcript that the guard does not need but a scan report does (model turns, token
 //! usage, real run ids), each with its position in the file.
 
-use loopguard::OutcomeOf;
-use loopguard_events::{Event, EventRef, Ids, OwnedOutcome};
+use loopguard::{OutcomeOf, Role};
+use loopguard_events::{Event, EventRef, Ids, OwnedMessage, OwnedOutcome};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -38,8 +38,8 @@ pub struct Usage {
 /// One thing a reader found in a transcript.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
-    /// A tool call, a result or a compaction, with its session and run: exactly what the
-    /// guard consumes (SPEC §7). Readers always give results a `call_id` that names their
+    /// A tool call, a result, a compaction or a message, with its session and run: exactly
+    /// what the guard consumes (SPEC §7). Readers always give results a `call_id` that names their
     /// call (formats without ids get synthesized ones), and never give a call a blank tool.
     Event(Event),
     /// A model response begins; the calls it makes follow. `usage` when the response
@@ -131,6 +131,10 @@ pub fn owned_event(event: &EventRef<'_, JsonRef<'_>>) -> Event {
             ids: ids.to_ids(),
             usage: loopguard_events::OwnedUsage::of(&usage),
         },
+        EventRef::Message { ids, message } => Event::Message {
+            ids: ids.to_ids(),
+            message: OwnedMessage::of(&message),
+        },
     }
 }
 
@@ -192,6 +196,97 @@ pub fn result(ids: &Ids, call_id: &str, outcome: OwnedOutcome) -> Item {
         tool: None,
         args: None,
         outcome,
+    })
+}
+
+/// The model's answer: its text, its reasoning where the transcript keeps it (blank
+/// reasoning is none), and whether it carried tool calls.
+pub fn answer(ids: &Ids, text: String, reasoning: Option<String>, has_tool_calls: bool) -> Item {
+    message(
+        ids,
+        Role::Assistant,
+        text,
+        reasoning.filter(|r| !r.trim().is_empty()),
+        Some(has_tool_calls),
+    )
+}
+
+/// The model's answer while a reader collects it from several records (a response
+/// written over several lines or items): where and in which run it began, its text and
+/// reasoning so far (a line per piece), and whether it made calls.
+#[derive(Debug)]
+pub(crate) struct AnswerParts {
+    pub pos: Pos,
+    pub ids: Ids,
+    pub text: String,
+    pub reasoning: String,
+    pub calls: bool,
+}
+
+impl AnswerParts {
+    /// An answer begun at `pos` in `ids`, empty so far.
+    pub fn new(pos: Pos, ids: &Ids) -> Self {
+        Self {
+            pos,
+            ids: ids.clone(),
+            text: String::new(),
+            reasoning: String::new(),
+            calls: false,
+        }
+    }
+
+    /// Adds a piece of its text.
+    pub fn add_text(&mut self, text: &str) {
+        push_line(&mut self.text, text);
+    }
+
+    /// Adds a piece of its reasoning.
+    pub fn add_reasoning(&mut self, text: &str) {
+        push_line(&mut self.reasoning, text);
+    }
+
+    /// The answer goes out to `sink`.
+    pub fn emit(self, sink: &mut dyn Sink) {
+        let item = answer(&self.ids, self.text, Some(self.reasoning), self.calls);
+        sink.push(self.pos, item);
+    }
+}
+
+/// Appends `text` to `to` on a line of its own (nothing for an empty `text`).
+fn push_line(to: &mut String, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    if !to.is_empty() {
+        to.push('\n');
+    }
+    to.push_str(text);
+}
+
+/// A message of `role` other than the model's answer: a prompt (`User`, `System`) or the
+/// harness's feedback to an answer without a tool call (`ToolFeedback`).
+pub fn said(ids: &Ids, role: Role, text: String) -> Item {
+    message(ids, role, text, None, None)
+}
+
+/// A message event, whole (readers read no streams) and without an id.
+fn message(
+    ids: &Ids,
+    role: Role,
+    text: String,
+    reasoning: Option<String>,
+    has_tool_calls: Option<bool>,
+) -> Item {
+    Item::Event(Event::Message {
+        ids: ids.clone(),
+        message: OwnedMessage {
+            role,
+            text,
+            reasoning,
+            has_tool_calls,
+            id: None,
+            delta: None,
+        },
     })
 }
 

@@ -8,10 +8,15 @@ use crate::{read, Format, Item, Pos, ReadOptions, ReadStats};
 /// A file of the shared corpus (`LOOPGUARD_SHARED_DIR`, else `../shared` beside the
 /// repository), or `None` after printing a SKIPPED line when the corpus is absent.
 pub fn corpus(relative: &str) -> Option<PathBuf> {
+    shared_file("corpus", relative)
+}
+
+/// A file of one of the shared corpora (`corpus`, `corpus2`), as [`corpus`] finds it.
+pub fn shared_file(set: &str, relative: &str) -> Option<PathBuf> {
     let shared = std::env::var_os("LOOPGUARD_SHARED_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let path = shared.join("corpus").join(relative);
+    let path = shared.join(set).join(relative);
     if path.is_file() {
         Some(path)
     } else {
@@ -126,11 +131,39 @@ impl Read {
         out
     }
 
-    /// Distinct runs of the events, in order of first appearance.
+    /// Every message, in order: its role, text, reasoning and whether it carried calls.
+    pub fn messages(&self) -> Vec<(loopguard::Role, &str, Option<&str>, Option<bool>)> {
+        self.items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(loopguard_events::Event::Message { message: m, .. }) => Some((
+                    m.role,
+                    m.text.as_str(),
+                    m.reasoning.as_deref(),
+                    m.has_tool_calls,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The messages of `role`, their text only.
+    pub fn said(&self, role: loopguard::Role) -> Vec<&str> {
+        self.messages()
+            .into_iter()
+            .filter(|m| m.0 == role)
+            .map(|m| m.1)
+            .collect()
+    }
+
+    /// Distinct runs of the calls, results and compactions, in order of first appearance.
     pub fn runs(&self) -> Vec<(String, Option<String>)> {
         let mut out: Vec<(String, Option<String>)> = Vec::new();
         for (_, item) in &self.items {
             if let Item::Event(e) = item {
+                if matches!(e, loopguard_events::Event::Message { .. }) {
+                    continue;
+                }
                 let key = (e.ids().session.clone(), e.ids().run.clone());
                 if !out.contains(&key) {
                     out.push(key);
@@ -159,4 +192,11 @@ pub fn read_corpus(format: Format, relative: &str) -> Option<Read> {
     let path = corpus(relative)?;
     let bytes = std::fs::read(&path).unwrap();
     Some(read_bytes(format, &bytes, "corpus"))
+}
+
+/// Reads a file of the second corpus (`corpus2`) as `format`.
+pub fn read_corpus2(format: Format, relative: &str) -> Option<Read> {
+    let path = shared_file("corpus2", relative)?;
+    let bytes = std::fs::read(&path).unwrap();
+    Some(read_bytes(format, &bytes, "corpus2"))
 }

@@ -60,7 +60,8 @@ fn result_text(outcome: &OwnedOutcome) -> (bool, String) {
 }
 
 /// One line per event: calls with their session, run, tool and arguments; results with
-/// whether they failed and the start of their text; compactions.
+/// whether they failed and the start of their text; compactions; messages with their
+/// role, the start of their text and reasoning, and whether they carried calls.
 fn render(items: &[(Pos, Item)]) -> String {
     let mut out = String::new();
     for (pos, item) in items {
@@ -98,6 +99,13 @@ fn render(items: &[(Pos, Item)]) -> String {
                 "usage": ids.session,
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
+            }),
+            Event::Message { message, .. } => json!({
+                "line": pos.line,
+                "message": message.role.as_str(),
+                "text": shorten(&Value::String(message.text.clone())),
+                "reasoning": message.reasoning.as_ref().map(|r| shorten(&Value::String(r.clone()))),
+                "calls": message.has_tool_calls,
             }),
         };
         out.push_str(&line.to_string());

@@ -6,11 +6,12 @@ use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::ConfigSet;
 use crate::fingerprint::OutcomeOf;
 use crate::json::Json;
+use crate::message::Message;
 use crate::run::RunState;
 use crate::scope::Scope;
 use crate::table::{Limits, SessionTable, WhenFull};
 use crate::ticket::{Call, Called, Ticket};
-use crate::verdict::Recorded;
+use crate::verdict::{Recorded, Verdict};
 
 /// The loop guard with its state in memory.
 ///
@@ -150,6 +151,35 @@ impl<C: Clock> Guard<C> {
             verdict,
             recorded,
         }
+    }
+
+    /// Judges a message of the run (the model's answer, a piece of its stream, the
+    /// harness's feedback): see [`Message`] for what a blocked message means. Only the
+    /// detectors of messages the `loopguard` block turns on run; without them every
+    /// message is allowed (unless the run was stopped).
+    ///
+    /// ```
+    /// use loopguard::{ConfigSet, Guard, Message, Scope};
+    ///
+    /// let config = ConfigSet::parse("{ loopguard: { detectors: { noToolTurns: {} } } }")?;
+    /// let mut guard = Guard::new(config);
+    /// let scope = Scope::new("s").with_run(Some("r"));
+    /// let mut stopped = None;
+    /// for turn in 1..=10 {
+    ///     let answer = Message::assistant("I think the fix is done.").with_tool_calls(Some(false));
+    ///     let _ = guard.message(&scope, &answer);
+    ///     let feedback = Message::tool_feedback("No tool calls found in the response.");
+    ///     if guard.message(&scope, &feedback).is_blocked() {
+    ///         stopped = Some(turn);
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(stopped, Some(8));
+    /// # Ok::<(), loopguard::ConfigError>(())
+    /// ```
+    pub fn message(&mut self, scope: &Scope<'_>, message: &Message<'_>) -> Verdict {
+        let (cfg, run, _, now) = self.enter(scope);
+        run.message(cfg, scope, message, now)
     }
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns

@@ -72,6 +72,30 @@ pub fn reused_id(scope: &Scope<'_>, tool: &str, sent: u8) {
     );
 }
 
+/// Logs the verdict on a message of `role` (nothing for an allowed one).
+pub fn message(scope: &Scope<'_>, role: &str, verdict: &Verdict) {
+    let Some(detection) = verdict.detection() else {
+        return;
+    };
+    let (shadow, stopped) = match verdict {
+        Verdict::Shadow { terminal, .. } => (true, *terminal),
+        Verdict::Block { .. } => (false, true),
+        _ => (false, false),
+    };
+    tracing::warn!(
+        target: "loopguard",
+        session = scope.session(),
+        run = scope.run(),
+        role,
+        detector = detection.detector.as_str(),
+        level = detection.level.as_str(),
+        count = detection.count,
+        shadow,
+        stopped,
+        "loop in the model's messages"
+    );
+}
+
 /// Logs that a compaction armed the post-compaction guard for `attempts` calls (nothing
 /// when it is disabled: 0).
 pub fn armed(scope: &Scope<'_>, attempts: u32) {

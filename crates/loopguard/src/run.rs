@@ -18,6 +18,7 @@ use crate::detectors::escalation::{Escalation, Members};
 use crate::detectors::extensions::Context;
 use crate::detectors::period::PeriodTrack;
 use crate::detectors::thrash::{target_key, Targets};
+use crate::detectors::turns::Turns;
 use crate::detectors::{self, Finding, Thresholds};
 use crate::enforcement::{NotifyBuckets, WarningKey};
 use crate::fingerprint::{failure_of, CallPrint, OutcomeOf, OutcomePrint, OutcomeRule, Signature};
@@ -27,6 +28,8 @@ use crate::observe;
 use crate::scope::Scope;
 use crate::ticket::{Call, CallRef, Keys, Standing, Ticket};
 use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
+
+mod said;
 
 /// The warning threshold whose multiples surface a warning of `detector`.
 fn warning_threshold(cfg: &EffectiveConfig, t: Thresholds, detector: Detector) -> u32 {
@@ -94,14 +97,16 @@ pub enum StateDecodeError {
 /// fields of `Added3` to version 2's encoding, version 4 those of `Added4` after them;
 /// version 5 may mark an answered call with the times it was sent again (a variant added
 /// last, so that older states read unchanged); version 6 appends those of `Added6` after
-/// `Added4`'s. Version 2, 3, 4 and 5 states still read.
-pub const STATE_FORMAT_VERSION: u8 = 6;
+/// `Added4`'s, version 7 those of `Added7` after `Added6`'s. Version 2, 3, 4, 5 and 6
+/// states still read.
+pub const STATE_FORMAT_VERSION: u8 = 7;
 
 /// The older format versions whose states [`RunState::from_bytes`] still reads.
 const STATE_FORMAT_V2: u8 = 2;
 const STATE_FORMAT_V3: u8 = 3;
 const STATE_FORMAT_V4: u8 = 4;
 const STATE_FORMAT_V5: u8 = 5;
+const STATE_FORMAT_V6: u8 = 6;
 
 /// Everything the engine remembers about one (session, run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +127,9 @@ pub struct RunState {
     /// Encoded after `added4`.
     #[serde(skip)]
     added6: Added6,
+    /// Encoded after `added6`.
+    #[serde(skip)]
+    added7: Added7,
 }
 
 /// The fields state format version 4 added, encoded after those of version 3.
@@ -136,6 +144,13 @@ struct Added4 {
 struct Added6 {
     /// The run's spend, warnings and budget stop.
     budget: RunLedger,
+}
+
+/// The fields state format version 7 added, encoded after those of version 6.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Added7 {
+    /// The run's messages, for the detectors of loops without tool calls.
+    turns: Turns,
 }
 
 /// The fields state format version 3 added, encoded after version 2's so that version 2
@@ -215,6 +230,9 @@ impl RunState {
         if let Ok(bytes) = postcard::to_extend(&self.added6, std::mem::take(out)) {
             *out = bytes;
         }
+        if let Ok(bytes) = postcard::to_extend(&self.added7, std::mem::take(out)) {
+            *out = bytes;
+        }
     }
 
     /// Reads back [`RunState::to_bytes`].
@@ -223,7 +241,7 @@ impl RunState {
         match bytes.split_first() {
             Some((
                 &version @ (STATE_FORMAT_V2 | STATE_FORMAT_V3 | STATE_FORMAT_V4 | STATE_FORMAT_V5
-                | STATE_FORMAT_VERSION),
+                | STATE_FORMAT_V6 | STATE_FORMAT_VERSION),
                 rest,
             )) => {
                 let (mut state, mut left): (Self, &[u8]) =
@@ -234,8 +252,11 @@ impl RunState {
                 if version >= STATE_FORMAT_V4 {
                     (state.added4, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
-                if version >= STATE_FORMAT_VERSION {
+                if version >= STATE_FORMAT_V6 {
                     (state.added6, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
+                if version >= STATE_FORMAT_VERSION {
+                    (state.added7, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
                     return Err(StateDecodeError::Corrupt(format!(
@@ -263,6 +284,7 @@ impl RunState {
             + self.added.ext.escalation.heap_bytes()
             + self.added4.failures.heap_bytes()
             + self.added6.budget.heap_bytes()
+            + self.added7.turns.heap_bytes()
     }
 
     /// What the run spent (tokens, money, responses and the calls counted while a budget
@@ -307,6 +329,12 @@ impl RunState {
         let (verdict, id_use) = match retried {
             Retried::Again(verdict) => (verdict, CallIdUse::Retry),
             Retried::New | Retried::Reused(_) => {
+                // A tool call ends an answer being streamed and a row of answers without
+                // one.
+                if !self.added7.turns.is_empty() {
+                    self.end_stream(cfg, true);
+                    self.added7.turns.called();
+                }
                 let verdict = self.verdict(
                     cfg,
                     session,
@@ -1260,12 +1288,18 @@ mod tests {
         assert_eq!(bytes[0], STATE_FORMAT_VERSION);
         let back = RunState::from_bytes(&bytes).unwrap();
         assert_eq!(back, state);
-        // Version 5 wrote what version 6 does without `Added6`, and, without retries
-        // marked, version 4 what version 5 did: those still read, with nothing spent.
-        let added6 = postcard::to_allocvec(&state.added6).unwrap().len();
-        let mut v5 = bytes[..bytes.len() - added6].to_vec();
-        v5[0] = STATE_FORMAT_V5;
+        // Version 6 wrote what version 7 does without `Added7`, version 5 what version 6
+        // does without `Added6` and, without retries marked, version 4 what version 5 did:
+        // those still read, with no messages and (before 6) nothing spent.
+        let added7 = postcard::to_allocvec(&state.added7).unwrap().len();
+        let mut v6 = bytes[..bytes.len() - added7].to_vec();
+        v6[0] = STATE_FORMAT_V6;
         let mut old = state.clone();
+        old.added7 = Added7::default();
+        assert_eq!(RunState::from_bytes(&v6).unwrap(), old);
+        let added6 = postcard::to_allocvec(&state.added6).unwrap().len();
+        let mut v5 = v6[..v6.len() - added6].to_vec();
+        v5[0] = STATE_FORMAT_V5;
         old.added6 = Added6::default();
         assert_eq!(RunState::from_bytes(&v5).unwrap(), old);
         let mut v4 = v5.clone();
@@ -1367,9 +1401,44 @@ mod tests {
             Millis::new(2000),
         );
         assert!(!r.recorded);
-        // Written back as version 3, and read again.
+        // Written back in the current version, and read again.
         let again = RunState::from_bytes(&state.to_bytes()).unwrap();
         assert_eq!(again, state);
+    }
+
+    /// A state written by version 6 (no messages after the spend) reads as the same state
+    /// with no messages; one written by version 5 (nothing after the cascade's notes) with
+    /// nothing spent and no messages.
+    #[test]
+    fn versions_5_and_6_states_read_without_messages() {
+        let set = small_window(4);
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let args = json!({"p": "a"});
+        let read = Call::new("read", &args);
+        let out = json!("same");
+        for id in ["c1", "c2", "c3"] {
+            let _ = call(&mut state, cfg, &read, Some(id), Millis::new(0));
+            let _ = result(
+                &mut state,
+                cfg,
+                &read,
+                Some(id),
+                Outcome::Result(&out),
+                Millis::new(0),
+            );
+        }
+        let mut bytes = state.to_bytes();
+        let tail = postcard::to_allocvec(&Added7::default()).unwrap().len();
+        bytes.truncate(bytes.len() - tail);
+        bytes[0] = STATE_FORMAT_V6;
+        assert_eq!(RunState::from_bytes(&bytes).unwrap(), state);
+        let spend = postcard::to_allocvec(&state.added6).unwrap().len();
+        bytes.truncate(bytes.len() - spend);
+        bytes[0] = STATE_FORMAT_V5;
+        let mut old = state.clone();
+        old.added6 = Added6::default();
+        assert_eq!(RunState::from_bytes(&bytes).unwrap(), old);
     }
 
     /// The reproduction of the issue: a result for a blocked call arrives after its veto

@@ -49,12 +49,19 @@ pub enum Detector {
     DayBudget,
     /// What a run may spend without progress (`loopguard.budgets.withoutProgress`).
     NoProgressBudget,
+    /// The model gives the same answer again and again (extension, messages).
+    RepeatedMessage,
+    /// One piece of text repeated over and over inside one answer (extension, messages).
+    ContentChanting,
+    /// The harness keeps sending the same feedback to answers without a tool call
+    /// (extension, messages).
+    NoToolTurns,
 }
 
 impl Detector {
     /// Every detector, in the order of this enum: the closed set that metrics, API schemas
     /// and documentation derive from.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 21] = [
         Self::GenericRepeat,
         Self::KnownPollNoProgress,
         Self::PingPong,
@@ -73,6 +80,9 @@ impl Detector {
         Self::AgentBudget,
         Self::DayBudget,
         Self::NoProgressBudget,
+        Self::RepeatedMessage,
+        Self::ContentChanting,
+        Self::NoToolTurns,
     ];
 
     /// The snake_case name used in outputs.
@@ -96,16 +106,31 @@ impl Detector {
             Self::AgentBudget => "agent_budget",
             Self::DayBudget => "day_budget",
             Self::NoProgressBudget => "no_progress_budget",
+            Self::RepeatedMessage => "repeated_message",
+            Self::ContentChanting => "content_chanting",
+            Self::NoToolTurns => "no_tool_turns",
         }
     }
 
+    /// Whether the detector judges messages (what the model said, what it was told)
+    /// rather than tool calls.
+    pub fn judges_messages(self) -> bool {
+        matches!(
+            self,
+            Self::RepeatedMessage | Self::ContentChanting | Self::NoToolTurns
+        )
+    }
+
     /// Whether firing always ends the run (`escalation` ends it only after its last
-    /// attempt; its verdict says so). A budget's block is terminal; its warning is not.
+    /// attempt; its verdict says so). A budget's block is terminal; its warning is not. A
+    /// blocked message ends its run: its words cannot be taken back, only the next model
+    /// call refused.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             Self::GlobalCircuitBreaker | Self::CompactionLoopPersisted
         ) || self.is_budget()
+            || self.judges_messages()
     }
 
     /// Whether this is a spend budget's detector.
@@ -180,6 +205,21 @@ pub struct Detection {
     pub signature: Signature,
     /// What this detector found beyond the call itself.
     pub evidence: Evidence,
+}
+
+impl Detection {
+    /// For a detection of messages (`repeated_message`, `content_chanting`,
+    /// `no_tool_turns`): the text its message quotes (the repeated answer, the chanted
+    /// segment, the harness's feedback), cut to a readable length. `None` for the others,
+    /// and for the answer of a run already stopped.
+    pub fn excerpt(&self) -> Option<&str> {
+        if !self.detector.judges_messages() {
+            return None;
+        }
+        let start = self.message.find("(\"")? + 2;
+        let end = self.message.rfind("\")")?;
+        self.message.get(start..end)
+    }
 }
 
 /// What a detector found beyond the call itself: only ping-pong names more today.
@@ -462,8 +502,60 @@ pub(crate) mod messages {
     }
 
     pub fn stopped_run(detector: Detector, stop_tool: &str, n: u32, tool: &str) -> String {
+        if detector.judges_messages() {
+            return format!(
+                "CRITICAL: this run was stopped by {detector} (the {stop_tool} repeated itself {n} times); {tool} was not executed."
+            );
+        }
         format!(
             "CRITICAL: this run was stopped by {detector} ({stop_tool} repeated {n} times); {tool} was not executed."
+        )
+    }
+
+    /// What a message of a stopped run is answered.
+    pub fn stopped_run_message(detector: Detector, stop_tool: &str, n: u32) -> String {
+        let what = match detector.judges_messages() {
+            true => format!("the {stop_tool} repeated itself {n} times"),
+            false => format!("{stop_tool} repeated {n} times"),
+        };
+        format!(
+            "CRITICAL: this run was stopped by {detector} ({what}); do not call the model again in this run."
+        )
+    }
+
+    pub fn repeated_message_warning(n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the assistant has given the same answer {n} times in this run (\"{excerpt}\"). Saying it again will not move the task on: do something different, or say that you are stuck."
+        )
+    }
+
+    pub fn repeated_message_critical(n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the assistant has given the same answer {n} times with nothing changing in between (\"{excerpt}\"). The run was stopped (repeated_message): do not call the model again in this run."
+        )
+    }
+
+    pub fn chanting_warning(role: &str, n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the {role} repeats the same text over and over, {n} times (\"{excerpt}\"). Stop repeating it: finish the answer or change approach."
+        )
+    }
+
+    pub fn chanting_critical(role: &str, n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the {role} repeated the same text {n} times within one answer (\"{excerpt}\"). The run was stopped (content_chanting): stop the stream and do not call the model again in this run."
+        )
+    }
+
+    pub fn no_tool_turns_warning(n: u32, excerpt: &str) -> String {
+        format!(
+            "WARNING: the assistant answered {n} times in a row without a tool call and got the same feedback each time (\"{excerpt}\"). Follow the required format: call a tool, or say that you cannot."
+        )
+    }
+
+    pub fn no_tool_turns_critical(n: u32, excerpt: &str) -> String {
+        format!(
+            "CRITICAL: the assistant answered {n} times in a row without a tool call and got the same feedback each time (\"{excerpt}\"). The run was stopped (no_tool_turns): do not call the model again in this run."
         )
     }
 
@@ -665,6 +757,15 @@ pub(crate) mod messages {
         )
     }
 
+    /// What a message of a run a budget stopped is answered.
+    pub fn budget_stopped_message(r: &Reading) -> String {
+        format!(
+            "CRITICAL: this run was stopped by {}: it used up {}; do not call the model again in this run.",
+            r.scope.detector(),
+            budget_used(r)
+        )
+    }
+
     pub fn compaction_abort(tool: &str, n: u32, window: u32) -> String {
         format!(
             "CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop; the run was aborted (compaction_loop_persisted)."
@@ -757,6 +858,9 @@ mod tests {
                 Detector::AgentBudget => 15,
                 Detector::DayBudget => 16,
                 Detector::NoProgressBudget => 17,
+                Detector::RepeatedMessage => 18,
+                Detector::ContentChanting => 19,
+                Detector::NoToolTurns => 20,
             }
         }
         let mut names = std::collections::BTreeSet::new();

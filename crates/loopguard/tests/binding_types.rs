@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use loopguard::config::{extensions::Preset, schema, Field, FieldKind};
 use loopguard::masking::MASK_RULES;
-use loopguard::{Detector, Level};
+use loopguard::{Detector, Level, Role};
 
 /// Python's keywords (`keyword.kwlist`): a config key among them cannot be a class attribute.
 const PYTHON_KEYWORDS: &[&str] = &[
@@ -45,6 +45,10 @@ fn detectors() -> Vec<&'static str> {
 
 fn levels() -> Vec<&'static str> {
     Level::ALL.iter().map(|l| l.as_str()).collect()
+}
+
+fn roles() -> Vec<&'static str> {
+    Role::ALL.iter().map(|r| r.as_str()).collect()
 }
 
 fn mask_rules() -> Vec<&'static str> {
@@ -177,6 +181,10 @@ fn typescript() -> String {
         quoted(&levels(), '\'', " | ")
     ));
     out.push_str(&format!(
+        "/** Who a message is from (the engine's `Role::ALL`). */\nexport type Role = {};\n\n",
+        quoted(&roles(), '\'', " | ")
+    ));
+    out.push_str(&format!(
         "/** A masking rule (`loopguard.masking.rules`, a tool rule's `mask`). */\nexport type MaskRule = {};\n",
         quoted(&mask_rules(), '\'', " | ")
     ));
@@ -210,6 +218,10 @@ fn python() -> String {
     out.push_str(&format!(
         "#: How serious a detection is.\nLevel = Literal[{}]\n",
         quoted(&levels(), '"', ", ")
+    ));
+    out.push_str(&format!(
+        "#: Who a message is from (the engine's ``Role::ALL``).\nRole = Literal[{}]\n",
+        quoted(&roles(), '"', ", ")
     ));
     out.push_str(&format!(
         "#: A masking rule (``loopguard.masking.rules``, a tool rule's ``mask``).\nMaskRule = Literal[{}]\n",

@@ -452,7 +452,46 @@ test('a sidecar answer reads back as the verdict the engine gives', () => {
     assert.deepEqual(verdictFromAnswer(JSON.stringify(answer), 'read'), want);
     guard.applyEvent({ ...event, type: 'result', result: 'same' });
   }
-  assert.throws(() => verdictFromAnswer({ seq: 1, type: 'result', recorded: true }, 'read'), /not the answer to a call/);
+  assert.throws(() => verdictFromAnswer({ seq: 1, type: 'result', recorded: true }, 'read'), /not the answer to a call or a message/);
+});
+
+test('messages: a chanting stream and a format-error loop are stopped, bad fields refused', () => {
+  const { verdictFromAnswer } = createRequire(import.meta.url)('../index.js');
+  const config = "{ loopguard: { preset: 'recommended' } }";
+  const guard = new Guard(config);
+  const twin = new Guard(config);
+  const pieces = [];
+  for (let i = 0; i < 24 && !pieces.some((v) => v.verdict === 'block'); i++) {
+    const text = i % 2 === 0 ? 'I will run the tests again ' : 'to make sure that they pass.\n';
+    const piece = { session: 's', run: 'stream', text, delta: true, index: i, id: 'm1' };
+    pieces.push(guard.message(piece));
+    // A sidecar answers the same event; its answer reads back as the same verdict.
+    const answer = twin.applyEvent({ type: 'message', session: 's', run: 'stream', role: 'assistant', text, delta: true, index: i, id: 'm1' });
+    assert.deepEqual(verdictFromAnswer(answer, 'assistant'), pieces.at(-1));
+  }
+  const blocked = pieces.at(-1);
+  assert.equal(blocked.detector, 'content_chanting');
+  assert.equal(blocked.terminal, true);
+  assert.equal(pieces.length, 20, 'the 10th complete line blocks');
+  assert.equal(guard.beforeCall({ session: 's', run: 'stream', tool: 'bash' }).verdict, 'block');
+
+  const turns = [];
+  for (let i = 0; i < 9; i++) {
+    guard.message({ session: 's', run: 'format', text: `Done, attempt ${i}.`, hasToolCalls: false });
+    turns.push(guard.message({ session: 's', run: 'format', role: 'tool_feedback', text: 'No tool calls found.' }));
+  }
+  assert.deepEqual(
+    turns.map((v) => v.verdict),
+    ['allow', 'allow', 'warn', 'warn', 'warn', 'warn', 'warn', 'block', 'block'],
+  );
+  assert.equal(turns[2].warningNote.includes('No tool calls found.'), true);
+
+  caught(() => guard.message({ session: 's' }), TypeError);
+  caught(() => guard.message({ session: 's', text: 'x', hasToolCalls: 'no' }), TypeError);
+  caught(() => guard.message({ session: 's', text: 'x', delta: true, index: -1 }), TypeError);
+  caught(() => guard.message({ session: 's', text: 'x', index: 1.5 }), TypeError);
+  assert.match(caught(() => guard.message({ session: 's', text: 'x', role: 'robot' }), Error).message, /role/);
+  assert.match(caught(() => guard.message({ session: 's', text: 'x', role: 'user', delta: true }), Error).message, /delta/);
 });
 
 test('ids that need escaping in JSON keep their scopes apart', () => {

@@ -1,11 +1,12 @@
-// Every public conformance vector (spec/conformance) through the binding, compared with
-// what the real `loopguard replay` prints for it: once line by line through applyEvent
-// (the whole answer, messages included), once through the idiomatic API (beforeCall,
-// afterCall, onCompaction), field by field.
+// Every public conformance vector (spec/conformance), and the extension vectors of loops
+// without tool calls (spec/extensions, those with message events), through the binding,
+// compared with what the real `loopguard replay` prints for it: once line by line through
+// applyEvent (the whole answer, messages included), once through the idiomatic API
+// (beforeCall, afterCall, onCompaction, message), field by field.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { test } from 'node:test';
 
 import { ConfigError, Guard, loopguardBin, repoRoot } from './support.mjs';
@@ -14,6 +15,12 @@ const vectorsDir = join(repoRoot, 'spec/conformance');
 const vectors = readdirSync(vectorsDir, { withFileTypes: true })
   .filter((d) => d.isDirectory())
   .map((d) => d.name)
+  .sort();
+const extensionsDir = join(repoRoot, 'spec/extensions');
+const messageVectors = readdirSync(extensionsDir, { withFileTypes: true })
+  .filter((d) => d.isDirectory())
+  .map((d) => d.name)
+  .filter((name) => readFileSync(join(extensionsDir, name, 'events.jsonl'), 'utf8').includes('"type":"message"'))
   .sort();
 
 /** The input lines as bytes with their line numbers (blank lines are not answered). */
@@ -53,11 +60,15 @@ function guardFor(dir) {
 test('the replay binary is built', () => {
   assert.ok(existsSync(loopguardBin), `${loopguardBin} is missing: run cargo build -p loopguard-cli`);
   assert.ok(vectors.length >= 80, `only ${vectors.length} vectors found`);
+  assert.ok(messageVectors.length >= 14, `only ${messageVectors.length} message vectors found`);
 });
 
-for (const name of vectors) {
-  const dir = join(vectorsDir, name);
-  test(`conformance ${name}`, () => {
+const cases = [
+  ...vectors.map((name) => ['conformance', join(vectorsDir, name)]),
+  ...messageVectors.map((name) => ['extensions', join(extensionsDir, name)]),
+];
+for (const [suite, dir] of cases) {
+  test(`${suite} ${basename(dir)}`, () => {
     const printed = replay(dir);
     const expected = readFileSync(join(dir, 'expected.jsonl'), 'utf8').split('\n').filter(Boolean);
     if (printed === null) {
@@ -113,7 +124,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     return;
   }
   const kind = event?.type;
-  if (!['call', 'result', 'compaction'].includes(kind) || Array.isArray(event)) {
+  if (!['call', 'result', 'compaction', 'message'].includes(kind) || Array.isArray(event)) {
     // Not an event the idiomatic API can express (no type, unknown type, not an object).
     assert.ok('error' in answer, `${where}: replay accepted it`);
     return;
@@ -133,8 +144,26 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     // The protocol's `"error": null` is an error outcome; the API's undefined is none.
     if (event.error === null) fields.error = null;
   }
+  if (kind === 'message' && !('role' in event)) {
+    // The protocol requires a role; the API's default is the assistant's.
+    assert.ok('error' in answer, `${where}: replay accepted a message without role`);
+    return;
+  }
+  const message = {
+    session: event.session,
+    run: event.run,
+    agent: event.agent,
+    role: event.role,
+    text: 'text' in event ? event.text : '',
+    reasoning: event.reasoning,
+    hasToolCalls: event.has_tool_calls,
+    id: event.id,
+    delta: event.delta,
+    index: event.index,
+  };
   const ticket = tickets && kind === 'result' ? ticketFor(event, tickets) : undefined;
   const act = () => {
+    if (kind === 'message') return guard.message(message);
     if (kind === 'call' && tickets) {
       const begun = guard.begin(fields);
       if (typeof event.call_id === 'string') tickets.set(event.call_id, { event, ticket: begun });
@@ -154,7 +183,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     return;
   }
   const got = act();
-  if (kind === 'call') {
+  if (kind === 'call' || kind === 'message') {
     assert.equal(got.verdict, answer.verdict, where);
     if (answer.shadow) {
       assert.equal(got.shadow.verdict, answer.shadow.verdict, where);

@@ -15,6 +15,7 @@ import {
   type GuardConfig,
   type Level,
   type Recorded,
+  type Role,
   type Ticket,
   type Verdict,
 } from '../index';
@@ -52,6 +53,10 @@ function advice(detector: Detector): string {
       return 'the money or tokens allowed are spent';
     case 'no_progress_budget':
       return 'spending without getting anywhere';
+    case 'repeated_message':
+    case 'content_chanting':
+    case 'no_tool_turns':
+      return 'the model repeating itself';
     default:
       return assertNever(detector);
   }
@@ -128,3 +133,7 @@ const budgets: GuardConfig = {
   },
 };
 console.log(new Guard(budgets).configExplain());
+const role: Role = 'tool_feedback';
+const said: Verdict = guard.message({ session: 's', run: 'r', text: 'No tool calls found.', role });
+const piece: Verdict = guard.message({ session: 's', text: 'I will ', delta: true, index: 0, id: 'm1', hasToolCalls: false });
+console.log(describe(said), describe(piece));

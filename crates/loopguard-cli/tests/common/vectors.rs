@@ -55,6 +55,23 @@ pub fn budget_cases() -> Vec<PathBuf> {
     cases
 }
 
+/// The extension vectors (`spec/extensions`) that hold `message` events, sorted: the loops
+/// without tool calls, for the front ends that take messages as well as calls.
+pub fn message_cases() -> Vec<PathBuf> {
+    let cases: Vec<_> = cases(&super::repo_root().join("spec/extensions"))
+        .into_iter()
+        .filter(|c| {
+            fs::read_to_string(c.join("events.jsonl"))
+                .is_ok_and(|t| t.contains(r#""type":"message""#))
+        })
+        .collect();
+    assert!(
+        cases.len() >= 14,
+        "the message vectors of spec/extensions are expected"
+    );
+    cases
+}
+
 /// A case's config file, if it has one.
 pub fn config_of(case: &Path) -> Option<PathBuf> {
     Some(case.join("config.json5")).filter(|p| p.exists())

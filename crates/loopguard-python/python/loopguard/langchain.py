@@ -13,6 +13,15 @@ a warning to surface is appended to the message. A terminal verdict (the global 
 breaker) or a post-compaction abort ends the run: the agent jumps to its end with a final
 ``AIMessage`` saying why.
 
+The model's messages are judged too (loops without tool calls, when the guard's
+``loopguard`` block turns a detector of messages on): ``after_model`` sends each answer
+(its text, its reasoning blocks, whether it made tool calls), ``before_model`` the
+messages added since (a ``HumanMessage`` right after an answer without tool calls is the
+harness's feedback to it, ``tool_feedback``; any other is a prompt). A blocked message
+stops the run: the agent jumps to its end with a final ``AIMessage`` saying why, and the
+answer's tool calls do not run. A warning is added to the next model call's messages
+(that call only; the state keeps no copy).
+
 The session is the LangGraph thread (``configurable.thread_id``, else ``"default"``); each
 ``invoke`` is a run, ended (and forgotten by the guard) when the agent finishes.
 
@@ -29,8 +38,8 @@ import warnings
 from typing import Any, Awaitable, Callable, Dict, Optional, Union
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
-from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
@@ -43,10 +52,14 @@ Result = Union[ToolMessage, Command[Any]]
 
 
 class LoopGuardState(AgentState[Any]):
-    """The run id the guard knows this invocation by, and why it was stopped."""
+    """The run id the guard knows this invocation by, why it was stopped, how many of the
+    messages the guard has seen, and a warning for the next model call."""
 
     loopguard_run: NotRequired[Annotated[str, PrivateStateAttr]]
     loopguard_stop: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
+    loopguard_start: NotRequired[Annotated[int, PrivateStateAttr]]
+    loopguard_seen: NotRequired[Annotated[int, PrivateStateAttr]]
+    loopguard_note: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
 
 
 class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
@@ -60,7 +73,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         self.agent = agent
 
     def before_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> Dict[str, Any]:
-        return {"loopguard_run": uuid.uuid4().hex, "loopguard_stop": None}
+        seen = len(state.get("messages") or [])
+        return {
+            "loopguard_run": uuid.uuid4().hex,
+            "loopguard_stop": None,
+            "loopguard_start": seen,
+            "loopguard_seen": seen,
+            "loopguard_note": None,
+        }
 
     def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> None:
         run = state.get("loopguard_run")
@@ -70,27 +90,77 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> Optional[Dict[str, Any]]:
         stop = state.get("loopguard_stop")
-        if not stop:
-            return None
-        return {"jump_to": "end", "messages": [AIMessage(content=f"The run was stopped by loopguard. {stop}")]}
-
-    def after_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> None:
+        if stop:
+            return _stopped(stop)
         messages = state.get("messages") or []
-        message = messages[-1] if messages else None
-        usage = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
+        run_start = state.get("loopguard_start", len(messages))
+        note = state.get("loopguard_note")
+        for i in range(state.get("loopguard_seen", len(messages)), len(messages)):
+            m = messages[i]
+            if not isinstance(m, HumanMessage):
+                continue
+            # Right after an answer of this run that made no tool call: the harness's reply.
+            before = messages[i - 1] if i - 1 >= run_start else None
+            feedback = isinstance(before, AIMessage) and not before.tool_calls
+            verdict = self.guard.message(
+                _text(m), role="tool_feedback" if feedback else "user", **self._run_scope(state)
+            )
+            if verdict.blocked:
+                return {**_stopped(verdict.message or ""), "loopguard_seen": len(messages)}
+            note = verdict.warning_note or note
+        return {"loopguard_seen": len(messages), "loopguard_note": note}
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> Optional[Dict[str, Any]]:
+        messages = state.get("messages") or []
+        answer = messages[-1] if messages else None
+        if not isinstance(answer, AIMessage):
+            return None
+        verdict = self.guard.message(
+            _text(answer),
+            role="assistant",
+            reasoning=_reasoning(answer),
+            has_tool_calls=bool(answer.tool_calls),
+            id=answer.id,
+            **self._run_scope(state),
+        )
+        # What the response spent counts whatever its words' verdict; after them, so that a
+        # budget it uses up blocks its tool calls (with the budget's message) rather than
+        # the words themselves.
+        self._record_usage(state, answer)
+        if verdict.blocked:
+            # The answer's tool calls do not run: the agent ends here.
+            return {**_stopped(verdict.message or ""), "loopguard_seen": len(messages)}
+        return {"loopguard_seen": len(messages), "loopguard_note": verdict.warning_note}
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> Any:
+        return handler(_with_note(request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> Any:
+        return await handler(_with_note(request))
+
+    def _run_scope(self, state: LoopGuardState) -> Dict[str, Any]:
+        return {"session": _session(), "run": state.get("loopguard_run"), "agent": self.agent}
+
+    def _record_usage(self, state: LoopGuardState, message: AIMessage) -> None:
+        usage = message.usage_metadata
         if not usage:
             return
         details = usage.get("input_token_details") or {}
         cache_read = int(details.get("cache_read") or 0)
         cache_write = int(details.get("cache_creation") or 0)
-        meta = message.response_metadata or {}  # type: ignore[union-attr]
+        meta = message.response_metadata or {}
         model = meta.get("model_name") or meta.get("model")
         try:
             self.guard.record_usage(
                 session=_session(),
                 run=state.get("loopguard_run"),
                 agent=self.agent,
-                id=message.id,  # type: ignore[union-attr]
+                id=message.id,
                 model=model if isinstance(model, str) else None,
                 # LangChain counts cached input inside input_tokens; loopguard apart.
                 input_tokens=max(int(usage.get("input_tokens") or 0) - cache_read - cache_write, 0),
@@ -154,6 +224,46 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
             ticket.finish(error=e)
             raise
         return self._after(ticket, out)
+
+
+def _stopped(why: str) -> Dict[str, Any]:
+    """The state update that ends the run: to the end, with an answer that says why."""
+    return {"jump_to": "end", "loopguard_stop": why, "messages": [AIMessage(content=f"The run was stopped by loopguard. {why}")]}
+
+
+def _with_note(request: ModelRequest[Any]) -> ModelRequest[Any]:
+    """The request with the guard's warning for this model call, if there is one."""
+    note = (request.state or {}).get("loopguard_note")
+    if not isinstance(note, str) or not note:
+        return request
+    return request.override(messages=[*request.messages, HumanMessage(content=note)])
+
+
+def _text(message: BaseMessage) -> str:
+    """A message's text: its content, or the text of its text blocks."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        b.get("text", "") if isinstance(b, dict) else str(b)
+        for b in content
+        if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+    )
+
+
+def _reasoning(message: AIMessage) -> Optional[str]:
+    """A model's reasoning, where the provider returns it (reasoning or thinking blocks,
+    ``reasoning_content``)."""
+    parts = [
+        str(b.get("reasoning") or b.get("thinking") or "")
+        for b in (message.content if isinstance(message.content, list) else [])
+        if isinstance(b, dict) and b.get("type") in ("reasoning", "thinking")
+    ]
+    extra = message.additional_kwargs.get("reasoning_content")
+    if isinstance(extra, str):
+        parts.append(extra)
+    text = "\n".join(p for p in parts if p)
+    return text or None
 
 
 def _session() -> str:

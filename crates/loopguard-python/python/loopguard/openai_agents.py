@@ -18,9 +18,17 @@ with what the tool returned, appends a warning to surface to it, and trips the w
 the post-compaction guard aborts the run. (The SDK calls the two guardrails separately,
 so the tickets of calls in flight are kept by call id in between.)
 
+The model's messages are judged too (loops without tool calls, when the guard's
+``loopguard`` block turns a detector of messages on), through the run hooks
+``rails.hooks`` (``Runner.run(agent, input, hooks=rails.hooks)``): each model response
+(its text, its reasoning summaries, whether it called tools) is sent when it arrives,
+before its tool calls run. A blocked message stops the run: ``Runner.run`` raises
+:class:`LoopStopped` (``verdict`` is the guard's).
+
 Runs: ``with rails.run():`` gives the calls inside it a run of their own (a fresh id, or
 the one given), and ends it on exit; calls outside any ``run()`` share the session's
-history, like OpenClaw's. ``session`` is a string or a function of the ``ToolContext``.
+history, like OpenClaw's. ``session`` is a string or a function of the ``ToolContext``
+(the hooks, which have no tool context, use the string, else ``"default"``).
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from agents import FunctionTool
+from agents import Agent, FunctionTool, RunContextWrapper, RunHooks
+from agents.exceptions import AgentsException
+from agents.items import ModelResponse
 from agents.tool_context import ToolContext
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
@@ -42,13 +52,53 @@ from agents.tool_guardrails import (
     ToolOutputGuardrailData,
 )
 
-from . import AnyGuard, AnyTicket, Recorded
+from . import AnyGuard, AnyTicket, Recorded, Verdict
 
 Session = Union[str, Callable[[ToolContext[Any]], str]]
 
 
+class LoopStopped(AgentsException):
+    """The guard stopped the run on a message; ``verdict`` says why."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message or "the run was stopped by loopguard")
+        self.verdict = verdict
+
+
+class _MessageHooks(RunHooks[Any]):
+    """Run hooks that send each model response to the guard."""
+
+    def __init__(self, rails: "LoopGuardrails") -> None:
+        self.rails = rails
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
+        texts: List[str] = []
+        reasoning: List[str] = []
+        calls = False
+        for item in response.output:
+            kind = str(getattr(item, "type", ""))
+            parts: List[Any] = list(getattr(item, "content", None) or []) if kind == "message" else []
+            texts.extend(str(getattr(c, "text", "")) for c in parts if getattr(c, "type", None) == "output_text")
+            if kind == "reasoning":
+                reasoning.extend(str(getattr(s, "text", "")) for s in (getattr(item, "summary", None) or []))
+            calls = calls or kind.endswith("_call")
+        rails = self.rails
+        verdict = rails.guard.message(
+            "\n".join(texts),
+            role="assistant",
+            reasoning="\n".join(reasoning) or None,
+            has_tool_calls=calls,
+            session=rails._session_name(None),
+            run=rails._run.get(),
+            agent=rails.agent,
+        )
+        if verdict.blocked:
+            raise LoopStopped(verdict)
+
+
 class LoopGuardrails:
-    """The two guardrails of a guard, for the function tools given to :meth:`protect`."""
+    """The two guardrails of a guard, for the function tools given to :meth:`protect`,
+    and the run hooks that judge the model's messages (:attr:`hooks`)."""
 
     def __init__(self, guard: AnyGuard, *, session: Session = "default", agent: Optional[str] = None) -> None:
         self.guard = guard
@@ -60,6 +110,7 @@ class LoopGuardrails:
         # Tickets of the calls in flight, by call id and tool, until their output.
         self._pending: Dict[Tuple[str, str], AnyTicket] = {}
         self._lock = threading.Lock()
+        self.hooks: RunHooks[Any] = _MessageHooks(self)
 
     def protect(self, *tools: FunctionTool) -> List[FunctionTool]:
         """Adds the guardrails to each tool (in place) and returns the tools as a list."""

@@ -12,6 +12,14 @@ tool returns (or raises) finishes the ticket, and a warning to surface is append
 tool's result. A terminal verdict (the global circuit breaker) or a post-compaction
 abort ends the run with :class:`RunStopped`.
 
+The model's messages are judged too (loops without tool calls, when the guard's
+``loopguard`` block turns a detector of messages on): ``after_model_request`` sends each
+response (its text, its thinking, whether it called tools) before its tool calls run,
+``before_model_request`` the request about to be sent (retry feedback, or a retry prompt
+without a tool: the framework's reply to an answer it could not use, is the harness's
+feedback, ``tool_feedback``; a user prompt is a prompt). A blocked message ends the run with
+:class:`RunStopped` before the response's tool calls run.
+
 The session is the run's ``conversation_id`` (else ``"default"``), the run its ``run_id``;
 the guard forgets the run when it ends.
 """
@@ -22,7 +30,17 @@ from typing import Any, Dict, Optional, Union
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapRunHandler, WrapToolExecuteHandler
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
@@ -48,6 +66,39 @@ class LoopGuardCapability(AbstractCapability[Any]):
     def _session(ctx: RunContext[Any]) -> str:
         return ctx.conversation_id or "default"
 
+    def _scope(self, ctx: RunContext[Any]) -> Dict[str, Any]:
+        return {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
+        request = ctx.messages[-1] if ctx.messages else None
+        if isinstance(request, ModelRequest):
+            for part in request.parts:
+                retry = isinstance(part, RetryFeedbackPart) or (
+                    isinstance(part, RetryPromptPart) and part.tool_name is None
+                )
+                if isinstance(part, (RetryFeedbackPart, RetryPromptPart)) and retry:
+                    verdict = self.guard.message(part.model_response(), role="tool_feedback", **self._scope(ctx))
+                elif isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    verdict = self.guard.message(part.content, role="user", **self._scope(ctx))
+                else:
+                    continue
+                if verdict.blocked:
+                    raise RunStopped(verdict)
+        return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        text = "\n".join(p.content for p in response.parts if isinstance(p, TextPart))
+        thinking = "\n".join(p.content for p in response.parts if isinstance(p, ThinkingPart))
+        calls = any(isinstance(p, ToolCallPart) for p in response.parts)
+        verdict = self.guard.message(
+            text, role="assistant", reasoning=thinking or None, has_tool_calls=calls, **self._scope(ctx)
+        )
+        if verdict.blocked:
+            raise RunStopped(verdict)
+        return response
+
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         try:
             return await handler()
@@ -64,8 +115,7 @@ class LoopGuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        scope: Dict[str, Any] = {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
-        ticket = self.guard.begin(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, **scope)
+        ticket = self.guard.begin(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, **self._scope(ctx))
         if ticket.blocked:
             if ticket.ends_run:
                 raise RunStopped(ticket.verdict)

@@ -209,6 +209,34 @@ class RemoteGuard:
             raise RemoteError(status, _error_text(data))
         return _native.counted_from_answer(data)
 
+    def message(
+        self,
+        text: str,
+        *,
+        session: str,
+        run: Optional[str],
+        role: str = "assistant",
+        agent: Optional[str] = None,
+        reasoning: Optional[str] = None,
+        has_tool_calls: Optional[bool] = None,
+        id: Optional[str] = None,
+        delta: bool = False,
+        index: Optional[int] = None,
+    ) -> _native.Verdict:
+        """The message event: what the model said (whole, or a piece of its stream with
+        ``delta=True``) or what it was told, judged by the sidecar."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__qualname__}")
+        if role not in _native.ROLES:
+            raise ValueError(f"role must be one of {', '.join(_native.ROLES)}, not {role!r}")
+        event = self._event(
+            "message", session, run, agent, role=role, text=text, reasoning=reasoning,
+            has_tool_calls=has_tool_calls, id=id, index=index,
+        )
+        if delta:
+            event["delta"] = True
+        return _native.verdict_from_answer(self._post("/v1/events", _dumps(event)), role)
+
     def end_run(self, *, session: str, run: Optional[str]) -> bool:
         answer = json.loads(self._post("/v1/runs/end", _dumps({"session": session, "run": run or ""})))
         return bool(answer["ended"])

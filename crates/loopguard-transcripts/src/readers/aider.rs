@@ -5,8 +5,8 @@
 //! | lines | item |
 //! |---|---|
 //! | `# aider chat started at <date time>` | a new session, named by that date and time |
-//! | `#### <text>` (one or more lines) | the user's message: a new run (commands such as `/add` included) |
-//! | any other line | the model's answer: a [`Item::Turn`], then one `edit` call per SEARCH/REPLACE block (`<<<<<<< SEARCH` … `=======` … `>>>>>>> REPLACE`, the file named on the line before its fence), args `{path, search, replace}`, all in one batch |
+//! | `#### <text>` (one or more lines) | the user's message: a new run (commands such as `/add` included), and its prompt |
+//! | any other line | the model's answer: a [`Item::Turn`], the answer's text (with calls when it holds edits), then one `edit` call per SEARCH/REPLACE block (`<<<<<<< SEARCH` … `=======` … `>>>>>>> REPLACE`, the file named on the line before its fence), args `{path, search, replace}`, all in one batch |
 //! | `> <text>` (one or more lines) | aider's own output: the outcome of those edits, token usage, commands it ran, lint errors |
 //!
 //! Outcomes, from aider's messages (`aider/coders/base_coder.py` `apply_updates`,
@@ -26,6 +26,7 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
@@ -163,6 +164,8 @@ impl History {
                 self.runs += 1;
                 self.ids.run = Some(format!("run-{}", self.runs));
                 self.pending.clear();
+                let prompt = item::said(&self.ids, Role::User, part.lines.join("\n"));
+                sink.push(part.pos, prompt);
             }
             Kind::Answer => self.answer(&part, sink),
             Kind::Output => self.output(&part, sink),
@@ -180,7 +183,13 @@ impl History {
         );
         let batch = format!("answer-line-{}", part.pos.line);
         let mut last_path: Option<String> = None;
-        for edit in edit_blocks(&part.lines) {
+        let edits = edit_blocks(&part.lines);
+        let text = part.lines.join("\n");
+        sink.push(
+            part.pos,
+            item::answer(&self.ids, text, None, !edits.is_empty()),
+        );
+        for edit in edits {
             let path = edit
                 .path
                 .or_else(|| last_path.clone())

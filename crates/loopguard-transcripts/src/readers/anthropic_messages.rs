@@ -4,20 +4,21 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `role: user` with text and no `tool_result` | a new run |
+//! | `role: user` with text and no `tool_result` | a new run, and its prompt |
 //! | `role: user`, `tool_result` blocks | the result of call `tool_use_id`: `{content}` (a string content becomes one text part), or an error with the joined text when `is_error` is true |
-//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), then one call per `tool_use` block: `id`, `name`, `input` |
+//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), the model's answer (its `text` blocks, its `thinking` blocks as reasoning), then one call per `tool_use` block: `id`, `name`, `input` |
 //!
 //! Claude Code transcripts wrap exactly these messages and use the same mapping.
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::Value;
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::readers::chat::{self, content_text, Conversation, Dialect};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
@@ -57,6 +58,8 @@ impl Dialect for Anthropic<'_> {
                 stats.record();
                 if is_prompt(content) {
                     conversation.start_run();
+                    let prompt = item::said(&conversation.ids, Role::User, content_text(content));
+                    sink.push(pos, prompt);
                 }
                 for (id, block) in tool_results(content) {
                     let outcome =
@@ -80,6 +83,9 @@ impl Dialect for Anthropic<'_> {
                     },
                 );
                 conversation.unanswered.clear();
+                let mut said = AnswerParts::new(pos, &conversation.ids);
+                add_blocks(&mut said, content);
+                said.emit(sink);
                 let batch = conversation.next_batch();
                 for (id, name, input) in tool_uses(content) {
                     let id = match id {
@@ -112,6 +118,27 @@ impl Dialect for Anthropic<'_> {
                 });
             }
         }
+    }
+}
+
+/// Adds an API response's content blocks (a string is one text block) to its answer:
+/// `text` blocks to its text, `thinking` blocks to its reasoning, `tool_use` blocks make
+/// it an answer with calls.
+pub(crate) fn add_blocks(answer: &mut AnswerParts, content: &Value) {
+    match content {
+        Value::String(text) => answer.add_text(text),
+        Value::Array(blocks) => {
+            for block in blocks {
+                let field = |k: &str| block.get(k).and_then(Value::as_str).unwrap_or("");
+                match field("type") {
+                    "text" => answer.add_text(field("text")),
+                    "thinking" => answer.add_reasoning(field("thinking")),
+                    "tool_use" | "server_tool_use" => answer.calls = true,
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -286,12 +313,21 @@ mod tests {
         );
         assert_eq!(outcomes[1], &OwnedOutcome::Error(Value::from("ENOENT")));
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage { tokens: 125, .. }),
                 ..
             }
         ));
         assert!(r.stats.skipped.is_empty());
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "fix it", None, None),
+                (Role::Assistant, "", Some("hmm"), Some(true)),
+                (Role::Assistant, "done", None, Some(false)),
+                (Role::User, "thanks", None, None),
+            ]
+        );
     }
 }

@@ -6,8 +6,8 @@
 //!
 //! | line | item |
 //! |---|---|
-//! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run |
-//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block |
+//! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run, and its prompt |
+//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block; the model's answer (its text and thinking blocks, whether it made calls) once the response's last line was read; none for the lines Claude Code writes for a failed API call (`isApiErrorMessage`) |
 //! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)); `is_error` makes an error, a `<tool_use_error>` text without it a failed result |
 //! | `system` with `subtype: compact_boundary` | a compaction in the current run |
 //! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, `permission-mode`, `custom-title`, `agent-name`, `last-prompt`, `tag`, `result`, other `system` lines | nothing |
@@ -24,16 +24,18 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::Ids;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::detect::Format;
-use crate::item::{self, Item, Sink};
+use crate::item::{self, AnswerParts, Item, Sink};
 use crate::readers::anthropic_messages::{
-    emit_tool_uses, is_prompt, judged_outcome, tool_results, usage,
+    add_blocks, emit_tool_uses, is_prompt, judged_outcome, tool_results, usage,
 };
+use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
@@ -50,6 +52,9 @@ struct LineEntry<'a> {
     is_meta: Option<bool>,
     #[serde(rename = "isCompactSummary", default)]
     is_compact_summary: Option<bool>,
+    /// An assistant line Claude Code writes for a failed API call (not the model's).
+    #[serde(rename = "isApiErrorMessage", default)]
+    is_api_error: Option<bool>,
     #[serde(rename = "sessionId", borrow, default)]
     session_id: Option<Cow<'a, str>>,
     /// stream-json's spelling.
@@ -87,6 +92,26 @@ const MAX_CHAINS: usize = 4096;
 struct Chain {
     runs: u64,
     last_response: Option<String>,
+    /// The answer of the response being read.
+    answer: Option<AnswerParts>,
+}
+
+impl Chain {
+    /// The response being read is over: its answer goes out.
+    fn end_response(&mut self, sink: &mut dyn Sink) {
+        if let Some(answer) = self.answer.take() {
+            answer.emit(sink);
+        }
+    }
+}
+
+/// Every answer still being read goes out, in the order the responses began.
+fn end_responses(chains: &mut HashMap<String, Chain>, sink: &mut dyn Sink) {
+    let mut open: Vec<&mut Chain> = chains.values_mut().filter(|c| c.answer.is_some()).collect();
+    open.sort_by_key(|c| c.answer.as_ref().map(|a| a.pos.offset));
+    for chain in open {
+        chain.end_response(sink);
+    }
 }
 
 /// Reads a Claude Code transcript.
@@ -135,6 +160,7 @@ pub fn read<R: BufRead + Seek>(
             None => base.to_owned(),
         };
         if chains.len() >= MAX_CHAINS && !chains.contains_key(&session) {
+            end_responses(&mut chains, sink);
             chains.clear();
         }
         let chain = chains.entry(session.clone()).or_default();
@@ -151,13 +177,18 @@ pub fn read<R: BufRead + Seek>(
                     continue;
                 };
                 stats.record();
+                chain.end_response(sink);
                 let content = message.get("content").unwrap_or(&Value::Null);
                 let meta = entry.is_meta == Some(true) || entry.is_compact_summary == Some(true);
-                if !meta && is_prompt(content) {
+                let prompt = !meta && is_prompt(content);
+                if prompt {
                     chain.runs += 1;
                     chain.last_response = None;
                 }
                 let ids = item::ids(&session, Some(&run(chain)));
+                if prompt {
+                    sink.push(pos, item::said(&ids, Role::User, content_text(content)));
+                }
                 for (id, block) in tool_results(content) {
                     let outcome =
                         judged_outcome(block, Format::ClaudeCode, options.failures, &mut stats);
@@ -180,6 +211,7 @@ pub fn read<R: BufRead + Seek>(
                 let ids: Ids = item::ids(&session, Some(&run(chain)));
                 let response = message.get("id").and_then(Value::as_str).map(str::to_owned);
                 if response.is_none() || response != chain.last_response {
+                    chain.end_response(sink);
                     chain.last_response = response.clone();
                     let usage = message.get("usage").and_then(usage);
                     sink.push(
@@ -191,12 +223,19 @@ pub fn read<R: BufRead + Seek>(
                     );
                 }
                 let content = message.get("content").unwrap_or(&Value::Null);
+                if entry.is_api_error != Some(true) {
+                    let answer = chain
+                        .answer
+                        .get_or_insert_with(|| AnswerParts::new(pos, &ids));
+                    add_blocks(answer, content);
+                }
                 // One API response (message.id) spans several lines: one batch.
                 emit_tool_uses(&ids, pos, content, response.as_deref(), &mut stats, sink);
             }
             "system" => {
                 stats.record();
                 if entry.subtype.as_deref() == Some("compact_boundary") {
+                    chain.end_response(sink);
                     let ids = item::ids(&session, Some(&run(chain)));
                     sink.push(pos, item::compaction(&ids));
                 }
@@ -207,6 +246,7 @@ pub fn read<R: BufRead + Seek>(
             }
         }
     }
+    end_responses(&mut chains, sink);
     Ok(stats)
 }
 
@@ -277,6 +317,54 @@ mod tests {
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
         assert_eq!(r.stats.skipped_for(SkipReason::TruncatedLastLine), 1);
         assert_eq!(r.stats.lines, 16);
+        // The prompts, and one answer per API response (its two lines, one answer), each
+        // out once the response is over.
+        let said: Vec<_> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Message { ids, message }) => Some((
+                    ids.session.as_str(),
+                    message.role,
+                    message.text.as_str(),
+                    message.has_tool_calls,
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("cc1", Role::User, "list files", None),
+                ("cc1", Role::Assistant, "", Some(true)),
+                ("cc1/agent-ag1", Role::User, "subtask", None),
+                ("cc1/agent-ag1", Role::Assistant, "", Some(true)),
+                ("cc1", Role::User, "next", None),
+            ]
+        );
+    }
+
+    /// A response written over several lines (thinking, text, a call) is one answer that
+    /// made a call; a text-only response is an answer without one.
+    #[test]
+    fn one_answer_per_response() {
+        let lines = [
+            r#"{"type":"user","sessionId":"c","message":{"role":"user","content":"go"}}"#,
+            r#"{"type":"assistant","sessionId":"c","message":{"id":"m1","role":"assistant","content":[{"type":"thinking","thinking":"plan"}]}}"#,
+            r#"{"type":"assistant","sessionId":"c","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"Let me look."}]}}"#,
+            r#"{"type":"assistant","sessionId":"c","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}"#,
+            r#"{"type":"user","sessionId":"c","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}}"#,
+            r#"{"type":"assistant","sessionId":"c","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"Done."}]}}"#,
+        ];
+        let r = read_bytes(Format::ClaudeCode, lines.join("\n").as_bytes(), "c");
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "go", None, None),
+                (Role::Assistant, "Let me look.", Some("plan"), Some(true)),
+                (Role::Assistant, "Done.", None, Some(false)),
+            ]
+        );
     }
 
     /// `claude -p --output-format stream-json`: the session is `session_id` (not the file

@@ -6,8 +6,9 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `user` with `<task>` or `[TASK RESUMPTION]` | a new run |
-//! | `assistant` | a [`Item::Turn`], then one call per `tool_use` block (`id`, `name`, `input`, native tool calling) and per tool written as XML in its text (`<read_file><path>a.py</path></read_file>`, the original protocol), in order, as one batch; the `task_progress` parameter (Cline's to-do list, rewritten with every call) is left out of the arguments |
+//! | `user` with `<task>` or `[TASK RESUMPTION]` | a new run, and its prompt |
+//! | `user` text block `[ERROR] You did not use a tool in your previous response…` | the harness's feedback to an answer without a call (`tool_feedback`) |
+//! | `assistant` | a [`Item::Turn`], the model's answer (its text, with calls when it made some), then one call per `tool_use` block (`id`, `name`, `input`, native tool calling) and per tool written as XML in its text (`<read_file><path>a.py</path></read_file>`, the original protocol), in order, as one batch; the `task_progress` parameter (Cline's to-do list, rewritten with every call) is left out of the arguments |
 //! | `user` text block `[<tool> for '<what>'] Result:` (or `[<tool>] Result:`) | the result of the oldest unanswered call of that tool |
 //! | `user` text block `Tool [<tool>] was not executed because a tool has already been used in this message.` | a failed result of the next unanswered call of that tool (Cline runs one tool per message) |
 //! | `user` `tool_result` block | the result of call `tool_use_id` (an error when `is_error`) |
@@ -18,16 +19,20 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{Map, Value};
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink};
+use crate::item::{self, AnswerParts, Item, Pos, Sink};
 use crate::readers::anthropic_messages::{judged_outcome, tool_results, tool_uses};
 use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
+
+/// How Cline answers a response that used no tool (`formatResponse.noToolsUsed`).
+const NO_TOOL_USED: &str = "[ERROR] You did not use a tool in your previous response";
 
 /// The name Cline and Roo Code give the file.
 pub const FILE_NAME: &str = "api_conversation_history.json";
@@ -139,13 +144,18 @@ impl Task<'_> {
         );
         let batch = format!("message-{}", self.messages);
         let mut calls: Vec<(Option<String>, String, Value)> = Vec::new();
+        let mut said = AnswerParts::new(pos, &self.ids);
         match content {
-            Value::String(text) => calls.extend(xml_calls(text)),
+            Value::String(text) => {
+                said.add_text(text);
+                calls.extend(xml_calls(text));
+            }
             Value::Array(blocks) => {
                 for block in blocks {
                     match block.get("type").and_then(Value::as_str) {
                         Some("text") => {
                             let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                            said.add_text(text);
                             calls.extend(xml_calls(text));
                         }
                         Some("tool_use") => {
@@ -160,6 +170,8 @@ impl Task<'_> {
             }
             _ => {}
         }
+        said.calls = !calls.is_empty();
+        said.emit(self.sink);
         for (n, (id, name, mut args)) in calls.into_iter().enumerate() {
             let id = id.unwrap_or_else(|| format!("message-{}#{n}", self.messages));
             // Cline's to-do list rides along with any call and changes with every one; it
@@ -196,9 +208,14 @@ impl Task<'_> {
             self.runs += 1;
             self.ids.run = Some(format!("run-{}", self.runs));
             self.unanswered.clear();
+            let prompt = item::said(&self.ids, Role::User, texts.join("\n"));
+            self.sink.push(pos, prompt);
         }
         for text in texts {
-            if let Some(tool) = not_executed(text) {
+            if text.trim_start().starts_with(NO_TOOL_USED) {
+                let feedback = item::said(&self.ids, Role::ToolFeedback, text.trim().to_owned());
+                self.sink.push(pos, feedback);
+            } else if let Some(tool) = not_executed(text) {
                 if let Some(id) = self.take(tool) {
                     let outcome = OwnedOutcome::Error(Value::String(text.trim().to_owned()));
                     self.sink.push(pos, item::result(&self.ids, &id, outcome));
@@ -380,6 +397,30 @@ mod tests {
             ]
         );
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// A text-only answer and Cline's reply to it: an answer without calls and its
+    /// feedback.
+    #[test]
+    fn answers_and_no_tool_feedback() {
+        let doc = r#"[
+            {"role": "user", "content": [{"type": "text", "text": "<task>\nfix it\n</task>"}]},
+            {"role": "assistant", "content": "I think it is fixed."},
+            {"role": "user", "content": [{"type": "text", "text": "[ERROR] You did not use a tool in your previous response! Please retry with a tool use."}]},
+            {"role": "assistant", "content": "Checking.\n<read_file>\n<path>a.py</path>\n</read_file>"}
+        ]"#;
+        let r = read_bytes(Format::Cline, doc.as_bytes(), "task");
+        let said: Vec<_> = r.messages().into_iter().map(|m| (m.0, m.3)).collect();
+        assert_eq!(
+            said,
+            [
+                (Role::User, None),
+                (Role::Assistant, Some(false)),
+                (Role::ToolFeedback, None),
+                (Role::Assistant, Some(true)),
+            ]
+        );
+        assert!(r.said(Role::ToolFeedback)[0].starts_with("[ERROR] You did not use a tool"));
     }
 
     #[test]

@@ -11,19 +11,22 @@
 //! | `say`/`ask: "tool"` (`text` is JSON `{tool, path?, regex?, …, content?, diff?}`) | the call `tool` with every member but `content` and `diff` as args, and its result: `content` (or `diff`) |
 //! | `say`/`ask: "command"` | the call `execute_command {command}`; its result is the `command_output` messages that follow, joined |
 //! | `say: "error"`, `"diff_error"`, `"clineignore_error"` right after a call | that call failed, with this text |
-//! | `say: "task"`, `ask: "resume_task"`, `ask: "resume_completed_task"` | a new run |
+//! | `say: "task"`, `ask: "resume_task"`, `ask: "resume_completed_task"` | a new run (and the task as its prompt) |
+//! | `say: "text"`, `say: "reasoning"` | the model's answer: its text and reasoning until the next request, with calls when a tool or command follows it; the first `text`, before any request, is the task (a prompt) |
+//! | `say: "user_feedback"` | a prompt |
 //!
 //! Messages with `partial: true` are streaming drafts of the message that follows them
 //! and are passed over.
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Map, Value};
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
@@ -42,6 +45,8 @@ pub fn read<R: BufRead + Seek>(
         runs: 1,
         calls: 0,
         open: None,
+        answer: None,
+        requested: false,
         rules: options.failures,
         stats: ReadStats::default(),
         sink,
@@ -51,6 +56,7 @@ pub fn read<R: BufRead + Seek>(
         log.message(pos, value)
     })?;
     log.close();
+    log.end_answer();
     stats.absorb(log.stats);
     Ok(stats)
 }
@@ -68,6 +74,10 @@ struct Log<'a> {
     runs: u64,
     calls: u64,
     open: Option<Open>,
+    /// The model's answer of the current request.
+    answer: Option<AnswerParts>,
+    /// Whether a request to the model was made yet.
+    requested: bool,
     rules: &'a FailureRules,
     stats: ReadStats,
     sink: &'a mut dyn Sink,
@@ -110,6 +120,8 @@ impl Log<'_> {
             }
             "api_req_started" => {
                 self.close();
+                self.end_answer();
+                self.requested = true;
                 let usage = serde_json::from_str::<Value>(text)
                     .ok()
                     .and_then(|v| usage(&v));
@@ -123,6 +135,7 @@ impl Log<'_> {
             }
             "tool" => {
                 self.close();
+                self.called();
                 let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(text) else {
                     self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
                         "a tool message whose text is not a JSON object".into()
@@ -145,6 +158,7 @@ impl Log<'_> {
             }
             "command" => {
                 self.close();
+                self.called();
                 self.open_call(
                     pos,
                     "execute_command",
@@ -154,10 +168,35 @@ impl Log<'_> {
             }
             "task" | "resume_task" | "resume_completed_task" => {
                 self.close();
+                self.end_answer();
                 if self.calls > 0 {
                     self.runs += 1;
                     self.ids.run = Some(format!("run-{}", self.runs));
                 }
+                if kind == "task" {
+                    let prompt = item::said(&self.ids, Role::User, text.to_owned());
+                    self.sink.push(pos, prompt);
+                }
+            }
+            // Cline writes the task as the first `text`, before any request.
+            "text" if !self.requested => {
+                let prompt = item::said(&self.ids, Role::User, text.to_owned());
+                self.sink.push(pos, prompt);
+            }
+            "text" | "reasoning" => {
+                let ids = &self.ids;
+                let answer = self
+                    .answer
+                    .get_or_insert_with(|| AnswerParts::new(pos, ids));
+                match kind {
+                    "text" => answer.add_text(text),
+                    _ => answer.add_reasoning(text),
+                }
+            }
+            "user_feedback" => {
+                self.end_answer();
+                let prompt = item::said(&self.ids, Role::User, text.to_owned());
+                self.sink.push(pos, prompt);
             }
             _ => {}
         }
@@ -165,6 +204,20 @@ impl Log<'_> {
 }
 
 impl Log<'_> {
+    /// A tool or a command follows the answer being read: it made calls.
+    fn called(&mut self) {
+        if let Some(answer) = &mut self.answer {
+            answer.calls = true;
+        }
+    }
+
+    /// The request is over: its answer goes out.
+    fn end_answer(&mut self) {
+        if let Some(answer) = self.answer.take() {
+            answer.emit(self.sink);
+        }
+    }
+
     fn open_call(&mut self, pos: Pos, tool: &str, args: Value, result: String) {
         self.calls += 1;
         let id = format!("ui-{}", self.calls);
@@ -270,8 +323,10 @@ mod tests {
         assert_eq!(results[0], ("ui-1".into(), false, "/w/a".into()));
         assert_eq!(results[1], ("ui-2".into(), false, "1 failing".into()));
         assert_eq!(results[2], ("ui-3".into(), true, "\"a\"".into()));
+        // The first text, before any request, is the task.
+        assert_eq!(r.messages(), [(Role::User, "make a server", None, None)]);
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage { tokens: 115, .. }),
                 ..

@@ -6,7 +6,8 @@
 //! | `turn.started` | a new run |
 //! | `item.started` of a tool item | a [`Item::Turn`] and the call (id `item.id`) |
 //! | `item.completed` of a tool item | its result (and, when it was never started, its call first) |
-//! | `agent_message`, `reasoning`, `todo_list` items, `turn.completed`, `turn.failed`, `error`, `item.updated` | nothing |
+//! | `item.completed` of an `agent_message` (and the `reasoning` items before it) | the model's answer (`text`), with calls when tool items follow it before the next answer or the end of the turn (the stream has no response boundaries) |
+//! | `todo_list` items, `turn.completed`, `turn.failed`, `error`, `item.updated` | nothing |
 //!
 //! Tool items: `command_execution` (tool `command_execution`, args `{command}`, result
 //! `{content: [aggregated_output], details: {exitCode, status}}`), `mcp_tool_call` (tool
@@ -23,7 +24,7 @@ use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
 use crate::detect::Format;
-use crate::item::{self, Item, Pos, Sink};
+use crate::item::{self, AnswerParts, Item, Pos, Sink};
 use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
 use crate::ReadOptions;
@@ -39,6 +40,13 @@ pub fn read<R: BufRead + Seek>(
     let mut ids = item::ids(options.session_hint, Some("turn-0"));
     let mut runs = 0u64;
     let mut started: HashSet<String> = HashSet::new();
+    // The answer being read (calls that follow it are its).
+    let mut answer: Option<AnswerParts> = None;
+    let end_answer = |answer: &mut Option<AnswerParts>, sink: &mut dyn Sink| {
+        if let Some(answer) = answer.take() {
+            answer.emit(sink);
+        }
+    };
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
         let Some(event) = lines::entry::<Value>(&line, &mut scratch, &mut stats) else {
@@ -72,15 +80,38 @@ pub fn read<R: BufRead + Seek>(
                 }
             }
             "turn.started" => {
+                end_answer(&mut answer, sink);
                 runs += 1;
                 ids.run = Some(format!("turn-{runs}"));
                 started.clear();
             }
             "item.started" | "item.completed" => {
                 let it = event.get("item").unwrap_or(&Value::Null);
+                let text = |k: &str| it.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+                match it.get("type").and_then(Value::as_str) {
+                    Some(part @ ("agent_message" | "reasoning")) if kind == "item.completed" => {
+                        // A second answer ends the first (its reasoning stays with it).
+                        if answer
+                            .as_ref()
+                            .is_some_and(|a| !a.text.is_empty() || a.calls)
+                        {
+                            end_answer(&mut answer, sink);
+                        }
+                        let open = answer.get_or_insert_with(|| AnswerParts::new(pos, &ids));
+                        match part {
+                            "agent_message" => open.add_text(&text("text")),
+                            _ => open.add_reasoning(&text("text")),
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
                 let Some((tool, args)) = tool_call(it) else {
                     continue;
                 };
+                if let Some(open) = &mut answer {
+                    open.calls = true;
+                }
                 let Some(id) = it.get("id").and_then(Value::as_str) else {
                     stats.skip(SkipReason::MalformedEntry, pos.line, || {
                         "item without id".into()
@@ -111,13 +142,15 @@ pub fn read<R: BufRead + Seek>(
                     sink.push(pos, item::result(&ids, id, outcome));
                 }
             }
-            "turn.completed" | "turn.failed" | "item.updated" | "error" => {}
+            "turn.completed" | "turn.failed" => end_answer(&mut answer, sink),
+            "item.updated" | "error" => {}
             other => {
                 let other = other.to_owned();
                 stats.skip(SkipReason::UnknownEntryType, pos.line, || other);
             }
         }
     }
+    end_answer(&mut answer, sink);
     Ok(stats)
 }
 
@@ -221,6 +254,10 @@ mod tests {
         assert_eq!((r.calls(), r.results()), (3, 2));
         assert_eq!(r.runs(), vec![("th1".into(), Some("turn-1".into()))]);
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
+        assert_eq!(
+            r.messages(),
+            [(loopguard::Role::Assistant, "hi", None, Some(true))]
+        );
     }
 
     /// The stored `codex exec --json` sample: 10 commands and 2 file changes, all completed.

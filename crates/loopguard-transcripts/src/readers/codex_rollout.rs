@@ -4,12 +4,13 @@
 //! | line | item |
 //! |---|---|
 //! | `session_meta` | the session id (`payload.id`, else the file name's) |
-//! | `event_msg` `user_message` | a new run; `turn_context` too, unless the run has seen nothing yet |
+//! | `event_msg` `user_message` | a new run and its prompt (`message`); `turn_context` a new run too, unless the run has seen nothing yet |
 //! | `response_item` `function_call` | a call: `call_id`, `name`, `arguments` parsed from its JSON text |
 //! | `response_item` `custom_tool_call` | a call with args `{"input": input}` |
 //! | `response_item` `local_shell_call` | a call of `local_shell` with the `action` as args |
 //! | `response_item` `function_call_output` / `custom_tool_call_output` | the result of call `call_id`: the output text as a text result; an error when the old `{content, success: false}` form says so |
 //! | the first `reasoning`, assistant `message` or call after a result or a prompt | a [`Item::Turn`] |
+//! | assistant `message` (`output_text` parts), `reasoning` (`summary_text` parts) | the model's answer, once its response is over (a result, a `token_count`, a prompt): its text, its reasoning, whether the response made calls |
 //! | `event_msg` `token_count` | the [`Item::Usage`] of that response (`last_token_usage.total_tokens`) |
 //! | `compacted` | a compaction in the current run |
 //!
@@ -21,6 +22,7 @@
 use std::borrow::Cow;
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::OwnedOutcome;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -28,7 +30,7 @@ use serde_json::Value;
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
@@ -48,9 +50,25 @@ struct State {
     active: bool,
     in_response: bool,
     synthesized: u64,
+    /// The answer of the response being read.
+    answer: Option<AnswerParts>,
 }
 
 impl State {
+    /// The answer of the response being read, begun at `pos` when none is.
+    fn answer(&mut self, pos: Pos) -> &mut AnswerParts {
+        let ids = &self.ids;
+        self.answer
+            .get_or_insert_with(|| AnswerParts::new(pos, ids))
+    }
+
+    /// The response is over: its answer goes out.
+    fn end_response(&mut self, sink: &mut dyn Sink) {
+        if let Some(answer) = self.answer.take() {
+            answer.emit(sink);
+        }
+    }
+
     fn start_run(&mut self) {
         self.runs += 1;
         self.ids.run = Some(format!("turn-{}", self.runs));
@@ -86,6 +104,7 @@ pub fn read<R: BufRead + Seek>(
         active: false,
         in_response: false,
         synthesized: 0,
+        answer: None,
     };
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
@@ -113,18 +132,29 @@ pub fn read<R: BufRead + Seek>(
                 }
             }
             "turn_context" => {
+                state.end_response(sink);
                 if state.active {
                     state.start_run();
                 }
             }
-            "compacted" => sink.push(pos, item::compaction(&state.ids)),
+            "compacted" => {
+                state.end_response(sink);
+                sink.push(pos, item::compaction(&state.ids));
+            }
             "event_msg" => match ptype {
-                "user_message" => state.start_run(),
+                "user_message" => {
+                    state.end_response(sink);
+                    state.start_run();
+                    let prompt = payload.get("message").and_then(Value::as_str);
+                    let prompt = prompt.unwrap_or("").to_owned();
+                    sink.push(pos, item::said(&state.ids, Role::User, prompt));
+                }
                 "token_count" => {
                     let last = payload.pointer("/info/last_token_usage");
                     let n = |k: &str| last.and_then(|l| l.get(k)).and_then(Value::as_u64);
                     let tokens = n("total_tokens")
                         .or_else(|| Some(n("input_tokens")? + n("output_tokens").unwrap_or(0)));
+                    state.end_response(sink);
                     if let Some(tokens) = tokens {
                         sink.push(
                             pos,
@@ -153,6 +183,7 @@ pub fn read<R: BufRead + Seek>(
             }
         }
     }
+    state.end_response(sink);
     Ok(stats)
 }
 
@@ -170,6 +201,7 @@ fn response_item(
         "function_call" | "custom_tool_call" | "local_shell_call" => {
             state.turn(pos, sink);
             state.active = true;
+            state.answer(pos).calls = true;
             let (name, args) = match ptype {
                 "function_call" => (
                     str_field("name").unwrap_or(""),
@@ -199,6 +231,7 @@ fn response_item(
             }
         }
         "function_call_output" | "custom_tool_call_output" => {
+            state.end_response(sink);
             state.in_response = false;
             let Some(id) = str_field("call_id").and_then(loopguard::text::non_blank) else {
                 stats.skip(SkipReason::MalformedEntry, pos.line, || {
@@ -240,16 +273,41 @@ fn response_item(
             rules.judge(Format::CodexRollout, &record, text, &mut outcome, stats);
             sink.push(pos, item::result(&state.ids, id, outcome));
         }
-        "reasoning" => state.turn(pos, sink),
+        "reasoning" => {
+            state.turn(pos, sink);
+            let summary = parts_text(payload.get("summary"));
+            state.answer(pos).add_reasoning(&summary);
+        }
         "message" => {
             if payload.get("role").and_then(Value::as_str) == Some("assistant") {
                 state.turn(pos, sink);
+                let text = parts_text(payload.get("content"));
+                state.answer(pos).add_text(&text);
             } else {
+                state.end_response(sink);
                 state.in_response = false;
             }
         }
         _ => {}
     }
+}
+
+/// The text of Responses API parts (`output_text`, `summary_text`, `text`), a line each.
+fn parts_text(parts: Option<&Value>) -> String {
+    let texts: Vec<&str> = parts
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("output_text" | "summary_text" | "text" | "input_text")
+            )
+        })
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    texts.join("\n")
 }
 
 #[cfg(test)]
@@ -289,6 +347,35 @@ mod tests {
         "\n",
     );
 
+    /// A response's answer: its messages' text and its reasoning summary, with calls when
+    /// the response made one; the final answer after the result has none.
+    #[test]
+    fn answers_of_responses() {
+        let lines = [
+            r#"{"type":"event_msg","payload":{"type":"user_message","message":"is it fixed?"}}"#,
+            r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"check the log"}]}}"#,
+            r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]}}"#,
+            r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{}","call_id":"c1"}}"#,
+            r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"ok"}}"#,
+            r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Yes, it is."}]}}"#,
+            r#"{"type":"event_msg","payload":{"type":"token_count","info":null}}"#,
+        ];
+        let r = read_bytes(Format::CodexRollout, lines.join("\n").as_bytes(), "h");
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "is it fixed?", None, None),
+                (
+                    Role::Assistant,
+                    "Checking.",
+                    Some("check the log"),
+                    Some(true)
+                ),
+                (Role::Assistant, "Yes, it is.", None, Some(false)),
+            ]
+        );
+    }
+
     #[test]
     fn maps_a_rollout() {
         let r = read_bytes(Format::CodexRollout, ROLLOUT.as_bytes(), "hint");
@@ -303,25 +390,37 @@ mod tests {
                 Item::Event(Event::Call { .. }) => "call",
                 Item::Event(Event::Result { .. }) => "result",
                 Item::Event(Event::Compaction { .. }) => "compaction",
+                Item::Event(Event::Message { .. }) => "message",
                 _ => "other",
             })
             .collect();
+        // The prompt, then each response's answer once the response is over.
         assert_eq!(
             kinds,
             [
+                "message",
                 "turn",
                 "call",
+                "message",
                 "usage",
                 "result",
                 "turn",
                 "call",
+                "message",
                 "result",
                 "compaction",
                 "turn",
-                "call"
+                "call",
+                "message"
             ]
         );
-        match &r.items[1].1 {
+        assert_eq!(r.said(Role::User), ["fix the build"]);
+        assert!(r
+            .messages()
+            .iter()
+            .filter(|m| m.0 == Role::Assistant)
+            .all(|m| m.3 == Some(true)));
+        match &r.items[2].1 {
             Item::Event(Event::Call { args, .. }) => {
                 assert_eq!(args, &serde_json::json!({"command": ["cargo", "build"]}));
             }

@@ -6,8 +6,8 @@
 //!
 //! | history item | item |
 //! |---|---|
-//! | `message.role: "user"` | a new run |
-//! | `message.role: "assistant"` | a [`Item::Turn`], then one call per `message.toolCalls` entry (`id`, `function.name`, `function.arguments` parsed from its JSON text; an item that lists its calls only in `toolCallStates`, or the older single `toolCallState`, gives those) |
+//! | `message.role: "user"` | a new run, and its prompt |
+//! | `message.role: "assistant"` | a [`Item::Turn`], the model's answer (`content`, with calls when it lists some), then one call per `message.toolCalls` entry (`id`, `function.name`, `function.arguments` parsed from its JSON text; an item that lists its calls only in `toolCallStates`, or the older single `toolCallState`, gives those) |
 //! | `message.role: "tool"` | the result of call `toolCallId`: its `content` |
 //! | `thinking`, `system` | nothing |
 //!
@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
@@ -85,6 +86,8 @@ impl Session<'_> {
                 self.settle_errored();
                 self.runs += 1;
                 self.ids.run = Some(format!("run-{}", self.runs));
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                self.sink.push(pos, item::said(&self.ids, Role::User, text));
             }
             Some("assistant") => {
                 self.stats.record();
@@ -125,6 +128,9 @@ impl Session<'_> {
             Some(Value::Array(calls)) => calls.iter().collect(),
             _ => states.iter().filter_map(|s| s.get("toolCall")).collect(),
         };
+        let text = content_text(message.get("content").unwrap_or(&Value::Null));
+        let answer = item::answer(&self.ids, text, None, !listed.is_empty());
+        self.sink.push(pos, answer);
         let batch = format!("turn-{}", self.turns);
         for (n, call) in listed.into_iter().enumerate() {
             let function = call.get("function").unwrap_or(&Value::Null);

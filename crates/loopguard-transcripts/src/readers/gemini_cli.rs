@@ -6,8 +6,8 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `user` | a new run, unless it echoes a tool output (`[Function Response: …]`, older builds) |
-//! | `gemini` | a [`Item::Turn`] with `tokens.total`, then for each `toolCalls[]` entry its call (`id`, `name`, `args`) and, at once, its result (calls and results are stored together) |
+//! | `user` | a new run and its prompt, unless it echoes a tool output (`[Function Response: …]`, older builds) |
+//! | `gemini` | a [`Item::Turn`] with `tokens.total`, the model's answer (`content`, its `thoughts` as reasoning), then for each `toolCalls[]` entry its call (`id`, `name`, `args`) and, at once, its result (calls and results are stored together) |
 //! | `info`, `error` | nothing (UI notices and API errors, not tool results) |
 //!
 //! A result is `{content: [{type: "text", text}]}` with the text of
@@ -18,6 +18,7 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
@@ -69,10 +70,11 @@ impl Session<'_> {
         match kind {
             Some("user") => {
                 self.stats.record();
-                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                let text = parts_text(message.get("content"));
                 if !text.trim_start().starts_with(FUNCTION_RESPONSE_ECHO) {
                     self.runs += 1;
                     self.ids.run = Some(format!("turn-{}", self.runs));
+                    self.sink.push(pos, item::said(&self.ids, Role::User, text));
                 }
             }
             Some("gemini") => {
@@ -99,7 +101,13 @@ impl Session<'_> {
                 usage: usage(message.get("tokens")),
             },
         );
-        let Some(calls) = message.get("toolCalls").and_then(Value::as_array) else {
+        let calls = message.get("toolCalls").and_then(Value::as_array);
+        let text = parts_text(message.get("content"));
+        let has_calls = calls.is_some_and(|c| !c.is_empty());
+        let reasoning = thoughts(message.get("thoughts"));
+        self.sink
+            .push(pos, item::answer(&self.ids, text, reasoning, has_calls));
+        let Some(calls) = calls else {
             return;
         };
         let batch = message
@@ -156,6 +164,41 @@ fn response_text(responses: &[Value]) -> String {
         )
         .collect();
     texts.join("\n")
+}
+
+/// The text of a message's `content`: a string, or its parts' `text` (Gemini's parts have
+/// no `type`; thought parts are left out).
+fn parts_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::Array(parts)) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p.get("thought") != Some(&Value::Bool(true)))
+                .filter(|p| p.get("type").is_none_or(|t| t == "text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            texts.join("\n")
+        }
+        Some(other) => content_text(other),
+        None => String::new(),
+    }
+}
+
+/// The model's thoughts (`[{subject, description}]`) as one text, a line each.
+fn thoughts(thoughts: Option<&Value>) -> Option<String> {
+    let lines: Vec<String> = thoughts?
+        .as_array()?
+        .iter()
+        .map(|t| {
+            let part = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+            match (part("subject"), part("description")) {
+                ("", d) => d.to_owned(),
+                (s, "") => s.to_owned(),
+                (s, d) => format!("{s}: {d}"),
+            }
+        })
+        .collect();
+    Some(lines.join("\n"))
 }
 
 /// `{input, output, cached, thoughts, tool, total}`: `total`, else the sum of the others
@@ -224,12 +267,20 @@ mod tests {
         assert_eq!(results[1].1["isError"], true);
         assert_eq!(results[1].1["content"][0]["text"], "0 occurrences found");
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage { tokens: 17, .. }),
                 ..
             }
         ));
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "fix the header", None, None),
+                (Role::Assistant, "", None, Some(true)),
+                (Role::Assistant, "done", None, Some(true)),
+            ]
+        );
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
         assert_eq!(r.stats.records, 5);
     }
@@ -277,6 +328,19 @@ mod tests {
         assert_eq!(r.calls(), 0);
         assert!(r.stats.records > 25);
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+        // 25 prompts (one a bare tool name typed at the prompt), 24 answers in text, each
+        // with the model's thoughts.
+        assert_eq!(r.said(Role::User).len(), 25);
+        let answers: Vec<_> = r
+            .messages()
+            .into_iter()
+            .filter(|m| m.0 == Role::Assistant)
+            .collect();
+        assert_eq!(answers.len(), 24);
+        assert!(answers
+            .iter()
+            .all(|a| a.3 == Some(false) && a.2.is_some_and(|t| !t.is_empty())));
+        assert!(answers[0].1.starts_with("To create a new branch"));
     }
 
     /// The older record shape: 16 calls, the two cancelled `npm run dev` (8, 16) failed,

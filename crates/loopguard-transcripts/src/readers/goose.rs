@@ -7,8 +7,8 @@
 //! | line | item |
 //! |---|---|
 //! | the metadata line | nothing (its `total_tokens` cover the whole session) |
-//! | `role: "user"` with text | a new run |
-//! | `role: "assistant"` | a [`Item::Turn`], then one call per `toolRequest` block: `id`, `toolCall.value.name`, `toolCall.value.arguments` (a tool call that failed to parse, `toolCall.status: "error"`, is a call of `(unparsed)` whose result is the error) |
+//! | `role: "user"` with text | a new run, and its prompt |
+//! | `role: "assistant"` | a [`Item::Turn`], the model's answer (its `text` blocks, `thinking` blocks as reasoning, with calls when it has `toolRequest` blocks), then one call per `toolRequest` block: `id`, `toolCall.value.name`, `toolCall.value.arguments` (a tool call that failed to parse, `toolCall.status: "error"`, is a call of `(unparsed)` whose result is the error) |
 //! | `toolResponse` block (in a `user` message) | the result of call `id`: `toolResult.value`'s text parts (a list of contents, or a `CallToolResult` `{content, isError}`), an error when `toolResult.status` is `"error"` or `isError` is true |
 //!
 //! `thinking`, `redactedThinking`, `image`, `toolConfirmationRequest`, `actionRequired`,
@@ -16,6 +16,7 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
@@ -64,6 +65,8 @@ pub fn read<R: BufRead + Seek>(
                 if blocks.iter().any(|b| kind(b).as_deref() == Some("text")) {
                     runs += 1;
                     ids.run = Some(format!("run-{runs}"));
+                    let text = texts(blocks, "text", "text");
+                    sink.push(pos, item::said(&ids, Role::User, text));
                 }
                 for block in blocks {
                     if kind(block).as_deref() == Some("toolResponse") {
@@ -80,6 +83,12 @@ pub fn read<R: BufRead + Seek>(
                         usage: None,
                     },
                 );
+                let calls = blocks
+                    .iter()
+                    .any(|b| kind(b).as_deref() == Some("toolRequest"));
+                let text = texts(blocks, "text", "text");
+                let thinking = texts(blocks, "thinking", "thinking");
+                sink.push(pos, item::answer(&ids, text, Some(thinking), calls));
                 let batch = format!("turn-{turns}");
                 for (n, block) in blocks.iter().enumerate() {
                     if kind(block).as_deref() == Some("toolRequest") {
@@ -207,6 +216,16 @@ fn response(
     sink.push(pos, item::result(ids, id, outcome));
 }
 
+/// The `field` of the blocks of type `kind`, a line each.
+fn texts(blocks: &[Value], kind: &str, field: &str) -> String {
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|b| b.get(field).and_then(Value::as_str))
+        .collect();
+    texts.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +268,13 @@ mod tests {
             [("20250513_161823".to_owned(), Some("run-1".to_owned()))]
         );
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "why is it slow?", None, None),
+                (Role::Assistant, "Checking.", None, Some(true)),
+                (Role::Assistant, "", None, Some(true)),
+            ]
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! loopguard's own replay events (SPEC §7, `docs/replay-format.md`): every line is
-//! already a call, a result or a compaction with its session and run, and is passed
-//! through as it is. Lines that `loopguard replay` would answer with an error are counted
+//! already a call, a result, a compaction or a message with its session and run, and is
+//! passed through as it is. Lines that `loopguard replay` would answer with an error are counted
 //! as skipped, with the same message.
 
 use std::io::{self, BufRead, Seek};

@@ -5,10 +5,10 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `assistant` with `tool_calls` (2.x tool calling) | a [`Item::Turn`] with the response's `usage` and `extra.cost`, then one call per entry: `id`, `function.name`, `function.arguments` parsed from its JSON text. `"function_call": null` is not a call |
-//! | `assistant` without `tool_calls` (text mode) | a [`Item::Turn`], then the call `bash {command}` when the text holds exactly one ```` ```bash ```` or ```` ```mswea_bash_command ```` block; none when it holds no block or several (mini-swe-agent answers with format-error feedback and runs nothing) |
+//! | `assistant` with `tool_calls` (2.x tool calling) | a [`Item::Turn`] with the response's `usage` and `extra.cost`, its text as the model's answer (with tool calls), then one call per entry: `id`, `function.name`, `function.arguments` parsed from its JSON text. `"function_call": null` is not a call |
+//! | `assistant` without `tool_calls` (text mode) | a [`Item::Turn`], its text as the model's answer, then the call `bash {command}` when the text holds exactly one ```` ```bash ```` or ```` ```mswea_bash_command ```` block; none when it holds no block or several (mini-swe-agent answers with format-error feedback and runs nothing) |
 //! | `tool` | the result of call `tool_call_id`: `{content: [{type: "text", text}]}` |
-//! | `user` | the first is the task; later ones answer the text-mode call before them, else they are feedback (format errors, timeouts of nothing): neither a new run nor a result |
+//! | `user` | the first is the task (a prompt); later ones answer the text-mode call before them, else they are the harness's feedback to an answer without a call (format errors, "No tool calls found"): a `tool_feedback` message, neither a new run nor a result |
 //! | `system`, `exit` | nothing |
 //!
 //! Failures are `returncode` ≠ 0 (in `extra` and in the observation text), an exception,
@@ -17,6 +17,7 @@
 use std::io::{self, BufRead, Seek};
 use std::sync::LazyLock;
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use regex::Regex;
 use serde_json::{json, Value};
@@ -118,11 +119,17 @@ impl Walker for Trajectory<'_> {
             }
             "user" => {
                 self.stats.record();
-                if !self.task_seen {
+                let role = if !self.task_seen {
                     self.task_seen = true;
+                    Role::User
                 } else if let Some(id) = self.text_call.take() {
                     self.result(pos, &id, &message);
-                }
+                    return;
+                } else {
+                    Role::ToolFeedback
+                };
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                self.sink.push(pos, item::said(&self.ids, role, text));
             }
             "system" | "exit" => self.stats.record(),
             other => {
@@ -149,8 +156,11 @@ impl Trajectory<'_> {
             },
         );
         let batch = format!("message-{}", self.responses);
+        let text = content_text(message.get("content").unwrap_or(&Value::Null));
         match message.get("tool_calls") {
             Some(Value::Array(calls)) => {
+                self.sink
+                    .push(pos, item::answer(&self.ids, text, None, !calls.is_empty()));
                 for (n, call) in calls.iter().enumerate() {
                     let function = call.get("function").unwrap_or(&Value::Null);
                     let id = call
@@ -178,18 +188,22 @@ impl Trajectory<'_> {
             }
             // Text mode: the command is the one fenced block of the text.
             Some(Value::Null) | None => {
-                let text = content_text(message.get("content").unwrap_or(&Value::Null));
                 let mut actions = ACTION.captures_iter(&text);
-                if let (Some(action), None) = (actions.next(), actions.next()) {
-                    let command = action.get(1).map_or("", |m| m.as_str()).trim();
-                    let id = format!("step-{}", self.responses);
-                    let args = json!({ "command": command });
-                    if let Some(call) =
+                let call = match (actions.next(), actions.next()) {
+                    (Some(action), None) => {
+                        let command = action.get(1).map_or("", |m| m.as_str()).trim();
+                        let id = format!("step-{}", self.responses);
+                        let args = json!({ "command": command });
                         item::call_in_batch(&self.ids, Some(&id), "bash", args, Some(batch))
-                    {
-                        self.text_call = Some(id);
-                        self.sink.push(pos, call);
+                            .map(|call| (id, call))
                     }
+                    _ => None,
+                };
+                self.sink
+                    .push(pos, item::answer(&self.ids, text, None, call.is_some()));
+                if let Some((id, call)) = call {
+                    self.text_call = Some(id);
+                    self.sink.push(pos, call);
                 }
             }
             Some(_) => self.stats.skip(SkipReason::MalformedEntry, pos.line, || {
@@ -237,7 +251,7 @@ fn usage(message: &Value) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{read_bytes, read_corpus, Read};
+    use crate::testing::{read_bytes, read_corpus, read_corpus2, Read};
 
     fn calls(r: &Read) -> Vec<(String, Value)> {
         r.call_list()
@@ -272,7 +286,7 @@ mod tests {
         assert_eq!(calls(&r)[0], ("c1".into(), json!({"command": "ls"})));
         assert_eq!(r.failed_calls(), [1]);
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage {
                     tokens: 120,
@@ -283,6 +297,20 @@ mod tests {
         ));
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
         assert_eq!(r.stats.records, 7);
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "fix it", None, None),
+                (Role::Assistant, "", None, Some(true)),
+                (
+                    Role::ToolFeedback,
+                    "No tool calls found in the response. Please call a tool.",
+                    None,
+                    None
+                ),
+                (Role::Assistant, "", None, Some(true)),
+            ]
+        );
     }
 
     #[test]
@@ -310,6 +338,56 @@ mod tests {
         assert_eq!(r.results(), 2);
         assert_eq!(r.failed_calls(), [2]);
         assert_eq!(r.runs(), vec![("text-mode".into(), Some("run".into()))]);
+        // Observations are results; the format errors are feedback to the answers that
+        // made no call (two blocks, none).
+        let answers: Vec<_> = r
+            .messages()
+            .into_iter()
+            .filter(|m| m.0 == Role::Assistant)
+            .map(|m| m.3)
+            .collect();
+        assert_eq!(answers, [Some(true), Some(false), Some(true), Some(false)]);
+        let feedback = r.said(Role::ToolFeedback);
+        assert_eq!(feedback.len(), 2);
+        assert!(feedback
+            .iter()
+            .all(|f| f.starts_with("Please always provide")));
+    }
+
+    /// The format-error loops of the second corpus (labels L12, L13): mini-swe-agent logs
+    /// only its "No tool calls found" feedback, never the answers that had no call. The
+    /// seaborn run has 54 of them, 23 in a row after call 42 and 18 after call 44.
+    #[test]
+    fn corpus2_format_error_feedback() {
+        let Some(r) = read_corpus2(
+            Format::MiniSweAgent,
+            "mini-swe-agent/mwaskom__seaborn-3069.traj.json",
+        ) else {
+            return;
+        };
+        assert_eq!(r.calls(), 45);
+        let feedback = r.said(Role::ToolFeedback);
+        assert_eq!(feedback.len(), 54);
+        assert!(feedback
+            .iter()
+            .all(|f| f.starts_with("No tool calls found in the response.")));
+        assert_eq!(r.said(Role::User).len(), 1, "the task only");
+        // The longest row of feedback between two calls.
+        let mut row = 0;
+        let mut longest = 0;
+        for (_, item) in &r.items {
+            match item {
+                Item::Event(loopguard_events::Event::Call { .. }) => row = 0,
+                Item::Event(loopguard_events::Event::Message { message, .. })
+                    if message.role == Role::ToolFeedback =>
+                {
+                    row += 1;
+                    longest = longest.max(row);
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(longest, 23);
     }
 
     /// The labelled error runs of the astropy trajectory (labels.json): 64 calls, every

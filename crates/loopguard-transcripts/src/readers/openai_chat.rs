@@ -4,8 +4,8 @@
 //!
 //! | message | item |
 //! |---|---|
-//! | `role: user` | a new run |
-//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), then one call per `tool_calls[]` entry: `id`, `function.name`, `function.arguments` parsed from its JSON text (`{"raw": text}` when it is not JSON); the legacy `function_call` likewise |
+//! | `role: user` | a new run, and its prompt |
+//! | `role: assistant` | a [`Item::Turn`] (with `usage` when present), the model's answer (`content`, `reasoning_content` or `reasoning` as its reasoning), then one call per `tool_calls[]` entry: `id`, `function.name`, `function.arguments` parsed from its JSON text (`{"raw": text}` when it is not JSON); the legacy `function_call` likewise |
 //! | `role: tool` | the result of call `tool_call_id` (or, without one, of the oldest unanswered call): `{content: [{type: "text", text}]}` |
 //! | `role: function` | the result of the oldest unanswered call |
 //! | `system`, `developer` | nothing |
@@ -14,6 +14,7 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::OwnedOutcome;
 use serde_json::Value;
 
@@ -46,6 +47,8 @@ impl Dialect for OpenAi {
             Some("user") => {
                 stats.record();
                 conversation.start_run();
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                sink.push(pos, item::said(&conversation.ids, Role::User, text));
             }
             Some("assistant") => {
                 stats.record();
@@ -63,6 +66,15 @@ impl Dialect for OpenAi {
                     .and_then(Value::as_array)
                     .map(Vec::as_slice)
                     .unwrap_or_default();
+                let legacy = message.get("function_call").filter(|f| !f.is_null());
+                let text = content_text(message.get("content").unwrap_or(&Value::Null));
+                let reasoning = ["reasoning_content", "reasoning"]
+                    .iter()
+                    .find_map(|k| message.get(*k).and_then(Value::as_str))
+                    .map(str::to_owned);
+                let with_calls = !calls.is_empty() || legacy.is_some();
+                let answer = item::answer(&conversation.ids, text, reasoning, with_calls);
+                sink.push(pos, answer);
                 let batch = conversation.next_batch();
                 for call in calls {
                     let id = call.get("id").and_then(Value::as_str);
@@ -71,7 +83,7 @@ impl Dialect for OpenAi {
                 }
                 // The legacy single call; `"function_call": null` (written by clients that
                 // fill every field) is no call.
-                if let Some(function) = message.get("function_call").filter(|f| !f.is_null()) {
+                if let Some(function) = legacy {
                     emit_call(conversation, pos, None, function, &batch, stats, sink);
                 }
             }
@@ -190,10 +202,20 @@ mod tests {
             .items
             .iter()
             .filter_map(|(_, i)| match i {
+                Item::Event(Event::Message { .. }) => None,
                 Item::Event(e) => Some(e),
                 _ => None,
             })
             .collect();
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "hi", None, None),
+                (Role::Assistant, "", None, Some(true)),
+                (Role::User, "again", None, None),
+                (Role::Assistant, "", None, Some(true)),
+            ]
+        );
         match events[1] {
             Event::Call { args, tool, .. } => {
                 assert_eq!(tool, "find");
@@ -221,7 +243,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            r.items[0].1,
+            r.items[1].1,
             Item::Turn {
                 usage: Some(Usage { tokens: 15, .. }),
                 ..
@@ -229,7 +251,7 @@ mod tests {
         ));
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
         assert_eq!(r.stats.skipped_for(SkipReason::MalformedEntry), 1);
-        assert_eq!(r.items[0].0.line, 4);
+        assert_eq!(r.items[1].0.line, 4);
     }
 
     #[test]

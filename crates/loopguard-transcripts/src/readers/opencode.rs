@@ -6,8 +6,8 @@
 //!
 //! | message / part | item |
 //! |---|---|
-//! | `info.role: "user"` | a new run |
-//! | `info.role: "assistant"` | a [`Item::Turn`] with its `tokens` (input, output, reasoning, cache) and `cost` |
+//! | `info.role: "user"` | a new run, and its prompt (its `text` parts) |
+//! | `info.role: "assistant"` | a [`Item::Turn`] with its `tokens` (input, output, reasoning, cache) and `cost`, and the model's answer (its `text` parts, `reasoning` parts as reasoning, with calls when it has `tool` parts) |
 //! | `tool` part | the call `tool` (id `callID`, args `state.input`) and, once the state is final, its result: `state.output` when `completed`, an error with `state.error` when `error`; `pending` and `running` calls have no result yet |
 //! | `compaction` part | a compaction |
 //!
@@ -18,12 +18,13 @@
 
 use std::io::{self, BufRead, Seek};
 
+use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
 use serde_json::{json, Value};
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
@@ -100,6 +101,22 @@ impl Export<'_> {
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
+        let mut said = AnswerParts::new(pos, &self.ids);
+        for part in parts {
+            let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+            match part.get("type").and_then(Value::as_str) {
+                Some("text") => said.add_text(text),
+                Some("reasoning") => said.add_reasoning(text),
+                Some("tool") => said.calls = true,
+                _ => {}
+            }
+        }
+        match info.get("role").and_then(Value::as_str) {
+            Some("user") => self
+                .sink
+                .push(pos, item::said(&self.ids, Role::User, said.text)),
+            _ => said.emit(self.sink),
+        }
         for part in parts {
             match part.get("type").and_then(Value::as_str) {
                 Some("tool") => self.tool(pos, part),
@@ -204,6 +221,13 @@ mod tests {
             [("toolu_1".to_owned(), true), ("toolu_2".to_owned(), true)]
         );
         assert_eq!(r.runs(), [("ses_1".to_owned(), Some("run-1".to_owned()))]);
+        assert_eq!(
+            r.messages(),
+            [
+                (Role::User, "fix it", None, None),
+                (Role::Assistant, "", None, Some(true)),
+            ]
+        );
         assert!(matches!(
             r.items
                 .iter()

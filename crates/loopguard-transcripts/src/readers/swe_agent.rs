@@ -4,7 +4,8 @@
 //! where possible).
 //!
 //! The file is one session (named after the file) and one run. Each `trajectory[i]` is a
-//! [`Item::Turn`] and a call with id `step-<i+1>`: the tool is the first word of `action`
+//! [`Item::Turn`], the model's answer (its `thought`, with a call), and a call with id
+//! `step-<i+1>`: the tool is the first word of `action`
 //! and the args are `{"args": <the rest of the command>}`; its result is
 //! `{content: [observation]}`, failed when its text says so (a missing file, an unknown
 //! command, a usage line, a traceback, the edit linter's syntax errors: see
@@ -38,6 +39,7 @@ pub fn read<R: BufRead + Seek>(
         sink,
         action: None,
         observation: None,
+        thought: None,
     };
     let mut stats = ReadStats::default();
     walk::walk(input, &mut walker, &mut stats)?;
@@ -50,9 +52,11 @@ struct Steps<'a> {
     rules: &'a FailureRules,
     stats: ReadStats,
     sink: &'a mut dyn Sink,
-    /// The step being read: its action and observation, in whatever order they come.
+    /// The step being read: its action, observation and thought, in whatever order they
+    /// come.
     action: Option<(Pos, Value)>,
     observation: Option<(Pos, Value)>,
+    thought: Option<String>,
 }
 
 impl Walker for Steps<'_> {
@@ -62,7 +66,7 @@ impl Walker for Steps<'_> {
             [Seg::Key(k)] if k == "trajectory" => Want::Descend,
             [Seg::Key(k), Seg::Index(_)] if k == "trajectory" => Want::Descend,
             [Seg::Key(k), Seg::Index(_), Seg::Key(field)] if k == "trajectory" => {
-                if matches!(field.as_str(), "action" | "observation") {
+                if matches!(field.as_str(), "action" | "observation" | "thought") {
                     Want::Whole
                 } else {
                     Want::Skip
@@ -76,6 +80,9 @@ impl Walker for Steps<'_> {
         match path {
             [_, Seg::Index(_), Seg::Key(field)] if field == "action" => {
                 self.action = Some((pos, value));
+            }
+            [_, Seg::Index(_), Seg::Key(field)] if field == "thought" => {
+                self.thought = value.as_str().map(str::to_owned);
             }
             [_, Seg::Index(_), Seg::Key(_)] => self.observation = Some((pos, value)),
             // `trajectory` elements that are not objects.
@@ -99,6 +106,7 @@ impl Steps<'_> {
         let id = format!("step-{}", index + 1);
         let action = self.action.take();
         let observation = self.observation.take();
+        let thought = self.thought.take();
         let Some((pos, action)) = action else {
             return;
         };
@@ -129,6 +137,9 @@ impl Steps<'_> {
         match item::call(&self.ids, Some(&id), tool, json!({ "args": rest })) {
             Some(call) => {
                 self.stats.record();
+                let thought = thought.unwrap_or_default();
+                self.sink
+                    .push(pos, item::answer(&self.ids, thought, None, true));
                 self.sink.push(pos, call);
             }
             None => {
@@ -173,7 +184,14 @@ mod tests {
 }"#;
         let r = read_bytes(Format::SweAgent, doc.as_bytes(), "inst");
         assert_eq!((r.calls(), r.results()), (2, 2));
-        match &r.items[1] {
+        assert_eq!(
+            r.messages(),
+            [
+                (loopguard::Role::Assistant, "t", None, Some(true)),
+                (loopguard::Role::Assistant, "t", None, Some(true)),
+            ]
+        );
+        match &r.items[2] {
             (
                 pos,
                 Item::Event(Event::Call {

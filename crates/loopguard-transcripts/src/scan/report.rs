@@ -59,9 +59,13 @@ pub struct Finding {
     pub paired_tool: Option<String>,
     /// The metric that fired.
     pub count: u32,
-    /// 1-based position of the call in its session.
+    /// 1-based position of the call in its session; for a message, the calls before it.
     pub call_index: u64,
-    /// Line of the source file: the call's, or for a compaction abort the result's.
+    /// For a message: its 1-based position among the session's messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_index: Option<u64>,
+    /// Line of the source file: the call's (the message's), or for a compaction abort the
+    /// result's.
     pub line: u64,
     /// The run (its real id when the transcript has one).
     pub run: Option<String>,
@@ -90,8 +94,11 @@ pub struct Mark {
     pub detector: Detector,
     /// Its count.
     pub count: u32,
-    /// 1-based position of the call in its session.
+    /// 1-based position of the call in its session; for a message, the calls before it.
     pub call_index: u64,
+    /// For a message: its 1-based position among the session's messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_index: Option<u64>,
     /// Line in the source file.
     pub line: u64,
 }
@@ -104,6 +111,12 @@ pub struct Mark {
 /// a ping-pong), or else, when the call right before it in the run was flagged too, that
 /// call's loop (an error cascade or a cycle moves from pattern to pattern); otherwise it
 /// starts a loop. A compaction abort joins the loop of the call it repeats.
+///
+/// A loop without tool calls (the model repeating an answer, chanting, answering in text
+/// while its harness asks for a call) is found on messages: its verdicts join the loop of
+/// their run that holds their text (the repeated answer, the chanted segment, the
+/// feedback), or else the run's text loop still open (no tool call made progress since),
+/// never a loop of calls. It reports the messages it spans and the text repeated.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LoopReport {
     /// The run (its real id when the transcript has one).
@@ -150,6 +163,22 @@ pub struct LoopReport {
     pub stopped_run: bool,
     /// What blocking would have saved.
     pub saved: Savings,
+    /// A loop without tool calls: the first and the last flagged message (1-based
+    /// positions among the session's messages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<[u64; 2]>,
+    /// A loop without tool calls: the text repeated (the answer, the chanted segment, the
+    /// harness's feedback), cut to a readable length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A loop without tool calls: tokens of the model responses made while it was open
+    /// (from a flagged message until the model's next tool call, or the end of the run),
+    /// where the transcript records usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// `tokens` as a share of the session's tokens (0 to 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_share: Option<f64>,
 }
 
 /// Per-call picture of a session, for timelines.
@@ -186,6 +215,13 @@ pub struct SessionReport {
     pub runs: u64,
     /// Tool calls.
     pub calls: u64,
+    /// Messages: the model's answers, prompts, the harness's feedback (where the
+    /// transcript records them).
+    pub messages: u64,
+    /// Messages the guard would have warned about.
+    pub warned_messages: u64,
+    /// Messages the guard would have blocked (each stops its run).
+    pub blocked_messages: u64,
     /// Results matched to a call.
     pub outcomes: u64,
     /// Compactions.
@@ -222,6 +258,6 @@ pub struct SessionReport {
 impl SessionReport {
     /// Whether the guard would have blocked anything here.
     pub fn has_blocks(&self) -> bool {
-        self.blocked_calls > 0 || !self.timeline.aborts.is_empty()
+        self.blocked_calls > 0 || self.blocked_messages > 0 || !self.timeline.aborts.is_empty()
     }
 }

@@ -226,7 +226,7 @@ blocks! {
     }
 
     /// A `loopguard` detector block with two thresholds (`consecutiveRepeat`,
-    /// `targetThrash`), as written.
+    /// `targetThrash`, `repeatedMessage`, `contentChanting`, `noToolTurns`), as written.
     LevelsBlock {
         /// On unless `false` (the block's presence turns the detector on).
         "enabled" => enabled: Option<bool> = switch,
@@ -421,6 +421,9 @@ pub(crate) const EXT_DETECTORS: &[Field] = &[
     field("targetThrash", block::<LevelsBlock>()),
     field("escalation", block::<EscalationBlock>()),
     field("batchDuplicates", block::<SwitchBlock>()),
+    field("repeatedMessage", block::<LevelsBlock>()),
+    field("contentChanting", block::<LevelsBlock>()),
+    field("noToolTurns", block::<LevelsBlock>()),
 ];
 
 /// The blocks of a scope (the document root or one agent), by path.

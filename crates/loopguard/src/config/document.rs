@@ -240,6 +240,13 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                         "batchDuplicates" => {
                             block.batch_duplicates = Some(parse_block(dv, &dp, checker))
                         }
+                        "repeatedMessage" => {
+                            block.repeated_message = Some(parse_block(dv, &dp, checker))
+                        }
+                        "contentChanting" => {
+                            block.content_chanting = Some(parse_block(dv, &dp, checker))
+                        }
+                        "noToolTurns" => block.no_tool_turns = Some(parse_block(dv, &dp, checker)),
                         _ => unknown(dk, &dp, EXT_DETECTORS, checker),
                     }
                 }

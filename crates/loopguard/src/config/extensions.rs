@@ -22,6 +22,9 @@
 //!       targetThrash: {},
 //!       escalation: { stopAfter: 3 },
 //!       batchDuplicates: {},
+//!       repeatedMessage: {},                 // the model's messages (`message` events)
+//!       contentChanting: {},
+//!       noToolTurns: { criticalThreshold: 5 },
 //!     },
 //!   },
 //!   agents: { list: [{ id: "ops", loopguard: { mode: "enforce" } }] },
@@ -60,6 +63,14 @@ pub const DEFAULT_STALE_REPEAT: (u32, u32, u32) = (3, 4, 3);
 pub const DEFAULT_TARGET_THRASH: (u32, u32) = (4, 6);
 /// Default `escalation.stopAfter`.
 pub const DEFAULT_ESCALATION_STOP: u32 = 3;
+/// Default `repeatedMessage` thresholds: copies of one answer in the window, and copies
+/// with nothing new in between.
+pub const DEFAULT_REPEATED_MESSAGE: (u32, u32) = (3, 4);
+/// Default `contentChanting` thresholds: occurrences of one segment in a run of repeats.
+pub const DEFAULT_CONTENT_CHANTING: (u32, u32) = (6, 10);
+/// Default `noToolTurns` thresholds: the same feedback to answers without a tool call, in
+/// a row.
+pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 8);
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -150,6 +161,9 @@ fn recommended() -> ExtensionsBlock {
         batch_duplicates: Some(SwitchBlock::default()),
         budgets: None,
         prices: Vec::new(),
+        repeated_message: Some(levels(3, 4)),
+        content_chanting: Some(levels(6, 10)),
+        no_tool_turns: Some(levels(3, 8)),
     }
 }
 
@@ -332,6 +346,12 @@ pub struct ExtensionsBlock {
     pub budgets: Option<BudgetsBlock>,
     /// `prices`: model name (as written) and price.
     pub prices: Vec<(String, PriceBlock)>,
+    /// `detectors.repeatedMessage`.
+    pub repeated_message: Option<LevelsBlock>,
+    /// `detectors.contentChanting`.
+    pub content_chanting: Option<LevelsBlock>,
+    /// `detectors.noToolTurns`.
+    pub no_tool_turns: Option<LevelsBlock>,
 }
 
 fn overlay_opt<T: Clone>(
@@ -394,6 +414,21 @@ impl ExtensionsBlock {
             budgets: overlay_opt(&self.budgets, &agent.budgets, BudgetsBlock::overlay),
             // The agent's prices first: the first of a model wins.
             prices: agent.prices.iter().chain(&self.prices).cloned().collect(),
+            repeated_message: overlay_opt(
+                &self.repeated_message,
+                &agent.repeated_message,
+                LevelsBlock::overlay,
+            ),
+            content_chanting: overlay_opt(
+                &self.content_chanting,
+                &agent.content_chanting,
+                LevelsBlock::overlay,
+            ),
+            no_tool_turns: overlay_opt(
+                &self.no_tool_turns,
+                &agent.no_tool_turns,
+                LevelsBlock::overlay,
+            ),
         }
     }
 }
@@ -488,6 +523,12 @@ pub struct Extensions {
     pub budgets: Option<Budgets>,
     /// The block's own prices (model names normalized), before the built-in table.
     pub prices: Vec<(String, Price)>,
+    /// `repeated_message`, when on.
+    pub repeated_message: Option<Levels>,
+    /// `content_chanting`, when on.
+    pub content_chanting: Option<Levels>,
+    /// `no_tool_turns`, when on.
+    pub no_tool_turns: Option<Levels>,
 }
 
 fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
@@ -601,12 +642,22 @@ impl Extensions {
                 .map(compile_budgets)
                 .filter(Budgets::any),
             prices: compile_prices(&block.prices),
+            repeated_message: levels(&block.repeated_message, DEFAULT_REPEATED_MESSAGE),
+            content_chanting: levels(&block.content_chanting, DEFAULT_CONTENT_CHANTING),
+            no_tool_turns: levels(&block.no_tool_turns, DEFAULT_NO_TOOL_TURNS),
         })
     }
 
     /// Whether verdicts are only reported.
     pub fn is_shadow(&self) -> bool {
         self.mode == Mode::Shadow
+    }
+
+    /// Whether a detector of messages is on (`message` events are judged).
+    pub fn judges_messages(&self) -> bool {
+        self.repeated_message.is_some()
+            || self.content_chanting.is_some()
+            || self.no_tool_turns.is_some()
     }
 }
 

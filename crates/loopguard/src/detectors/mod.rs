@@ -3,10 +3,12 @@
 //! on. A critical finding beats a warning; between two of the same level, SPEC's wins.
 
 pub(crate) mod cascade;
+pub(crate) mod chanting;
 pub(crate) mod escalation;
 pub(crate) mod extensions;
 pub(crate) mod period;
 pub(crate) mod thrash;
+pub(crate) mod turns;
 
 use crate::config::EffectiveConfig;
 use crate::fingerprint::{CallPrint, Fingerprint, Signature};

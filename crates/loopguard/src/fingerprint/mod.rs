@@ -134,6 +134,11 @@ impl Signature {
     /// No signature (what a ticket resumed by an unknown id holds: it records nothing).
     pub(crate) const NONE: Self = Self(0);
 
+    /// A signature of the engine's own, by its raw digest (no tool is named so).
+    pub(crate) const fn from_raw(raw: u128) -> Self {
+        Self(raw)
+    }
+
     /// The signature of `tool` (already trimmed) called with arguments of fingerprint `args`.
     pub fn new(tool: &str, args: Fingerprint) -> Self {
         // The lg1 string of the tool, then the args digest; short names skip the digest

@@ -12,8 +12,8 @@
 //! | entry | item |
 //! |---|---|
 //! | `session` header | the session id (else the file name's) |
-//! | `message`, role `user` | a new run (runs are inferred from user messages, FORMATS §1.6) |
-//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, then one call per `toolCall` block (`id`, `name`, `arguments`) |
+//! | `message`, role `user` | a new run (runs are inferred from user messages, FORMATS §1.6), and its prompt |
+//! | `message`, role `assistant` | a [`Item::Turn`] with its `usage`, the model's answer (its `text` blocks, its `thinking` blocks as reasoning; none for a failed model call, `stopReason: "error"`), then one call per `toolCall` block (`id`, `name`, `arguments`) |
 //! | `message`, role `toolResult` | the result of call `toolCallId`: `{content, details}`, or an error with the joined text when `isError` is true |
 //! | `compaction` | a compaction in the current run |
 //! | `custom` with `data.runId` | the real id of the current run ([`Item::RunLabel`]); a different id inside one inferred run starts a new run there |
@@ -31,14 +31,14 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, Seek, SeekFrom};
 
 use loopguard::json::{Json, Kind, Object, Raw, RawObject, Str, Tape};
-use loopguard::OutcomeOf;
+use loopguard::{OutcomeOf, Role};
 use loopguard_events::{EventRef, Ids};
 use serde::Deserialize;
 
 pub use files::{classify, sidecar_of, CopyKind, SessionFile};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
-use crate::item::{self, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
 use crate::json_ref::{joined_text, opt_bool, opt_f64, opt_str, pick, JsonRef};
 use crate::readers::lines::{self, Line, Lines};
 use crate::stats::{ReadStats, SkipReason};
@@ -238,11 +238,13 @@ struct Message<'a> {
     details: Option<Raw<'a>>,
     is_error: Option<bool>,
     usage: Option<Raw<'a>>,
+    /// `error`: the model call failed (the content is OpenClaw's placeholder).
+    stop_reason: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
     fn read(object: RawObject<'a>) -> Result<Self, String> {
-        let [role, content, tool_call_id, details, is_error, usage] = pick(
+        let [role, content, tool_call_id, details, is_error, usage, stop_reason] = pick(
             object,
             [
                 "role",
@@ -251,6 +253,7 @@ impl<'a> Message<'a> {
                 "details",
                 "isError",
                 "usage",
+                "stopReason",
             ],
         );
         Ok(Self {
@@ -260,6 +263,7 @@ impl<'a> Message<'a> {
             details: details.filter(|d| !d.is_null()),
             is_error: opt_bool(is_error, "isError")?,
             usage,
+            stop_reason: opt_str(stop_reason, "stopReason").ok().flatten(),
         })
     }
 }
@@ -477,6 +481,13 @@ impl<'o> Reader<'o> {
                         usage: message.usage.and_then(usage),
                     },
                 );
+                // A failed model call is no answer: its text is OpenClaw's placeholder.
+                let failed = message.stop_reason == Some("error");
+                if let Some(content) = message.content.filter(|_| !failed) {
+                    let mut said = AnswerParts::new(pos, &self.ids);
+                    add_blocks(&mut said, content);
+                    said.emit(sink);
+                }
                 let Some(blocks) = message.content.and_then(Block::all) else {
                     return;
                 };
@@ -566,9 +577,13 @@ impl<'o> Reader<'o> {
                 };
                 sink.push_event(pos, &event);
             }
+            Some("user") => {
+                let text = message.content.map(joined_text).unwrap_or_default();
+                sink.push(pos, item::said(&self.ids, Role::User, text));
+            }
             Some(
-                "user" | "custom" | "bashExecution" | "compactionSummary" | "branchSummary"
-                | "hookMessage" | "system",
+                "custom" | "bashExecution" | "compactionSummary" | "branchSummary" | "hookMessage"
+                | "system",
             ) => {}
             other => {
                 let role = other.unwrap_or("(none)").to_owned();
@@ -576,6 +591,27 @@ impl<'o> Reader<'o> {
                     format!("message role {role}")
                 });
             }
+        }
+    }
+}
+
+/// Adds an assistant message's content to its answer: a string, or its `text` blocks,
+/// `thinking` blocks as reasoning, and whether a `toolCall` block came.
+fn add_blocks(answer: &mut AnswerParts, content: Raw<'_>) {
+    if let Some(text) = content.as_str() {
+        answer.add_text(text);
+        return;
+    }
+    let Some(blocks) = content.as_array() else {
+        return;
+    };
+    for block in blocks {
+        let field = |k: &str| block.get(k).and_then(Json::as_str).unwrap_or("");
+        match field("type") {
+            "text" => answer.add_text(field("text")),
+            "thinking" => answer.add_reasoning(field("thinking")),
+            "toolCall" => answer.calls = true,
+            _ => {}
         }
     }
 }

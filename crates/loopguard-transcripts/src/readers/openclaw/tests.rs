@@ -74,14 +74,39 @@ impl Transcript {
     }
 }
 
+/// The calls, results and compactions read.
 fn events(r: &Read) -> Vec<&Event> {
     r.items
         .iter()
         .filter_map(|(_, i)| match i {
+            Item::Event(Event::Message { .. }) => None,
             Item::Event(e) => Some(e),
             _ => None,
         })
         .collect()
+}
+
+#[test]
+fn prompts_and_answers_are_messages() {
+    let mut t = Transcript::new("s1");
+    t.user("go");
+    t.call("c1", "read", json!({"path": "/a"}));
+    t.result("c1", "A", false);
+    t.raw(r#"{"type":"message","message":{"role":"assistant","content":[{"type":"thinking","thinking":"it is A"},{"type":"text","text":"The file says A."}]}}"#);
+    let r = read_bytes(Format::OpenClaw, &t.bytes(), "hint");
+    let said = r.messages();
+    assert_eq!(said[0], (loopguard::Role::User, "go", None, None));
+    assert_eq!(said[1].0, loopguard::Role::Assistant);
+    assert_eq!(said[1].3, Some(true));
+    assert_eq!(
+        said[2],
+        (
+            loopguard::Role::Assistant,
+            "The file says A.",
+            Some("it is A"),
+            Some(false)
+        )
+    );
 }
 
 #[test]

@@ -76,8 +76,9 @@ impl<'a> Session<'a> {
         self.response = None;
     }
 
-    /// A model response begins when `response` is new (or unknown).
-    fn turn(&mut self, pos: Pos, response: Option<String>, sink: &mut dyn Sink) {
+    /// A model response begins when `response` is new (or unknown); returns whether one
+    /// did.
+    fn turn(&mut self, pos: Pos, response: Option<String>, sink: &mut dyn Sink) -> bool {
         if response.is_none() || response != self.response {
             self.response = response;
             sink.push(
@@ -87,7 +88,9 @@ impl<'a> Session<'a> {
                     usage: None,
                 },
             );
+            return true;
         }
+        false
     }
 
     /// Remembers a call under its pairing keys.

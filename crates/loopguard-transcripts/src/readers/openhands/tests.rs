@@ -54,6 +54,39 @@ fn maps_v0_events() {
     assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
     assert_eq!(r.stats.skipped_for(SkipReason::NotAnObject), 1);
     assert_eq!(r.stats.records, 8);
+    // The prompt, one answer per model response (its first call's thought), the final
+    // message.
+    assert_eq!(
+        r.messages(),
+        [
+            (loopguard::Role::User, "go", None, None),
+            (loopguard::Role::Assistant, "x", None, Some(true)),
+            (loopguard::Role::Assistant, "done", None, Some(false)),
+        ]
+    );
+}
+
+#[test]
+fn v1_messages() {
+    let lines = [
+        r#"{"kind": "MessageEvent", "id": "m1", "source": "user", "llm_message": {"role": "user", "content": [{"type": "text", "text": "fix it"}]}}"#,
+        r#"{"kind": "ActionEvent", "id": "a1", "source": "agent", "tool_name": "terminal", "tool_call_id": "t1", "llm_response_id": "r1", "thought": [{"type": "text", "text": "Looking."}], "action": {"kind": "ExecuteBashAction", "command": "ls"}}"#,
+        r#"{"kind": "MessageEvent", "id": "m2", "source": "agent", "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "All fixed."}], "reasoning_content": "it works"}}"#,
+    ];
+    let r = read_bytes(Format::OpenHands, lines.join("\n").as_bytes(), "oh1");
+    assert_eq!(
+        r.messages(),
+        [
+            (loopguard::Role::User, "fix it", None, None),
+            (loopguard::Role::Assistant, "Looking.", None, Some(true)),
+            (
+                loopguard::Role::Assistant,
+                "All fixed.",
+                Some("it works"),
+                Some(false)
+            ),
+        ]
+    );
 }
 
 #[test]

@@ -2,15 +2,17 @@
 //!
 //! | event | item |
 //! |---|---|
-//! | `source: user`, `action: message` | a new run |
+//! | `source: user`, `action: message` | a new run, and its prompt (`args.content`) |
 //! | an agent action that runs something (`run`, `run_ipython`, `read`, `edit`, `write`, `browse`, `browse_interactive`, `call_tool_mcp`, `delegate`, or any action with `tool_call_metadata`) | a call with id = the event `id`; the tool is `tool_call_metadata.function_name` (else the action); args are `args` without the fields that describe the agent rather than the call (`thought`, `confirmation_state`, `security_risk`, `is_confirmed`, `hidden`, `impl_source`, `translated_ipython_code`). A new model response (`model_response.id`) is a [`Item::Turn`](crate::Item::Turn) |
 //! | `condensation` action | a compaction in the current run |
 //! | an observation whose `cause` is a call (in a `[action, observation]` pair: the pair's action) | its result: `{content: [content], details: {exitCode}}`, an error for `observation: error`, failed by the rules for a non-zero exit code (`extras.exit_code`, `extras.metadata.exit_code`) or an `ERROR:` text |
-//! | an agent `message`, `finish` or `think` | a [`Item::Turn`](crate::Item::Turn) (a response without a call) |
+//! | an agent `message`, `finish` or `think` | a [`Item::Turn`](crate::Item::Turn) (a response without a call) and the model's answer (`args.content`, else `final_thought`; `thought` as its reasoning) |
+//! | the first call of a model response | also the model's answer: its `thought`, with calls |
 //! | everything else (state changes, observations of other actions) | nothing |
 //!
 //! V0 records no usage per response.
 
+use loopguard::Role;
 use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
@@ -91,8 +93,11 @@ fn action_event(
     sink: &mut dyn Sink,
 ) -> Option<String> {
     let source = event.get("source").and_then(Value::as_str);
+    let arg = |k: &str| event.pointer(&format!("/args/{k}")).and_then(Value::as_str);
     if source == Some("user") && action == "message" {
         session.start_run();
+        let prompt = arg("content").unwrap_or("").to_owned();
+        sink.push(pos, item::said(&session.ids, Role::User, prompt));
         return None;
     }
     if action == "condensation" {
@@ -107,6 +112,12 @@ fn action_event(
         // An answer, a thought, `finish`: a model response without a call.
         if matches!(action, "message" | "finish" | "think") {
             session.turn(pos, None, sink);
+            let text = arg("content").or(arg("final_thought")).unwrap_or("");
+            let thought = arg("thought").map(str::to_owned);
+            sink.push(
+                pos,
+                item::answer(&session.ids, text.to_owned(), thought, false),
+            );
         }
         return None;
     }
@@ -126,7 +137,10 @@ fn action_event(
         .and_then(|m| m.pointer("/model_response/id"))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    session.turn(pos, response, sink);
+    if session.turn(pos, response, sink) {
+        let thought = arg("thought").unwrap_or("").to_owned();
+        sink.push(pos, item::answer(&session.ids, thought, None, true));
+    }
     let mut args = event.get("args").cloned().unwrap_or(json!({}));
     if let Value::Object(map) = &mut args {
         map.retain(|k, _| !NOT_ARGS.contains(&k.as_str()));

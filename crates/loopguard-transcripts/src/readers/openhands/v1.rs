@@ -2,8 +2,9 @@
 //!
 //! | event `kind` | item |
 //! |---|---|
-//! | `MessageEvent` from the user | a new run |
-//! | `MessageEvent` from the agent | a [`Item::Turn`](crate::Item::Turn) (a response without calls) |
+//! | `MessageEvent` from the user | a new run, and its prompt |
+//! | `MessageEvent` from the agent | a [`Item::Turn`](crate::Item::Turn) (a response without calls) and the model's answer (`llm_message.content`, its `reasoning_content` as reasoning) |
+//! | the first `ActionEvent` of a model response | also the model's answer: its `thought` (and `reasoning_content`), with calls |
 //! | `ActionEvent` | a call, `think` and `finish` included: id `tool_call_id` (else the event `id`); tool `tool_name` (else `tool_call.name`, `tool_call.function.name`, `action.kind`); args parsed from `tool_call.arguments` (newer builds) or `tool_call.function.arguments` (older), else the `action` without its `kind`, always without `security_risk` (the agent's own rating, not part of the call). Actions of one `llm_response_id` are one batch and one [`Item::Turn`](crate::Item::Turn) |
 //! | `ObservationEvent` | the result of the call its `action_id` (else `tool_call_id`) names, never by position (a parallel batch's observations come after all its actions): `{content: [text], details: {exitCode}}` with the text of `observation.content` (newer) or `observation.output` (older); failed by the rules for `error`, `is_error`, a non-zero exit code (`exit_code` can be null while `metadata.exit_code` is 1) or an `ERROR:` text |
 //! | `AgentErrorEvent`, `UserRejectObservation` | an error result of the call they name |
@@ -12,6 +13,7 @@
 //!
 //! V1 records no usage per response in these files.
 
+use loopguard::Role;
 use loopguard_events::OwnedOutcome;
 use serde_json::{json, Value};
 
@@ -56,10 +58,18 @@ pub(super) fn event(session: &mut Session<'_>, pos: Pos, event: &Value, sink: &m
                 .pointer("/llm_message/role")
                 .and_then(Value::as_str)
                 .or(text("source"));
+            let message = event.get("llm_message").unwrap_or(&Value::Null);
+            let content = content_text(message.get("content").unwrap_or(&Value::Null));
             if role == Some("user") {
                 session.start_run();
+                sink.push(pos, item::said(&session.ids, Role::User, content));
             } else {
                 session.turn(pos, None, sink);
+                let reasoning = message
+                    .get("reasoning_content")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                sink.push(pos, item::answer(&session.ids, content, reasoning, false));
             }
         }
         "Condensation" => {
@@ -128,7 +138,11 @@ fn action(session: &mut Session<'_>, pos: Pos, event: &Value, sink: &mut dyn Sin
         map.retain(|k, _| !NOT_ARGS.contains(&k.as_str()));
     }
     let response = text("llm_response_id").map(str::to_owned);
-    session.turn(pos, response.clone(), sink);
+    if session.turn(pos, response.clone(), sink) {
+        let thought = content_text(event.get("thought").unwrap_or(&Value::Null));
+        let reasoning = text("reasoning_content").map(str::to_owned);
+        sink.push(pos, item::answer(&session.ids, thought, reasoning, true));
+    }
     match item::call_in_batch(&session.ids, Some(&call_id), tool, args, response) {
         Some(call) => {
             let keys: Vec<&str> = [text("id"), Some(call_id.as_str())]

@@ -81,14 +81,24 @@ impl<'a> Flag<'a> {
         }
     }
 
-    fn mark(&self, call_index: u64, line: u64) -> Mark {
+    fn mark(&self, at: At) -> Mark {
         Mark {
             detector: self.detector,
             count: self.count,
-            call_index,
-            line,
+            call_index: at.call,
+            message_index: at.message,
+            line: at.line,
         }
     }
+}
+
+/// Where a flag was raised: on a call (its index), or on a message (its index among the
+/// messages, and the calls before it).
+#[derive(Clone, Copy)]
+struct At {
+    call: u64,
+    message: Option<u64>,
+    line: u64,
 }
 
 /// A loop of a run: the call patterns it covers, and its place in the session's report.
@@ -115,6 +125,9 @@ struct RunTrack {
     last_flagged: Option<usize>,
     /// Loops whose first flagged call's outcome is still to come: (call index, loop).
     awaiting_outcome: Vec<(u64, usize)>,
+    /// The run's loop without tool calls still open: flagged on a message, and no tool
+    /// call made since.
+    text_open: Option<usize>,
     blocked: Vec<(Signature, usize)>,
     last_used: u64,
     seen_event: bool,
@@ -264,10 +277,15 @@ impl Scanner {
         for (state, report) in self.sessions.iter_mut().zip(&mut self.reports) {
             state.close(report);
             // Where the transcript records usage, nothing saved is 0 tokens, not unknown.
-            if report.usage.is_some() {
+            if let Some(usage) = report.usage {
                 report.saved.tokens.get_or_insert(0);
                 for l in &mut report.loops {
                     l.saved.tokens.get_or_insert(0);
+                    if l.messages.is_some() {
+                        let tokens = *l.tokens.get_or_insert(0);
+                        l.token_share =
+                            (usage.tokens > 0).then(|| tokens as f64 / usage.tokens as f64);
+                    }
                 }
             }
         }
@@ -344,7 +362,8 @@ impl Scanner {
     /// Applies an event (owned, or read in place from a line) and tracks it.
     fn event<'a, J: Json<'a>>(&mut self, pos: Pos, event: &EventRef<'a, J>) {
         let (s, r) = self.enter(event.ids());
-        if !std::mem::replace(&mut self.sessions[s].runs[r].seen_event, true) {
+        let counts = !matches!(event, EventRef::Message { .. });
+        if counts && !std::mem::replace(&mut self.sessions[s].runs[r].seen_event, true) {
             self.reports[s].runs += 1;
         }
         match event {
@@ -359,8 +378,73 @@ impl Scanner {
             EventRef::Usage { .. } => {
                 self.replayer.apply(pos.line, event);
             }
+            EventRef::Message { .. } => self.message(s, r, pos, event),
         }
         self.fit_budget(s);
+    }
+
+    /// A message: a loop without tool calls when a detector of messages flags it.
+    fn message<'a, J: Json<'a>>(&mut self, s: usize, r: usize, pos: Pos, event: &EventRef<'a, J>) {
+        let EventRef::Message { message, .. } = event else {
+            return;
+        };
+        let answer = self.replayer.apply(pos.line, event);
+        let report = &mut self.reports[s];
+        report.messages += 1;
+        let at = At {
+            call: report.calls,
+            message: Some(report.messages),
+            line: pos.line,
+        };
+        let run = &mut self.sessions[s].runs[r];
+        let verdict = match answer {
+            Answer::Message { verdict, .. } => seen(verdict),
+            _ => Verdict::Allow,
+        };
+        let (detection, outcome) = match &verdict {
+            Verdict::Warn { detection, .. } => {
+                report.warned_messages += 1;
+                (detection, Outcome::Warned)
+            }
+            Verdict::Block {
+                detection,
+                terminal,
+            } => {
+                if let Some(l) = run.stopped_by {
+                    // A message of a run already stopped: the model was not called again.
+                    let the_loop = &mut report.loops[l];
+                    if let Some(m) = &mut the_loop.messages {
+                        m[1] = report.messages;
+                    }
+                    return;
+                }
+                report.blocked_messages += 1;
+                let outcome = match terminal {
+                    true => Outcome::Stopped,
+                    false => Outcome::Blocked,
+                };
+                (detection, outcome)
+            }
+            _ => return,
+        };
+        let flag = Flag::of(detection);
+        // Text loops group by their text, else with the run's open text loop; never with
+        // a loop of calls by contiguity.
+        let calls_last = std::mem::replace(&mut run.last_flagged, run.text_open);
+        let l = loop_for(report, run, &flag);
+        run.last_flagged = calls_last;
+        run.text_open = Some(l);
+        record(report, run, l, &flag, at, outcome);
+        let the_loop = &mut report.loops[l];
+        let index = report.messages;
+        let range = the_loop.messages.get_or_insert([index, index]);
+        range[1] = index;
+        if the_loop.text.is_none() {
+            the_loop.text = Some(detection.excerpt().unwrap_or(message.text).to_owned());
+        }
+        if outcome == Outcome::Stopped {
+            run.stopped_by = Some(l);
+        }
     }
 
     fn call<'a, J: Json<'a>>(&mut self, s: usize, r: usize, pos: Pos, event: &EventRef<'a, J>) {
@@ -432,25 +516,7 @@ impl Scanner {
         }
         run.batch_calls += 1;
         let verdict = match answer {
-            // A scan reports what would have fired, in shadow mode or not.
-            Answer::Call {
-                verdict:
-                    Verdict::Shadow {
-                        detection,
-                        terminal,
-                    },
-                ..
-            } => match detection.level {
-                Level::Critical => Verdict::Block {
-                    detection,
-                    terminal,
-                },
-                _ => Verdict::Warn {
-                    detection,
-                    notify: false,
-                },
-            },
-            Answer::Call { verdict, .. } => verdict,
+            Answer::Call { verdict, .. } => seen(verdict),
             _ => Verdict::Allow,
         };
         // A loop's first call: what it was called with (its outcome comes with its result).
@@ -463,13 +529,21 @@ impl Scanner {
                 run.awaiting_outcome.push((index, l));
             }
         };
+        let at = At {
+            call: index,
+            message: None,
+            line: pos.line,
+        };
+        // The model made a tool call: the run's loop without tool calls, if one was open,
+        // ends there.
+        run.text_open = None;
         let mark = match &verdict {
             Verdict::Warn { detection, .. } => {
                 report.warned_calls += 1;
                 let flag = Flag::of(detection);
                 let l = loop_for(report, run, &flag);
                 first_of(report, run, l);
-                record(report, run, l, &flag, index, pos.line, Outcome::Warned);
+                record(report, run, l, &flag, at, Outcome::Warned);
                 run.last_flagged = Some(l);
                 Timeline::WARN
             }
@@ -498,7 +572,7 @@ impl Scanner {
                     } else {
                         Outcome::Blocked
                     };
-                    if record(report, run, l, &flag, index, pos.line, outcome) {
+                    if record(report, run, l, &flag, at, outcome) {
                         run.blocked.push((signature(), l));
                     }
                     if *terminal {
@@ -569,7 +643,12 @@ impl Scanner {
                         signatures: [Some(abort.signature), None],
                     };
                     let l = loop_for(report, run, &flag);
-                    record(report, run, l, &flag, index, pos.line, Outcome::Aborted);
+                    let at = At {
+                        call: index,
+                        message: None,
+                        line: pos.line,
+                    };
+                    record(report, run, l, &flag, at, Outcome::Aborted);
                     if run.stopped_by.is_none() {
                         run.stopped_by = Some(l);
                     }
@@ -583,7 +662,10 @@ impl Scanner {
 
     fn turn(&mut self, s: usize, r: usize, usage: Option<Usage>) {
         let run = &mut self.sessions[s].runs[r];
-        run.turn_saved = if run.batch_calls > 0 && run.batch_blocked == run.batch_calls {
+        run.turn_saved = if run.stopped_by.is_some() {
+            // The run was stopped: the model would not have been called again.
+            run.stopped_by
+        } else if run.batch_calls > 0 && run.batch_blocked == run.batch_calls {
             run.batch_loop
         } else {
             None
@@ -624,6 +706,9 @@ impl Scanner {
         if let Some(l) = self.sessions[s].runs[r].turn_saved {
             report.saved.add_usage(usage);
             report.loops[l].saved.add_usage(usage);
+        }
+        if let Some(l) = self.sessions[s].runs[r].text_open {
+            *report.loops[l].tokens.get_or_insert(0) += usage.tokens;
         }
     }
 }
@@ -670,6 +755,26 @@ impl Sink for Scanner {
     }
 }
 
+/// A verdict as a scan reports it: what would have fired, in shadow mode or not.
+fn seen(verdict: Verdict) -> Verdict {
+    match verdict {
+        Verdict::Shadow {
+            detection,
+            terminal,
+        } => match detection.level {
+            Level::Critical => Verdict::Block {
+                detection,
+                terminal,
+            },
+            _ => Verdict::Warn {
+                detection,
+                notify: false,
+            },
+        },
+        other => other,
+    }
+}
+
 /// The loop a flag belongs to, created when new (see [`LoopReport`] for the rule).
 fn loop_for(report: &mut SessionReport, run: &mut RunTrack, flag: &Flag<'_>) -> usize {
     let signatures = flag.signatures.iter().flatten();
@@ -708,6 +813,10 @@ fn loop_for(report: &mut SessionReport, run: &mut RunTrack, flag: &Flag<'_>) -> 
         repeats_after_block: 0,
         stopped_run: false,
         saved: Savings::default(),
+        messages: None,
+        text: None,
+        tokens: None,
+        token_share: None,
     });
     let index = report.loops.len() - 1;
     run.loops.push(LoopTrack {
@@ -771,11 +880,12 @@ fn record(
     run: &RunTrack,
     l: usize,
     flag: &Flag<'_>,
-    call_index: u64,
-    line: u64,
+    at: At,
     outcome: Outcome,
 ) -> bool {
-    let mark = flag.mark(call_index, line);
+    let (call_index, line) = (at.call, at.line);
+    let on_call = at.message.is_none();
+    let mark = flag.mark(at);
     let the_loop = &mut report.loops[l];
     if !the_loop.detectors.contains(&flag.detector) {
         the_loop.detectors.push(flag.detector);
@@ -792,11 +902,11 @@ fn record(
     let mut first_block = false;
     match outcome {
         Outcome::Warned => {
-            the_loop.warned_calls += 1;
+            the_loop.warned_calls += u64::from(on_call);
             the_loop.first_warning.get_or_insert(mark);
         }
         Outcome::Blocked | Outcome::Stopped => {
-            the_loop.blocked_calls += 1;
+            the_loop.blocked_calls += u64::from(on_call);
             match &the_loop.first_block {
                 None => {
                     first_block = true;
@@ -829,6 +939,7 @@ fn record(
             paired_tool: flag.paired_tool.map(str::to_owned),
             count: flag.count,
             call_index,
+            message_index: at.message,
             line,
             run: run.display(),
             loop_index: l,

@@ -3,6 +3,7 @@ use crate::detect::Format;
 use crate::item;
 use crate::scan::Mark;
 use crate::scan::{scan_bytes, session_hint, FileStatus, ScanOptions};
+use loopguard::Role;
 use loopguard_events::OwnedOutcome;
 use serde_json::json;
 
@@ -453,4 +454,72 @@ fn unanswered_calls_are_bounded_per_run() {
     assert!(run.pending_order.len() <= 2 * MAX_PENDING + 1);
     let s = feed.finish();
     assert_eq!(s.unpaired_calls, (MAX_PENDING + 10) as u64);
+}
+
+/// A format-error loop: the model answers in text and the harness replies with the same
+/// feedback, 10 times in a row after two calls. With the preset, `no_tool_turns` warns at
+/// the 3rd feedback and stops the run at the 8th: one loop without tool calls, its
+/// messages and text reported, the responses after the stop saved, and its tokens (the
+/// responses while it was open) a share of the session's.
+#[test]
+fn a_loop_without_tool_calls_reports_its_messages_text_and_tokens() {
+    let config = ConfigSet::parse(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }",
+    )
+    .unwrap();
+    let mut feed = Feed {
+        scanner: Scanner::new(config, None),
+        line: 0,
+    };
+    let ids = item::ids("s", Some("r1"));
+    for i in 1..=2 {
+        feed.turn("r1", 100);
+        feed.push(item::answer(&ids, String::new(), None, true));
+        let id = format!("c{i}");
+        feed.call("r1", &id, "bash", json!({ "command": format!("step {i}") }));
+        feed.ok("r1", &id, &format!("output {i}"));
+    }
+    let feedback = "No tool calls found in the response. Every response MUST include a tool call.";
+    for i in 1..=10 {
+        feed.turn("r1", 1000);
+        let answer = format!("I think it is done (attempt {i}).");
+        feed.push(item::answer(&ids, answer, None, false));
+        feed.push(item::said(&ids, Role::ToolFeedback, feedback.into()));
+    }
+    let s = feed.finish();
+    assert_eq!((s.calls, s.messages, s.runs), (2, 22, 1));
+    // Warned: the 3rd to 7th feedback and the answers after them; the 8th blocks.
+    assert_eq!((s.warned_messages, s.blocked_messages), (10, 1));
+    assert_eq!(s.loops.len(), 1);
+    let l = &s.loops[0];
+    assert_eq!(l.detectors, [Detector::NoToolTurns]);
+    assert_eq!((l.warned_calls, l.blocked_calls), (0, 0));
+    assert_eq!(l.text.as_deref(), Some(feedback));
+    let warning = l.first_warning.as_ref().unwrap();
+    assert_eq!(
+        (warning.call_index, warning.message_index, warning.count),
+        (2, Some(8), 3)
+    );
+    let block = l.first_block.as_ref().unwrap();
+    assert_eq!(
+        (block.call_index, block.message_index, block.count),
+        (2, Some(18), 8)
+    );
+    assert!(l.stopped_run);
+    // Flagged from the 3rd feedback (message 8) to the stop, and the messages of the
+    // stopped run after it.
+    assert_eq!(l.messages, Some([8, 22]));
+    // The responses after the stop (the 9th and 10th) would not have been made.
+    assert_eq!(l.saved.tokens, Some(2000));
+    // Open from the 3rd feedback: the 4th to 10th responses.
+    assert_eq!(l.tokens, Some(7000));
+    let share = l.token_share.unwrap();
+    assert!((share - 7000.0 / 10200.0).abs() < 1e-9, "{share}");
+    let finding = s
+        .findings
+        .iter()
+        .find(|f| f.level == Level::Critical)
+        .unwrap();
+    assert_eq!(finding.tool, "tool_feedback");
+    assert_eq!(finding.message_index, Some(18));
 }
