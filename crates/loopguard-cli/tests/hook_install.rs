@@ -211,6 +211,7 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
         "PostToolUse",
         "PostToolUseFailure",
         "PreCompact",
+        "Stop",
         "SessionEnd",
     ] {
         assert!(
@@ -224,9 +225,10 @@ fn claude_code_user_settings_round_trip_byte_for_byte() {
         commands(&doc, "PreToolUse")[0],
         "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/check-bash.sh"
     );
+    // The user's own Stop hook stays first; loopguard's reads the transcript after it.
     assert_eq!(
         commands(&doc, "Stop"),
-        ["afplay /System/Library/Sounds/Glass.aiff"]
+        ["afplay /System/Library/Sounds/Glass.aiff", want.as_str()]
     );
     assert_eq!(doc["permissions"]["deny"][2], "Read(./secrets/**)");
     assert_eq!(doc["includeCoAuthoredBy"], false);

@@ -22,6 +22,7 @@
 //! Other events are ignored (exit 0, a line on stderr).
 
 use loopguard_events::OwnedOutcome;
+use loopguard_transcripts::Format;
 use serde_json::{json, Value};
 
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};
@@ -47,6 +48,7 @@ pub const EVENTS: &[&str] = &[
     "PostToolUse",
     "PostToolUseFailure",
     "PreCompact",
+    "Stop",
     "SessionEnd",
 ];
 
@@ -54,7 +56,8 @@ pub const EVENTS: &[&str] = &[
 pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
     let p = Payload::new(value)?;
     let name = p.event_name()?;
-    let origin = p.origin()?;
+    let mut origin = p.origin()?;
+    origin.transcript = p.transcript(Format::ClaudeCode)?;
     let event = match name {
         "PreToolUse" => HookEvent::ToolCall(p.tool_use()?),
         "PostToolUse" => HookEvent::ToolResult {
@@ -88,6 +91,7 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
             fresh: matches!(p.str("source")?, None | Some("startup" | "clear")),
         },
         "SessionEnd" => HookEvent::SessionEnded,
+        "Stop" => HookEvent::Stopped,
         other => return Err(PayloadError::Unsupported(other.to_owned())),
     };
     Ok((origin, event))
@@ -243,8 +247,16 @@ mod tests {
             HookEvent::SessionEnded
         );
         assert_eq!(
-            parse(&json!({"hook_event_name": "Stop"})).unwrap_err(),
-            PayloadError::Unsupported("Stop".into())
+            parsed(json!({"hook_event_name": "Stop"})),
+            HookEvent::Stopped
+        );
+        assert_eq!(
+            parse(&json!({"hook_event_name": "Notification"})).unwrap_err(),
+            PayloadError::Unsupported("Notification".into())
+        );
+        assert_eq!(
+            parse(&pre).unwrap().0.transcript.unwrap().path,
+            "/home/user/.claude/projects/x/transcript.jsonl"
         );
     }
 

@@ -45,6 +45,7 @@ pub mod mapping;
 pub mod outcome;
 pub mod payload;
 pub mod store;
+pub mod transcript;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -286,11 +287,18 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: Millis) -> Res
         Err(PayloadError::Invalid(message)) => return Response::failed(agent, &message),
     };
     raw_parts.patch(&mut event);
-    // The config is read only for events that reach the engine.
-    let config = if event.needs_config() {
+    // The config is read only for events that reach the engine. An event that needs it
+    // only to read the transcript goes on without (its run boundary is not lost).
+    let reads_tail = origin.transcript.is_some() && event.reads_tail();
+    let mut early_warnings = String::new();
+    let config = if event.needs_config() || reads_tail {
         match loopguard_config::load(options.config.as_deref(), Defaults::Live) {
             Ok(config) => Some(config),
-            Err(e) => return Response::failed(agent, &e.to_string()),
+            Err(e) if event.needs_config() => return Response::failed(agent, &e.to_string()),
+            Err(e) => {
+                early_warnings = Response::failed(agent, &e.to_string()).stderr;
+                None
+            }
         }
     } else {
         None
@@ -305,11 +313,12 @@ pub fn handle(agent: Agent, input: &[u8], options: &Options, now: Millis) -> Res
             &event,
             agent.delivery(),
         )?;
-        let warnings: String = tx
-            .warnings()
-            .iter()
-            .map(|w| format!("loopguard hook {}: {w}\n", agent.name()))
-            .collect();
+        let warnings: String = early_warnings
+            + &tx
+                .warnings()
+                .iter()
+                .map(|w| format!("loopguard hook {}: {w}\n", agent.name()))
+                .collect::<String>();
         tx.commit()?;
         // Best effort: a WAL left large is folded by a later hook.
         let _ = db.fold_wal();

@@ -36,6 +36,18 @@ pub struct Origin {
     /// The agent id whose config applies (`agents.list[].id`), when the payload names one
     /// (the subagent type); otherwise the `--agent` of the command line.
     pub agent: Option<String>,
+    /// The session's transcript, when the payload names one in a format the hook reads
+    /// ([`crate::transcript`]).
+    pub transcript: Option<Transcript>,
+}
+
+/// A session transcript a payload names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transcript {
+    /// Its path.
+    pub path: String,
+    /// Its format.
+    pub format: loopguard_transcripts::Format,
 }
 
 impl Origin {
@@ -48,7 +60,17 @@ impl Origin {
                 .to_owned(),
             subagent: None,
             agent: None,
+            transcript: None,
         }
+    }
+
+    /// The agent whose config applies: the payload's, else `default_agent` (the command
+    /// line's); blank is none.
+    pub fn agent<'a>(&'a self, default_agent: Option<&'a str>) -> Option<&'a str> {
+        self.agent
+            .as_deref()
+            .or(default_agent)
+            .and_then(loopguard::text::non_blank)
     }
 }
 
@@ -151,6 +173,8 @@ pub enum HookEvent {
     },
     /// The session ended.
     SessionEnded,
+    /// The model finished answering (Claude Code's `Stop`): its last answer is whole.
+    Stopped,
 }
 
 impl HookEvent {
@@ -159,6 +183,20 @@ impl HookEvent {
         matches!(
             self,
             Self::ToolCall(_) | Self::ToolResult { .. } | Self::Compaction
+        )
+    }
+
+    /// Whether the event reads what the session's transcript gained (when the payload
+    /// names one): before the call or the result is judged, before a new run starts (the
+    /// last answer belongs to the run that gave it), and when the model has finished.
+    pub fn reads_tail(&self) -> bool {
+        matches!(
+            self,
+            Self::ToolCall(_)
+                | Self::ToolResult { .. }
+                | Self::Compaction
+                | Self::PromptSubmitted
+                | Self::Stopped
         )
     }
 }
@@ -224,8 +262,33 @@ pub fn apply(
     event: &HookEvent,
     delivery: NoteDelivery,
 ) -> Result<Reaction, StoreError> {
+    let said = match (&origin.transcript, config) {
+        (Some(transcript), Some(config)) if event.reads_tail() => read_transcript(
+            tx,
+            config,
+            default_agent,
+            origin,
+            transcript,
+            matches!(event, HookEvent::Stopped),
+        )?,
+        _ => Said::default(),
+    };
+    let reaction = apply_event_of(tx, config, default_agent, origin, event, delivery)?;
+    Ok(said.into_reaction(event, reaction))
+}
+
+/// [`apply`] without the transcript.
+fn apply_event_of(
+    tx: &mut HookTx<'_>,
+    config: Option<&ConfigSet>,
+    default_agent: Option<&str>,
+    origin: &Origin,
+    event: &HookEvent,
+    delivery: NoteDelivery,
+) -> Result<Reaction, StoreError> {
     let session = origin.session.as_str();
     match event {
+        HookEvent::Stopped => Ok(Reaction::Proceed),
         HookEvent::PromptSubmitted => {
             tx.start_run(session)?;
             tx.sweep()?;
@@ -234,6 +297,15 @@ pub fn apply(
         HookEvent::SessionStarted { fresh } => {
             if *fresh {
                 tx.start_run(session)?;
+            }
+            // What the transcript holds already (a resumed conversation) is not this
+            // run's doing.
+            if let Some(t) = &origin.transcript {
+                match crate::transcript::mark_at_end(&t.path) {
+                    Ok(mark) => tx.put_transcript_mark(session, &mark)?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tx.warn(format!("transcript {}: {e}", t.path)),
+                }
             }
             tx.sweep()?;
             Ok(Reaction::Proceed)
@@ -245,11 +317,7 @@ pub fn apply(
         HookEvent::ToolCall(_) | HookEvent::ToolResult { .. } | HookEvent::Compaction => {
             let default = ConfigSet::default();
             let config = config.unwrap_or(&default);
-            let agent = origin
-                .agent
-                .as_deref()
-                .or(default_agent)
-                .and_then(loopguard::text::non_blank);
+            let agent = origin.agent(default_agent);
             // A compaction belongs to the main conversation, whoever reports it.
             let subagent = match event {
                 HookEvent::Compaction => None,
@@ -312,6 +380,130 @@ pub fn apply(
             }
         }
     }
+}
+
+/// What the model said and spent since the last read of its transcript, as the guard
+/// judged it: the first warning to show, the block that stopped the run.
+#[derive(Debug, Default)]
+struct Said {
+    note: Option<String>,
+    stop: Option<Reaction>,
+}
+
+impl Said {
+    /// Takes the verdict on a message, or the stop of a usage.
+    fn judged(&mut self, reaction: Reaction) {
+        match reaction {
+            Reaction::Warn { note } if self.note.is_none() => self.note = Some(note),
+            block @ Reaction::Block { .. } if self.stop.is_none() => self.stop = Some(block),
+            _ => {}
+        }
+    }
+
+    /// The reaction to `event` given what was said before it: a warning about the
+    /// transcript goes with the call's own answer; a run the transcript stopped has its
+    /// call blocked by the engine already (a stopped run blocks every call), and the block
+    /// is said at the event that found it even when that event has no call to block (the
+    /// agent shows what it can).
+    fn into_reaction(self, event: &HookEvent, reaction: Reaction) -> Reaction {
+        match (reaction, self.note, self.stop) {
+            (r @ Reaction::Block { .. }, _, _) => r,
+            (_, _, Some(stop)) if matches!(event, HookEvent::ToolCall(_)) => stop,
+            (Reaction::Proceed, Some(note), _) if matches!(event, HookEvent::ToolCall(_)) => {
+                Reaction::Warn { note }
+            }
+            (Reaction::Warn { note }, Some(said), _) => Reaction::Warn {
+                note: format!("{said}\n{note}"),
+            },
+            (Reaction::Recorded { note, abort }, said, stop) => Reaction::Recorded {
+                note: match (note, said) {
+                    (Some(a), Some(b)) => Some(format!("{b}\n{a}")),
+                    (a, b) => a.or(b),
+                },
+                abort: abort.or(stop.and_then(|s| match s {
+                    Reaction::Block { message, .. } => Some(message),
+                    _ => None,
+                })),
+            },
+            (r, _, _) => r,
+        }
+    }
+}
+
+/// Reads what the session's transcript gained and hands its usage and messages to the
+/// guard, in the run of the main conversation (a subagent's calls have runs of their own,
+/// its responses are in files of their own). A transcript that cannot be read is a
+/// warning: the call is still judged.
+fn read_transcript(
+    tx: &mut HookTx<'_>,
+    config: &ConfigSet,
+    default_agent: Option<&str>,
+    origin: &Origin,
+    transcript: &Transcript,
+    finished: bool,
+) -> Result<Said, StoreError> {
+    let session = origin.session.as_str();
+    let mark = tx.transcript_mark(session)?;
+    let tail = match crate::transcript::read_tail(
+        &transcript.path,
+        transcript.format,
+        session,
+        mark.as_ref(),
+        finished,
+    ) {
+        Ok(tail) => tail,
+        Err(e) => {
+            tx.warn(format!("transcript {}: {e}", transcript.path));
+            return Ok(Said::default());
+        }
+    };
+    if let Some(mark) = &tail.mark {
+        tx.put_transcript_mark(session, mark)?;
+    }
+    let mut said = Said::default();
+    if tail.events.is_empty() {
+        return Ok(said);
+    }
+    let agent = origin.agent(default_agent);
+    let run = run_id(tx.run_number(session)?, None);
+    let ids = IdsRef {
+        session,
+        run: Some(&run),
+        agent,
+    };
+    let cfg = config.for_agent(agent);
+    for event in &tail.events {
+        let replay_event: EventRef<'_, &Value> = match event {
+            loopguard_events::Event::Usage { usage, .. } => EventRef::Usage {
+                ids,
+                usage: usage.as_usage(),
+            },
+            loopguard_events::Event::Message { message, .. } => EventRef::Message {
+                ids,
+                message: message.as_message(),
+            },
+            _ => continue,
+        };
+        match apply_in(tx, session, &run, cfg, &replay_event)? {
+            Reply::Message(verdict) => said.judged(reaction_to(&verdict)),
+            Reply::Usage(counted) => {
+                if let (Some(message), Some(stop), false) =
+                    (counted.message, counted.stop, counted.shadow)
+                {
+                    said.judged(Reaction::Block {
+                        message,
+                        detector: stop.scope.detector().as_str().to_owned(),
+                        count: stop.percent(),
+                        terminal: true,
+                    });
+                }
+            }
+            // Figures the engine refuses count nothing; the rest goes on.
+            Reply::Invalid(e) => tx.warn(format!("transcript {}: {e}", transcript.path)),
+            _ => {}
+        }
+    }
+    Ok(said)
 }
 
 /// The replay event of a hook event, with its JSON in view `J`.

@@ -76,6 +76,21 @@ impl<'a> Payload<'a> {
         Ok(origin)
     }
 
+    /// The session transcript `transcript_path` names, read as `format`; `None` when the
+    /// payload names none (or a directory).
+    pub fn transcript(
+        &self,
+        format: loopguard_transcripts::Format,
+    ) -> Result<Option<crate::mapping::Transcript>, PayloadError> {
+        Ok(self
+            .str("transcript_path")?
+            .filter(|p| crate::transcript::usable(p))
+            .map(|path| crate::mapping::Transcript {
+                path: path.to_owned(),
+                format,
+            }))
+    }
+
     /// An id field: absent, null or blank is `None`; trimmed, and bounded ([`bounded_id`]).
     fn id(&self, key: &str) -> Result<Option<String>, PayloadError> {
         Ok(self

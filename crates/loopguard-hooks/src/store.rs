@@ -34,15 +34,18 @@
 //! - **Bounded.** A run idle for 24 hours starts afresh; a session keeps at most 64 runs;
 //!   idle rows are swept, a few hundred at a time, whenever a session or a run starts.
 //!
-//! Two tables of its own sit beside `runs` in the same file: `hook_sessions` (the current
+//! Tables of its own sit beside `runs` in the same file: `hook_sessions` (the current
 //! run number of each agent session, advanced at every user prompt) and `hook_notes`
 //! (warnings waiting for the result of their call, for agents that can show the model a
-//! note only after the tool ran).
+//! note only after the tool ran). A third, `hook_transcripts`, keeps where the last read of
+//! each session's transcript stopped ([`crate::transcript`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loopguard::{Millis, RunState, SessionState};
+
+use crate::transcript::Mark;
 use loopguard_store::sqlite_file::{self, as_sql, fresh_tag, SchemaError};
 pub use loopguard_store::{Synchronous, SCHEMA_VERSION};
 use rusqlite::config::DbConfig;
@@ -59,7 +62,7 @@ fn limits() -> loopguard::Limits {
 const SWEEP_BATCH: u32 = 256;
 
 /// The hooks' own tables, as marked in `loopguard_meta` (`hook_schema_version`) once made.
-const HOOK_SCHEMA_VERSION: &str = "1";
+const HOOK_SCHEMA_VERSION: &str = "2";
 
 /// How long to wait for another process that holds the write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -282,6 +285,13 @@ impl HookTx<'_> {
                      note TEXT NOT NULL,
                      last_active INTEGER NOT NULL,
                      PRIMARY KEY (session, run, call)
+                 );
+                 CREATE TABLE IF NOT EXISTS hook_transcripts (
+                     session TEXT PRIMARY KEY,
+                     path TEXT NOT NULL,
+                     offset INTEGER NOT NULL,
+                     tail_check INTEGER NOT NULL,
+                     last_active INTEGER NOT NULL
                  );",
             )
             .map_err(|e| self.sql(e))?;
@@ -307,6 +317,11 @@ impl HookTx<'_> {
     /// Things worth a line on stderr (an unreadable state that was started afresh).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Adds a line for stderr.
+    pub fn warn(&mut self, warning: String) {
+        self.warnings.push(warning);
     }
 
     /// The current run number of `session`: how many runs started (user prompts) so far.
@@ -480,6 +495,46 @@ impl HookTx<'_> {
         Ok(note)
     }
 
+    /// Where the last read of `session`'s transcript stopped, if it was read.
+    pub fn transcript_mark(&self, session: &str) -> Result<Option<Mark>, StoreError> {
+        self.tx
+            .prepare_cached(
+                "SELECT path, offset, tail_check FROM hook_transcripts WHERE session = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([session], |r| {
+                    Ok(Mark {
+                        path: r.get(0)?,
+                        offset: r.get::<_, i64>(1)?.max(0) as u64,
+                        check: r.get::<_, i64>(2)? as u64,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Keeps where the last read of `session`'s transcript stopped.
+    pub fn put_transcript_mark(&self, session: &str, mark: &Mark) -> Result<(), StoreError> {
+        self.tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO hook_transcripts
+                     (session, path, offset, tail_check, last_active)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    session,
+                    mark.path,
+                    as_sql(mark.offset),
+                    mark.check as i64,
+                    as_sql(self.now.get())
+                ])
+            })
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
     /// Forgets a session: its runs, its spend, its run number and its notes. Returns the runs removed.
     pub fn forget_session(&self, session: &str) -> Result<usize, StoreError> {
         let runs = self
@@ -491,6 +546,7 @@ impl HookTx<'_> {
         for sql in [
             "DELETE FROM hook_sessions WHERE session = ?1",
             "DELETE FROM hook_notes WHERE session = ?1",
+            "DELETE FROM hook_transcripts WHERE session = ?1",
         ] {
             self.tx
                 .prepare_cached(sql)
@@ -558,6 +614,8 @@ impl HookTx<'_> {
         for sql in [
             "DELETE FROM hook_notes WHERE rowid IN
                  (SELECT rowid FROM hook_notes WHERE last_active < ?1 LIMIT ?2)",
+            "DELETE FROM hook_transcripts WHERE rowid IN
+                 (SELECT rowid FROM hook_transcripts WHERE last_active < ?1 LIMIT ?2)",
             "DELETE FROM hook_sessions WHERE rowid IN
                  (SELECT h.rowid FROM hook_sessions h WHERE h.last_active < ?1
                   AND NOT EXISTS (SELECT 1 FROM runs r

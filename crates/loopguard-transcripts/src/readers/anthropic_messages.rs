@@ -13,7 +13,7 @@
 use std::io::{self, BufRead, Seek};
 
 use loopguard::Role;
-use loopguard_events::{Ids, OwnedOutcome};
+use loopguard_events::{Ids, OwnedOutcome, OwnedUsage};
 use serde_json::Value;
 
 use crate::detect::Format;
@@ -231,18 +231,46 @@ pub(crate) fn outcome_of(block: &Value) -> OwnedOutcome {
 
 /// `{input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens}`.
 pub(crate) fn usage(usage: &Value) -> Option<Usage> {
-    let keys = [
+    let split = token_split(usage)?;
+    Some(Usage {
+        tokens: split.iter().flatten().sum(),
+        cost: None,
+    })
+}
+
+/// An Anthropic `usage` object's token counts by kind, in the order of a usage event
+/// (uncached input, output, cache reads, cache writes); `None` when it has none of them.
+fn token_split(usage: &Value) -> Option<[Option<u64>; 4]> {
+    let split = [
         "input_tokens",
         "output_tokens",
-        "cache_creation_input_tokens",
         "cache_read_input_tokens",
-    ];
-    let found: Vec<u64> = keys
-        .iter()
-        .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
-        .collect();
-    (!found.is_empty()).then(|| Usage {
-        tokens: found.iter().sum(),
+        "cache_creation_input_tokens",
+    ]
+    .map(|k| usage.get(k).and_then(Value::as_u64));
+    split.iter().any(Option::is_some).then_some(split)
+}
+
+/// What an API response (a `message` with its `usage`) used, as a usage event carries it:
+/// its tokens by kind (Anthropic's split is the event's), the model that answered and the
+/// response's id, so that reading the response again counts it once. `None` when the
+/// message records no usage.
+pub(crate) fn response_usage(message: &Value) -> Option<OwnedUsage> {
+    let [input, output, cache_read, cache_write] = token_split(message.get("usage")?)?;
+    let text = |key: &str| {
+        message
+            .get(key)
+            .and_then(Value::as_str)
+            .and_then(loopguard::text::non_blank)
+            .map(str::to_owned)
+    };
+    Some(OwnedUsage {
+        id: text("id"),
+        model: text("model"),
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        cache_read_tokens: cache_read.unwrap_or(0),
+        cache_write_tokens: cache_write.unwrap_or(0),
         cost: None,
     })
 }

@@ -7,7 +7,7 @@
 //! | line | item |
 //! |---|---|
 //! | `user` that is a prompt (not a tool result, not `isMeta`, not `isCompactSummary`) | a new run, and its prompt |
-//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line), with its `usage`, then one call per `tool_use` block; the model's answer (its text and thinking blocks, whether it made calls) once the response's last line was read; none for the lines Claude Code writes for a failed API call (`isApiErrorMessage`) |
+//! | `assistant` | one [`Item::Turn`] per API response (`message.id`; Claude Code writes one content block per line) and a usage event (its `usage` by kind, its `model`, the response id as the event's id), then one call per `tool_use` block; the model's answer (its text and thinking blocks, whether it made calls) once the response's last line was read; none for the lines Claude Code writes for a failed API call (`isApiErrorMessage`) |
 //! | `user` with `tool_result` blocks | the results of calls `tool_use_id` (as in [`anthropic_messages`](crate::readers::anthropic_messages)); `is_error` makes an error, a `<tool_use_error>` text without it a failed result |
 //! | `system` with `subtype: compact_boundary` | a compaction in the current run |
 //! | `summary`, `file-history-snapshot`, `queue-operation`, `progress`, `attachment`, `permission-mode`, `custom-title`, `agent-name`, `last-prompt`, `tag`, `result`, other `system` lines | nothing |
@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
 
 use loopguard::Role;
-use loopguard_events::Ids;
+use loopguard_events::{Event, Ids};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -33,7 +33,7 @@ use serde_json::Value;
 use crate::detect::Format;
 use crate::item::{self, AnswerParts, Item, Sink};
 use crate::readers::anthropic_messages::{
-    add_blocks, emit_tool_uses, is_prompt, judged_outcome, tool_results, usage,
+    add_blocks, emit_tool_uses, is_prompt, judged_outcome, response_usage, tool_results,
 };
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
@@ -213,14 +213,24 @@ pub fn read<R: BufRead + Seek>(
                 if response.is_none() || response != chain.last_response {
                     chain.end_response(sink);
                     chain.last_response = response.clone();
-                    let usage = message.get("usage").and_then(usage);
                     sink.push(
                         pos,
                         Item::Turn {
                             ids: ids.clone(),
-                            usage,
+                            usage: None,
                         },
                     );
+                    // What the response used, by kind, with its model and id: a usage
+                    // event the budgets price and a re-read counts once.
+                    if let Some(usage) = response_usage(&message) {
+                        sink.push(
+                            pos,
+                            Item::Event(Event::Usage {
+                                ids: ids.clone(),
+                                usage,
+                            }),
+                        );
+                    }
                 }
                 let content = message.get("content").unwrap_or(&Value::Null);
                 if entry.is_api_error != Some(true) {
@@ -309,6 +319,18 @@ mod tests {
             .filter(|(_, i)| matches!(i, Item::Turn { .. }))
             .count();
         assert_eq!(turns, 2, "one turn per API response, not per line");
+        // One usage event per API response, by kind, under the response's id.
+        let usage: Vec<_> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(Event::Usage { usage, .. }) => Some(usage),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(usage.len(), 1, "msg_2 records no usage");
+        assert_eq!(usage[0].id.as_deref(), Some("msg_1"));
+        assert_eq!((usage[0].input_tokens, usage[0].output_tokens), (10, 2));
         let compaction_run = r.items.iter().find_map(|(_, i)| match i {
             Item::Event(Event::Compaction { ids }) => ids.run.clone(),
             _ => None,

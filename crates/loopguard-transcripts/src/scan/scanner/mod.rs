@@ -375,8 +375,17 @@ impl Scanner {
                 report.compactions += 1;
                 report.timeline.compactions.push(report.calls);
             }
-            EventRef::Usage { .. } => {
-                self.replayer.apply(pos.line, event);
+            EventRef::Usage { usage, .. } => {
+                // Counted in the report like a response's own figures, once per id: a
+                // usage event the guard refuses (a repeated id, absurd figures) adds nothing.
+                let answer = self.replayer.apply(pos.line, event);
+                if matches!(answer, Answer::Usage { ref counted, .. } if !counted.repeat) {
+                    let total = Usage {
+                        tokens: usage.tokens(),
+                        cost: usage.cost,
+                    };
+                    self.usage(s, r, total);
+                }
             }
             EventRef::Message { .. } => self.message(s, r, pos, event),
         }
