@@ -177,7 +177,7 @@ fn the_same_loop_after_a_compaction_stops_the_turn() {
 #[test]
 fn events_codex_has_but_loopguard_does_not_use_are_ignored() {
     let env = Env::new();
-    for event in ["Stop", "PermissionRequest", "PostCompact", "SubagentStop"] {
+    for event in ["PermissionRequest", "PostCompact", "SubagentStop"] {
         let h = env.hook(AGENT, &base(event));
         assert_eq!((h.code, h.stdout.as_str()), (0, ""), "{event}");
         assert!(h.stderr.contains(event));
@@ -193,13 +193,14 @@ fn print_config_gives_the_hooks_json_snippet() {
     let out = hook_common::run(cmd, b"");
     let v = out.json();
     let events: Vec<&String> = v["hooks"].as_object().unwrap().keys().collect();
-    assert_eq!(events.len(), 5);
+    assert_eq!(events.len(), 6);
     for event in [
         "SessionStart",
         "UserPromptSubmit",
         "PreToolUse",
         "PostToolUse",
         "PreCompact",
+        "Stop",
     ] {
         assert!(v["hooks"][event][0]["hooks"][0]["command"]
             .as_str()

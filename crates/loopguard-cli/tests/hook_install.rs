@@ -518,7 +518,12 @@ fn codex_hooks_json_and_config_toml() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&hooks).unwrap()).unwrap();
     assert_eq!(commands(&doc, "SessionStart").len(), 2);
     assert!(commands(&doc, "PreCompact")[0].ends_with(" hook codex"));
-    assert_eq!(commands(&doc, "Stop"), ["python3 ~/.codex/hooks/stop.py"]);
+    let stop = commands(&doc, "Stop");
+    assert_eq!(stop[0], "python3 ~/.codex/hooks/stop.py");
+    assert!(
+        stop.len() == 2 && stop[1].ends_with(" hook codex"),
+        "{stop:?}"
+    );
     ok(&h.run(&["hook", "uninstall", "codex"]));
     assert_eq!(std::fs::read_to_string(&hooks).unwrap(), CODEX_HOOKS_JSON);
 

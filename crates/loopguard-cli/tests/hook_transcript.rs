@@ -302,3 +302,79 @@ fn a_rewritten_transcript_is_read_again_without_counting_twice() {
     s.pre("toolu_2", &json!({"command": "msg_2"}));
     assert_eq!(tokens(&env), 2200);
 }
+
+/// Codex names its rollout in every payload: each response's `token_count` (cached input
+/// apart, the turn's model) is a usage event, so a run cost budget stops a scripted Codex
+/// session. gpt-5-codex at $1.25 / $0.125 / $10 per million: 40,000 fresh input tokens,
+/// 60,000 cached and 5,000 out cost $0.1075 a response; $0.40 warns at the third
+/// response and denies the fourth's call.
+#[test]
+fn a_cost_budget_stops_a_codex_session_by_its_rollouts_token_counts() {
+    let env = Env::with_config(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 0.4 } } } }",
+    );
+    let s = Session::new(&env, "codex-session");
+    let hook = |event: &str, fields: Value| {
+        let mut v = json!({"session_id": s.id, "turn_id": "turn-1", "transcript_path": s.transcript,
+            "cwd": "/repo", "hook_event_name": event, "model": "gpt-5-codex", "permission_mode": "default"});
+        for (k, x) in fields.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        let out = env.hook("codex", &v);
+        assert_eq!(out.code, 0, "{out:?}");
+        out
+    };
+    s.line(
+        json!({"timestamp": "t", "type": "session_meta", "payload": {"id": s.id, "cwd": "/repo"}}),
+    );
+    hook("UserPromptSubmit", json!({"prompt": "fix it"}));
+    s.line(json!({"timestamp": "t", "type": "turn_context", "payload": {"cwd": "/repo", "model": "gpt-5-codex"}}));
+    s.line(json!({"timestamp": "t", "type": "event_msg", "payload": {"type": "user_message", "message": "fix it"}}));
+    let mut total = 0;
+    let mut decisions = Vec::new();
+    for i in 1..=6 {
+        let id = format!("call_{i}");
+        let command = format!("cargo test t{i}");
+        s.line(json!({"timestamp": "t", "type": "response_item", "payload": {"type": "function_call",
+            "name": "shell", "arguments": json!({"command": ["bash", "-lc", command]}).to_string(), "call_id": id}}));
+        total += 105_000;
+        s.line(json!({"timestamp": "t", "type": "event_msg", "payload": {"type": "token_count", "info": {
+            "total_token_usage": {"input_tokens": total, "total_tokens": total},
+            "last_token_usage": {"input_tokens": 100000, "cached_input_tokens": 60000, "output_tokens": 5000,
+                "reasoning_output_tokens": 1000, "total_tokens": 105000}}}}));
+        let input = json!({"command": command});
+        let out = hook(
+            "PreToolUse",
+            json!({"tool_name": "Bash", "tool_input": input, "tool_use_id": id}),
+        );
+        let d = decision(&out);
+        decisions.push(d.clone());
+        if d.as_deref().is_some_and(|d| d.starts_with("deny")) {
+            break;
+        }
+        s.line(json!({"timestamp": "t", "type": "response_item", "payload": {"type": "function_call_output",
+            "call_id": id, "output": "ok"}}));
+        hook(
+            "PostToolUse",
+            json!({"tool_name": "Bash", "tool_input": input, "tool_use_id": id, "tool_response": "ok"}),
+        );
+    }
+    assert_eq!(decisions.len(), 4, "{decisions:?}");
+    assert!(decisions[..2].iter().all(Option::is_none), "{decisions:?}");
+    assert!(
+        decisions[2].as_deref().unwrap().starts_with("warn:"),
+        "{decisions:?}"
+    );
+    let deny = decisions[3].as_deref().unwrap();
+    assert!(
+        deny.contains("run_budget") || deny.contains("cost budget"),
+        "{deny}"
+    );
+    let cost = env
+        .run("codex-session", "prompt-1")
+        .unwrap()
+        .spend()
+        .cost
+        .usd();
+    assert!((cost - 4.0 * 0.1075).abs() < 1e-9, "{cost}");
+}

@@ -18,12 +18,17 @@
 //! | `UserPromptSubmit` | a new run | nothing |
 //! | `SessionStart` | `startup`, `clear`: a new run; `resume`: nothing | nothing |
 //! | `SessionEnd` | the session is forgotten (only newer releases send it) | nothing |
+//! | `Stop` | the rollout's tail is read with the last answer whole | nothing (the turn may end) |
 //!
+//! Before the events that judge or start something, the hook reads what the session's
+//! rollout (`transcript_path`) gained ([`crate::transcript`]): each response's
+//! `token_count` as a usage event, its answer as a message event.
 //! Codex has no `PostToolUseFailure`: a failed command reaches `PostToolUse`, its
 //! `tool_response` carrying the failure, and is recorded as that result. A terminal block
 //! cannot end the turn from `PreToolUse`; the run's later calls are all denied instead.
 
 use loopguard_events::OwnedOutcome;
+use loopguard_transcripts::Format;
 use serde_json::{json, Value};
 
 use crate::mapping::{block_summary, HookEvent, NoteDelivery, Origin, Reaction};
@@ -48,13 +53,15 @@ pub const EVENTS: &[&str] = &[
     "PreToolUse",
     "PostToolUse",
     "PreCompact",
+    "Stop",
 ];
 
 /// Reads a payload.
 pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
     let p = Payload::new(value)?;
     let name = p.event_name()?;
-    let origin = p.origin()?;
+    let mut origin = p.origin()?;
+    origin.transcript = p.transcript(Format::CodexRollout)?;
     let event = match name {
         "PreToolUse" => HookEvent::ToolCall(p.tool_use()?),
         "PostToolUse" => HookEvent::ToolResult {
@@ -70,6 +77,7 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
             fresh: matches!(p.str("source")?, None | Some("startup" | "clear")),
         },
         "SessionEnd" => HookEvent::SessionEnded,
+        "Stop" => HookEvent::Stopped,
         other => return Err(PayloadError::Unsupported(other.to_owned())),
     };
     Ok((origin, event))

@@ -48,6 +48,9 @@ pub struct Transcript {
     pub path: String,
     /// Its format.
     pub format: loopguard_transcripts::Format,
+    /// The model the payload names (Codex's), for usage the lines read do not name (a
+    /// rollout names it once per turn, maybe before the lines a read starts at).
+    pub model: Option<String>,
 }
 
 impl Origin {
@@ -476,7 +479,10 @@ fn read_transcript(
         let replay_event: EventRef<'_, &Value> = match event {
             loopguard_events::Event::Usage { usage, .. } => EventRef::Usage {
                 ids,
-                usage: usage.as_usage(),
+                usage: match usage.model {
+                    Some(_) => usage.as_usage(),
+                    None => usage.as_usage().with_model(transcript.model.as_deref()),
+                },
             },
             loopguard_events::Event::Message { message, .. } => EventRef::Message {
                 ids,

@@ -88,6 +88,11 @@ impl<'a> Payload<'a> {
             .map(|path| crate::mapping::Transcript {
                 path: path.to_owned(),
                 format,
+                model: self
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .and_then(loopguard::text::non_blank)
+                    .map(str::to_owned),
             }))
     }
 

@@ -11,7 +11,7 @@
 //! | `response_item` `function_call_output` / `custom_tool_call_output` | the result of call `call_id`: the output text as a text result; an error when the old `{content, success: false}` form says so |
 //! | the first `reasoning`, assistant `message` or call after a result or a prompt | a [`Item::Turn`] |
 //! | assistant `message` (`output_text` parts), `reasoning` (`summary_text` parts) | the model's answer, once its response is over (a result, a `token_count`, a prompt): its text, its reasoning, whether the response made calls |
-//! | `event_msg` `token_count` | the [`Item::Usage`] of that response (`last_token_usage.total_tokens`) |
+//! | `event_msg` `token_count` | a usage event for that response: `last_token_usage` by kind (cached input apart), the model of the last `turn_context`, the session's running total as its id |
 //! | `compacted` | a compaction in the current run |
 //!
 //! Tool activity is also echoed in `event_msg` lines (`exec_command_begin`/`end`, …); those
@@ -23,14 +23,14 @@ use std::borrow::Cow;
 use std::io::{self, BufRead, Seek};
 
 use loopguard::Role;
-use loopguard_events::OwnedOutcome;
+use loopguard_events::{Event, OwnedOutcome, OwnedUsage};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::detect::Format;
 use crate::failures::FailureRules;
-use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
+use crate::item::{self, AnswerParts, Item, Pos, Sink};
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
 use crate::stats::{ReadStats, SkipReason};
@@ -52,6 +52,8 @@ struct State {
     synthesized: u64,
     /// The answer of the response being read.
     answer: Option<AnswerParts>,
+    /// The model of the current turn (`turn_context`).
+    model: Option<String>,
 }
 
 impl State {
@@ -90,6 +92,40 @@ impl State {
     }
 }
 
+/// What a response used, from a `token_count` event: its `last_token_usage` by kind (Codex
+/// counts cached input inside `input_tokens`, and reasoning inside `output_tokens`), the
+/// turn's model, and as id the session's running total (`total_token_usage.total_tokens`),
+/// which no two responses of a session share, so a response read again counts once.
+fn token_usage(payload: &Value, model: Option<&str>) -> Option<OwnedUsage> {
+    let last = payload.pointer("/info/last_token_usage")?;
+    let n = |k: &str| last.get(k).and_then(Value::as_u64);
+    let (input, cached, output) = (
+        n("input_tokens"),
+        n("cached_input_tokens").unwrap_or(0),
+        n("output_tokens"),
+    );
+    let (input, output) = match (input, output, n("total_tokens")) {
+        (None, None, None) => return None,
+        // Only a total: counted as input.
+        (None, None, Some(total)) => (total, 0),
+        (input, output, _) => (input.unwrap_or(0), output.unwrap_or(0)),
+    };
+    let cached = cached.min(input);
+    let id = payload
+        .pointer("/info/total_token_usage/total_tokens")
+        .and_then(Value::as_u64)
+        .map(|total| format!("tokens-{total}"));
+    Some(OwnedUsage {
+        id,
+        model: model.map(str::to_owned),
+        input_tokens: input - cached,
+        output_tokens: output,
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
+        cost: None,
+    })
+}
+
 /// Reads a Codex rollout.
 pub fn read<R: BufRead + Seek>(
     input: R,
@@ -105,6 +141,7 @@ pub fn read<R: BufRead + Seek>(
         in_response: false,
         synthesized: 0,
         answer: None,
+        model: None,
     };
     while let Some(line) = lines.next_line(&mut stats)? {
         let mut scratch = None;
@@ -132,6 +169,13 @@ pub fn read<R: BufRead + Seek>(
                 }
             }
             "turn_context" => {
+                if let Some(model) = payload
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .and_then(loopguard::text::non_blank)
+                {
+                    state.model = Some(model.to_owned());
+                }
                 state.end_response(sink);
                 if state.active {
                     state.start_run();
@@ -150,18 +194,14 @@ pub fn read<R: BufRead + Seek>(
                     sink.push(pos, item::said(&state.ids, Role::User, prompt));
                 }
                 "token_count" => {
-                    let last = payload.pointer("/info/last_token_usage");
-                    let n = |k: &str| last.and_then(|l| l.get(k)).and_then(Value::as_u64);
-                    let tokens = n("total_tokens")
-                        .or_else(|| Some(n("input_tokens")? + n("output_tokens").unwrap_or(0)));
                     state.end_response(sink);
-                    if let Some(tokens) = tokens {
+                    if let Some(usage) = token_usage(&payload, state.model.as_deref()) {
                         sink.push(
                             pos,
-                            Item::Usage {
+                            Item::Event(Event::Usage {
                                 ids: state.ids.clone(),
-                                usage: Usage { tokens, cost: None },
-                            },
+                                usage,
+                            }),
                         );
                     }
                     state.in_response = false;
@@ -386,7 +426,18 @@ mod tests {
             .iter()
             .map(|(_, i)| match i {
                 Item::Turn { .. } => "turn",
-                Item::Usage { .. } => "usage",
+                Item::Event(Event::Usage { usage, .. }) => {
+                    // last_token_usage by kind; no turn_context before it names a model.
+                    assert_eq!(
+                        (
+                            usage.input_tokens,
+                            usage.output_tokens,
+                            usage.cache_read_tokens
+                        ),
+                        (900, 100, 0)
+                    );
+                    "usage"
+                }
                 Item::Event(Event::Call { .. }) => "call",
                 Item::Event(Event::Result { .. }) => "result",
                 Item::Event(Event::Compaction { .. }) => "compaction",
