@@ -662,6 +662,13 @@ export function configKeys(): Record<string, string[]>;
  */
 export function verdictFromAnswer(answer: string | Record<string, unknown>, tool: string): Verdict;
 
+/** The usage event (the replay format's, as `loopguard serve` takes it) of a `recordUsage`
+ * input: what a host that sends events over HTTP posts. */
+export function usageEvent(usage: UsageInput): Record<string, Json>;
+
+/** The message event (as JSON text) of a `message` input. */
+export function messageEvent(message: MessageInput): string;
+
 /** A `loopguard serve` answer to a usage event (the parsed object or its JSON text) as
  * `recordUsage` answers it. */
 export function countedFromAnswer(answer: string | Record<string, unknown>): Counted;

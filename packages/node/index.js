@@ -669,18 +669,7 @@ class Guard {
     if (index !== undefined && !(Number.isSafeInteger(index) && index >= 0)) {
       throw new TypeError(`message: index must be a whole number from 0, not ${String(index)}`);
     }
-    const event =
-      '{"type":"message"' +
-      idMembers(message) +
-      member('role', role) +
-      `,"text":${JSON.stringify(text)}` +
-      (reasoning === undefined ? '' : `,"reasoning":${JSON.stringify(reasoning)}`) +
-      (hasToolCalls === undefined ? '' : `,"has_tool_calls":${hasToolCalls}`) +
-      member('id', id) +
-      (delta ? ',"delta":true' : '') +
-      (index === undefined ? '' : `,"index":${index}`) +
-      '}';
-    const verdict = native.messageText(this.#native, event);
+    const verdict = native.messageText(this.#native, messageEvent({ ...message, role }));
     return verdict === null ? ALLOW : verdictObject(verdict);
   }
 
@@ -718,20 +707,7 @@ class Guard {
     checkFields(usage, 'recordUsage');
     checkId(usage.id, 'id', 'recordUsage');
     checkId(usage.model, 'model', 'recordUsage');
-    const event = {
-      type: 'usage',
-      session: usage.session,
-      run: usage.run,
-      agent: usage.agent,
-      id: usage.id,
-      model: usage.model,
-      input_tokens: usage.inputTokens,
-      output_tokens: usage.outputTokens,
-      cache_read_tokens: usage.cacheReadTokens,
-      cache_write_tokens: usage.cacheWriteTokens,
-      cost: usage.cost,
-    };
-    return countedObject(JSON.parse(native.usageText(this.#native, toJson(event, 'the usage'))));
+    return countedObject(JSON.parse(native.usageText(this.#native, toJson(usageEvent(usage), 'the usage'))));
   }
 
   /** Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed. */
@@ -786,7 +762,43 @@ function verdictFromAnswer(answer, tool) {
   return verdict === null ? ALLOW : verdictObject(verdict);
 }
 
+/** The usage event (SPEC §7, replay format) of a `recordUsage` input. */
+function usageEvent(usage) {
+  return {
+    type: 'usage',
+    session: usage.session,
+    run: usage.run,
+    agent: usage.agent,
+    id: usage.id,
+    model: usage.model,
+    input_tokens: usage.inputTokens,
+    output_tokens: usage.outputTokens,
+    cache_read_tokens: usage.cacheReadTokens,
+    cache_write_tokens: usage.cacheWriteTokens,
+    cost: usage.cost,
+  };
+}
+
+/** The message event (SPEC §7, replay format) of a `message` input, as JSON text. */
+function messageEvent(message) {
+  const { text, role = 'assistant', reasoning, hasToolCalls, id, delta, index } = message;
+  return (
+    '{"type":"message"' +
+    idMembers(message) +
+    member('role', role) +
+    `,"text":${JSON.stringify(text)}` +
+    (reasoning === undefined ? '' : `,"reasoning":${JSON.stringify(reasoning)}`) +
+    (hasToolCalls === undefined ? '' : `,"has_tool_calls":${hasToolCalls}`) +
+    member('id', id) +
+    (delta ? ',"delta":true' : '') +
+    (index === undefined ? '' : `,"index":${index}`) +
+    '}'
+  );
+}
+
 module.exports = {
+  usageEvent,
+  messageEvent,
   Guard,
   Ticket,
   ConfigError,

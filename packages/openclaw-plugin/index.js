@@ -41,6 +41,8 @@ export default {
     api.on('before_tool_call', hooks.beforeToolCall, { priority: -1000 });
     api.on('after_tool_call', hooks.afterToolCall);
     api.on('after_compaction', hooks.afterCompaction);
+    api.on('model_call_started', hooks.modelCallStarted);
+    api.on('before_message_write', hooks.beforeMessageWrite);
     api.registerAgentToolResultMiddleware(hooks.toolResultMiddleware, { runtimes: ['openclaw'] });
   },
 };

@@ -1,6 +1,7 @@
 // The two engines behind the plugin, with one interface (begin, which hands out a ticket
 // with the verdict and `finish(outcome)`; afterCall, a result event for a call whose
-// ticket could not be had; onCompaction; endRun; answers shaped as @loopguard/node's):
+// ticket could not be had; onCompaction; recordUsage and message, what a model response
+// used and said; endRun; answers shaped as @loopguard/node's):
 //
 // - in process: @loopguard/node, the engine compiled into the gateway process;
 // - sidecar: a `loopguard serve` reached over HTTP, for several gateways sharing one guard
@@ -40,6 +41,12 @@ export class InProcessEngine {
   }
   onCompaction(scope) {
     return this.guard.onCompaction(scope);
+  }
+  recordUsage(usage) {
+    return this.guard.recordUsage(usage);
+  }
+  message(message) {
+    return this.guard.message(message);
   }
   endRun(scope) {
     return this.guard.endRun(scope);
@@ -111,6 +118,19 @@ export class SidecarEngine {
   async onCompaction(scope) {
     const answer = await this.#post('/v1/events', this.#event('compaction', scope, {}));
     return answer.armed;
+  }
+
+  /** A usage event; its answer read back as `recordUsage` gives it. */
+  async recordUsage(usage) {
+    const { countedFromAnswer, usageEvent } = require('@loopguard/node');
+    return countedFromAnswer(await this.#post('/v1/events', usageEvent(usage)));
+  }
+
+  /** A message event; its answer read back as the verdict `message` gives. */
+  async message(message) {
+    const { messageEvent, verdictFromAnswer } = require('@loopguard/node');
+    const answer = await this.#post('/v1/events', JSON.parse(messageEvent(message)));
+    return verdictFromAnswer(answer, message.role ?? 'assistant');
   }
 
   async endRun(scope) {

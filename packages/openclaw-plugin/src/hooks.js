@@ -12,6 +12,9 @@
 //   calls this plugin blocked are ignored. An abort (the loop survived a compaction) stops
 //   the run like a terminal block.
 // - after_compaction arms the post-compaction guard.
+// - before_message_write hands each model response's usage and answer to the engine
+//   (budgets, the detectors of messages); model_call_started tells which run they belong
+//   to. A run they stop has its next tool call blocked.
 //
 // OpenClaw does not await after_tool_call, so each run's engine requests go through one
 // queue: a result is recorded before the next call of the run is judged (this matters
@@ -38,6 +41,59 @@ export function scopeOf(event, ctx = {}) {
 
 function runKey(scope) {
   return `${scope.session ?? ''}\u0000${scope.run ?? ''}`;
+}
+
+/** A finite, non-negative number, else undefined. */
+function count(value) {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+}
+
+/**
+ * What an assistant message OpenClaw writes used (`usage: {input, output, cacheRead,
+ * cacheWrite, cost: {total}}`, its `model`, its `responseId`), as `recordUsage` takes it;
+ * undefined when it records no token counts.
+ */
+export function usageOf(message) {
+  const usage = message?.usage;
+  if (!usage || typeof usage !== 'object') return undefined;
+  const [input, output, cacheRead, cacheWrite] = [usage.input, usage.output, usage.cacheRead, usage.cacheWrite].map(count);
+  if ([input, output, cacheRead, cacheWrite].every((n) => n === undefined)) return undefined;
+  const out = {
+    inputTokens: input ?? 0,
+    outputTokens: output ?? 0,
+    cacheReadTokens: cacheRead ?? 0,
+    cacheWriteTokens: cacheWrite ?? 0,
+  };
+  const cost = count(usage.cost?.total);
+  // OpenClaw prices a response by its model catalog; a zero from a catalog without prices
+  // is not a price, and the engine's table gets its chance.
+  if (cost !== undefined && cost > 0) out.cost = cost;
+  if (typeof message.model === 'string' && message.model.trim()) out.model = message.model;
+  if (typeof message.responseId === 'string' && message.responseId.trim()) out.id = message.responseId;
+  return out;
+}
+
+/**
+ * The answer in an assistant message (its text blocks, its thinking as reasoning, whether
+ * it made tool calls), as `message` takes it; undefined when it says nothing and calls
+ * nothing.
+ */
+export function answerOf(message) {
+  const content = typeof message?.content === 'string' ? [{ type: 'text', text: message.content }] : message?.content;
+  if (!Array.isArray(content)) return undefined;
+  const text = [];
+  const reasoning = [];
+  let hasToolCalls = false;
+  for (const block of content) {
+    if (block?.type === 'text' && typeof block.text === 'string') text.push(block.text);
+    else if (block?.type === 'thinking' && typeof block.thinking === 'string') reasoning.push(block.thinking);
+    else if (block?.type === 'toolCall' || block?.type === 'tool_use') hasToolCalls = true;
+  }
+  if (text.length === 0 && reasoning.length === 0 && !hasToolCalls) return undefined;
+  const out = { role: 'assistant', text: text.join('\n'), hasToolCalls };
+  if (reasoning.length > 0) out.reasoning = reasoning.join('\n');
+  if (typeof message.responseId === 'string' && message.responseId.trim()) out.id = message.responseId;
+  return out;
 }
 
 /** The result without the warning note this plugin appended to it. */
@@ -80,12 +136,15 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     const callKey = `${key}\u0000${event.toolCallId ?? ''}`;
     // A stopped run stays stopped even when the engine no longer knows it (a sidecar that
     // restarted in memory): the engine's own answer is used when it has one.
-    const stop = stopped.get(key);
+    let stop = stopped.get(key);
     let ticket;
     try {
-      ticket = await serialize(key, () =>
-        engine.begin({ ...scope, tool: event.toolName, args: event.params, callId: event.toolCallId }),
-      );
+      ticket = await serialize(key, () => {
+        // What the run's queue did before this call (a response's usage or answer) may
+        // have stopped it.
+        stop ??= stopped.get(key);
+        return engine.begin({ ...scope, tool: event.toolName, args: event.params, callId: event.toolCallId });
+      });
     } catch (error) {
       failure(`judging ${event.toolName}`, error);
       if (stop !== undefined || onError === 'block') {
@@ -171,5 +230,58 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     }
   }
 
-  return { beforeToolCall, afterToolCall, afterCompaction, toolResultMiddleware, stopped };
+  // model_call_started names the run before its first tool call: the messages OpenClaw
+  // writes carry no run id, and belong to the session's current run.
+  function modelCallStarted(event, ctx) {
+    const scope = scopeOf(event, ctx);
+    scope.session ??= event?.sessionKey ?? event?.sessionId;
+    if (scope.run !== undefined) activeRun.set(scope.session ?? '', scope.run);
+  }
+
+  // before_message_write sees every message OpenClaw writes to the session, each model
+  // response as soon as it ends (before its tool calls run): its usage and its answer go
+  // to the engine, in the run's queue, so that the response's own calls are judged after
+  // them. The hook is synchronous and its answer is not awaited: the message is written
+  // unchanged; a budget used up or a message detector's block stops the run, whose next
+  // tool call is then blocked with the guard's message.
+  function beforeMessageWrite(event, ctx) {
+    const message = event?.message;
+    if (message?.role !== 'assistant') return undefined;
+    const session = ctx?.sessionKey ?? event.sessionKey ?? ctx?.sessionId;
+    const scope = { session, run: activeRun.get(session ?? ''), agent: ctx?.agentId ?? event.agentId ?? undefined };
+    const key = runKey(scope);
+    const said = answerOf(message);
+    const usage = usageOf(message);
+    const stop = (reason) => {
+      if (reason && !stopped.has(key)) {
+        stopped.set(key, reason);
+        logger.error?.(`loopguard: ${reason}`);
+      }
+    };
+    // Each answer is taken in within its task, so the run is stopped before its next call
+    // is judged.
+    if (usage) {
+      serialize(key, async () => stop((await engine.recordUsage({ ...scope, ...usage })).endsRun)).catch((error) =>
+        failure('recording the usage of a response', error),
+      );
+    }
+    if (said) {
+      serialize(key, async () => {
+        const verdict = await engine.message({ ...scope, ...said });
+        if (verdict.verdict === 'block') stop(verdict.message);
+        else if (verdict.verdict === 'warn') logger.warn?.(`loopguard: warning on the model's answer (${verdict.detector}, count ${verdict.count})`);
+      }).catch((error) => failure("judging the model's answer", error));
+    }
+    return undefined;
+  }
+
+  return {
+    beforeToolCall,
+    afterToolCall,
+    afterCompaction,
+    modelCallStarted,
+    beforeMessageWrite,
+    toolResultMiddleware,
+    stopped,
+  };
 }

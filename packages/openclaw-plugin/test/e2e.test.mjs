@@ -4,14 +4,12 @@
 // is what the model was shown (the tool results OpenClaw sent back to it) and how often
 // the tools really ran.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { test } from 'node:test';
 
-import { engineDocument } from '../src/config.js';
-import { scriptedRun } from './openclaw.mjs';
-import { loopguardBin, openclawEntry, startSidecar } from './support.mjs';
+import { scriptedRun, withBothEngines } from './openclaw.mjs';
+import { loopguardBin, openclawEntry } from './support.mjs';
 
 const FILE_TEXT = 'loop fixture line\n';
 const LOOP_DETECTION = {
@@ -118,26 +116,7 @@ function range(from, to) {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }
 
-const ready = existsSync(openclawEntry) && existsSync(loopguardBin);
-
-describe('OpenClaw with the in-process engine', { concurrency: 2, skip: !ready && 'OpenClaw or loopguard missing' }, () => {
-  for (const [name, scenario] of Object.entries(scenarios)) test(name, () => scenario(LOOP_DETECTION));
-});
-
-describe('OpenClaw with a loopguard serve sidecar', { concurrency: 2, skip: !ready && 'OpenClaw or loopguard missing' }, () => {
-  let sidecar;
-  before(async () => {
-    // The sidecar's own config carries the thresholds: the same blocks, as one document.
-    const dir = mkdtempSync(join(tmpdir(), 'loopguard-sidecar-'));
-    const file = join(dir, 'loopguard.json5');
-    writeFileSync(file, JSON.stringify(engineDocument(LOOP_DETECTION), null, 2));
-    sidecar = await startSidecar(file);
-  });
-  after(() => sidecar?.stop());
-  for (const [name, scenario] of Object.entries(scenarios)) {
-    test(name, () => scenario({ engine: 'sidecar', sidecar: { url: sidecar.url } }));
-  }
-});
+withBothEngines('OpenClaw', scenarios, LOOP_DETECTION);
 
 test('OpenClaw and the loopguard binary are installed (scripts/setup/openclaw.sh)', () => {
   assert.ok(existsSync(openclawEntry), `${openclawEntry} is missing`);

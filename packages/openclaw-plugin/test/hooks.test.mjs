@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { engineDocument } from '../src/config.js';
 import { createEngine, SidecarEngine } from '../src/engines.js';
-import { createHooks, withoutNote } from '../src/hooks.js';
+import { answerOf, createHooks, usageOf, withoutNote } from '../src/hooks.js';
 import { startSidecar } from './support.mjs';
 
 const CONFIG = { loopDetection: { enabled: true } };
@@ -176,4 +176,70 @@ test('engineDocument maps the plugin blocks onto an OpenClaw-style document', ()
     },
   );
   assert.deepEqual(engineDocument({}), {});
+});
+
+// An assistant message as OpenClaw 2026.9.6 writes it (before_message_write's event.message):
+// content blocks, the usage its provider transport parsed and priced, the response id.
+const ASSISTANT = {
+  role: 'assistant',
+  content: [
+    { type: 'thinking', thinking: 'The file again.' },
+    { type: 'text', text: 'Reading it.' },
+    { type: 'toolCall', id: 'call_1', name: 'read', arguments: { path: 'notes.txt' } },
+  ],
+  api: 'openai-completions',
+  provider: 'scripted',
+  model: 'loop',
+  usage: { input: 9000, output: 1000, cacheRead: 1000, cacheWrite: 0, totalTokens: 11000, cost: { input: 0.027, output: 0.015, cacheRead: 0, cacheWrite: 0, total: 0.042 } },
+  stopReason: 'toolUse',
+  responseId: 'chatcmpl-7',
+  timestamp: 1,
+};
+
+test('a written assistant message is its usage and its answer', () => {
+  assert.deepEqual(usageOf(ASSISTANT), {
+    inputTokens: 9000,
+    outputTokens: 1000,
+    cacheReadTokens: 1000,
+    cacheWriteTokens: 0,
+    cost: 0.042,
+    model: 'loop',
+    id: 'chatcmpl-7',
+  });
+  assert.deepEqual(answerOf(ASSISTANT), {
+    role: 'assistant',
+    text: 'Reading it.',
+    reasoning: 'The file again.',
+    hasToolCalls: true,
+    id: 'chatcmpl-7',
+  });
+  // A zero cost is a catalog without prices, not a price; bad figures are no figures.
+  const unpriced = { ...ASSISTANT, usage: { input: 5, output: -1, cost: { total: 0 } } };
+  assert.deepEqual(usageOf(unpriced), { inputTokens: 5, outputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0, model: 'loop', id: 'chatcmpl-7' });
+  assert.equal(usageOf({ role: 'assistant', content: [] }), undefined);
+  assert.equal(answerOf({ role: 'assistant', content: [] }), undefined);
+  assert.equal(answerOf({ role: 'assistant', content: 'plain' }).text, 'plain');
+});
+
+test('before_message_write queues the usage and the answer in the run, ahead of its calls', async () => {
+  const seen = [];
+  const engine = {
+    recordUsage: (u) => (seen.push(['usage', u.session, u.run, u.inputTokens]), { endsRun: 'CRITICAL: budget' }),
+    message: (m) => (seen.push(['message', m.session, m.run, m.text]), { verdict: 'allow' }),
+    begin: (c) => (seen.push(['call', c.session, c.run, c.tool]), { verdict: { verdict: 'allow' }, blocked: false, cancel() {} }),
+  };
+  const hooks = createHooks({ engine, logger: { error() {}, warn() {}, info() {} } });
+  const ctx = { agentId: 'main', sessionKey: 'agent:main:main' };
+  hooks.modelCallStarted({ runId: 'run-9', callId: 'm1', sessionKey: 'agent:main:main', provider: 'scripted', model: 'loop' }, { ...ctx, runId: 'run-9' });
+  // Only the assistant's messages count; the result is written unchanged.
+  assert.equal(hooks.beforeMessageWrite({ message: { role: 'user', content: 'go' } }, ctx), undefined);
+  assert.equal(hooks.beforeMessageWrite({ message: ASSISTANT }, ctx), undefined);
+  const decision = await hooks.beforeToolCall({ toolName: 'read', params: {}, runId: 'run-9', toolCallId: 'call_1' }, { ...ctx, runId: 'run-9' });
+  assert.deepEqual(seen, [
+    ['usage', 'agent:main:main', 'run-9', 9000],
+    ['message', 'agent:main:main', 'run-9', 'Reading it.'],
+    ['call', 'agent:main:main', 'run-9', 'read'],
+  ]);
+  // The usage used a budget up: the run's call is blocked with its message.
+  assert.deepEqual(decision, { block: true, blockReason: 'CRITICAL: budget' });
 });

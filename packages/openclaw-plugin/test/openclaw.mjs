@@ -3,11 +3,14 @@
 // Each run gets its own home, state directory and config.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { openclawEntry, repoRoot, scriptedModel } from './support.mjs';
+import { after, before, describe, test } from 'node:test';
+
+import { engineDocument } from '../src/config.js';
+import { loopguardBin, openclawEntry, repoRoot, scriptedModel, startSidecar } from './support.mjs';
 
 /** The marker before the block of docs/openclaw-plugin.md that this file runs. */
 const MARKER = '<!-- doc-test: by packages/openclaw-plugin/test/openclaw.mjs -->';
@@ -112,7 +115,7 @@ export function openclawHome() {
 
 /** OpenClaw's config: the scripted model as a custom provider, agents `main` and `ops`, and
  * the fixed detector off. The plugin's entry is what installing it writes. */
-export function openclawConfig({ modelUrl, workspace, contextWindow = 128000 }) {
+export function openclawConfig({ modelUrl, workspace, contextWindow = 128000, cost }) {
   return {
     models: {
       mode: 'replace',
@@ -127,7 +130,7 @@ export function openclawConfig({ modelUrl, workspace, contextWindow = 128000 }) 
               name: 'Scripted loop',
               reasoning: false,
               input: ['text'],
-              cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+              cost: cost ?? { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
               contextWindow,
               maxTokens: Math.min(4096, contextWindow / 8),
             },
@@ -191,18 +194,20 @@ async function installedHome() {
 }
 
 /**
- * One scripted agent run: the model asks for `steps` (then answers in text); returns the
+ * One scripted agent run: the model asks for `steps` (then answers in text), each response
+ * reporting `usage` when given, priced by OpenClaw at the model's `cost` (US dollars per
+ * million tokens, as OpenClaw's model catalog has them); returns the
  * run's JSON envelope, its stderr, and the tool results the model was shown.
  */
-export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare, overflowAt, contextWindow }) {
-  const model = await scriptedModel(steps, { overflowAt });
+export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare, overflowAt, contextWindow, usage, cost }) {
+  const model = await scriptedModel(steps, { overflowAt, usage });
   try {
     // Installed as the docs say; then the test's model, agents and the plugin's config,
     // over what install and enable wrote.
     const home = await installedHome();
     prepare?.(home);
     const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
-    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, contextWindow });
+    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, contextWindow, cost });
     installed.plugins.entries.loopguard.config = pluginConfig ?? {};
     writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, plugins: installed.plugins }, null, 2));
     const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--message', 'go']);
@@ -216,4 +221,29 @@ export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare
   } finally {
     await model.close();
   }
+}
+
+/**
+ * Runs each of `scenarios` (name → async function of a plugin config) twice: with the
+ * in-process engine and the plugin config `blocks`, and with a `loopguard serve` sidecar
+ * whose own config carries the same blocks as one document. `title` names the suites.
+ */
+export function withBothEngines(title, scenarios, blocks) {
+  const skip = !(existsSync(openclawEntry) && existsSync(loopguardBin)) && 'OpenClaw or loopguard missing';
+  describe(`${title} with the in-process engine`, { concurrency: 2, skip }, () => {
+    for (const [name, scenario] of Object.entries(scenarios)) test(name, () => scenario(blocks));
+  });
+  describe(`${title} with a loopguard serve sidecar`, { concurrency: 2, skip }, () => {
+    let sidecar;
+    before(async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'loopguard-sidecar-'));
+      const file = join(dir, 'loopguard.json5');
+      writeFileSync(file, JSON.stringify(engineDocument(blocks), null, 2));
+      sidecar = await startSidecar(file);
+    });
+    after(() => sidecar?.stop());
+    for (const [name, scenario] of Object.entries(scenarios)) {
+      test(name, () => scenario({ engine: 'sidecar', sidecar: { url: sidecar.url } }));
+    }
+  });
 }

@@ -32,15 +32,16 @@ if (!existsSync(linked)) {
 /**
  * A model that plays a fixed script over OpenAI's /v1/chat/completions, streaming or not.
  * Each request is answered by the step whose index is the number of tool results in the
- * conversation: `{tool, args}` asks for one tool call, `{text}` (or the end of the script)
- * answers in text. Every request is kept, so a test can read what the model was shown.
+ * conversation: `{tool, args}` asks for one tool call (saying `say` with it, when given),
+ * `{text}` (or the end of the script) answers in text. Every request is kept, so a test can read what the model was shown.
  *
  * With `overflowAt: k`, steps are counted by requests instead (a compaction replaces the
  * conversation, and its tool results with it), the k-th request with tools is refused
  * once as a context overflow (OpenAI's `context_length_exceeded`), and requests without
- * tools (the compaction's summary requests) are answered with a summary.
+ * tools (the compaction's summary requests) are answered with a summary. With `usage`
+ * (`{prompt_tokens, completion_tokens}`), every response reports those figures.
  */
-export async function scriptedModel(steps, { overflowAt } = {}) {
+export async function scriptedModel(steps, { overflowAt, usage } = {}) {
   const requests = [];
   let served = 0;
   let overflowed = false;
@@ -74,6 +75,7 @@ export async function scriptedModel(steps, { overflowAt } = {}) {
       const delta = step.tool
         ? {
             role: 'assistant',
+            ...(step.say ? { content: step.say } : {}),
             tool_calls: [
               { index: 0, id: `call_${n}`, type: 'function', function: { name: step.tool, arguments: JSON.stringify(step.args) } },
             ],
@@ -81,14 +83,16 @@ export async function scriptedModel(steps, { overflowAt } = {}) {
         : { role: 'assistant', content: step.text };
       const finish = step.tool ? 'tool_calls' : 'stop';
       const chunk = (d, f) => ({ id, object: 'chat.completion.chunk', created: 0, model: request.model, choices: [{ index: 0, delta: d, finish_reason: f }] });
+      // With `usage`, every response reports it (OpenAI's shape: on the last chunk).
+      const used = usage ? { usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens } } : {};
       if (request.stream) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.write(`data: ${JSON.stringify(chunk(delta, null))}\n\n`);
-        res.write(`data: ${JSON.stringify(chunk({}, finish))}\n\n`);
+        res.write(`data: ${JSON.stringify({ ...chunk({}, finish), ...used })}\n\n`);
         res.end('data: [DONE]\n\n');
       } else {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ id, object: 'chat.completion', created: 0, model: request.model, choices: [{ index: 0, message: delta, finish_reason: finish }] }));
+        res.end(JSON.stringify({ id, object: 'chat.completion', created: 0, model: request.model, choices: [{ index: 0, message: delta, finish_reason: finish }], ...used }));
       }
     });
   });
