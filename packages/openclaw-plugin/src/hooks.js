@@ -114,6 +114,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   const stopped = new BoundedMap(); // run → the message every later call gets
   const queues = new BoundedMap(); // run → the tail of its request chain
   const activeRun = new BoundedMap(); // session → the run of its latest tool call
+  const modelRun = new BoundedMap(); // session → the run of its latest model call
 
   function serialize(key, task) {
     const previous = queues.get(key) ?? Promise.resolve();
@@ -230,12 +231,14 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     }
   }
 
-  // model_call_started names the run before its first tool call: the messages OpenClaw
-  // writes carry no run id, and belong to the session's current run.
+  // model_call_started names the run of the messages OpenClaw writes next (they carry no
+  // run id), before the run's first tool call. Kept apart from the run of the latest tool
+  // call, which a compaction belongs to: a compaction's own summary request is a model call
+  // of a run of its own.
   function modelCallStarted(event, ctx) {
     const scope = scopeOf(event, ctx);
     scope.session ??= event?.sessionKey ?? event?.sessionId;
-    if (scope.run !== undefined) activeRun.set(scope.session ?? '', scope.run);
+    if (scope.run !== undefined) modelRun.set(scope.session ?? '', scope.run);
   }
 
   // before_message_write sees every message OpenClaw writes to the session, each model
@@ -248,7 +251,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     const message = event?.message;
     if (message?.role !== 'assistant') return undefined;
     const session = ctx?.sessionKey ?? event.sessionKey ?? ctx?.sessionId;
-    const scope = { session, run: activeRun.get(session ?? ''), agent: ctx?.agentId ?? event.agentId ?? undefined };
+    const scope = { session, run: modelRun.get(session ?? ''), agent: ctx?.agentId ?? event.agentId ?? undefined };
     const key = runKey(scope);
     const said = answerOf(message);
     const usage = usageOf(message);
