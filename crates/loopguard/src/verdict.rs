@@ -773,12 +773,22 @@ pub(crate) mod messages {
 
     /// A call of the pattern that ended the session's last runs, warned.
     pub fn run_storm_warning(tool: &str, runs: u32) -> String {
-        format!("WARNING: the last {runs} runs of this session ended the same way ({tool} failing or looping) without progress. Do not repeat {tool} as before: try another approach, or report the problem and stop (run_storm).")
+        let runs = last_runs(runs);
+        format!("WARNING: {runs} of this session ended the same way ({tool} failing or looping) without progress. Do not repeat {tool} as before: try another approach, or report the problem and stop (run_storm).")
     }
 
     /// A call of the pattern that ended the session's last runs, blocked at once.
     pub fn run_storm_critical(tool: &str, runs: u32) -> String {
-        format!("CRITICAL: the last {runs} runs of this session ended the same way ({tool} failing or looping) without progress. This {tool} call was blocked without waiting for it to fail again: report the problem instead of retrying it (run_storm).")
+        let runs = last_runs(runs);
+        format!("CRITICAL: {runs} of this session ended the same way ({tool} failing or looping) without progress. This {tool} call was blocked without waiting for it to fail again: report the problem instead of retrying it (run_storm).")
+    }
+
+    /// "the last 1 run" or "the last N runs" (the count is always written).
+    fn last_runs(runs: u32) -> String {
+        match runs {
+            1 => "the last 1 run".to_owned(),
+            n => format!("the last {n} runs"),
+        }
     }
 
     /// A call of a session stopped by `run_storm`.
