@@ -78,7 +78,8 @@ export type Detector =
   | 'no_progress_budget'
   | 'repeated_message'
   | 'content_chanting'
-  | 'no_tool_turns';
+  | 'no_tool_turns'
+  | 'run_storm';
 
 /** How serious a detection is. */
 export type Level = 'warning' | 'critical';
@@ -242,6 +243,21 @@ export interface LoopguardDetectorsNoToolTurnsConfig {
   criticalThreshold?: number;
 }
 
+/** `loopguard.detectors.runStorm` as written (every key optional). */
+export interface LoopguardDetectorsRunStormConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000. */
+  warningThreshold?: number;
+  /** an integer from 1 to 1000000000. */
+  criticalThreshold?: number;
+  /** an integer from 1 to 1000000000. */
+  stopAfter?: number;
+  /** an integer from 1 to 527040. */
+  windowMinutes?: number;
+  /** an integer from 0 to 527040. */
+  cooldownMinutes?: number;
+}
+
 /** `loopguard.detectors` as written (every key optional). */
 export interface LoopguardDetectorsConfig {
   consecutiveRepeat?: LoopguardDetectorsConsecutiveRepeatConfig;
@@ -254,6 +270,7 @@ export interface LoopguardDetectorsConfig {
   repeatedMessage?: LoopguardDetectorsRepeatedMessageConfig;
   contentChanting?: LoopguardDetectorsContentChantingConfig;
   noToolTurns?: LoopguardDetectorsNoToolTurnsConfig;
+  runStorm?: LoopguardDetectorsRunStormConfig;
 }
 
 /** `loopguard.budgets.run` as written (every key optional). */

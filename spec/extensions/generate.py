@@ -731,6 +731,44 @@ case("config-invalid-budget",
      "{ %s, loopguard: { budgets: { run: { cost: -1, tokens: 1.5 }, warnAt: 2, timeZone: 'Mars/Olympus' }, prices: { 'm': { input: -1 } } } }" % ON, [call(1, "read", {})])
 
 
+# run_storm: runs of one session that end the same way ----------------------------------
+STORM = "detectors: { runStorm: { cooldownMinutes: 0 } }"
+DEPLOY = {"command": "deploy --prod"}
+
+
+def failing_run(i, run, session="s1"):
+    """A heartbeat-like run: the same read as every run (the same result), then the same deploy
+    failing."""
+    args = {"path": "/HEARTBEAT.md"}
+    return [call(i, "read", args, run=run, session=session),
+            result(i, "read", args, text("check the deploy"), run=run, session=session),
+            call(i + 1, "exec", DEPLOY, run=run, session=session),
+            result(i + 1, "exec", DEPLOY, error="permission denied", run=run, session=session)]
+
+
+ev = []
+for n in range(1, 5):
+    ev += failing_run(2 * n - 1, f"r{n}")
+ev += [call(9, "read", {"path": "/HEARTBEAT.md"}, run="r5"), call(10, "exec", DEPLOY, run="r5", session="s2")]
+case("run-storm-warn-block-stop",
+     "runStorm with its default levels (cooldownMinutes 0: until reset): each run of s1 reads the same file (the first run's read is progress, later ones are not) and ends on the same failing deploy. r2 is the first run in a row to end so (r1 made progress); r3's deploy is warned at once (2nd run), r4's deploy is blocked at once (3rd run, not terminal: the read before it runs), and once r4 has ended that way too r5's first call is blocked: the session is stopped (terminal) until it is reset. Session s2 is untouched.",
+     "{ %s, loopguard: { %s } }" % (ON, STORM), ev)
+
+ev = []
+ev += failing_run(1, "r1") + failing_run(3, "r2") + failing_run(5, "r3")
+ev += [call(7, "read", {"path": "/NEW.md"}, run="r4"), result(7, "read", {"path": "/NEW.md"}, text("new work"), run="r4")]
+ev += failing_run(8, "r5") + failing_run(10, "r6") + failing_run(12, "r7")
+case("run-storm-progress-resets",
+     "A run that makes progress (r4 reads something no recent run of the session saw) ends the row: r3's deploy was warned, but after r4 the row begins again, r6 is warned and r7 is blocked at its deploy as r3 and r4 would have been.",
+     "{ %s, loopguard: { %s } }" % (ON, STORM), ev)
+
+ev = []
+for n in range(1, 5):
+    ev += failing_run(2 * n - 1, f"r{n}")
+case("run-storm-shadow",
+     "runStorm in shadow mode: the same runs as run-storm-warn-block-stop are reported (shadow verdicts with the warning and the blocks they would be) and every call runs.",
+     "{ %s, loopguard: { mode: 'shadow', %s } }" % (ON, STORM), ev + [call(9, "read", {"path": "/HEARTBEAT.md"}, run="r5")])
+
 def main():
     for name, (readme, config, events) in CASES.items():
         d = os.path.join(HERE, name)

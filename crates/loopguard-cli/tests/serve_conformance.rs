@@ -89,7 +89,8 @@ fn conformance_set_one_event_per_request() {
 }
 
 /// The spend budget vectors (usage events, run, session, agent, day and progress budgets,
-/// retries, refused usage): as JSON Lines on SQLite and in memory, and event by event.
+/// retries, refused usage) and the run storms (a session's state across its runs): as JSON
+/// Lines on SQLite and in memory, and event by event.
 #[test]
 fn budget_vectors_answer_as_replay() {
     let cases = budget_cases();

@@ -188,3 +188,16 @@ fn a_loop_straddling_a_sigkill_is_still_caught() {
     // after the crash, so it rests on state written before it.
     assert_eq!(verdicts[3..], ["warn", "warn", "block"]);
 }
+
+/// The run storm vectors, the server SIGKILLed in the middle of the row (after the second
+/// run's first events): the runs before the kill still count, so the next runs are warned,
+/// blocked and the session stopped exactly as in one uninterrupted replay.
+#[test]
+fn a_run_storm_history_survives_a_sigkill() {
+    let cases: Vec<PathBuf> = common::vectors::budget_cases()
+        .into_iter()
+        .filter(|c| common::vectors::name(c).starts_with("run-storm-"))
+        .collect();
+    assert_eq!(cases.len(), 3, "the run storm vectors");
+    parallel(&cases, 3, |case| restart_case(case, Stop::Kill));
+}

@@ -266,7 +266,7 @@ pub fn apply_event<'a, J: Json<'a>>(
                     )
                 }
             };
-            match run.finish(cfg, ticket, outcome, now) {
+            match run.finish(session, cfg, ticket, outcome, now) {
                 Ok(recorded) => Reply::Result(recorded),
                 Err(e) => Reply::Invalid(e.to_string()),
             }

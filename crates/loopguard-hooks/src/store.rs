@@ -664,7 +664,13 @@ mod tests {
         tx.update_run(session, Some(run), |state, session_state, now| {
             let ticket = state.begin(session_state, cfg, &scope, &Call::new("read", &args), now);
             let blocked = ticket.is_blocked();
-            let _ = state.finish(cfg, ticket, Outcome::Result(&json!("same")), now);
+            let _ = state.finish(
+                session_state,
+                cfg,
+                ticket,
+                Outcome::Result(&json!("same")),
+                now,
+            );
             blocked
         })
         .unwrap()

@@ -22,8 +22,33 @@ pub struct SessionView {
     pub session: String,
     /// What the session spent (every run, every agent), when anything was counted.
     pub spend: Option<SpendView>,
+    /// Its run storm (`run_storm`), when its last runs ended the same way.
+    pub storm: Option<StormView>,
     /// Its live runs, most recently active first.
     pub runs: Vec<RunView>,
+}
+
+/// A session's run storm.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StormView {
+    /// Its runs in a row that ended the same way without progress.
+    pub runs: u32,
+    /// Whether `run_storm` stopped the session.
+    pub stopped: bool,
+    /// When the stop ends (clock milliseconds); `null`: when the session is reset.
+    pub until_ms: Option<u64>,
+}
+
+impl StormView {
+    /// The view of a session's storm; `None` when there is none.
+    pub fn of(state: &loopguard::SessionState) -> Option<Self> {
+        let stop = state.storm_stop();
+        (state.storm_row() > 0 || stop.is_some()).then(|| Self {
+            runs: state.storm_row(),
+            stopped: stop.is_some(),
+            until_ms: stop.and_then(|s| s.until).map(|m| m.get()),
+        })
+    }
 }
 
 /// What a session or a run spent: model responses reported in usage events, and tool calls
@@ -148,6 +173,7 @@ impl SessionView {
         Self {
             runs: runs.iter().map(RunView::of).collect(),
             spend: None,
+            storm: None,
             session,
         }
     }
@@ -155,6 +181,7 @@ impl SessionView {
     /// The same view with the session's own state (its spend).
     pub fn with_session_state(mut self, state: Option<&loopguard::SessionState>) -> Self {
         self.spend = state.and_then(|s| SpendView::of(s.spend()));
+        self.storm = state.and_then(StormView::of);
         self
     }
 }

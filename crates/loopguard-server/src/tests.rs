@@ -524,3 +524,32 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_invalid() {
     assert!(text.contains("loopguard_config_reloads_total{result=\"ok\"} 1"));
     assert!(text.contains("loopguard_config_reloads_total{result=\"failed\"} 1"));
 }
+
+/// A session's run storm in its view: the runs in a row, then the stop.
+#[test]
+fn a_session_view_shows_its_run_storm() {
+    use loopguard::{config::ConfigSet, Call, Guard, Outcome, Scope};
+    let config = ConfigSet::parse(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { runStorm: { cooldownMinutes: 0 } } } }",
+    )
+    .unwrap();
+    let mut guard = Guard::new(config);
+    let args = json!({"command": "deploy"});
+    let mut views = Vec::new();
+    for run in ["r1", "r2", "r3", "r4"] {
+        let scope = Scope::new("s").with_run(Some(run));
+        let ticket = guard.begin(&scope, &Call::new("exec", &args));
+        guard.finish(ticket, Outcome::Error(&json!("permission denied")));
+        let state = guard.session_state("s").unwrap();
+        views.push(serde_json::to_value(crate::sessions::StormView::of(state)).unwrap());
+    }
+    assert_eq!(views[0], Value::Null, "no run has ended yet");
+    assert_eq!(
+        views[1],
+        json!({"runs": 1, "stopped": false, "until_ms": null})
+    );
+    assert_eq!(
+        views[3],
+        json!({"runs": 3, "stopped": true, "until_ms": null})
+    );
+}

@@ -14,7 +14,8 @@
 //!   their JSON text) next to XXH3-128 over the same number of raw bytes (the hashing
 //!   limit);
 //! - `extensions_{small,medium}`: SPEC's engine next to the engine with every extension of
-//!   the `loopguard` block on, and with the `recommended` preset;
+//!   the `loopguard` block on, and with the `recommended` preset (with and without
+//!   `run_storm`);
 //! - `period/{spec,cycle}_{30,1000}`: period detection (`cycle`, periods up to 16) at
 //!   `historySize` 30 and 1,000, every call in one run so that the window fills, on `small`
 //!   and on a synthetic 14-step cycle (`period_loop/…`) that keeps every period counter
@@ -256,10 +257,14 @@ const ALL_EXTENSIONS: &str = "{
 const PRESET: &str =
     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }";
 
+/// The `recommended` preset without `run_storm`: what the storm adds to a call.
+const PRESET_WITHOUT_STORM: &str = "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended', detectors: { runStorm: { enabled: false } } } }";
+
 fn extensions(c: &mut Criterion) {
     ensure_workloads();
     let all = ConfigSet::parse(ALL_EXTENSIONS).expect("valid config");
     let preset = ConfigSet::parse(PRESET).expect("valid config");
+    let without_storm = ConfigSet::parse(PRESET_WITHOUT_STORM).expect("valid config");
     for (name, limit) in [("small", 20_000), ("medium", 4_000)] {
         let pairs = load(name, limit);
         let mut group = c.benchmark_group(format!("extensions_{name}"));
@@ -285,19 +290,24 @@ fn extensions(c: &mut Criterion) {
                 BatchSize::PerIteration,
             )
         });
-        group.bench_function("preset", |b| {
-            b.iter_batched_ref(
-                || {
-                    Guard::with_clock(
-                        preset.clone(),
-                        Limits::default(),
-                        ManualClock::new(Millis::ZERO),
-                    )
-                },
-                |guard| host_cycle(guard, &pairs, false),
-                BatchSize::PerIteration,
-            )
-        });
+        for (label, config) in [
+            ("preset", &preset),
+            ("preset_without_run_storm", &without_storm),
+        ] {
+            group.bench_function(label, |b| {
+                b.iter_batched_ref(
+                    || {
+                        Guard::with_clock(
+                            config.clone(),
+                            Limits::default(),
+                            ManualClock::new(Millis::ZERO),
+                        )
+                    },
+                    |guard| host_cycle(guard, &pairs, false),
+                    BatchSize::PerIteration,
+                )
+            });
+        }
         group.finish();
     }
 }

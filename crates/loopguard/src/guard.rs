@@ -77,8 +77,9 @@ impl<C: Clock> Guard<C> {
     /// stopped the run. (A ticket resumed by id from a run's state that cannot take this
     /// outcome, see [`RunState::finish`], records nothing.)
     pub fn finish<'o, O: Json<'o>>(&mut self, ticket: Ticket, outcome: OutcomeOf<O>) -> Recorded {
-        let (cfg, run, _, now) = self.enter(&ticket.scope());
-        run.finish(cfg, ticket, outcome, now).unwrap_or_default()
+        let (cfg, run, session, now) = self.enter(&ticket.scope());
+        run.finish(session, cfg, ticket, outcome, now)
+            .unwrap_or_default()
     }
 
     /// Counts what a model response of the run used ([`RunState::usage`]): [`Counted`]

@@ -86,6 +86,7 @@ mod observe;
 pub mod policy;
 mod run;
 mod scope;
+pub mod storm;
 mod table;
 pub mod text;
 mod ticket;

@@ -26,6 +26,7 @@ use crate::history::{call_id_hash, History, NewRecord, RecordState};
 use crate::json::Json;
 use crate::observe;
 use crate::scope::Scope;
+use crate::storm::StormCall;
 use crate::ticket::{Call, CallRef, Keys, Standing, Ticket};
 use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
 
@@ -53,6 +54,11 @@ fn keys(print: &CallPrint<'_>, id: Option<u64>) -> Keys {
         target: print.target.map(|t| target_key(print.tool, t)),
         call_id: id,
     }
+}
+
+/// The key `run_storm` knows the run of `scope` by.
+fn run_key(scope: &Scope<'_>) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(scope.run().unwrap_or("").as_bytes())
 }
 
 /// Why a run stopped: every later call of the run is blocked with this.
@@ -373,11 +379,109 @@ impl RunState {
         Ticket::new(scope, print.tool, keys(&print, id), verdict, standing).with_id_use(id_use)
     }
 
-    /// The verdict on a new call: a stopped run's block, else the budgets' and the
-    /// detectors' (a budget's block first; its warning only where the detectors are quiet).
-    /// A call that may run is counted against the budgets.
+    /// The verdict on a new call: a session stopped by `run_storm`, or a call of the
+    /// pattern that ended its last runs, first; else the run's own verdict, warned by
+    /// `run_storm` where it is quiet. A call some detector warns or blocks joins the run's
+    /// loop signature.
     #[allow(clippy::too_many_arguments)]
     fn verdict(
+        &mut self,
+        cfg: &EffectiveConfig,
+        session: &mut SessionState,
+        scope: &Scope<'_>,
+        call: &CallPrint<'_>,
+        id: Option<u64>,
+        batch: Option<&str>,
+        call_id: Option<&str>,
+        now: Millis,
+    ) -> Verdict {
+        let Some(storm) = cfg.extensions.as_deref().and_then(|x| x.run_storm) else {
+            return self.run_verdict(cfg, session, scope, call, id, batch, call_id, now);
+        };
+        let print = call.signature.as_u128();
+        let run = run_key(scope);
+        let said = session.with_storm(now, |st, ch| match st.enter(&storm, run, now, ch) {
+            true => st.judge(&storm, print, now, ch),
+            false => StormCall::Quiet,
+        });
+        let blocked = match said {
+            StormCall::Stopped(runs, left) => Some((
+                runs,
+                true,
+                messages::run_storm_stopped(call.tool, runs, left),
+            )),
+            StormCall::Block(runs) => {
+                Some((runs, false, messages::run_storm_critical(call.tool, runs)))
+            }
+            _ => None,
+        };
+        if let Some((runs, terminal, message)) = blocked {
+            let detection = Detection {
+                level: Level::Critical,
+                detector: Detector::RunStorm,
+                count: runs,
+                tool: call.tool.to_owned(),
+                message,
+                signature: call.signature,
+                evidence: Evidence::None,
+            };
+            if !terminal {
+                session.with_storm(now, |st, ch| st.found(print, ch));
+            }
+            if cfg.is_shadow() {
+                self.push(cfg, call, id, None, RecordState::Pending, now, None);
+                return Verdict::Shadow {
+                    detection,
+                    terminal,
+                };
+            }
+            self.push(cfg, call, id, None, RecordState::Veto, now, None);
+            return Verdict::Block {
+                detection,
+                terminal,
+            };
+        }
+        let verdict = self.run_verdict(cfg, session, scope, call, id, batch, call_id, now);
+        if let Some(d) = verdict.detection().filter(|d| !d.detector.is_budget()) {
+            if d.detector != Detector::RunStorm && self.stop.is_none() {
+                session.with_storm(now, |st, ch| st.found(print, ch));
+            }
+        }
+        match (said, &verdict) {
+            (StormCall::Warn(runs), Verdict::Allow) => {
+                let detection = Detection {
+                    level: Level::Warning,
+                    detector: Detector::RunStorm,
+                    count: runs,
+                    tool: call.tool.to_owned(),
+                    message: messages::run_storm_warning(call.tool, runs),
+                    signature: call.signature,
+                    evidence: Evidence::None,
+                };
+                match cfg.is_shadow() {
+                    true => Verdict::Shadow {
+                        detection,
+                        terminal: false,
+                    },
+                    false => Verdict::Warn {
+                        detection,
+                        notify: self.notify.surface(
+                            WarningKey::Other(Detector::RunStorm, call.signature),
+                            1,
+                            1,
+                        ),
+                    },
+                }
+            }
+            _ => verdict,
+        }
+    }
+
+    /// The run's own verdict on a new call: a stopped run's block, else the budgets' and
+    /// the detectors' (a budget's block first; its warning only where the detectors are
+    /// quiet). A call that may run is counted against the budgets.
+    #[allow(clippy::too_many_arguments)]
+    fn run_verdict(
         &mut self,
         cfg: &EffectiveConfig,
         session: &mut SessionState,
@@ -790,8 +894,12 @@ impl RunState {
     /// ticket resumed by id ([`RunState::resume`]) whose call already has another outcome,
     /// or whose id the run does not know; a ticket from [`RunState::begin`] always
     /// finishes.
+    ///
+    /// `session` is the state of the run's session: `run_storm` keeps there how the run's
+    /// calls end.
     pub fn finish<'o, O: Json<'o>>(
         &mut self,
+        session: &mut SessionState,
         cfg: &EffectiveConfig,
         ticket: Ticket,
         outcome: OutcomeOf<O>,
@@ -803,7 +911,7 @@ impl RunState {
             .and_then(|id| self.retried_result(cfg, id, outcome));
         let recorded = match (retried, ticket.standing) {
             (Some(recorded), _) => recorded,
-            (None, Standing::Open) => self.settle(cfg, &ticket, outcome, now),
+            (None, Standing::Open) => self.settle(session, cfg, &ticket, outcome, now),
             (None, Standing::Blocked) => Recorded::default(),
             (None, Standing::Recorded) => return Err(ResultError::AlreadyRecorded),
             (None, Standing::Unknown) => return Err(ResultError::UnknownCall),
@@ -894,6 +1002,7 @@ impl RunState {
     /// Records the outcome of an open ticket's call.
     fn settle<'o, O: Json<'o>>(
         &mut self,
+        session: &mut SessionState,
         cfg: &EffectiveConfig,
         ticket: &Ticket,
         outcome: OutcomeOf<O>,
@@ -924,7 +1033,7 @@ impl RunState {
             None => None,
         };
         if let RecordState::Done(fp) = state {
-            self.progress(cfg, signature, fp, rule, failure.is_some());
+            self.progress(session, cfg, ticket, fp, failure.is_some(), now);
         }
         let class = failure.map(|f| f.class);
         let index = match pending {
@@ -995,28 +1104,50 @@ impl RunState {
     }
 
     /// Tracks progress for `withoutProgress` (see [`crate::budget`]): a successful outcome
-    /// whose triple is new to the run, or of a tool the policy classes `mutate`.
+    /// whose triple is new to the run, or of a tool the policy classes `mutate`; and for
+    /// `run_storm`, how the call of `ticket` ended, in the run going on of its session.
     fn progress(
         &mut self,
+        session: &mut SessionState,
         cfg: &EffectiveConfig,
-        signature: Signature,
+        ticket: &Ticket,
         outcome: crate::fingerprint::Fingerprint,
-        rule: OutcomeRule,
         failed: bool,
+        now: Millis,
     ) {
-        if failed || !cfg.budgets().is_some_and(budget::Budgets::tracks_progress) {
+        let budgets = cfg.budgets().is_some_and(budget::Budgets::tracks_progress);
+        let storm = cfg
+            .extensions
+            .as_deref()
+            .is_some_and(|x| x.run_storm.is_some())
+            && session.storm().is_open(run_key(&ticket.scope()));
+        if !budgets && !storm {
+            return;
+        }
+        let print = ticket.signature.as_u128();
+        if failed {
+            if storm {
+                session.with_storm(now, |st, ch| st.outcome(print, None, ch));
+            }
             return;
         }
         let mutate = cfg.extensions.as_deref().is_some_and(|x| {
-            rule.tool_rule()
+            ticket
+                .rule
+                .tool_rule()
                 .and_then(|i| x.policy.rule(i))
                 .is_some_and(|r| r.class == Some(crate::policy::ToolClass::Mutate))
         });
         let mut bytes = [0u8; 32];
-        bytes[..16].copy_from_slice(&signature.as_u128().to_le_bytes());
+        bytes[..16].copy_from_slice(&print.to_le_bytes());
         bytes[16..].copy_from_slice(&outcome.as_u128().to_le_bytes());
         let triple = xxhash_rust::xxh3::xxh3_64(&bytes);
-        self.added6.budget.succeeded(triple, mutate);
+        if budgets {
+            self.added6.budget.succeeded(triple, mutate);
+        }
+        if storm {
+            session.with_storm(now, |st, ch| st.outcome(print, Some((triple, mutate)), ch));
+        }
     }
 
     /// Whether the newest call with id `id` was blocked: its veto when the window still
@@ -1248,7 +1379,9 @@ mod tests {
         now: Millis,
     ) -> Recorded {
         let ticket = state.resume(cfg, &scope(), CallRef::Call(call.with_id(id)));
-        state.finish(cfg, ticket, outcome, now).unwrap()
+        state
+            .finish(&mut SessionState::default(), cfg, ticket, outcome, now)
+            .unwrap()
     }
 
     /// A result event naming its call by id only.
@@ -1260,7 +1393,7 @@ mod tests {
         now: Millis,
     ) -> Result<Recorded, ResultError> {
         let ticket = state.resume(cfg, &scope(), CallRef::id(id));
-        state.finish(cfg, ticket, outcome, now)
+        state.finish(&mut SessionState::default(), cfg, ticket, outcome, now)
     }
 
     #[test]

@@ -515,6 +515,7 @@ mod tests {
                 let set = crate::ConfigSet::enabled_defaults();
                 let result = serde_json::json!("same");
                 let _ = crate::RunState::default().finish(
+                    &mut crate::SessionState::default(),
                     set.global(),
                     ticket,
                     crate::Outcome::Result(&result),

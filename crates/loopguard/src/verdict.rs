@@ -56,12 +56,15 @@ pub enum Detector {
     /// The harness keeps sending the same feedback to answers without a tool call
     /// (extension, messages).
     NoToolTurns,
+    /// A session's runs end the same way again and again, without progress (extension,
+    /// across runs).
+    RunStorm,
 }
 
 impl Detector {
     /// Every detector, in the order of this enum: the closed set that metrics, API schemas
     /// and documentation derive from.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::GenericRepeat,
         Self::KnownPollNoProgress,
         Self::PingPong,
@@ -83,6 +86,7 @@ impl Detector {
         Self::RepeatedMessage,
         Self::ContentChanting,
         Self::NoToolTurns,
+        Self::RunStorm,
     ];
 
     /// The snake_case name used in outputs.
@@ -109,6 +113,7 @@ impl Detector {
             Self::RepeatedMessage => "repeated_message",
             Self::ContentChanting => "content_chanting",
             Self::NoToolTurns => "no_tool_turns",
+            Self::RunStorm => "run_storm",
         }
     }
 
@@ -766,6 +771,39 @@ pub(crate) mod messages {
         )
     }
 
+    /// A call of the pattern that ended the session's last runs, warned.
+    pub fn run_storm_warning(tool: &str, runs: u32) -> String {
+        let runs = last_runs(runs);
+        format!("WARNING: {runs} of this session ended the same way ({tool} failing or looping) without progress. Do not repeat {tool} as before: try another approach, or report the problem and stop (run_storm).")
+    }
+
+    /// A call of the pattern that ended the session's last runs, blocked at once.
+    pub fn run_storm_critical(tool: &str, runs: u32) -> String {
+        let runs = last_runs(runs);
+        format!("CRITICAL: {runs} of this session ended the same way ({tool} failing or looping) without progress. This {tool} call was blocked without waiting for it to fail again: report the problem instead of retrying it (run_storm).")
+    }
+
+    /// "the last 1 run" or "the last N runs" (the count is always written).
+    fn last_runs(runs: u32) -> String {
+        match runs {
+            1 => "the last 1 run".to_owned(),
+            n => format!("the last {n} runs"),
+        }
+    }
+
+    /// A call of a session stopped by `run_storm`.
+    pub fn run_storm_stopped(tool: &str, runs: u32, until: Option<u64>) -> String {
+        let when = match until {
+            Some(minutes) => format!(
+                "for {minutes} more minute{}",
+                if minutes == 1 { "" } else { "s" }
+            ),
+            None => "until the session is reset".to_owned(),
+        };
+        format!("CRITICAL: {runs} runs of this session in a row ended the same way without progress: every run of this session is stopped {when}. This {tool} call was blocked (run_storm).")
+    }
+
+    /// The message of a compaction abort.
     pub fn compaction_abort(tool: &str, n: u32, window: u32) -> String {
         format!(
             "CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop; the run was aborted (compaction_loop_persisted)."
@@ -861,6 +899,7 @@ mod tests {
                 Detector::RepeatedMessage => 18,
                 Detector::ContentChanting => 19,
                 Detector::NoToolTurns => 20,
+                Detector::RunStorm => 21,
             }
         }
         let mut names = std::collections::BTreeSet::new();

@@ -475,9 +475,9 @@ fn result_event(
     call: CallRef<'_>,
     outcome: Outcome<'_>,
 ) -> Result<Recorded, ResultError> {
-    guard.with_run(scope, |cfg, run, _, now| {
+    guard.with_run(scope, |cfg, run, session, now| {
         let ticket = run.resume(cfg, scope, call);
-        run.finish(cfg, ticket, outcome, now)
+        run.finish(session, cfg, ticket, outcome, now)
     })
 }
 

@@ -64,7 +64,13 @@ fn apply(
     let verdict = ticket.verdict().clone();
     let result = result_tape.parse(result).expect("valid JSON");
     state
-        .finish(cfg, ticket, OutcomeOf::Result(result), now)
+        .finish(
+            &mut SessionState::default(),
+            cfg,
+            ticket,
+            OutcomeOf::Result(result),
+            now,
+        )
         .expect("a ticket from begin finishes");
     verdict
 }
@@ -113,4 +119,88 @@ fn a_state_the_previous_build_wrote_reads_and_goes_on_alike() {
         (2, "read"),
         "{a:?}"
     );
+}
+
+/// Each run `r{i}` of session `s` in `runs`: a response of 300 tokens, then one call that
+/// fails the same way (at minute `i`). Returns each call's verdict.
+fn session_events(
+    set: &ConfigSet,
+    session: &mut SessionState,
+    runs: std::ops::Range<usize>,
+) -> Vec<Verdict> {
+    let cfg = set.global();
+    let (mut args_tape, mut error_tape) = (Tape::new(), Tape::new());
+    let args = args_tape.parse(r#"{"command":"deploy --prod"}"#).unwrap();
+    let error = error_tape.parse(r#""permission denied""#).unwrap();
+    runs.map(|i| {
+        let run = format!("r{i}");
+        let scope = Scope::new("s").with_run(Some(&run));
+        let now = Millis::new(60_000 * (i as u64 + 1));
+        let mut state = RunState::default();
+        let usage = loopguard::Usage::new(200, 100).with_id(Some("u"));
+        state.usage(session, cfg, &scope, &usage, now).unwrap();
+        let ticket = state.begin(session, cfg, &scope, &Call::with_args("exec", args), now);
+        let verdict = ticket.verdict().clone();
+        state
+            .finish(session, cfg, ticket, OutcomeOf::Error(error), now)
+            .unwrap();
+        verdict
+    })
+    .collect()
+}
+
+/// `SessionState::to_bytes` after `session_events(0..2)` with a session budget, as format
+/// version 1 wrote it (a version byte, then the spend fields; version 2 appends
+/// `run_storm`'s state after them and left those fields as they were).
+const SESSION_WRITTEN_BEFORE: &str = "019003c801000000d804020001e0d40301009003c801000000d8040200e0d4030101009003c801000000d8040200e0d403c0a907";
+
+#[test]
+fn a_version_1_session_state_reads_and_goes_on_into_a_storm() {
+    let bytes: Vec<u8> = (0..SESSION_WRITTEN_BEFORE.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&SESSION_WRITTEN_BEFORE[i..i + 2], 16).expect("hex"))
+        .collect();
+    assert_eq!(bytes[0], 1, "a session state of format version 1");
+    let mut read = SessionState::from_bytes(&bytes).expect("the state reads");
+    let budget =
+        ConfigSet::parse("{ loopguard: { budgets: { session: { tokens: 100000 } } } }").unwrap();
+    let mut made = SessionState::default();
+    session_events(&budget, &mut made, 0..2);
+    assert_eq!(read.spend(), made.spend());
+    assert_eq!(read.agents(), made.agents());
+    assert_eq!(
+        read.to_bytes(),
+        made.to_bytes(),
+        "the same fields, written as version 2"
+    );
+    assert_eq!(
+        read.to_bytes()[0],
+        loopguard::budget::SESSION_FORMAT_VERSION
+    );
+    // The session goes on with `run_storm` on: runs 2 to 4 fail the same way.
+    let storm = ConfigSet::parse(
+        "{ loopguard: { budgets: { session: { tokens: 100000 } }, detectors: { runStorm: { cooldownMinutes: 0 } } } }",
+    )
+    .unwrap();
+    let said: Vec<String> = session_events(&storm, &mut read, 2..6)
+        .iter()
+        .map(|v| match v.detection() {
+            Some(d) => format!("{} {}", d.detector, d.level),
+            None => "allow".into(),
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "allow",
+            "run_storm warning",
+            "run_storm critical",
+            "run_storm critical"
+        ]
+    );
+    let stop = read.storm_stop().expect("the session stopped");
+    assert_eq!((stop.runs, stop.until), (3, None));
+    let again = SessionState::from_bytes(&read.to_bytes()).unwrap();
+    assert_eq!(again.storm_stop(), read.storm_stop());
+    assert_eq!(again.spend(), read.spend());
 }

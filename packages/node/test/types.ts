@@ -57,6 +57,8 @@ function advice(detector: Detector): string {
     case 'content_chanting':
     case 'no_tool_turns':
       return 'the model repeating itself';
+    case 'run_storm':
+      return 'runs of a session ending the same way';
     default:
       return assertNever(detector);
   }

@@ -44,12 +44,13 @@ pub fn spec_cases() -> Vec<PathBuf> {
     cases
 }
 
-/// The spend budget vectors of the `loopguard` block (`spec/extensions/budget-*`): usage
-/// events and budgets, for the front ends that must answer them exactly as `replay`.
+/// The vectors of the `loopguard` block whose state is the session's as well as the run's:
+/// the spend budgets (`spec/extensions/budget-*`: usage events and budgets) and the run
+/// storms (`run-storm-*`), for the front ends that must answer them exactly as `replay`.
 pub fn budget_cases() -> Vec<PathBuf> {
     let cases: Vec<_> = cases(&super::repo_root().join("spec/extensions"))
         .into_iter()
-        .filter(|c| name(c).starts_with("budget-"))
+        .filter(|c| name(c).starts_with("budget-") || name(c).starts_with("run-storm-"))
         .collect();
     assert!(cases.len() >= 10, "the budget vectors are expected");
     cases

@@ -1,6 +1,7 @@
 //! [`SessionState`]: what the engine keeps about a session beyond any one of its runs.
 //!
-//! Today that is spend: the session's, each of its agents', and the current day's. It is the
+//! That is spend (the session's, each of its agents', and the current day's) and what
+//! `run_storm` keeps across the session's runs ([`crate::storm`]). It is the
 //! place for everything else a session-wide rule needs (a rule that looks across runs, a
 //! tree of agents rolling up to its root): a store keeps one per session beside the session's
 //! runs and hands it to every update of one of those runs, in the same atomic step, so a
@@ -8,15 +9,21 @@
 //!
 //! Its encoding ([`SessionState::to_bytes`]) is versioned like a run's: a version byte, then
 //! the fields in order (postcard). A later version appends its fields after these, so that
-//! the states of this version read as states with the new fields at their defaults.
+//! the states of this version read as states with the new fields at their defaults:
+//! version 2 appends `run_storm`'s state after version 1's fields, and version 1 states
+//! still read.
 
 use serde::{Deserialize, Serialize};
 
 use super::{Cost, Spend, Usage};
 use crate::clock::Millis;
+use crate::storm::{Storm, StormStop};
 
 /// Version of [`SessionState::to_bytes`]'s format.
-pub const SESSION_FORMAT_VERSION: u8 = 1;
+pub const SESSION_FORMAT_VERSION: u8 = 2;
+
+/// The older format version whose states [`SessionState::from_bytes`] still reads.
+const SESSION_FORMAT_V1: u8 = 1;
 
 /// Agents a session keeps apart; the spend of further agents is pooled in one entry, which
 /// their agent budget then shares (so a session cannot escape an agent budget by spawning
@@ -49,6 +56,9 @@ struct Kept {
     agents: Vec<AgentSpend>,
     /// When the state last changed (clock milliseconds).
     last_active: Millis,
+    /// `run_storm`'s state (encoded after the fields above, from version 2).
+    #[serde(skip)]
+    storm: Storm,
 }
 
 /// What an empty state reads as.
@@ -58,6 +68,7 @@ static NOTHING: Kept = Kept {
     day: None,
     agents: Vec::new(),
     last_active: Millis::ZERO,
+    storm: Storm::EMPTY,
 };
 
 /// One day's spend of a session.
@@ -145,6 +156,41 @@ impl SessionState {
     /// When the state last changed.
     pub fn last_active(&self) -> Millis {
         self.kept().last_active
+    }
+
+    /// The session's stop by `run_storm`, when it was stopped (it may have cooled down
+    /// since: the next call says).
+    pub fn storm_stop(&self) -> Option<&StormStop> {
+        self.kept().storm.stop()
+    }
+
+    /// Runs of the session in a row that ended the same way without progress.
+    pub fn storm_row(&self) -> u32 {
+        self.kept().storm.row()
+    }
+
+    pub(crate) fn storm(&self) -> &Storm {
+        &self.kept().storm
+    }
+
+    /// Applies `f` to `run_storm`'s state; `f` says (through its flag) whether it changed
+    /// anything.
+    pub(crate) fn with_storm<R>(
+        &mut self,
+        now: Millis,
+        f: impl FnOnce(&mut Storm, &mut bool) -> R,
+    ) -> R {
+        let was_empty = self.kept.is_none();
+        let kept = self.kept.get_or_insert_with(Box::default);
+        let mut changed = false;
+        let r = f(&mut kept.storm, &mut changed);
+        if changed {
+            self.changed = true;
+            kept.last_active = now;
+        } else if was_empty {
+            self.kept = None;
+        }
+        r
     }
 
     /// Whether nothing is kept.
@@ -238,15 +284,20 @@ impl SessionState {
         let mut out = Vec::with_capacity(64 + 48 * kept.agents.len());
         out.push(SESSION_FORMAT_VERSION);
         // Encoding plain data into a Vec cannot fail.
-        postcard::to_extend(kept, out).unwrap_or_default()
+        let out = postcard::to_extend(kept, out).unwrap_or_default();
+        postcard::to_extend(&kept.storm, out).unwrap_or_default()
     }
 
     /// Reads back [`SessionState::to_bytes`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SessionDecodeError> {
         match bytes.split_first() {
-            Some((&SESSION_FORMAT_VERSION, rest)) => {
-                let (kept, left): (Kept, &[u8]) = postcard::take_from_bytes(rest)
-                    .map_err(|e| SessionDecodeError::Corrupt(e.to_string()))?;
+            Some((&version @ (SESSION_FORMAT_V1 | SESSION_FORMAT_VERSION), rest)) => {
+                let corrupt = |e: postcard::Error| SessionDecodeError::Corrupt(e.to_string());
+                let (mut kept, mut left): (Kept, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(corrupt)?;
+                if version >= SESSION_FORMAT_VERSION {
+                    (kept.storm, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
                 if !left.is_empty() {
                     return Err(SessionDecodeError::Corrupt(format!(
                         "{} bytes after the state",
@@ -277,6 +328,7 @@ impl SessionState {
                     std::mem::size_of::<AgentSpend>() + a.agent.as_ref().map_or(0, |s| s.len())
                 })
                 .sum::<usize>()
+            + self.kept().storm.heap_bytes()
     }
 }
 

@@ -27,7 +27,7 @@ use serde::Serialize;
 use super::locate::Segment;
 use super::value::{
     self, Checker, Decimal, Node, UtcOffset, MAX_BUDGET_COST, MAX_BUDGET_TOKENS, MAX_CYCLE_LENGTH,
-    MAX_PRICE, MAX_PRICES, MAX_THRESHOLD, MAX_WALL_SECONDS, MAX_WINDOW,
+    MAX_PRICE, MAX_PRICES, MAX_STORM_MINUTES, MAX_THRESHOLD, MAX_WALL_SECONDS, MAX_WINDOW,
 };
 pub(crate) use super::value::{Block, Field, Kind};
 
@@ -287,6 +287,24 @@ blocks! {
         "stopAfter" => stop_after: Option<u32> = count(MAX_THRESHOLD),
     }
 
+    /// The `runStorm` block, as written: the runs of a session that end the same way.
+    RunStormBlock {
+        /// On unless `false`.
+        "enabled" => enabled: Option<bool> = switch,
+        /// The run, counted in a row of runs ending the same way, warned at its first call
+        /// of the pattern.
+        "warningThreshold" => warning_threshold: Option<u32> = count(MAX_THRESHOLD),
+        /// The run, counted the same way, whose calls of the pattern are blocked at once.
+        "criticalThreshold" => critical_threshold: Option<u32> = count(MAX_THRESHOLD),
+        /// Runs ending the same way after which every run of the session is stopped.
+        "stopAfter" => stop_after: Option<u32> = count(MAX_THRESHOLD),
+        /// Count the runs ending the same way within this many minutes, others between
+        /// them or not (absent: only runs in a row count).
+        "windowMinutes" => window_minutes: Option<u32> = count(MAX_STORM_MINUTES),
+        /// Minutes a stopped session stays stopped (0: until it is reset).
+        "cooldownMinutes" => cooldown_minutes: Option<u32> = gap(MAX_STORM_MINUTES),
+    }
+
     /// A switch-only block (`batchDuplicates`), as written.
     SwitchBlock {
         /// On unless `false`.
@@ -424,6 +442,7 @@ pub(crate) const EXT_DETECTORS: &[Field] = &[
     field("repeatedMessage", block::<LevelsBlock>()),
     field("contentChanting", block::<LevelsBlock>()),
     field("noToolTurns", block::<LevelsBlock>()),
+    field("runStorm", block::<RunStormBlock>()),
 ];
 
 /// The blocks of a scope (the document root or one agent), by path.

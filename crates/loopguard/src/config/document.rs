@@ -247,6 +247,7 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                             block.content_chanting = Some(parse_block(dv, &dp, checker))
                         }
                         "noToolTurns" => block.no_tool_turns = Some(parse_block(dv, &dp, checker)),
+                        "runStorm" => block.run_storm = Some(parse_block(dv, &dp, checker)),
                         _ => unknown(dk, &dp, EXT_DETECTORS, checker),
                     }
                 }

@@ -25,6 +25,7 @@
 //!       repeatedMessage: {},                 // the model's messages (`message` events)
 //!       contentChanting: {},
 //!       noToolTurns: { criticalThreshold: 5 },
+//!       runStorm: { cooldownMinutes: 0 },    // across the runs of a session
 //!     },
 //!   },
 //!   agents: { list: [{ id: "ops", loopguard: { mode: "enforce" } }] },
@@ -38,13 +39,14 @@ use serde::{Serialize, Serializer};
 
 pub use super::block::{
     BudgetBlock, BudgetsBlock, CascadeBlock, CycleBlock, EscalationBlock, LevelsBlock,
-    MaskingBlock, PriceBlock, ProgressBudgetBlock, StaleBlock, SwitchBlock,
+    MaskingBlock, PriceBlock, ProgressBudgetBlock, RunStormBlock, StaleBlock, SwitchBlock,
 };
 use crate::budget::prices::{Price, Rates};
 use crate::budget::{BudgetLimits, Budgets, Cost, DEFAULT_NO_PROGRESS_CALLS};
 use crate::canonical::PathSet;
 use crate::masking::MaskSet;
 use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
+pub use crate::storm::RunStorm;
 
 pub use super::value::MAX_CYCLE_LENGTH;
 
@@ -71,6 +73,11 @@ pub const DEFAULT_CONTENT_CHANTING: (u32, u32) = (6, 10);
 /// Default `noToolTurns` thresholds: the same feedback to answers without a tool call, in
 /// a row.
 pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 8);
+
+/// Default `runStorm` settings: the run (in a row of runs ending the same way) warned at
+/// its first call of the pattern, the run blocked at it, the runs after which the session
+/// stops, and the minutes it stays stopped.
+pub const DEFAULT_RUN_STORM: (u32, u32, u32, u32) = (2, 3, 3, 60);
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -164,6 +171,7 @@ fn recommended() -> ExtensionsBlock {
         repeated_message: Some(levels(3, 4)),
         content_chanting: Some(levels(6, 10)),
         no_tool_turns: Some(levels(3, 8)),
+        run_storm: Some(RunStormBlock::default()),
     }
 }
 
@@ -352,6 +360,8 @@ pub struct ExtensionsBlock {
     pub content_chanting: Option<LevelsBlock>,
     /// `detectors.noToolTurns`.
     pub no_tool_turns: Option<LevelsBlock>,
+    /// `detectors.runStorm`.
+    pub run_storm: Option<RunStormBlock>,
 }
 
 fn overlay_opt<T: Clone>(
@@ -429,6 +439,7 @@ impl ExtensionsBlock {
                 &agent.no_tool_turns,
                 LevelsBlock::overlay,
             ),
+            run_storm: overlay_opt(&self.run_storm, &agent.run_storm, RunStormBlock::overlay),
         }
     }
 }
@@ -529,6 +540,8 @@ pub struct Extensions {
     pub content_chanting: Option<Levels>,
     /// `no_tool_turns`, when on.
     pub no_tool_turns: Option<Levels>,
+    /// `run_storm`, when on.
+    pub run_storm: Option<RunStorm>,
 }
 
 fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
@@ -645,6 +658,23 @@ impl Extensions {
             repeated_message: levels(&block.repeated_message, DEFAULT_REPEATED_MESSAGE),
             content_chanting: levels(&block.content_chanting, DEFAULT_CONTENT_CHANTING),
             no_tool_turns: levels(&block.no_tool_turns, DEFAULT_NO_TOOL_TURNS),
+            run_storm: block.run_storm.as_ref().filter(|b| on(b.enabled)).map(|b| {
+                let (w, c, stop, cool) = DEFAULT_RUN_STORM;
+                let levels = Levels::new(
+                    b.warning_threshold.unwrap_or(w),
+                    b.critical_threshold.unwrap_or(c),
+                );
+                let minutes = |m: u32| u64::from(m) * 60_000;
+                RunStorm {
+                    warning: levels.warning,
+                    critical: levels.critical,
+                    stop_after: b.stop_after.unwrap_or(stop),
+                    window_ms: b.window_minutes.map(minutes),
+                    cooldown_ms: Some(b.cooldown_minutes.unwrap_or(cool))
+                        .filter(|m| *m > 0)
+                        .map(minutes),
+                }
+            }),
         })
     }
 

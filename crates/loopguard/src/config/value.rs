@@ -25,6 +25,9 @@ pub const MAX_BUDGET_TOKENS: u64 = 1_000_000_000_000;
 /// Largest money budget accepted, in US dollars.
 pub const MAX_BUDGET_COST: u64 = 10_000_000;
 
+/// Largest `runStorm.windowMinutes` and `cooldownMinutes` accepted (a year).
+pub const MAX_STORM_MINUTES: u64 = 366 * 24 * 60;
+
 /// Largest `wallSeconds` accepted (a year).
 pub const MAX_WALL_SECONDS: u64 = 366 * 24 * 60 * 60;
 

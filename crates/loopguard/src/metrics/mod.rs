@@ -243,7 +243,7 @@ mod tests {
                         let id = id.map(|i| format!("c{i}"));
                         let call = Call::new(TOOLS[*tool as usize], &args).with_id(id.as_deref());
                         let ticket = run.resume(cfg, &scope, CallRef::Call(call));
-                        prop_assert!(run.finish(cfg, ticket, out, Millis::new(now)).is_ok());
+                        prop_assert!(run.finish(&mut crate::SessionState::default(), cfg, ticket, out, Millis::new(now)).is_ok());
                     }
                     Step::Compaction => {
                         run.compaction(cfg, &scope, Millis::new(now));

@@ -448,7 +448,13 @@ mod tests {
         );
         let out = json!(out);
         state
-            .finish(cfg, ticket, Outcome::Result(&out), Millis::new(0))
+            .finish(
+                &mut SessionState::default(),
+                cfg,
+                ticket,
+                Outcome::Result(&out),
+                Millis::new(0),
+            )
             .unwrap();
     }
 
