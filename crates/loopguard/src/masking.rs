@@ -301,7 +301,9 @@ thread_local! {
 
 /// Runs `f` with `text` masked by `set` (or `text` itself when nothing matched).
 pub(crate) fn with_masked<R>(text: &str, set: MaskSet, f: impl FnOnce(&str) -> R) -> R {
-    if set.is_empty() {
+    // Every rule needs a digit in its token: text without one (most prose) is left as it
+    // is without taking the buffer.
+    if set.is_empty() || next_digit(text.as_bytes(), 0).is_none() {
         return f(text);
     }
     OUT.with(|cell| match cell.try_borrow_mut() {

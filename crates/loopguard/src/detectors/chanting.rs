@@ -223,6 +223,10 @@ impl ChantTrack {
     /// Adds a line (or a piece of a long one) to the print: its words, masked, joined by
     /// single spaces. A line with no run of whitespace (most) is hashed as it is, trimmed.
     fn print_line(&mut self, line: &str, mask: MaskSet) {
+        if line.bytes().all(|b| b.is_ascii_whitespace()) {
+            // A blank line adds nothing (masking leaves it blank).
+            return;
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let hash = crate::masking::with_masked(line, mask, |masked| {
@@ -253,7 +257,7 @@ impl ChantTrack {
         if !self.chants {
             return None;
         }
-        let trimmed = line.trim_start_matches([' ', '\t']);
+        let trimmed = trim_blanks_start(line);
         if let Block::Code { fence, len } = self.block {
             if !self.continued && closes_fence(trimmed, fence, len) {
                 self.close_block();
@@ -280,7 +284,11 @@ impl ChantTrack {
             }
         }
         self.close_block();
-        if !trimmed.chars().any(char::is_alphanumeric) {
+        let alphanumeric = |t: &str| {
+            t.bytes().any(|b| b.is_ascii_alphanumeric())
+                || (!t.is_ascii() && t.chars().any(char::is_alphanumeric))
+        };
+        if !alphanumeric(trimmed) {
             // Blank lines, rules, dividers, ASCII art: nothing to compare.
             return None;
         }
@@ -307,7 +315,7 @@ impl ChantTrack {
 
     /// Adds a prose segment and judges it.
     fn segment(&mut self, segment: &str) -> Option<Chant> {
-        let segment = segment.trim_matches([' ', '\t']);
+        let segment = trim_blanks_end(trim_blanks_start(segment));
         if segment.is_empty() {
             return None;
         }
@@ -347,7 +355,10 @@ impl ChantTrack {
         let hash = steps[newest].hash;
         // Most segments occur once: nothing to gather.
         let near = newest.saturating_sub(MAX_GAP as usize);
-        if !(near..newest).any(|i| steps[i].compared && steps[i].hash == hash) {
+        if !steps
+            .range(near..newest)
+            .any(|s| s.compared && s.hash == hash)
+        {
             return 1;
         }
         // Positions of the occurrences, newest first, each within MAX_GAP of the next.
@@ -424,6 +435,24 @@ fn trim_ascii(text: &str) -> &str {
         .map_or(start, |e| e + 1);
     // ASCII bytes are character boundaries.
     &text[start..end.max(start)]
+}
+
+/// `text` without the spaces and tabs it starts with (byte by byte: both are ASCII).
+fn trim_blanks_start(text: &str) -> &str {
+    let start = text
+        .bytes()
+        .position(|b| b != b' ' && b != b'\t')
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+/// `text` without the spaces and tabs it ends with.
+fn trim_blanks_end(text: &str) -> &str {
+    let end = text
+        .bytes()
+        .rposition(|b| b != b' ' && b != b'\t')
+        .map_or(0, |e| e + 1);
+    &text[..end]
 }
 
 /// Combines a running hash with the next hash.
@@ -505,7 +534,7 @@ fn strip_marker(line: &str) -> &str {
         }
         _ => line,
     };
-    rest.trim_start_matches([' ', '\t'])
+    trim_blanks_start(rest)
 }
 
 /// The segments of a prose line (see the module docs).
