@@ -45,7 +45,7 @@ pub struct Mark {
     pub path: String,
     /// The byte offset the next read starts at (the start of a line).
     pub offset: u64,
-    /// A digest of the [`CHECK_BYTES`] bytes before `offset`.
+    /// A digest of the bytes before `offset` (up to 256, `CHECK_BYTES`).
     pub check: u64,
 }
 
