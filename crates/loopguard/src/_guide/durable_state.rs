@@ -60,9 +60,9 @@
 //!     });
 //!     if !blocked {
 //!         // Its result, in another process: the ticket resumed by the call's id.
-//!         event(&mut |run, _| {
+//!         event(&mut |run, session| {
 //!             let ticket = run.resume(cfg, &scope, CallRef::id(&id));
-//!             let recorded = run.finish(cfg, ticket, Outcome::Result(&result), now);
+//!             let recorded = run.finish(session, cfg, ticket, Outcome::Result(&result), now);
 //!             assert!(recorded.expect("a pending call").recorded);
 //!         });
 //!     }
