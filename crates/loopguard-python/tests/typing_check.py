@@ -38,6 +38,8 @@ def advice(detector: Detector) -> str:
             return "spending without getting anywhere"
         case "repeated_message" | "content_chanting" | "no_tool_turns":
             return "the model repeating itself"
+        case "run_storm":
+            return "runs of a session failing the same way"
         case _:
             assert_never(detector)
 
