@@ -193,6 +193,41 @@ async function installedHome() {
   return home;
 }
 
+/** An installation as the docs say, then the test's model, agents and the plugin's config
+ * written over what install and enable wrote. */
+async function configuredHome({ modelUrl, pluginConfig, prepare, contextWindow, cost }) {
+  const home = await installedHome();
+  prepare?.(home);
+  const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
+  const config = openclawConfig({ modelUrl, workspace: home.workspace, contextWindow, cost });
+  installed.plugins.entries.loopguard.config = pluginConfig ?? {};
+  writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, plugins: installed.plugins }, null, 2));
+  return home;
+}
+
+/**
+ * A session of several turns in one installation, as a heartbeat or a cron job runs them:
+ * each turn is one `openclaw agent` run of the session `sessionKey` with the message
+ * `message`, in which the model plays `steps` from their start. `beforeTurn(i)` is awaited
+ * before turn i (from 0). Resolves with one { code, stdout, stderr, toolResults } per turn,
+ * `toolResults` being what the model was shown in that turn.
+ */
+export async function scriptedTurns({ turns, steps, pluginConfig, agent = 'main', sessionKey, message, prepare, beforeTurn }) {
+  const model = await scriptedModel(steps, { perTurn: message });
+  try {
+    const home = await configuredHome({ modelUrl: model.url, pluginConfig, prepare });
+    const done = [];
+    for (let i = 0; i < turns; i++) {
+      await beforeTurn?.(i);
+      const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--session-key', sessionKey, '--message', message]);
+      done.push({ ...run, toolResults: model.toolResults() });
+    }
+    return done;
+  } finally {
+    await model.close();
+  }
+}
+
 /**
  * One scripted agent run: the model asks for `steps` (then answers in text), each response
  * reporting `usage` when given, priced by OpenClaw at the model's `cost` (US dollars per
@@ -202,14 +237,7 @@ async function installedHome() {
 export async function scriptedRun({ steps, pluginConfig, agent = 'main', prepare, overflowAt, contextWindow, usage, cost }) {
   const model = await scriptedModel(steps, { overflowAt, usage });
   try {
-    // Installed as the docs say; then the test's model, agents and the plugin's config,
-    // over what install and enable wrote.
-    const home = await installedHome();
-    prepare?.(home);
-    const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
-    const config = openclawConfig({ modelUrl: model.url, workspace: home.workspace, contextWindow, cost });
-    installed.plugins.entries.loopguard.config = pluginConfig ?? {};
-    writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, plugins: installed.plugins }, null, 2));
+    const home = await configuredHome({ modelUrl: model.url, pluginConfig, prepare, contextWindow, cost });
     const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--message', 'go']);
     let envelope = null;
     try {

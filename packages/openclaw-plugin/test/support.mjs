@@ -35,14 +35,21 @@ if (!existsSync(linked)) {
  * conversation: `{tool, args}` asks for one tool call (saying `say` with it, when given),
  * `{text}` (or the end of the script) answers in text. Every request is kept, so a test can read what the model was shown.
  *
+ * With `perTurn` (the text of the turns' prompt), every turn of a session starts the script
+ * again.
  * With `overflowAt: k`, steps are counted by requests instead (a compaction replaces the
  * conversation, and its tool results with it), the k-th request with tools is refused
  * once as a context overflow (OpenAI's `context_length_exceeded`), and requests without
  * tools (the compaction's summary requests) are answered with a summary. With `usage`
  * (`{prompt_tokens, completion_tokens}`), every response reports those figures.
  */
-export async function scriptedModel(steps, { overflowAt, usage } = {}) {
+export async function scriptedModel(steps, { overflowAt, usage, perTurn } = {}) {
   const requests = [];
+  // Where the newest turn begins: after its prompt, the newest user message holding the
+  // text `perTurn` (OpenClaw may add user messages of its own inside a turn).
+  const text = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((c) => c.text ?? '').join('\n'));
+  const turnStart = (messages) =>
+    perTurn ? messages.findLastIndex((m) => m.role === 'user' && text(m).includes(perTurn)) + 1 : 0;
   let served = 0;
   let overflowed = false;
   const server = http.createServer((req, res) => {
@@ -56,7 +63,9 @@ export async function scriptedModel(steps, { overflowAt, usage } = {}) {
       }
       const request = JSON.parse(body);
       requests.push(request);
-      let n = request.messages.filter((m) => m.role === 'tool').length;
+      // With `perTurn`, each turn of a session plays the script from its start: only the
+      // tool results after the turn's prompt count.
+      let n = request.messages.slice(turnStart(request.messages)).filter((m) => m.role === 'tool').length;
       let step;
       if (overflowAt !== undefined) {
         if (!request.tools?.length) {
@@ -70,6 +79,8 @@ export async function scriptedModel(steps, { overflowAt, usage } = {}) {
           n = served++;
         }
       }
+      // A script that never ends (a turn that never counts as begun) must not run forever.
+      if (requests.length > 400) step ??= { text: 'the scripted model stops here' };
       step ??= steps[n] ?? { text: `done after ${n} tool results` };
       const id = `chatcmpl-${requests.length}`;
       const delta = step.tool
@@ -100,10 +111,12 @@ export async function scriptedModel(steps, { overflowAt, usage } = {}) {
   return {
     url: `http://127.0.0.1:${server.address().port}/v1`,
     requests,
-    /** The tool results of the last request: what the model was shown, in order. */
+    /** The tool results of the last request: what the model was shown, in order (with
+     * `perTurn`, those of its turn only). */
     toolResults() {
-      const last = requests.at(-1);
-      return (last?.messages ?? [])
+      const messages = requests.at(-1)?.messages ?? [];
+      return messages
+        .slice(turnStart(messages))
         .filter((m) => m.role === 'tool')
         .map((m) => (typeof m.content === 'string' ? m.content : m.content.map((c) => c.text ?? '').join('\n')));
     },
@@ -111,9 +124,10 @@ export async function scriptedModel(steps, { overflowAt, usage } = {}) {
   };
 }
 
-/** A real `loopguard serve` on a free loopback port, in memory, with `config` (a file). */
-export async function startSidecar(configFile) {
-  const args = ['serve', '--memory', '--listen', '127.0.0.1:0'];
+/** A real `loopguard serve` with `config` (a file), in memory or, with `db`, on that SQLite
+ * file; on a free loopback port, or on `listen` (`127.0.0.1:PORT`). */
+export async function startSidecar(configFile, { db, listen = '127.0.0.1:0' } = {}) {
+  const args = ['serve', ...(db ? ['--db', db] : ['--memory']), '--listen', listen];
   if (configFile) args.push('--config', configFile);
   const child = spawn(loopguardBin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
