@@ -1,8 +1,8 @@
-// Every public conformance vector (spec/conformance), and the extension vectors of loops
-// without tool calls (spec/extensions, those with message events), through the binding,
+// Every public conformance vector (spec/conformance) and every extension vector
+// (spec/extensions: detectors, budgets, messages, run storms) through the binding,
 // compared with what the real `loopguard replay` prints for it: once line by line through
-// applyEvent (the whole answer, messages included), once through the idiomatic API
-// (beforeCall, afterCall, onCompaction, message), field by field.
+// applyEvent (the whole answer), once through the idiomatic API (beforeCall, afterCall,
+// onCompaction, message, recordUsage), field by field.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -17,11 +17,12 @@ const vectors = readdirSync(vectorsDir, { withFileTypes: true })
   .map((d) => d.name)
   .sort();
 const extensionsDir = join(repoRoot, 'spec/extensions');
-const messageVectors = readdirSync(extensionsDir, { withFileTypes: true })
+const extensionVectors = readdirSync(extensionsDir, { withFileTypes: true })
   .filter((d) => d.isDirectory())
   .map((d) => d.name)
-  .filter((name) => readFileSync(join(extensionsDir, name, 'events.jsonl'), 'utf8').includes('"type":"message"'))
   .sort();
+const holding = (kind) =>
+  extensionVectors.filter((name) => readFileSync(join(extensionsDir, name, 'events.jsonl'), 'utf8').includes(`"type":"${kind}"`));
 
 /** The input lines as bytes with their line numbers (blank lines are not answered). */
 function lines(bytes) {
@@ -60,22 +61,24 @@ function guardFor(dir) {
 test('the replay binary is built', () => {
   assert.ok(existsSync(loopguardBin), `${loopguardBin} is missing: run cargo build -p loopguard-cli`);
   assert.ok(vectors.length >= 80, `only ${vectors.length} vectors found`);
-  assert.ok(messageVectors.length >= 14, `only ${messageVectors.length} message vectors found`);
+  assert.ok(holding('message').length >= 14, `only ${holding('message').length} message vectors found`);
+  assert.ok(holding('usage').length >= 8, `only ${holding('usage').length} usage vectors found`);
+  assert.ok(extensionVectors.filter((name) => name.startsWith('run-storm-')).length >= 3, 'run storm vectors missing');
 });
 
 const cases = [
   ...vectors.map((name) => ['conformance', join(vectorsDir, name)]),
-  ...messageVectors.map((name) => ['extensions', join(extensionsDir, name)]),
+  ...extensionVectors.map((name) => ['extensions', join(extensionsDir, name)]),
 ];
 for (const [suite, dir] of cases) {
   test(`${suite} ${basename(dir)}`, () => {
     const printed = replay(dir);
-    const expected = readFileSync(join(dir, 'expected.jsonl'), 'utf8').split('\n').filter(Boolean);
     if (printed === null) {
       assert.ok(existsSync(join(dir, 'expected-exit')));
       assert.throws(() => guardFor(dir), ConfigError);
       return;
     }
+    const expected = readFileSync(join(dir, 'expected.jsonl'), 'utf8').split('\n').filter(Boolean);
     const answers = printed.split('\n').filter(Boolean).map((l) => JSON.parse(l));
     assert.equal(answers.length, expected.length, 'replay answers every line');
     const input = lines(readFileSync(join(dir, 'events.jsonl')));
@@ -124,7 +127,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     return;
   }
   const kind = event?.type;
-  if (!['call', 'result', 'compaction', 'message'].includes(kind) || Array.isArray(event)) {
+  if (!['call', 'result', 'compaction', 'message', 'usage'].includes(kind) || Array.isArray(event)) {
     // Not an event the idiomatic API can express (no type, unknown type, not an object).
     assert.ok('error' in answer, `${where}: replay accepted it`);
     return;
@@ -161,9 +164,26 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     delta: event.delta,
     index: event.index,
   };
+  const usage = {
+    session: event.session,
+    run: event.run,
+    agent: event.agent,
+    id: event.id,
+    model: event.model,
+    inputTokens: event.input_tokens,
+    outputTokens: event.output_tokens,
+    cacheReadTokens: event.cache_read_tokens,
+    cacheWriteTokens: event.cache_write_tokens,
+    cost: event.cost,
+  };
+  for (const key of Object.keys(usage)) if (usage[key] === undefined) delete usage[key];
+  // A member the protocol does not know goes through as it is: the API refuses it too.
+  const known = ['type', 'session', 'run', 'agent', 'id', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'cost'];
+  if (kind === 'usage') for (const key of Object.keys(event)) if (!known.includes(key)) usage[key] = event[key];
   const ticket = tickets && kind === 'result' ? ticketFor(event, tickets) : undefined;
   const act = () => {
     if (kind === 'message') return guard.message(message);
+    if (kind === 'usage') return guard.recordUsage(usage);
     if (kind === 'call' && tickets) {
       const begun = guard.begin(fields);
       if (typeof event.call_id === 'string') tickets.set(event.call_id, { event, ticket: begun });
@@ -201,6 +221,12 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     assert.equal(got.pairedTool, answer.paired_tool ?? null, where);
     assert.equal(got.blockedResult !== null, answer.verdict === 'block', where);
     assert.equal(got.warningNote !== null, answer.verdict === 'warn' && answer.notify, where);
+  } else if (kind === 'usage') {
+    assert.equal(answer.counted, true, where);
+    assert.equal(got.cost, answer.cost, where);
+    assert.deepEqual(got.stop, answer.stop, where);
+    assert.equal(got.endsRun, answer.stop?.message ?? null, where);
+    assert.deepEqual(got.shadowStop, answer.shadow_stop, where);
   } else if (kind === 'result') {
     assert.equal(got.recorded, answer.recorded, where);
     assert.deepEqual(got.abort, answer.abort, where);
