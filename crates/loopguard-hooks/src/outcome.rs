@@ -12,7 +12,7 @@
 //! |---|---|
 //! | a string | `{content: [{type: "text", text}]}` |
 //! | an array of content blocks | text blocks in `content`; other blocks in `details.blocks` |
-//! | an object with a `content` array (MCP-style) | its text blocks in `content`; the other keys (and non-text blocks) in `details` |
+//! | an object with a `content` array (MCP-style) | its text blocks in `content`, its `isError` kept beside them; the other keys (and non-text blocks) in `details` |
 //! | any other object | `{details: object}` |
 //! | a number, boolean or null | itself (hashed as it is) |
 //!
@@ -50,10 +50,16 @@ pub fn normalize(response: &Value) -> Value {
             Some(Value::Array(items)) => {
                 let rest: Map<String, Value> = map
                     .iter()
-                    .filter(|(k, _)| k.as_str() != "content" && k.as_str() != "_meta")
+                    .filter(|(k, _)| !matches!(k.as_str(), "content" | "_meta" | "isError"))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                from_blocks(items, rest)
+                let mut result = from_blocks(items, rest);
+                // An MCP tool's own failure flag says the call failed: kept where the
+                // engine reads it.
+                if let Some(flag) = map.get("isError") {
+                    result["isError"] = flag.clone();
+                }
+                result
             }
             _ => json!({ "details": strip_volatile(response) }),
         },
@@ -184,6 +190,19 @@ mod tests {
         assert_eq!(
             a,
             json!({"details": {"stdout": "ok", "stderr": "", "nested": {"k": 1}}})
+        );
+    }
+
+    #[test]
+    fn an_mcp_tools_error_flag_stays_a_failure() {
+        let v = normalize(&json!({"content": [{"type": "text", "text": "503"}], "isError": true}));
+        assert_eq!(
+            v,
+            json!({"content": [{"type": "text", "text": "503"}], "details": {}, "isError": true})
+        );
+        assert!(
+            loopguard::fingerprint::is_failure("mcp__api__fetch", Outcome::Result(&v)),
+            "{v}"
         );
     }
 
