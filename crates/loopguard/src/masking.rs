@@ -247,8 +247,8 @@ fn word_at(bytes: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"))
 }
 
-/// The position of the next ASCII digit at or after `from`: 32 bytes per step while none
-/// is found (digits are rare in text), then 8, then one at a time.
+/// The position of the next ASCII digit at or after `from`: 64 bytes per step while none
+/// is found (digits are rare in text), then 8, then the last 8 at once.
 fn next_digit(bytes: &[u8], from: usize) -> Option<usize> {
     let mut i = from;
     // A branch-free test of 64 bytes at a time, which the compiler turns into SIMD.
@@ -269,10 +269,19 @@ fn next_digit(bytes: &[u8], from: usize) -> Option<usize> {
         }
         i += 8;
     }
-    bytes[i.min(bytes.len())..]
-        .iter()
-        .position(u8::is_ascii_digit)
-        .map(|p| i + p)
+    if i >= bytes.len() {
+        return None;
+    }
+    if bytes.len() < 8 {
+        return bytes[i..]
+            .iter()
+            .position(u8::is_ascii_digit)
+            .map(|p| i + p);
+    }
+    // The last eight bytes, read at once; those before `i` (read already) left out.
+    let last = bytes.len() - 8;
+    let digits = digit_bits(word_at(bytes, last)) & (u64::MAX << ((i - last) * 8));
+    (digits != 0).then(|| last + (digits.trailing_zeros() / 8) as usize)
 }
 
 /// The word right before `start` (skipping spaces, `:`, `=`, quotes and an opening
@@ -651,6 +660,22 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(found, expected);
+        // From every position of texts of every length up to 80, digits anywhere.
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for len in 0..80 {
+            let text: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    b"ab 7.\xC3"[(state % 6) as usize]
+                })
+                .collect();
+            for from in 0..len + 2 {
+                let want = (from..len).find(|&i| text[i].is_ascii_digit());
+                assert_eq!(next_digit(&text, from), want, "{text:?} from {from}");
+            }
+        }
     }
 
     /// The shortcut for plain numbers takes only tokens the full reading leaves alone.
