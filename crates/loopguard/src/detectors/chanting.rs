@@ -591,15 +591,11 @@ fn segment_end(text: &str) -> usize {
     let mut from = 0;
     while from < scan {
         let window = &bytes[from..scan];
-        let mark = match (
-            memchr::memchr3(b'.', b'!', b'?', window),
-            memchr::memchr3(b';', 0xE3, 0xEF, window),
-        ) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(at) => at,
-                None => break,
-            },
+        // The rarer marks are looked for only before the first common one.
+        let common = memchr::memchr3(b'.', b'!', b'?', window);
+        let before = &window[..common.unwrap_or(window.len())];
+        let Some(mark) = memchr::memchr3(b';', 0xE3, 0xEF, before).or(common) else {
+            break;
         };
         let i = from + mark;
         if let Some(len) = sentence_end(bytes, i).filter(|len| i + len >= MIN_SEGMENT) {
