@@ -8,7 +8,9 @@ from typing import Any, Callable, Dict, List
 import pytest
 from agents import Agent, Runner, function_tool
 from agents.exceptions import ToolInputGuardrailTripwireTriggered
+from agents.items import ModelResponse
 from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.usage import InputTokensDetails, Usage
 
 import loopguard
 from loopguard.openai_agents import LoopGuardrails, LoopStopped
@@ -94,3 +96,54 @@ def test_a_chanting_response_stops_the_run_before_its_tool_calls() -> None:
     assert caught.value.verdict.detector == "content_chanting"
     assert caught.value.verdict.terminal
     assert ran == []
+
+
+# Budgets: the run hooks report each response's usage, so a budget stops the agent.
+def budget_setup(
+    args_of: Callable[[int], Dict[str, Any]], budgets: Dict[str, Any]
+) -> "tuple[Agent[Any], List[str], LoopGuardrails]":
+    """Responses of gpt-4o that each used 1,000 input tokens (800 read from the cache) and
+    100 output tokens."""
+    ran: List[str] = []
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "TODO: write the report" if path == "notes.txt" else f"contents of {path}"
+
+    details = InputTokensDetails(cached_tokens=800, cache_write_tokens=0)
+    usage = Usage(requests=1, input_tokens=1000, input_tokens_details=details, output_tokens=100, total_tokens=1100)
+    # Each response with its own id, as the API gives them (usage is counted once per id).
+    steps: List[Any] = [
+        ModelResponse(output=[function_call("read_file", args_of(i), call_id=f"call_{i}")], usage=usage, response_id=f"resp_{i}")
+        for i in range(40)
+    ]
+    steps.append([assistant_message("done")])
+    model = ScriptedModel(steps)
+    model.model = "gpt-4o-2024-08-06"  # type: ignore[attr-defined]  # the name a provider model carries
+    config = {"tools": {"loopDetection": {"enabled": True}}, "loopguard": {"budgets": budgets}}
+    rails = LoopGuardrails(loopguard.Guard(config), session="user-3")
+    agent = Agent(name="worker", model=model, tools=rails.protect(read_file))
+    return agent, ran, rails
+
+
+def test_a_cost_budget_stops_a_productive_agent() -> None:
+    # Each response: 200 uncached input tokens at $2.50, 800 cached at $1.25, 100 output at
+    # $10 per million: $0.0025. A run budget of $0.01 is used up by the 4th response.
+    agent, ran, rails = budget_setup(lambda i: {"path": f"file{i}.txt"}, {"run": {"cost": 0.01}, "withoutProgress": {"enabled": False}})
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as caught:
+        with rails.run():
+            Runner.run_sync(agent, "read everything", hooks=rails.hooks, max_turns=60)
+    assert len(ran) == 3, "the 4th response used the budget up: its call was blocked"
+    assert caught.value.output.output_info.detector == "run_budget"
+
+
+def test_a_without_progress_cap_stops_a_circling_agent_before_the_loop_detectors() -> None:
+    # The same read for the same answer: the first is progress, then 5 more are allowed.
+    agent, ran, rails = budget_setup(lambda i: {"path": "notes.txt"}, {"withoutProgress": {"calls": 5}})
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as caught:
+        with rails.run():
+            Runner.run_sync(agent, "write the report", hooks=rails.hooks, max_turns=60)
+    assert len(ran) == 6
+    assert caught.value.output.output_info.detector == "no_progress_budget"

@@ -9,6 +9,7 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 import loopguard
 from loopguard.pydantic_ai import LoopGuardCapability, RunStopped
@@ -110,3 +111,50 @@ def test_answers_the_framework_keeps_rejecting_stop_the_run() -> None:
         agent.run_sync("write the report")
     assert caught.value.stop.detector == "no_tool_turns"
     assert len(calls) == 8
+
+
+# Budgets: each response reports what it used, so a budget stops the agent.
+def budget_agent(args_of: Callable[[int], Dict[str, Any]], budgets: Dict[str, Any]) -> "tuple[Agent[None, str], List[str]]":
+    """An agent whose responses each used 1,000 input tokens (800 read from the cache) and
+    100 output tokens of gpt-4o."""
+    ran: List[str] = []
+
+    def script(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = len(returns(messages))
+        usage = RequestUsage(input_tokens=1000, output_tokens=100, cache_read_tokens=800)
+        if n >= 40:
+            return ModelResponse(parts=[TextPart("done")], usage=usage)
+        return ModelResponse(parts=[ToolCallPart("read_file", args_of(n), tool_call_id=f"call_{n}")], usage=usage)
+
+    config = {"tools": {"loopDetection": {"enabled": True}}, "loopguard": {"budgets": budgets}}
+    model = FunctionModel(script, model_name="gpt-4o-2024-08-06")
+    agent: Agent[None, str] = Agent(model, capabilities=[LoopGuardCapability(loopguard.Guard(config))])
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "TODO: write the report" if path == "notes.txt" else f"contents of {path}"
+
+    return agent, ran
+
+
+def test_a_cost_budget_stops_a_productive_agent() -> None:
+    # Each response: 200 uncached input tokens at $2.50, 800 cached at $1.25, 100 output at
+    # $10 per million: $0.0025. A run budget of $0.01 is used up by the 4th response.
+    agent, ran = budget_agent(lambda i: {"path": f"file{i}.txt"}, {"run": {"cost": 0.01}, "withoutProgress": {"enabled": False}})
+    with pytest.raises(RunStopped) as caught:
+        agent.run_sync("read everything")
+    assert len(ran) == 3, "the 4th response used the budget up: its call was blocked"
+    stop = caught.value.stop
+    assert isinstance(stop, loopguard.Verdict) and stop.detector == "run_budget"
+
+
+def test_a_without_progress_cap_stops_a_circling_agent_before_the_loop_detectors() -> None:
+    # The same read for the same answer: the first is progress, then 5 more are allowed.
+    agent, ran = budget_agent(lambda i: {"path": "notes.txt"}, {"withoutProgress": {"calls": 5}})
+    with pytest.raises(RunStopped) as caught:
+        agent.run_sync("write the report")
+    assert len(ran) == 6
+    stop = caught.value.stop
+    assert isinstance(stop, loopguard.Verdict) and stop.detector == "no_progress_budget"

@@ -34,7 +34,6 @@ does. Usage the guard refuses is reported as a warning and counts nothing.
 from __future__ import annotations
 
 import uuid
-import warnings
 from typing import Any, Awaitable, Callable, Dict, Optional, Union
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
@@ -47,6 +46,7 @@ from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
 from . import AnyGuard, AnyTicket
+from ._usage import record_usage
 
 Result = Union[ToolMessage, Command[Any]]
 
@@ -151,25 +151,19 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         if not usage:
             return
         details = usage.get("input_token_details") or {}
-        cache_read = int(details.get("cache_read") or 0)
-        cache_write = int(details.get("cache_creation") or 0)
         meta = message.response_metadata or {}
-        model = meta.get("model_name") or meta.get("model")
-        try:
-            self.guard.record_usage(
-                session=_session(),
-                run=state.get("loopguard_run"),
-                agent=self.agent,
-                id=message.id,
-                model=model if isinstance(model, str) else None,
-                # LangChain counts cached input inside input_tokens; loopguard apart.
-                input_tokens=max(int(usage.get("input_tokens") or 0) - cache_read - cache_write, 0),
-                output_tokens=int(usage.get("output_tokens") or 0),
-                cache_read_tokens=cache_read,
-                cache_write_tokens=cache_write,
-            )
-        except ValueError as e:
-            warnings.warn(f"loopguard: usage not counted: {e}", stacklevel=2)
+        record_usage(
+            self.guard,
+            session=_session(),
+            run=state.get("loopguard_run"),
+            agent=self.agent,
+            id=message.id,
+            model=meta.get("model_name") or meta.get("model"),
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            cache_read_tokens=details.get("cache_read"),
+            cache_write_tokens=details.get("cache_creation"),
+        )
 
     def _scope(self, request: ToolCallRequest) -> Dict[str, Any]:
         return {"session": _session(), "run": request.state.get("loopguard_run"), "agent": self.agent}

@@ -53,6 +53,7 @@ from agents.tool_guardrails import (
 )
 
 from . import AnyGuard, AnyTicket, Recorded, Verdict
+from ._usage import record_usage
 
 Session = Union[str, Callable[[ToolContext[Any]], str]]
 
@@ -83,14 +84,29 @@ class _MessageHooks(RunHooks[Any]):
                 reasoning.extend(str(getattr(s, "text", "")) for s in (getattr(item, "summary", None) or []))
             calls = calls or kind.endswith("_call")
         rails = self.rails
+        scope: Dict[str, Any] = {"session": rails._session_name(None), "run": rails._run.get(), "agent": rails.agent}
         verdict = rails.guard.message(
             "\n".join(texts),
             role="assistant",
             reasoning="\n".join(reasoning) or None,
             has_tool_calls=calls,
-            session=rails._session_name(None),
-            run=rails._run.get(),
-            agent=rails.agent,
+            id=response.response_id,
+            **scope,
+        )
+        # What the response spent counts whatever its words' verdict; after them, so that a
+        # budget it uses up blocks its tool calls (with the budget's message).
+        usage = response.usage
+        details = usage.input_tokens_details
+        record_usage(
+            rails.guard,
+            id=response.response_id,
+            # The model's name: a string, or the provider model's own (`OpenAIResponsesModel.model`).
+            model=agent.model if isinstance(agent.model, str) else getattr(agent.model, "model", None),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=getattr(details, "cached_tokens", 0),
+            cache_write_tokens=getattr(details, "cache_write_tokens", 0),
+            **scope,
         )
         if verdict.blocked:
             raise LoopStopped(verdict)

@@ -45,6 +45,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
 from . import Abort, AnyGuard, Verdict
+from ._usage import record_usage
 
 
 class RunStopped(RuntimeError):
@@ -92,8 +93,20 @@ class LoopGuardCapability(AbstractCapability[Any]):
         text = "\n".join(p.content for p in response.parts if isinstance(p, TextPart))
         thinking = "\n".join(p.content for p in response.parts if isinstance(p, ThinkingPart))
         calls = any(isinstance(p, ToolCallPart) for p in response.parts)
-        verdict = self.guard.message(
-            text, role="assistant", reasoning=thinking or None, has_tool_calls=calls, **self._scope(ctx)
+        scope = self._scope(ctx)
+        verdict = self.guard.message(text, role="assistant", reasoning=thinking or None, has_tool_calls=calls, **scope)
+        # What the response spent counts whatever its words' verdict; after them, so that a
+        # budget it uses up blocks its tool calls (with the budget's message).
+        usage = response.usage
+        record_usage(
+            self.guard,
+            id=response.provider_response_id,
+            model=response.model_name,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            **scope,
         )
         if verdict.blocked:
             raise RunStopped(verdict)
