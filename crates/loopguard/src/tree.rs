@@ -294,6 +294,16 @@ mod tests {
         }
     }
 
+    /// Children `c` then `c + 1` of the root's run: the first warned at `count`, the
+    /// second blocked past it.
+    fn warns_then_blocks(t: &mut Tree, cfg: &AgentTree, c: u64, limit: TreeLimit, count: u32) {
+        assert_eq!(t.spawn(cfg, c, ROOT, RUN, c), Spawn::Warn(limit, count));
+        assert_eq!(
+            t.spawn(cfg, c + 1, ROOT, RUN, c + 1),
+            Spawn::Block(limit, count + 1)
+        );
+    }
+
     #[test]
     fn children_warn_at_the_limit_and_block_past_it() {
         let cfg = AgentTree {
@@ -303,14 +313,7 @@ mod tests {
         let mut t = Tree::default();
         assert_eq!(t.spawn(&cfg, 10, ROOT, RUN, 1), Spawn::Allowed);
         assert_eq!(t.spawn(&cfg, 11, ROOT, RUN, 2), Spawn::Allowed);
-        assert_eq!(
-            t.spawn(&cfg, 12, ROOT, RUN, 3),
-            Spawn::Warn(TreeLimit::Children, 3)
-        );
-        assert_eq!(
-            t.spawn(&cfg, 13, ROOT, RUN, 4),
-            Spawn::Block(TreeLimit::Children, 4)
-        );
+        warns_then_blocks(&mut t, &cfg, 12, TreeLimit::Children, 3);
         // Another run of the same parent has its own count; a known child is not counted.
         assert_eq!(t.spawn(&cfg, 14, ROOT, RUN + 1, 4), Spawn::Allowed);
         assert_eq!(t.spawn(&cfg, 10, ROOT, RUN, 1), Spawn::Allowed);
@@ -341,14 +344,7 @@ mod tests {
         };
         let mut t = Tree::default();
         assert_eq!(t.spawn(&cfg, 10, ROOT, RUN, 1), Spawn::Allowed);
-        assert_eq!(
-            t.spawn(&cfg, 11, ROOT, RUN, 2),
-            Spawn::Warn(TreeLimit::Concurrent, 2)
-        );
-        assert_eq!(
-            t.spawn(&cfg, 12, ROOT, RUN, 3),
-            Spawn::Block(TreeLimit::Concurrent, 3)
-        );
+        warns_then_blocks(&mut t, &cfg, 11, TreeLimit::Concurrent, 2);
         t.finish(10, None);
         t.finish(10, None);
         assert_eq!(t.counts().running, 1);
