@@ -90,6 +90,7 @@ pub mod storm;
 mod table;
 pub mod text;
 mod ticket;
+pub mod tree;
 mod verdict;
 
 pub use answers::{CallIdUse, ANSWERS_KEPT, BLOCKED_IDS_KEPT, RETRIES_PER_CALL};
