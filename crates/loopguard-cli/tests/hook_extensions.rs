@@ -223,7 +223,7 @@ fn check_case(case: &Path) -> Result<(), String> {
                 };
                 let h = hook(session, name, fields)?;
                 let stopped = !h.stdout.is_empty() && h.json()["continue"] == false;
-                if stopped != !want["abort"].is_null() {
+                if stopped == want["abort"].is_null() {
                     return Err(format!("seq {seq}: stopped {stopped}, replay says {want}"));
                 }
             }
