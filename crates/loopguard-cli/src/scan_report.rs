@@ -549,6 +549,7 @@ fn describe_config(
         "global_circuit_breaker_threshold": c.global_circuit_breaker_threshold(),
         "unknown_tool_threshold": c.unknown_tool_threshold(),
         "post_compaction_window": c.post_compaction_window(),
+        "budgets": c.budgets(),
     });
     let numbers = format!(
         "warning at {}, block at {}, global breaker at {}, unknown tool at {}, history {} calls per run, post-compaction window {}",

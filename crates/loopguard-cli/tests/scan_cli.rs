@@ -432,6 +432,7 @@ fn help_teaches_with_examples() {
         "--fail-on",
         "Exit status",
         "loopguard scan ~/.openclaw/agents/main/sessions",
+        "--budget run.cost=2",
     ] {
         assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
     }
@@ -651,5 +652,77 @@ fn a_loop_without_tool_calls_is_reported_with_its_text() {
         html.contains("repeated in messages 6–20: <q>No tool calls found in the response."),
         "the page shows the repeated text"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--budget KEY=VALUE` on the real binary: a run cost budget stops the fixture's loop where
+/// its spend ($0.0025 a response) reaches it, laid over a config file's budgets block (whose
+/// other keys stay); a bad flag is refused with exit status 2 and says what is wrong.
+#[test]
+fn budget_flags_set_budgets_over_the_config() {
+    let loop_file = fixtures().join("openclaw-loop.jsonl");
+    let loop_file = loop_file.to_str().unwrap();
+    let stop_of = |doc: &Value| {
+        let s = session(doc, "openclaw-loop.jsonl", None);
+        s["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["detector"] == "run_budget" && f["level"] == "critical")
+            .map(|f| f["call_index"].as_u64().unwrap())
+    };
+    let (doc, code, stderr) = scan(&["--budget", "run.cost=0.01", loop_file]);
+    assert_eq!(code, 0, "{stderr}");
+    // Four responses of $0.0025 use $0.01 up: the fourth response, after three calls, is
+    // blocked, and the run stops.
+    assert_eq!(stop_of(&doc), Some(3), "{}", doc["sessions"][0]["findings"]);
+    assert_eq!(doc["config"]["effective"]["budgets"]["run"]["cost"], 0.01);
+    // At its default, withoutProgress is on with any budgets block.
+    assert_eq!(
+        doc["config"]["effective"]["budgets"]["withoutProgress"]["calls"],
+        20
+    );
+
+    let dir = tempdir();
+    let config = dir.join("budgets.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 100, calls: 1000 }, withoutProgress: { enabled: false } } } }",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (doc, code, stderr) = scan(&["--config", config, loop_file]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stop_of(&doc), None, "a budget of $100 stops nothing");
+    let (doc, code, stderr) = scan(&[
+        "--config",
+        config,
+        "--budget",
+        "run.cost=1",
+        "--budget",
+        "run.cost=0.01",
+        loop_file,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stop_of(&doc), Some(3), "the last flag wins over the file");
+    let budgets = &doc["config"]["effective"]["budgets"];
+    assert_eq!(budgets["run"]["calls"], 1000, "the file's other keys stay");
+    assert_eq!(budgets["withoutProgress"], serde_json::json!({}));
+
+    for (flag, says) in [
+        ("run.cst=2", "did you mean `run.cost`?"),
+        ("runn.cost=2", "did you mean `run.cost`?"),
+        ("run.cost=-1", "run.cost: expected a finite number, not negative"),
+        ("run.cost=NaN", "expected a finite number, found `NaN`"),
+        ("run.cost=inf", "expected a finite number, found `inf`"),
+        ("withoutProgress.calls=0", "withoutProgress.calls"),
+        ("cost=2", "unknown budget key `cost`"),
+    ] {
+        let out = run(&["scan", "--json", "--budget", flag, loop_file], b"");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(says), "{flag}: {stderr}");
+        assert!(out.stdout.is_empty(), "{flag}: nothing scanned");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

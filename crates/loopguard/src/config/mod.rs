@@ -500,6 +500,35 @@ impl ConfigSet {
         &self.global.blocks
     }
 
+    /// This set with `budgets` laid over the `loopguard.budgets` block of every scope, the
+    /// global one and each agent's: its keys win wherever they are set, the other keys of
+    /// each scope stay as written (a command line's budgets over a config file's).
+    pub fn with_budgets(&self, budgets: &extensions::BudgetsBlock) -> Self {
+        let over = |blocks: &ScopeBlocks, always: bool| {
+            let mut blocks = blocks.clone();
+            let has = blocks
+                .extensions
+                .as_ref()
+                .is_some_and(|x| x.budgets.is_some());
+            if always || has {
+                let x = blocks.extensions.get_or_insert_with(Default::default);
+                x.budgets = Some(match &x.budgets {
+                    Some(b) => b.overlay(budgets),
+                    None => budgets.clone(),
+                });
+            }
+            blocks
+        };
+        let mut set = Self::from_scopes(
+            over(&self.global.blocks, true),
+            self.agents
+                .iter()
+                .map(|(id, s)| (id.clone(), over(&s.blocks, false))),
+        );
+        set.warnings = self.warnings.clone();
+        set
+    }
+
     /// Agents with their own blocks: id, `tools.loopDetection` block as written, effective
     /// config.
     pub fn agents(&self) -> impl Iterator<Item = (&str, &LoopDetectionBlock, &EffectiveConfig)> {
