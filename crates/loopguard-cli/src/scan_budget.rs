@@ -189,11 +189,23 @@ mod tests {
     #[test]
     fn bad_flags_say_what_is_wrong() {
         for (flag, says) in [
-            ("run.cst=2", "unknown budget key `run.cst` (did you mean `run.cost`?)"),
-            ("withoutprogress.calls=3", "did you mean `withoutProgress.calls`?"),
-            ("nothing=3", "unknown budget key `nothing`; the keys are run.tokens"),
+            (
+                "run.cst=2",
+                "unknown budget key `run.cst` (did you mean `run.cost`?)",
+            ),
+            (
+                "withoutprogress.calls=3",
+                "did you mean `withoutProgress.calls`?",
+            ),
+            (
+                "nothing=3",
+                "unknown budget key `nothing`; the keys are run.tokens",
+            ),
             ("run.cost", "expected KEY=VALUE"),
-            ("run.cost=-1", "run.cost: expected a finite number, not negative"),
+            (
+                "run.cost=-1",
+                "run.cost: expected a finite number, not negative",
+            ),
             ("run.cost=inf", "expected a finite number, found `inf`"),
             ("run.cost=NaN", "expected a finite number, found `NaN`"),
             ("run.calls=0", "run.calls"),
