@@ -810,6 +810,35 @@ mod tests {
     /// `known_keys` is what the parser reads: every listed block refuses a stray key, every
     /// listed key is accepted, and every key that holds a block of its own is listed (so a
     /// schema checked against `known_keys` cannot miss a block).
+    /// Budgets laid over a set win in every scope that has budgets (the global one always,
+    /// each agent with its own block); the other keys and the warnings stay.
+    #[test]
+    fn budgets_laid_over_win_in_every_scope() {
+        let set = ConfigSet::parse(
+            "{ loopguard: { budgets: { run: { cost: 5, calls: 100 } } }, agents: { list: [
+               { id: 'a', loopguard: { budgets: { run: { cost: 9 } } } },
+               { id: 'b', loopguard: { preset: 'recommended' } } ] } }",
+        )
+        .unwrap();
+        let top = ConfigSet::parse("{ loopguard: { budgets: { run: { cost: 1 } } } }").unwrap();
+        let top = top
+            .global_blocks()
+            .extensions
+            .clone()
+            .unwrap()
+            .budgets
+            .unwrap();
+        let over = set.with_budgets(&top);
+        for agent in [None, Some("a"), Some("b")] {
+            let run = over.for_agent(agent).budgets().unwrap().run;
+            assert_eq!(run.cost, crate::budget::Cost::from_usd(1.0), "{agent:?}");
+            assert_eq!(run.calls, Some(100), "{agent:?}");
+        }
+        let bare = ConfigSet::enabled_defaults().with_budgets(&top);
+        assert!(bare.global().detectors_enabled());
+        assert!(bare.global().budgets().is_some());
+    }
+
     #[test]
     fn known_keys_are_the_parsers_keys() {
         let known = known_keys();
