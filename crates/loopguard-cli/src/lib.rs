@@ -16,6 +16,7 @@ mod hook_line;
 mod mcp_cmd;
 mod output;
 mod replay_cmd;
+mod scan_budget;
 mod scan_cmd;
 mod scan_html;
 mod scan_inputs;

@@ -67,6 +67,7 @@ pub const EXIT_FINDINGS: u8 = 3;
 loopguard scan ~/.openclaw/agents/main/sessions\n  \
 loopguard scan ~/.claude/projects --html loops.html\n  \
 loopguard scan --config openclaw.json5 --agent worker sessions/ --json | jq '.summary'\n  \
+loopguard scan sessions/ --budget run.cost=2 --budget withoutProgress.calls=15   # where would budgets stop?\n  \
 loopguard scan run.traj --fail-on critical      # exit 3 when the guard would have blocked\n  \
 cat events.jsonl | loopguard scan - --format loopguard")]
 pub struct ScanArgs {
@@ -84,6 +85,13 @@ pub struct ScanArgs {
     /// file LOOPGUARD_CONFIG names; without either, detection on at the default thresholds.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// A spend budget, as the config's `loopguard.budgets` block would set it: SCOPE.KEY
+    /// (`run`, `session`, `agent`, `day`: `tokens`, `cost`, `calls`, `wallSeconds`;
+    /// `withoutProgress`: `calls`, `tokens`, `cost`, `enabled`) or `warnAt`, `timeZone`;
+    /// repeatable, laid over the config's budgets block (and each agent's). The report then
+    /// says which sessions a budget would have stopped, where, and what it would have saved.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = crate::scan_budget::parse_budget_flag)]
+    budget: Vec<crate::scan_budget::BudgetFlag>,
     /// Agent whose config applies (events that name an agent use theirs).
     #[arg(long, value_name = "ID")]
     agent: Option<String>,
@@ -166,7 +174,11 @@ pub fn run(args: ScanArgs) -> u8 {
                 None => ConfigSource::Defaults,
                 Some(_) => ConfigSource::File(loaded.source.to_string()),
             };
-            (loaded.config, source)
+            let config = match crate::scan_budget::merged(&args.budget) {
+                Some(budgets) => loaded.config.with_budgets(&budgets),
+                None => loaded.config,
+            };
+            (config, source)
         }
         Err(e) => return crate::startup::config_error(&e),
     };

@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 
 use loopguard_transcripts::{FileScan, FileStatus, Mark, SessionReport, Timeline};
 
-use crate::scan_report::{bytes_text, count_text, plural, Report};
+use crate::scan_report::{
+    bytes_text, count_text, plural, savings_text, spend_text, stop_text, Report,
+};
 
 /// Sessions drawn with a timeline; further ones are listed in a table.
 const MAX_TIMELINES: usize = 2000;
@@ -52,6 +54,16 @@ pub fn render(report: &Report) -> String {
         (
             "tokens saved",
             s.saved.tokens.map_or("n/a".into(), count_text),
+        ),
+        ("tokens", s.tokens.map_or("n/a".into(), count_text)),
+        ("cost", s.cost.map_or("n/a".into(), |c| format!("${c:.2}"))),
+        (
+            "tokens in loops",
+            s.loop_tokens.map_or("n/a".into(), count_text),
+        ),
+        (
+            "stopped by budgets",
+            s.sessions_stopped_by_budgets.to_string(),
         ),
     ];
     page.push_str("<div class=\"cards\">");
@@ -137,6 +149,19 @@ fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) 
             _ => String::new(),
         }
     );
+    if s.usage.is_some() || s.budget_stop.is_some() {
+        let _ = write!(
+            page,
+            "<p class=\"spend\">spent {} · inside loops {}{}</p>",
+            esc(&spend_text(s.usage)),
+            esc(&spend_text(s.loop_spend)),
+            s.budget_stop.as_ref().map_or(String::new(), |stop| format!(
+                " · <b>budget stop: {}</b>, saving {}",
+                esc(&stop_text(stop)),
+                esc(&savings_text(&stop.saved, s.usage.is_some()))
+            ))
+        );
+    }
     timeline(page, &s.timeline, s.calls);
     if !s.loops.is_empty() {
         // One row per loop; the flat list of findings is in the JSON document.
@@ -366,7 +391,7 @@ h1{margin:0;font-size:24px}.sub{margin:2px 0;color:#555}.config{color:#555;font-
 .filter{font-size:13px;color:#444}
 section.session{border-top:1px solid #e3e7ea;padding:10px 0}
 section.session h2{font-size:14px;margin:0;font-weight:600;word-break:break-all}
-.sid{color:#666;font-weight:400}.stats{margin:2px 0 6px;color:#444;font-size:12px}
+.sid{color:#666;font-weight:400}.stats{margin:2px 0 6px;color:#444;font-size:12px}.spend{margin:0 0 6px;color:#444;font-size:12px}
 section.blocked h2::before{content:"● ";color:#d32f2f}section.warned h2::before{content:"● ";color:#f9a825}
 section.quiet h2::before{content:"● ";color:#9e9e9e}
 svg.timeline{display:block;max-width:100%;height:auto}

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use loopguard::{ConfigSet, Level};
-use loopguard_transcripts::{FileScan, FileStatus, Savings, ScanOptions, SessionReport};
+use loopguard_transcripts::{
+    BudgetStop, FileScan, FileStatus, Savings, ScanOptions, SessionReport, Usage,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -108,6 +110,12 @@ pub struct Summary {
     pub sessions_closed_early: u64,
     pub tokens: Option<u64>,
     pub cost: Option<f64>,
+    /// Tokens and cost spent inside loops, over the sessions that record usage.
+    pub loop_tokens: Option<u64>,
+    pub loop_cost: Option<f64>,
+    /// Sessions a budget would have stopped, and what those stops would have saved.
+    pub sessions_stopped_by_budgets: u64,
+    pub saved_by_budgets: Savings,
     pub saved: Savings,
 }
 
@@ -163,6 +171,17 @@ impl Report {
                         let total = summary.cost.get_or_insert(0.0);
                         *total = ((*total + c) * 1e9).round() / 1e9;
                     }
+                }
+                if let Some(u) = s.loop_spend {
+                    *summary.loop_tokens.get_or_insert(0) += u.tokens;
+                    if let Some(c) = u.cost {
+                        let total = summary.loop_cost.get_or_insert(0.0);
+                        *total = ((*total + c) * 1e9).round() / 1e9;
+                    }
+                }
+                if let Some(stop) = &s.budget_stop {
+                    summary.sessions_stopped_by_budgets += 1;
+                    summary.saved_by_budgets.add(&stop.saved);
                 }
                 summary.saved.add(&s.saved);
             }
@@ -225,6 +244,7 @@ impl Report {
         writeln!(out, "config: {}", self.config_note)?;
         writeln!(out)?;
         self.write_loops(out)?;
+        self.write_spend(out)?;
         self.write_files(out)?;
         self.write_problems(out)?;
         writeln!(out)?;
@@ -260,6 +280,24 @@ impl Report {
             "Would have saved: {}.",
             savings_text(&s.saved, s.tokens.is_some())
         )?;
+        if let Some(tokens) = s.loop_tokens {
+            writeln!(
+                out,
+                "Spent inside loops: {} tokens{} of {} tokens{}.",
+                count_text(tokens),
+                s.loop_cost.map_or(String::new(), |c| format!(", ${c:.2}")),
+                count_text(s.tokens.unwrap_or(0)),
+                s.cost.map_or(String::new(), |c| format!(", ${c:.2}")),
+            )?;
+        }
+        if self.config["effective"]["budgets"].is_object() {
+            writeln!(
+                out,
+                "Budgets would have stopped {}; saved: {}.",
+                plural(s.sessions_stopped_by_budgets, "session"),
+                savings_text(&s.saved_by_budgets, s.tokens.is_some())
+            )?;
+        }
         if s.sessions_closed_early > 0 {
             let (was, its) = if s.sessions_closed_early == 1 {
                 ("was", "its")
@@ -399,6 +437,75 @@ impl Report {
                     )?;
                 }
             }
+        }
+        writeln!(out)
+    }
+
+    /// Per session: what it spent, how much of it inside loops, and where a budget would
+    /// have stopped it with what that would have saved. Only when a transcript records
+    /// usage or a budget stops something.
+    fn write_spend(&self, out: &mut impl Write) -> io::Result<()> {
+        let rows: Vec<_> = self
+            .sessions()
+            .filter(|(_, s)| s.usage.is_some() || s.budget_stop.is_some())
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let budgets = self.config["effective"]["budgets"].is_object();
+        writeln!(
+            out,
+            "Spend per session (tokens every response processed; cost from the transcript or the price table){}:",
+            if budgets {
+                ", and where the budgets would have stopped it"
+            } else {
+                ""
+            }
+        )?;
+        let width = rows
+            .iter()
+            .map(|(f, s)| f.file.chars().count() + s.session.chars().count() + 2)
+            .max()
+            .unwrap_or(7)
+            .clamp(7, 60);
+        write!(
+            out,
+            "  {:<width$} {:>6} {:>8} {:>9} {:>8} {:>9}",
+            "SESSION", "CALLS", "TOKENS", "COST", "IN LOOPS", "LOOP COST"
+        )?;
+        if budgets {
+            write!(out, "  {:<40} SAVED", "STOPPED BY")?;
+        }
+        writeln!(out)?;
+        for (file, s) in rows {
+            let tokens =
+                |u: Option<Usage>| u.map_or_else(|| "unknown".to_owned(), |u| count_text(u.tokens));
+            let cost = |u: Option<Usage>| {
+                u.and_then(|u| u.cost)
+                    .map_or_else(|| "unknown".to_owned(), |c| format!("${c:.2}"))
+            };
+            write!(
+                out,
+                "  {:<width$} {:>6} {:>8} {:>9} {:>8} {:>9}",
+                shorten(&format!("{}  {}", file.file, s.session), width),
+                s.calls,
+                tokens(s.usage),
+                cost(s.usage),
+                tokens(s.loop_spend),
+                cost(s.loop_spend),
+            )?;
+            if budgets {
+                match &s.budget_stop {
+                    Some(stop) => write!(
+                        out,
+                        "  {:<40} {}",
+                        stop_text(stop),
+                        savings_text(&stop.saved, s.usage.is_some())
+                    )?,
+                    None => write!(out, "  {:<40} -", "not stopped")?,
+                }
+            }
+            writeln!(out)?;
         }
         writeln!(out)
     }
@@ -549,6 +656,7 @@ fn describe_config(
         "global_circuit_breaker_threshold": c.global_circuit_breaker_threshold(),
         "unknown_tool_threshold": c.unknown_tool_threshold(),
         "post_compaction_window": c.post_compaction_window(),
+        "budgets": c.budgets(),
     });
     let numbers = format!(
         "warning at {}, block at {}, global breaker at {}, unknown tool at {}, history {} calls per run, post-compaction window {}",
@@ -591,7 +699,7 @@ fn describe_config(
 
 /// Saved calls, tokens and cost; `usage_known` says whether the transcripts record usage
 /// (then a missing token count is 0, not unknown).
-fn savings_text(s: &Savings, usage_known: bool) -> String {
+pub fn savings_text(s: &Savings, usage_known: bool) -> String {
     let mut parts = vec![plural(s.calls, "call")];
     match s.tokens {
         Some(t) => parts.push(format!("{} tokens", count_text(t))),
@@ -602,6 +710,32 @@ fn savings_text(s: &Savings, usage_known: bool) -> String {
         parts.push(format!("${c:.2}"));
     }
     parts.join(", ")
+}
+
+/// Where a budget stops a session: `run_budget at call 12`, `… at message 5 after call 3`.
+pub fn stop_text(stop: &BudgetStop) -> String {
+    match stop.message_index {
+        Some(m) => format!(
+            "{} at message {m} after call {}",
+            stop.detector.as_str(),
+            stop.call_index
+        ),
+        None => format!("{} at call {}", stop.detector.as_str(), stop.call_index),
+    }
+}
+
+/// Tokens and cost for people: `1.2M tokens, $0.40`; `unknown` parts where the
+/// transcript records no usage (or no cost, and the price table knows no model).
+pub fn spend_text(usage: Option<Usage>) -> String {
+    match usage {
+        None => "tokens and cost unknown".to_owned(),
+        Some(u) => format!(
+            "{} tokens, {}",
+            count_text(u.tokens),
+            u.cost
+                .map_or_else(|| "cost unknown".to_owned(), |c| format!("${c:.2}"))
+        ),
+    }
 }
 
 /// `1 call`, `2 calls`.
@@ -695,6 +829,8 @@ mod tests {
             "Total: 2 files (1 scanned), 1 session, 2 runs,",
             "blocked in 1 loop (1 session with blocks, 0 compaction aborts).",
             "HTML report: r.html",
+            "Spend per session (tokens every response processed; cost from the transcript or the price table):",
+            "Spent inside loops: 26.6k tokens",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }

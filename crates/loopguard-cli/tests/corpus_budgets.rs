@@ -4,7 +4,9 @@
 //! OpenClaw's own detectors stop is stopped by it no later, and it stops at least the
 //! loops it stops today. Prints the table of docs/budgets.md: per labelled session, where
 //! `withoutProgress` stops it, and where OpenClaw's detectors and the recommended preset
-//! first block and stop it (prints SKIPPED when the corpus is absent).
+//! first block and stop it, with what each session spent, what it spent inside the loops the
+//! recommended preset finds, and where an example flat budget (`--budget run.cost=2
+//! --budget run.calls=50`) stops it (prints SKIPPED when the corpus is absent).
 
 mod common;
 
@@ -23,6 +25,18 @@ const OPENCLAW: &str = "{ tools: { loopDetection: { enabled: true } } }";
 /// The recommended preset.
 const PRESET: &str =
     "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }";
+
+/// An example flat budget, given as `--budget` flags over a config with the detectors off:
+/// $2 or 50 tool calls per run (`withoutProgress` off, so that the stop is the flat cap's).
+const FLAT: &[&str] = &[
+    "--budget",
+    "run.cost=2",
+    "--budget",
+    "run.calls=50",
+    "--budget",
+    "withoutProgress.enabled=false",
+];
+const DETECTION_OFF: &str = "{ tools: { loopDetection: { enabled: false } } }";
 
 /// Labelled loops `withoutProgress` stops today at its defaults, per corpus: a floor.
 const MIN_STOPPED: [(&str, usize); 2] = [("corpus", 3), ("corpus2", 5)];
@@ -134,9 +148,14 @@ fn stopped(sessions: &[&Value]) -> Option<u64> {
 }
 
 fn scan(config: &str, files: &BTreeSet<String>, name: &str) -> Value {
+    scan_with(config, &[], files, name)
+}
+
+fn scan_with(config: &str, flags: &[&str], files: &BTreeSet<String>, name: &str) -> Value {
     let path = std::env::temp_dir().join(format!("lg-{name}-{}.json5", std::process::id()));
     std::fs::write(&path, config).unwrap();
     let mut args = vec!["scan", "--json", "--config", path.to_str().unwrap()];
+    args.extend_from_slice(flags);
     args.extend(files.iter().map(String::as_str));
     let out = run(&args, b"");
     std::fs::remove_file(&path).unwrap();
@@ -152,6 +171,54 @@ fn show(at: Option<u64>) -> String {
     at.map_or_else(|| "-".to_owned(), |n| n.to_string())
 }
 
+/// `usage` or `loop_spend` summed over the sessions: tokens and cost, or `unknown`.
+fn spend(sessions: &[&Value], field: &str) -> String {
+    let known: Vec<&Value> = sessions
+        .iter()
+        .map(|s| &s[field])
+        .filter(|u| u.is_object())
+        .collect();
+    if known.is_empty() {
+        return "unknown".to_owned();
+    }
+    let tokens: u64 = known.iter().map(|u| u["tokens"].as_u64().unwrap()).sum();
+    let costs: Vec<f64> = known.iter().filter_map(|u| u["cost"].as_f64()).collect();
+    let tokens = match tokens {
+        0..=9_999 => tokens.to_string(),
+        10_000..=999_999 => format!("{:.0}k", tokens as f64 / 1e3),
+        _ => format!("{:.1}M", tokens as f64 / 1e6),
+    };
+    match costs.is_empty() {
+        true => tokens,
+        false => format!("{tokens}, ${:.2}", costs.iter().sum::<f64>()),
+    }
+}
+
+/// Where a budget first stops the sessions: `detector@call`.
+fn budget_stop(sessions: &[&Value]) -> String {
+    sessions
+        .iter()
+        .filter_map(|s| s["budget_stop"].as_object())
+        .min_by_key(|b| b["call_index"].as_u64())
+        .map_or_else(
+            || "-".to_owned(),
+            |b| {
+                let name = match b["detector"].as_str().unwrap() {
+                    "run_budget" => "run",
+                    other => other,
+                };
+                let saved = &b["saved"];
+                let cost = saved["cost"]
+                    .as_f64()
+                    .map_or(String::new(), |c| format!(", ${c:.2} saved"));
+                format!(
+                    "{name} at {} ({} calls{cost})",
+                    b["call_index"], saved["calls"]
+                )
+            },
+        )
+}
+
 #[test]
 fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_openclaw() {
     let Some(shared) = shared_dir() else {
@@ -159,8 +226,8 @@ fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_opencl
         return;
     };
     let mut problems = Vec::new();
-    println!("| corpus | label | kind | range | calls | withoutProgress stops | OpenClaw blocks / stops | preset blocks / stops |");
-    println!("|---|---|---|---|---:|---:|---:|---:|");
+    println!("| corpus | label | kind | range | calls | spend (tokens, cost) | inside loops (preset) | withoutProgress stops | $2 / 50 calls per run stops | OpenClaw blocks / stops | preset blocks / stops |");
+    println!("|---|---|---|---|---:|---|---|---:|---|---:|---:|");
     for (name, floor) in MIN_STOPPED {
         let corpus = shared.join(name);
         let labels = labels(&corpus);
@@ -174,9 +241,11 @@ fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_opencl
         let budget = scan(WITHOUT_PROGRESS, &files, "wp");
         let openclaw = scan(OPENCLAW, &files, "openclaw");
         let preset = scan(PRESET, &files, "preset");
+        let flat = scan_with(DETECTION_OFF, FLAT, &files, "flat");
         let mut stopped_loops = 0;
         for label in &labels {
-            let [b, o, p] = [&budget, &openclaw, &preset].map(|doc| sessions(doc, &corpus, label));
+            let [b, o, p, f] =
+                [&budget, &openclaw, &preset, &flat].map(|doc| sessions(doc, &corpus, label));
             if b.is_empty() {
                 problems.push(format!("{name} {}: no session read", label.id));
                 continue;
@@ -191,8 +260,14 @@ fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_opencl
             );
             let blocks = |s: &[&Value]| first(s, |f| f["level"] == "critical");
             let calls: u64 = b.iter().map(|s| s["calls"].as_u64().unwrap()).sum();
+            assert_eq!(
+                stop.is_some(),
+                b.iter()
+                    .any(|s| s["budget_stop"]["detector"] == "no_progress_budget"),
+                "the report's budget_stop agrees with the findings"
+            );
             println!(
-                "| {name} | {} | {}{} | {} | {calls} | {} | {} / {} | {} / {} |",
+                "| {name} | {} | {}{} | {} | {calls} | {} | {} | {} | {} | {} / {} | {} / {} |",
                 label.id,
                 if label.loop_ { "loop" } else { "healthy" },
                 if label.confident {
@@ -203,7 +278,10 @@ fn without_progress_spares_healthy_sessions_and_stops_loops_no_later_than_opencl
                 label
                     .calls
                     .map_or_else(|| "-".to_owned(), |(lo, hi)| format!("{lo}-{hi}")),
+                spend(&b, "usage"),
+                spend(&p, "loop_spend"),
                 show(stop),
+                budget_stop(&f),
                 show(blocks(&o)),
                 show(stopped(&o)),
                 show(blocks(&p)),

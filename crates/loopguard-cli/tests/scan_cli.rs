@@ -432,6 +432,7 @@ fn help_teaches_with_examples() {
         "--fail-on",
         "Exit status",
         "loopguard scan ~/.openclaw/agents/main/sessions",
+        "--budget run.cost=2",
     ] {
         assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
     }
@@ -650,6 +651,144 @@ fn a_loop_without_tool_calls_is_reported_with_its_text() {
     assert!(
         html.contains("repeated in messages 6–20: <q>No tool calls found in the response."),
         "the page shows the repeated text"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--budget KEY=VALUE` on the real binary: a run cost budget stops the fixture's loop where
+/// its spend ($0.0025 a response) reaches it, laid over a config file's budgets block (whose
+/// other keys stay); a bad flag is refused with exit status 2 and says what is wrong.
+#[test]
+fn budget_flags_set_budgets_over_the_config() {
+    let loop_file = fixtures().join("openclaw-loop.jsonl");
+    let loop_file = loop_file.to_str().unwrap();
+    let stop_of = |doc: &Value| {
+        let s = session(doc, "openclaw-loop.jsonl", None);
+        s["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["detector"] == "run_budget" && f["level"] == "critical")
+            .map(|f| f["call_index"].as_u64().unwrap())
+    };
+    let dir = tempdir();
+    let page = dir.join("page.html");
+    let (doc, code, stderr) = scan(&[
+        "--budget",
+        "run.cost=0.01",
+        "--html",
+        page.to_str().unwrap(),
+        loop_file,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for needle in [
+        "spent 53.3k tokens, $0.07 · inside loops 0 tokens, $0.00 · <b>budget stop: run_budget at message 5 after call 3</b>, saving 20 calls, 41.0k tokens, $0.05",
+        "stopped by budgets",
+    ] {
+        assert!(html.contains(needle), "the page shows {needle:?}");
+    }
+    // Four responses of $0.0025 use $0.01 up: the fourth response, after three calls, is
+    // blocked, and the run stops.
+    assert_eq!(stop_of(&doc), Some(3), "{}", doc["sessions"][0]["findings"]);
+    assert_eq!(doc["config"]["effective"]["budgets"]["run"]["cost"], 0.01);
+    // The stop, and what it saves: the 20 later responses of the run ($0.0025 each) and
+    // its 20 later calls.
+    let s = session(&doc, "openclaw-loop.jsonl", None);
+    assert_eq!(
+        s["budget_stop"],
+        serde_json::json!({"detector": "run_budget", "call_index": 3, "message_index": 5,
+            "line": 10, "stops": 1, "saved": {"calls": 20, "tokens": 41000, "cost": 0.05}})
+    );
+    assert_eq!(doc["summary"]["sessions_stopped_by_budgets"], 1);
+    assert_eq!(doc["summary"]["saved_by_budgets"]["cost"], 0.05);
+    // At its default, withoutProgress is on with any budgets block.
+    assert_eq!(
+        doc["config"]["effective"]["budgets"]["withoutProgress"]["calls"],
+        20
+    );
+
+    let config = dir.join("budgets.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { cost: 100, calls: 1000 }, withoutProgress: { enabled: false } } } }",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (doc, code, stderr) = scan(&["--config", config, loop_file]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stop_of(&doc), None, "a budget of $100 stops nothing");
+    let (doc, code, stderr) = scan(&[
+        "--config",
+        config,
+        "--budget",
+        "run.cost=1",
+        "--budget",
+        "run.cost=0.01",
+        loop_file,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stop_of(&doc), Some(3), "the last flag wins over the file");
+    let budgets = &doc["config"]["effective"]["budgets"];
+    assert_eq!(budgets["run"]["calls"], 1000, "the file's other keys stay");
+    assert_eq!(budgets["withoutProgress"], serde_json::json!({}));
+
+    for (flag, says) in [
+        ("run.cst=2", "did you mean `run.cost`?"),
+        ("runn.cost=2", "did you mean `run.cost`?"),
+        (
+            "run.cost=-1",
+            "run.cost: expected a finite number, not negative",
+        ),
+        ("run.cost=NaN", "expected a finite number, found `NaN`"),
+        ("run.cost=inf", "expected a finite number, found `inf`"),
+        ("withoutProgress.calls=0", "withoutProgress.calls"),
+        ("cost=2", "unknown budget key `cost`"),
+    ] {
+        let out = run(&["scan", "--json", "--budget", flag, loop_file], b"");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(says), "{flag}: {stderr}");
+        assert!(out.stdout.is_empty(), "{flag}: nothing scanned");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Spend per session: the transcript's tokens and cost, and what the responses inside the
+/// loop spent (calls 11 to 23, one response of 2,050 tokens and $0.0025 each); no budget,
+/// no budget stop. A transcript without usage says so (null), and so does the table.
+#[test]
+fn sessions_report_their_spend_and_the_spend_inside_loops() {
+    let (doc, code, stderr) = scan(&[fixtures().join("openclaw-loop.jsonl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let s = session(&doc, "openclaw-loop.jsonl", None);
+    assert_eq!(s["loops"][0]["calls"], serde_json::json!([11, 23]));
+    assert_eq!(
+        s["usage"],
+        serde_json::json!({"tokens": 53300, "cost": 0.065})
+    );
+    assert_eq!(
+        s["loop_spend"],
+        serde_json::json!({"tokens": 13 * 2050, "cost": 0.0325})
+    );
+    assert_eq!(s["budget_stop"], Value::Null);
+    assert_eq!(doc["summary"]["loop_tokens"], 13 * 2050);
+    assert_eq!(doc["config"]["effective"]["budgets"], Value::Null);
+
+    let dir = tempdir();
+    let events = dir.join("events.jsonl");
+    let mut text = String::new();
+    for i in 0..12 {
+        text.push_str(&format!(
+            "{{\"type\":\"call\",\"session\":\"s\",\"call_id\":\"c{i}\",\"tool\":\"read\",\"args\":{{}}}}\n"
+        ));
+    }
+    std::fs::write(&events, text).unwrap();
+    let (doc, _, _) = scan(&[events.to_str().unwrap()]);
+    let s = session(&doc, "events.jsonl", None);
+    assert_eq!(
+        (&s["usage"], &s["loop_spend"]),
+        (&Value::Null, &Value::Null)
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -66,8 +66,9 @@ pub use readers::lines::DEFAULT_MAX_LINE;
 pub use readers::openclaw::RunWindows;
 pub use readers::{read, ReadOptions};
 pub use scan::{
-    scan_bytes, scan_path, scan_path_as, FileScan, FileStatus, Finding, LoopReport, Mark, Savings,
-    ScanOptions, Scanner, SessionReport, Timeline, DEFAULT_LIVE_MEMORY,
+    is_spend_budget, scan_bytes, scan_path, scan_path_as, BudgetStop, FileScan, FileStatus,
+    Finding, LoopReport, Mark, Savings, ScanOptions, Scanner, SessionReport, Timeline,
+    DEFAULT_LIVE_MEMORY,
 };
 pub use stats::{ReadStats, Skip, SkipReason};
 

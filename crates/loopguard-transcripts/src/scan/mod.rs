@@ -33,7 +33,9 @@ use crate::{read, ReadOptions, DEFAULT_MAX_LINE};
 mod report;
 mod scanner;
 
-pub use report::{Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
+pub use report::{
+    is_spend_budget, BudgetStop, Finding, LoopReport, Mark, Savings, SessionReport, Timeline,
+};
 pub use scanner::{Scanner, DEFAULT_LIVE_MEMORY};
 
 /// How to scan.

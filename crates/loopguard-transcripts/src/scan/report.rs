@@ -22,6 +22,78 @@ pub(crate) fn add_cost(a: f64, b: f64) -> f64 {
     ((a + b) * 1e9).round() / 1e9
 }
 
+/// Adds `usage` to `total` (which becomes known).
+pub(crate) fn add_spend(total: &mut Option<Usage>, usage: Usage) {
+    let sum = total.get_or_insert(Usage {
+        tokens: 0,
+        cost: None,
+    });
+    sum.tokens += usage.tokens;
+    if let Some(cost) = usage.cost {
+        let c = sum.cost.get_or_insert(0.0);
+        *c = add_cost(*c, cost);
+    }
+}
+
+/// Whether `detector` is a spend budget of a run, an agent, a session or a day: it stops
+/// what spent too much, not a loop (`no_progress_budget`, which stops a run circling
+/// without progress, is a loop's).
+pub fn is_spend_budget(detector: Detector) -> bool {
+    detector.is_budget() && detector != Detector::NoProgressBudget
+}
+
+/// Where a budget (`loopguard.budgets`, `withoutProgress` among them) would have stopped a
+/// session first, and what its stops would have saved.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BudgetStop {
+    /// The budget's detector (`run_budget`, `no_progress_budget`, …).
+    pub detector: Detector,
+    /// The call blocked; for a message, the calls before it.
+    pub call_index: u64,
+    /// For a message: its 1-based position among the session's messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_index: Option<u64>,
+    /// Line in the source file.
+    pub line: u64,
+    /// Stops by a budget in the session (one per run stopped, or per run of a stopped
+    /// session).
+    pub stops: u64,
+    /// What the budgets' stops would have saved: the calls blocked after them and the
+    /// spend of every later response of the runs stopped.
+    pub saved: Savings,
+}
+
+impl BudgetStop {
+    /// The first budget stop of `loops` and what all of theirs saved, if a budget stopped
+    /// a run.
+    pub(crate) fn of(loops: &[LoopReport]) -> Option<Self> {
+        let mut first: Option<Self> = None;
+        let mut saved = Savings::default();
+        let mut stops = 0;
+        for l in loops {
+            let Some(stop) = l.stop.as_ref().filter(|m| m.detector.is_budget()) else {
+                continue;
+            };
+            stops += 1;
+            saved.add(&l.saved);
+            if first
+                .as_ref()
+                .is_none_or(|f| (stop.call_index, stop.line) < (f.call_index, f.line))
+            {
+                first = Some(Self {
+                    detector: stop.detector,
+                    call_index: stop.call_index,
+                    message_index: stop.message_index,
+                    line: stop.line,
+                    stops: 0,
+                    saved: Savings::default(),
+                });
+            }
+        }
+        first.map(|f| Self { stops, saved, ..f })
+    }
+}
+
 impl Savings {
     pub(crate) fn add_usage(&mut self, usage: Usage) {
         *self.tokens.get_or_insert(0) += usage.tokens;
@@ -245,6 +317,15 @@ pub struct SessionReport {
     pub rejected_results: u64,
     /// Tokens and cost of all responses, where the transcript records usage.
     pub usage: Option<Usage>,
+    /// Tokens and cost of the responses spent inside loops, where the transcript records
+    /// usage: each response that made a flagged call (or message) of a loop, the responses
+    /// between two flagged calls of a run when the later one goes on with a loop flagged
+    /// before, and after a loop stopped its run, every later response of the run. Spend
+    /// budgets (`run_budget`, `session_budget`, `agent_budget`, `day_budget`) find no loop.
+    pub loop_spend: Option<Usage>,
+    /// Where a budget would have stopped the session first, and what its stops would have
+    /// saved (`None`: no budget stops it, or none is configured).
+    pub budget_stop: Option<BudgetStop>,
     /// Whether the session was closed before its end to keep the scan within its live
     /// memory budget (its runs' history was forgotten; see `ScanOptions::live_memory`).
     pub closed_early: bool,

@@ -491,7 +491,7 @@ pub const DEFAULT_WARN_AT: f64 = 0.8;
 /// Default `withoutProgress.calls`: tool calls a run may make since its last progress.
 /// OpenClaw's own block point for a poll that repeats without progress
 /// (`criticalThreshold`); on the project's two labelled corpora no healthy session goes
-/// more than 5 calls without progress (docs/budgets.md has the figures).
+/// more than 6 calls in a row without progress (docs/budgets.md has the figures).
 pub const DEFAULT_NO_PROGRESS_CALLS: u64 = 20;
 
 /// The budgets in force for one agent (or globally): the `loopguard.budgets` block,

@@ -500,6 +500,35 @@ impl ConfigSet {
         &self.global.blocks
     }
 
+    /// This set with `budgets` laid over the `loopguard.budgets` block of every scope, the
+    /// global one and each agent's: its keys win wherever they are set, the other keys of
+    /// each scope stay as written (a command line's budgets over a config file's).
+    pub fn with_budgets(&self, budgets: &extensions::BudgetsBlock) -> Self {
+        let over = |blocks: &ScopeBlocks, always: bool| {
+            let mut blocks = blocks.clone();
+            let has = blocks
+                .extensions
+                .as_ref()
+                .is_some_and(|x| x.budgets.is_some());
+            if always || has {
+                let x = blocks.extensions.get_or_insert_with(Default::default);
+                x.budgets = Some(match &x.budgets {
+                    Some(b) => b.overlay(budgets),
+                    None => budgets.clone(),
+                });
+            }
+            blocks
+        };
+        let mut set = Self::from_scopes(
+            over(&self.global.blocks, true),
+            self.agents
+                .iter()
+                .map(|(id, s)| (id.clone(), over(&s.blocks, false))),
+        );
+        set.warnings = self.warnings.clone();
+        set
+    }
+
     /// Agents with their own blocks: id, `tools.loopDetection` block as written, effective
     /// config.
     pub fn agents(&self) -> impl Iterator<Item = (&str, &LoopDetectionBlock, &EffectiveConfig)> {
@@ -781,6 +810,35 @@ mod tests {
     /// `known_keys` is what the parser reads: every listed block refuses a stray key, every
     /// listed key is accepted, and every key that holds a block of its own is listed (so a
     /// schema checked against `known_keys` cannot miss a block).
+    /// Budgets laid over a set win in every scope that has budgets (the global one always,
+    /// each agent with its own block); the other keys and the warnings stay.
+    #[test]
+    fn budgets_laid_over_win_in_every_scope() {
+        let set = ConfigSet::parse(
+            "{ loopguard: { budgets: { run: { cost: 5, calls: 100 } } }, agents: { list: [
+               { id: 'a', loopguard: { budgets: { run: { cost: 9 } } } },
+               { id: 'b', loopguard: { preset: 'recommended' } } ] } }",
+        )
+        .unwrap();
+        let top = ConfigSet::parse("{ loopguard: { budgets: { run: { cost: 1 } } } }").unwrap();
+        let top = top
+            .global_blocks()
+            .extensions
+            .clone()
+            .unwrap()
+            .budgets
+            .unwrap();
+        let over = set.with_budgets(&top);
+        for agent in [None, Some("a"), Some("b")] {
+            let run = over.for_agent(agent).budgets().unwrap().run;
+            assert_eq!(run.cost, crate::budget::Cost::from_usd(1.0), "{agent:?}");
+            assert_eq!(run.calls, Some(100), "{agent:?}");
+        }
+        let bare = ConfigSet::enabled_defaults().with_budgets(&top);
+        assert!(bare.global().detectors_enabled());
+        assert!(bare.global().budgets().is_some());
+    }
+
     #[test]
     fn known_keys_are_the_parsers_keys() {
         let known = known_keys();

@@ -28,7 +28,10 @@ use loopguard::{
 use loopguard_events::{Answer, EventRef, Ids, IdsRef, Replayer};
 use serde_json::Value;
 
-use super::report::{add_cost, cut, Finding, LoopReport, Mark, Savings, SessionReport, Timeline};
+use super::report::{
+    add_cost, add_spend, cut, is_spend_budget, BudgetStop, Finding, LoopReport, Mark, Savings,
+    SessionReport, Timeline,
+};
 use crate::item::{Item, Pos, Sink, Usage};
 use crate::json_ref::JsonRef;
 
@@ -129,6 +132,12 @@ struct RunTrack {
     /// call made since.
     text_open: Option<usize>,
     blocked: Vec<(Signature, usize)>,
+    /// Spend inside loops: the current response's usage while it is not counted, whether
+    /// it is counted (it made a flagged call, or the run was stopped by a loop), and the
+    /// usage of the responses since the run's last flagged call.
+    turn_spend: Option<Usage>,
+    turn_in_loop: bool,
+    spend_since_flag: Option<Usage>,
     last_used: u64,
     seen_event: bool,
     /// Calls so far, for the memory estimate (the guard keeps at most a history's worth).
@@ -276,8 +285,13 @@ impl Scanner {
     pub fn finish(mut self) -> Vec<SessionReport> {
         for (state, report) in self.sessions.iter_mut().zip(&mut self.reports) {
             state.close(report);
+            report.budget_stop = BudgetStop::of(&report.loops);
             // Where the transcript records usage, nothing saved is 0 tokens, not unknown.
             if let Some(usage) = report.usage {
+                let in_loops = report.loop_spend.get_or_insert(Usage::default());
+                if usage.cost.is_some() {
+                    in_loops.cost.get_or_insert(0.0);
+                }
                 report.saved.tokens.get_or_insert(0);
                 for l in &mut report.loops {
                     l.saved.tokens.get_or_insert(0);
@@ -379,11 +393,17 @@ impl Scanner {
                 // Counted in the report like a response's own figures, once per id: a
                 // usage event the guard refuses (a repeated id, absurd figures) adds nothing.
                 let answer = self.replayer.apply(pos.line, event);
-                if matches!(answer, Answer::Usage { ref counted, .. } if !counted.repeat) {
+                if let Answer::Usage { counted, .. } = answer {
+                    if counted.repeat {
+                        return self.fit_budget(s);
+                    }
+                    // The host's cost, else the price table's for its model.
                     let total = Usage {
                         tokens: usage.tokens(),
-                        cost: usage.cost,
+                        cost: usage.cost.or(counted.cost.map(|c| c.usd())),
                     };
+                    // A usage event stands for one response.
+                    new_response(&self.reports[s], &mut self.sessions[s].runs[r]);
                     self.usage(s, r, total);
                 }
             }
@@ -441,6 +461,7 @@ impl Scanner {
         // a loop of calls by contiguity.
         let calls_last = std::mem::replace(&mut run.last_flagged, run.text_open);
         let l = loop_for(report, run, &flag);
+        spend_in_loop(report, run, l, flag.detector);
         run.last_flagged = calls_last;
         run.text_open = Some(l);
         record(report, run, l, &flag, at, outcome);
@@ -551,6 +572,7 @@ impl Scanner {
                 report.warned_calls += 1;
                 let flag = Flag::of(detection);
                 let l = loop_for(report, run, &flag);
+                spend_in_loop(report, run, l, flag.detector);
                 first_of(report, run, l);
                 record(report, run, l, &flag, at, Outcome::Warned);
                 run.last_flagged = Some(l);
@@ -572,6 +594,7 @@ impl Scanner {
                 } else {
                     let flag = Flag::of(detection);
                     let l = loop_for(report, run, &flag);
+                    spend_in_loop(report, run, l, flag.detector);
                     first_of(report, run, l);
                     report.loops[l].saved.calls += 1;
                     run.batch_loop = Some(l);
@@ -682,6 +705,7 @@ impl Scanner {
         run.batch_calls = 0;
         run.batch_blocked = 0;
         run.batch_loop = None;
+        new_response(&self.reports[s], run);
         if let Some(usage) = usage {
             self.usage(s, r, usage);
         }
@@ -718,6 +742,12 @@ impl Scanner {
         }
         if let Some(l) = self.sessions[s].runs[r].text_open {
             *report.loops[l].tokens.get_or_insert(0) += usage.tokens;
+        }
+        let run = &mut self.sessions[s].runs[r];
+        if run.turn_in_loop {
+            add_spend(&mut report.loop_spend, usage);
+        } else {
+            add_spend(&mut run.turn_spend, usage);
         }
     }
 }
@@ -782,6 +812,40 @@ fn seen(verdict: Verdict) -> Verdict {
         },
         other => other,
     }
+}
+
+/// A response begins in `run`: the previous one, unless it was spent inside a loop, waits
+/// with the others since the run's last flag; the new one is inside a loop from the start
+/// when a loop stopped the run.
+fn new_response(report: &SessionReport, run: &mut RunTrack) {
+    if let Some(previous) = run.turn_spend.take() {
+        add_spend(&mut run.spend_since_flag, previous);
+    }
+    run.turn_in_loop = run.stopped_by.is_some_and(|l| {
+        report.loops[l]
+            .stop
+            .as_ref()
+            .is_some_and(|m| !is_spend_budget(m.detector))
+    });
+}
+
+/// A call (or message) of loop `l` was flagged by `detector`: the response that made it
+/// is spent inside a loop, and when the loop was flagged before (it goes on), so are the
+/// responses since the run's last flag. Spend budgets find no loop.
+fn spend_in_loop(report: &mut SessionReport, run: &mut RunTrack, l: usize, detector: Detector) {
+    if is_spend_budget(detector) {
+        return;
+    }
+    let since = run.spend_since_flag.take();
+    if !report.loops[l].detectors.is_empty() {
+        if let Some(since) = since {
+            add_spend(&mut report.loop_spend, since);
+        }
+    }
+    if let Some(turn) = run.turn_spend.take() {
+        add_spend(&mut report.loop_spend, turn);
+    }
+    run.turn_in_loop = true;
 }
 
 /// The loop a flag belongs to, created when new (see [`LoopReport`] for the rule).
