@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::vectors::{cases, config_of, name};
-use hook_common::{Env, Hook};
+use hook_common::{check_call_answer, claude_code_payload, env_of_case, Hook};
 use serde_json::{json, Value};
 
 /// Why a Claude Code session cannot carry an event, if it cannot.
@@ -88,17 +88,7 @@ struct Session {
 
 impl Session {
     fn payload(&self, event: &str, fields: Value) -> Value {
-        let mut v = json!({
-            "session_id": self.id,
-            "transcript_path": self.transcript,
-            "cwd": "/home/user/app",
-            "permission_mode": "default",
-            "hook_event_name": event,
-        });
-        for (k, x) in fields.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        v
+        claude_code_payload(&self.id, &self.transcript.to_string_lossy(), event, fields)
     }
 
     fn line(&mut self, line: Value) {
@@ -125,11 +115,7 @@ impl Session {
 }
 
 fn check_case(case: &Path) -> Result<(), String> {
-    let config = config_of(case).map(|p| fs::read_to_string(p).unwrap());
-    let env = match &config {
-        Some(text) => Env::with_config(text),
-        None => Env::new(),
-    };
+    let env = env_of_case(config_of(case));
     let events = common::json_lines(&fs::read(case.join("events.jsonl")).unwrap());
     let expected = common::json_lines(&fs::read(case.join("expected.jsonl")).unwrap());
     let dir = env.dir.path().join("projects/-home-user-app");
@@ -178,19 +164,8 @@ fn check_case(case: &Path) -> Result<(), String> {
                     "PreToolUse",
                     json!({"tool_name": tool, "tool_input": args, "tool_use_id": id}),
                 )?;
-                let denied = !h.stdout.is_empty()
-                    && h.json()["hookSpecificOutput"]["permissionDecision"] == "deny";
-                if denied != (want["verdict"] == "block") {
-                    return Err(format!("seq {seq}: denied {denied}, replay says {want}"));
-                }
-                if denied {
+                if check_call_answer(&h, want)? {
                     denied_ids.insert(id.clone());
-                }
-                let warned = !denied
-                    && !h.stdout.is_empty()
-                    && h.json()["hookSpecificOutput"]["additionalContext"].is_string();
-                if warned != (want["verdict"] == "warn" && want["notify"] == true) {
-                    return Err(format!("seq {seq}: warned {warned}, replay says {want}"));
                 }
             }
             Some("result") if denied_ids.contains(&id) => {}

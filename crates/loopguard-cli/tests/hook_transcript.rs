@@ -11,7 +11,7 @@ mod hook_common;
 use std::io::Write;
 use std::path::Path;
 
-use hook_common::{Env, Hook};
+use hook_common::{claude_code_payload, Env, Hook};
 use serde_json::{json, Value};
 
 const AGENT: &str = "claude-code";
@@ -35,17 +35,7 @@ impl<'e> Session<'e> {
     }
 
     fn payload(&self, event: &str, fields: Value) -> Value {
-        let mut v = json!({
-            "session_id": self.id,
-            "transcript_path": self.transcript,
-            "cwd": "/home/user/app",
-            "permission_mode": "default",
-            "hook_event_name": event,
-        });
-        for (k, x) in fields.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        v
+        claude_code_payload(&self.id, &self.transcript, event, fields)
     }
 
     fn hook(&self, event: &str, fields: Value) -> Hook {

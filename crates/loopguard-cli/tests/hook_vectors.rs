@@ -17,29 +17,16 @@ use std::fs;
 use std::path::Path;
 
 use common::vectors::{config_of, name, own_cases};
-use hook_common::Env;
+use hook_common::{check_call_answer, claude_code_payload, env_of_case};
 use serde_json::{json, Value};
 
 fn payload(session: &str, event: &str, fields: Value) -> Value {
-    let mut v = json!({
-        "session_id": session,
-        "transcript_path": format!("/home/user/.claude/projects/-home-user-app/{session}.jsonl"),
-        "cwd": "/home/user/app",
-        "permission_mode": "default",
-        "hook_event_name": event,
-    });
-    for (k, x) in fields.as_object().unwrap() {
-        v[k] = x.clone();
-    }
-    v
+    let transcript = format!("/home/user/.claude/projects/-home-user-app/{session}.jsonl");
+    claude_code_payload(session, &transcript, event, fields)
 }
 
 fn check_case(case: &Path, slim: bool) -> Result<(), String> {
-    let config = config_of(case).map(|p| fs::read_to_string(p).unwrap());
-    let env = match &config {
-        Some(text) => Env::with_config(text),
-        None => Env::new(),
-    };
+    let env = env_of_case(config_of(case));
     let events = common::json_lines(&fs::read(case.join("events.jsonl")).unwrap());
     let expected = common::json_lines(&fs::read(case.join("expected.jsonl")).unwrap());
     let session = format!("vector-{}", name(case));
@@ -68,17 +55,7 @@ fn check_case(case: &Path, slim: bool) -> Result<(), String> {
                     "PreToolUse",
                     json!({"tool_name": tool, "tool_input": args, "tool_use_id": id}),
                 ));
-                let denied = !h.stdout.is_empty()
-                    && h.json()["hookSpecificOutput"]["permissionDecision"] == "deny";
-                if denied != (want["verdict"] == "block") {
-                    return Err(format!("seq {seq}: denied {denied}, replay says {want}"));
-                }
-                let warned = !denied
-                    && !h.stdout.is_empty()
-                    && h.json()["hookSpecificOutput"]["additionalContext"].is_string();
-                if warned != (want["verdict"] == "warn" && want["notify"] == true) {
-                    return Err(format!("seq {seq}: warned {warned}, replay says {want}"));
-                }
+                check_call_answer(&h, want)?;
             }
             Some("result") => {
                 let (tool, args) = match (event.get("tool"), event.get("args")) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use loopguard::{RunState, SystemClock};
 use loopguard_store::{Limits, SqliteOptions, SqliteStore, Store};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// What one hook invocation printed and how it exited.
 #[derive(Debug)]
@@ -143,4 +143,47 @@ pub fn counts(state: &RunState) -> (usize, usize) {
         records.len(),
         records.iter().filter(|r| r.is_veto()).count(),
     )
+}
+
+/// A Claude Code hook payload: `event` of `session`, whose transcript is `transcript`, with
+/// `fields` (the event's own members) added.
+pub fn claude_code_payload(session: &str, transcript: &str, event: &str, fields: Value) -> Value {
+    let mut v = json!({
+        "session_id": session,
+        "transcript_path": transcript,
+        "cwd": "/home/user/app",
+        "permission_mode": "default",
+        "hook_event_name": event,
+    });
+    for (k, x) in fields.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// The environment of a vector: with its config, when it has one.
+pub fn env_of_case(config: Option<PathBuf>) -> Env {
+    match config {
+        Some(path) => Env::with_config(&std::fs::read_to_string(path).unwrap()),
+        None => Env::new(),
+    }
+}
+
+/// Checks the hook's answer to a `PreToolUse` against `replay`'s answer `want` to the same
+/// call: denied exactly when replay blocks it, warned exactly when replay surfaces a
+/// warning. Returns whether it was denied.
+pub fn check_call_answer(h: &Hook, want: &Value) -> Result<bool, String> {
+    let seq = &want["seq"];
+    let denied =
+        !h.stdout.is_empty() && h.json()["hookSpecificOutput"]["permissionDecision"] == "deny";
+    if denied != (want["verdict"] == "block") {
+        return Err(format!("seq {seq}: denied {denied}, replay says {want}"));
+    }
+    let warned = !denied
+        && !h.stdout.is_empty()
+        && h.json()["hookSpecificOutput"]["additionalContext"].is_string();
+    if warned != (want["verdict"] == "warn" && want["notify"] == true) {
+        return Err(format!("seq {seq}: warned {warned}, replay says {want}"));
+    }
+    Ok(denied)
 }
