@@ -9,12 +9,15 @@
 //! {"type":"message","session":"s","run":"r","role":"assistant","text":"...","has_tool_calls":false,"id":"m1"}
 //! {"type":"message", ... ,"role":"assistant","text":"a piece","delta":true,"index":0,"id":"m2"}
 //! {"type":"message", ... ,"role":"tool_feedback","text":"No tool calls found in the response."}
+//! {"type":"call","session":"child","run":"r1","parent_session":"s","parent_run":"r","tool":"read"}
 //! ```
 //!
 //! Normalizations, documented once here:
 //! - unknown fields are ignored; `session` defaults to `"default"`;
-//! - `session`, `run`, `agent`, `call_id` and `tool` must be strings when present (`null`
-//!   included: it is not a string); they are trimmed and a blank one counts as absent;
+//! - `session`, `run`, `agent`, `parent_session`, `parent_run`, `call_id` and `tool` must
+//!   be strings when present (`null` included: it is not a string); they are trimmed and a
+//!   blank one counts as absent; any event may name the session (and run) that spawned its
+//!   session, `parent_session` (and `parent_run`): a `parent_run` needs a `parent_session`;
 //! - a call without `args` has args `{}`;
 //! - a result with both `error` and `result` is an error (the error wins); a result with
 //!   neither has no fingerprint and records nothing;
@@ -36,8 +39,8 @@ use serde_json::{Map, Value};
 /// Deepest nesting a line may have (the JSON parser's recursion limit).
 pub const MAX_DEPTH: usize = 128;
 
-/// The (session, run, agent) ids of an event, normalized.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The (session, run, agent, parent) ids of an event, normalized.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ids {
     /// Session id (`"default"` when absent).
     pub session: String,
@@ -45,6 +48,10 @@ pub struct Ids {
     pub run: Option<String>,
     /// Agent id.
     pub agent: Option<String>,
+    /// The session that spawned this one (a sub-agent's parent).
+    pub parent_session: Option<String>,
+    /// The run of the parent session that spawned this one.
+    pub parent_run: Option<String>,
 }
 
 /// What a result event carries.
@@ -340,7 +347,10 @@ pub fn from_value(value: Value) -> Result<Event, String> {
         session: string_field(&map, "session")?.unwrap_or_else(|| "default".into()),
         run: string_field(&map, "run")?,
         agent: string_field(&map, "agent")?,
+        parent_session: string_field(&map, "parent_session")?,
+        parent_run: string_field(&map, "parent_run")?,
     };
+    crate::view::check_parent(&ids.as_ref())?;
     let call_id = string_field(&map, "call_id")?;
     match kind.as_str() {
         "call" => {
@@ -481,8 +491,7 @@ mod tests {
             Event::Call {
                 ids: Ids {
                     session: "default".into(),
-                    run: None,
-                    agent: None
+                    ..Ids::default()
                 },
                 call_id: None,
                 tool: "read".into(),
@@ -490,6 +499,14 @@ mod tests {
                 batch: None,
             }
         );
+        let e = parse_line(
+            br#"{"type":"call","tool":"read","session":"c","parent_session":" s ","parent_run":"r"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.ids().parent_session.as_deref(), Some("s"));
+        assert_eq!(e.ids().parent_run.as_deref(), Some("r"));
+        assert!(err(r#"{"type":"call","tool":"read","parent_run":"r"}"#).contains("parent_session"));
+        assert!(err(r#"{"type":"call","tool":"read","parent_session":1}"#).contains("string"));
         let e = parse_line(br#"{"type":"call","tool":"read","session":"s","agent":"a"}"#).unwrap();
         assert!(matches!(e, Event::Call { ref args, .. } if *args == json!({})));
         assert_eq!(e.ids().agent.as_deref(), Some("a"));

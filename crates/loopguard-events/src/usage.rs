@@ -20,11 +20,13 @@ use loopguard::json::{kind_name, Json, Object, Str};
 use loopguard::Usage;
 
 /// The members a usage event may have.
-pub const USAGE_FIELDS: [&str; 12] = [
+pub const USAGE_FIELDS: [&str; 14] = [
     "type",
     "session",
     "run",
     "agent",
+    "parent_session",
+    "parent_run",
     "ts",
     "id",
     "model",

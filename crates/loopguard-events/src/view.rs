@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::event::{Event, Ids, OwnedOutcome};
 
-/// The (session, run, agent) ids of an event, normalized, borrowed.
+/// The (session, run, agent, parent) ids of an event, normalized, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdsRef<'a> {
     /// Session id (`"default"` when absent).
@@ -31,6 +31,10 @@ pub struct IdsRef<'a> {
     pub run: Option<&'a str>,
     /// Agent id.
     pub agent: Option<&'a str>,
+    /// The session that spawned this one (a sub-agent's parent).
+    pub parent_session: Option<&'a str>,
+    /// The run of the parent session that spawned this one.
+    pub parent_run: Option<&'a str>,
 }
 
 /// An event whose strings and JSON are borrowed; `J` is the JSON view (`&Value` for an
@@ -105,6 +109,7 @@ impl<'a, J> EventRef<'a, J> {
         Scope::new(ids.session)
             .with_run(ids.run)
             .with_agent(ids.agent.or(default_agent))
+            .with_parent(ids.parent_session, ids.parent_run)
     }
 
     /// The name of the event's type (`call`, `result`, `compaction`, `usage`, `message`).
@@ -183,17 +188,32 @@ impl Ids {
             session: &self.session,
             run: self.run.as_deref(),
             agent: self.agent.as_deref(),
+            parent_session: self.parent_session.as_deref(),
+            parent_run: self.parent_run.as_deref(),
         }
     }
 }
 
-impl IdsRef<'_> {
+impl<'a> IdsRef<'a> {
+    /// Ids naming no parent.
+    pub fn new(session: &'a str, run: Option<&'a str>, agent: Option<&'a str>) -> Self {
+        Self {
+            session,
+            run,
+            agent,
+            parent_session: None,
+            parent_run: None,
+        }
+    }
+
     /// The ids, owned.
     pub fn to_ids(self) -> Ids {
         Ids {
             session: self.session.to_owned(),
             run: self.run.map(str::to_owned),
             agent: self.agent.map(str::to_owned),
+            parent_session: self.parent_session.map(str::to_owned),
+            parent_run: self.parent_run.map(str::to_owned),
         }
     }
 }
@@ -280,7 +300,7 @@ static ENVELOPE: Read = Read::Members(&MEMBERS);
 /// The members of an event the engine reads, in the order of [`Fields`]' slots; of a
 /// result, what the outcome rules read ([`RESULT_READ`]); then those of a message; then
 /// the figures of a usage event ([`crate::usage`]).
-const MEMBERS: [Member; 23] = [
+const MEMBERS: [Member; 25] = [
     Member::new("type", Read::All),
     Member::new("session", Read::All),
     Member::new("run", Read::All),
@@ -304,6 +324,8 @@ const MEMBERS: [Member; 23] = [
     Member::new("cache_read_tokens", Read::All),
     Member::new("cache_write_tokens", Read::All),
     Member::new("cost", Read::All),
+    Member::new("parent_session", Read::All),
+    Member::new("parent_run", Read::All),
 ];
 
 /// Reads an event from a tokenized JSON value.
@@ -340,7 +362,10 @@ fn from_fields<'a>(
         session: string_field(f.get(SESSION), "session")?.unwrap_or("default"),
         run: string_field(f.get(RUN), "run")?,
         agent: string_field(f.get(AGENT), "agent")?,
+        parent_session: string_field(f.get(PARENT_SESSION), "parent_session")?,
+        parent_run: string_field(f.get(PARENT_RUN), "parent_run")?,
     };
+    check_parent(&ids)?;
     let call_id = string_field(f.get(CALL_ID), "call_id")?;
     match kind.as_bytes() {
         b"call" => {
@@ -450,6 +475,18 @@ const HAS_TOOL_CALLS: usize = 13;
 const ID: usize = 14;
 const DELTA: usize = 15;
 const INDEX: usize = 16;
+const PARENT_SESSION: usize = 23;
+const PARENT_RUN: usize = 24;
+
+/// A parent run names a run of the parent session: it needs one.
+pub(crate) fn check_parent(ids: &IdsRef<'_>) -> Result<(), String> {
+    if ids.parent_run.is_some() && ids.parent_session.is_none() {
+        return Err(
+            "parent_run without parent_session (name the session that spawned this one)".into(),
+        );
+    }
+    Ok(())
+}
 
 /// A string field: trimmed, blank = absent, anything but a string is an error.
 fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {

@@ -327,11 +327,7 @@ fn apply_event_of(
                 _ => origin.subagent.as_deref(),
             };
             let run = run_id(tx.run_number(session)?, subagent);
-            let ids = IdsRef {
-                session,
-                run: Some(&run),
-                agent,
-            };
+            let ids = IdsRef::new(session, Some(&run), agent);
             let cfg = config.for_agent(agent);
             let (args, outcome) = match event {
                 HookEvent::ToolCall(call) => (Some(&call.args), None),
@@ -469,11 +465,7 @@ fn read_transcript(
     }
     let agent = origin.agent(default_agent);
     let run = run_id(tx.run_number(session)?, None);
-    let ids = IdsRef {
-        session,
-        run: Some(&run),
-        agent,
-    };
+    let ids = IdsRef::new(session, Some(&run), agent);
     let cfg = config.for_agent(agent);
     for event in &tail.events {
         let replay_event: EventRef<'_, &Value> = match event {

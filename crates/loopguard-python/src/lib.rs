@@ -202,11 +202,7 @@ impl<'a> Names<'a> {
     }
 
     fn ids(&self) -> IdsRef<'a> {
-        IdsRef {
-            session: self.session,
-            run: self.run,
-            agent: self.agent,
-        }
+        IdsRef::new(self.session, self.run, self.agent)
     }
 
     fn scope(&self) -> loopguard::Scope<'a> {
@@ -407,11 +403,7 @@ impl PyGuard {
     ) -> PyResult<u32> {
         let reply = self.with_engine(py, false, |engine| {
             let event: EventRef<'_, flat::Value<'_>> = EventRef::Compaction {
-                ids: IdsRef {
-                    session: &session,
-                    run: run.as_deref(),
-                    agent: agent.as_deref(),
-                },
+                ids: IdsRef::new(&session, run.as_deref(), agent.as_deref()),
             };
             engine.reply(&event)
         });
@@ -497,11 +489,11 @@ impl PyGuard {
         index: Option<u64>,
     ) -> PyResult<Py<PyVerdict>> {
         let text = required_text(text, "text")?;
-        let ids = IdsRef {
-            session: required_text(session, "session")?,
-            run: optional_text(run, "run")?,
-            agent: optional_text(agent, "agent")?,
-        };
+        let ids = IdsRef::new(
+            required_text(session, "session")?,
+            optional_text(run, "run")?,
+            optional_text(agent, "agent")?,
+        );
         let message = loopguard_events::message_of(
             role,
             text,

@@ -19,7 +19,8 @@ use crate::metrics::Metrics;
 pub struct RequestLimits {
     /// Largest request body, in bytes (default 8 MiB).
     pub max_body_bytes: usize,
-    /// Longest `session`, `run`, `agent`, `call_id` and `tool`, in bytes (default 256).
+    /// Longest `session`, `run`, `agent`, `parent_session`, `parent_run`, `call_id` and
+    /// `tool`, in bytes (default 256).
     pub max_id_bytes: usize,
     /// Most events in one request (default 1,000).
     pub max_events_per_request: usize,

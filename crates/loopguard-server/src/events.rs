@@ -61,6 +61,8 @@ fn check_ids(event: &RawEvent<'_>, max: usize) -> Result<(), String> {
         ("session", Some(ids.session)),
         ("run", ids.run),
         ("agent", ids.agent),
+        ("parent_session", ids.parent_session),
+        ("parent_run", ids.parent_run),
         ("call_id", call_id),
         ("tool", tool),
         ("id", usage_id.or(event.message_id())),

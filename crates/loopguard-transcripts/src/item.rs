@@ -158,7 +158,7 @@ pub fn ids(session: &str, run: Option<&str>) -> Ids {
             .unwrap_or(loopguard::DEFAULT_SESSION)
             .to_owned(),
         run: run.and_then(loopguard::text::non_blank).map(str::to_owned),
-        agent: None,
+        ..Ids::default()
     }
 }
 

@@ -55,7 +55,7 @@ fn scan(sessions: usize, calls: usize, budget: usize) -> (isize, usize) {
             let ids = Ids {
                 session: format!("session-{s:07}"),
                 run: Some("run".into()),
-                agent: None,
+                ..Ids::default()
             };
             let call_id = Some(format!("call-{c}"));
             line += 1;
