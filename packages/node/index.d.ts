@@ -9,6 +9,10 @@ export interface Scope {
   run?: string;
   /** Agent id: selects the agent's config block. */
   agent?: string;
+  /** A sub-agent's session names the session that spawned it (scopes the agent tree). */
+  parentSession?: string;
+  /** The run of `parentSession` that spawned this session (needs `parentSession`). */
+  parentRun?: string;
 }
 
 export interface CallInput extends Scope {

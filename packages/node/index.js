@@ -133,6 +133,8 @@ function idMembers(input) {
     sessionMember(input.session) +
     runMember(input.run) +
     agentMember(input.agent) +
+    member('parent_session', input.parentSession) +
+    member('parent_run', input.parentRun) +
     member('call_id', input.callId)
   );
 }
@@ -315,6 +317,8 @@ function checkFields(input, method) {
   checkId(input.session, 'session', method);
   checkId(input.run, 'run', method);
   checkId(input.agent, 'agent', method);
+  checkId(input.parentSession, 'parentSession', method);
+  checkId(input.parentRun, 'parentRun', method);
   checkId(input.callId, 'callId', method);
   checkId(input.tool, 'tool', method);
   checkId(input.batch, 'batch', method);
@@ -379,6 +383,8 @@ const USAGE_KEYS = new Set([
   'session',
   'run',
   'agent',
+  'parentSession',
+  'parentRun',
   'id',
   'model',
   'inputTokens',
@@ -680,7 +686,14 @@ class Guard {
     return native.compactionText(
       this.#native,
       toJson(
-        { type: 'compaction', session: scope.session, run: scope.run, agent: scope.agent },
+        {
+          type: 'compaction',
+          session: scope.session,
+          run: scope.run,
+          agent: scope.agent,
+          parent_session: scope.parentSession,
+          parent_run: scope.parentRun,
+        },
         'the scope',
       ),
     );
@@ -769,6 +782,8 @@ function usageEvent(usage) {
     session: usage.session,
     run: usage.run,
     agent: usage.agent,
+    parent_session: usage.parentSession,
+    parent_run: usage.parentRun,
     id: usage.id,
     model: usage.model,
     input_tokens: usage.inputTokens,

@@ -350,7 +350,9 @@ pub fn from_value(value: Value) -> Result<Event, String> {
         parent_session: string_field(&map, "parent_session")?,
         parent_run: string_field(&map, "parent_run")?,
     };
-    crate::view::check_parent(&ids.as_ref())?;
+    // One rule for both representations: a parent run needs a parent session.
+    ids.as_ref()
+        .with_parent(ids.parent_session.as_deref(), ids.parent_run.as_deref())?;
     let call_id = string_field(&map, "call_id")?;
     match kind.as_str() {
         "call" => {

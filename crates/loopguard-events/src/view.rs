@@ -206,6 +206,23 @@ impl<'a> IdsRef<'a> {
         }
     }
 
+    /// The same ids, spawned by run `run` of session `session` (blank ones count as
+    /// absent); a parent run without a parent session is an error.
+    pub fn with_parent(
+        mut self,
+        session: Option<&'a str>,
+        run: Option<&'a str>,
+    ) -> Result<Self, String> {
+        self.parent_session = session.and_then(loopguard::text::non_blank);
+        self.parent_run = run.and_then(loopguard::text::non_blank);
+        if self.parent_run.is_some() && self.parent_session.is_none() {
+            return Err(
+                "parent_run without parent_session (name the session that spawned this one)".into(),
+            );
+        }
+        Ok(self)
+    }
+
     /// The ids, owned.
     pub fn to_ids(self) -> Ids {
         Ids {
@@ -358,14 +375,15 @@ fn from_fields<'a>(
             .as_string()
             .ok_or_else(|| "event type must be a string".to_owned())?,
     };
-    let ids = IdsRef {
-        session: string_field(f.get(SESSION), "session")?.unwrap_or("default"),
-        run: string_field(f.get(RUN), "run")?,
-        agent: string_field(f.get(AGENT), "agent")?,
-        parent_session: string_field(f.get(PARENT_SESSION), "parent_session")?,
-        parent_run: string_field(f.get(PARENT_RUN), "parent_run")?,
-    };
-    check_parent(&ids)?;
+    let ids = IdsRef::new(
+        string_field(f.get(SESSION), "session")?.unwrap_or("default"),
+        string_field(f.get(RUN), "run")?,
+        string_field(f.get(AGENT), "agent")?,
+    )
+    .with_parent(
+        string_field(f.get(PARENT_SESSION), "parent_session")?,
+        string_field(f.get(PARENT_RUN), "parent_run")?,
+    )?;
     let call_id = string_field(f.get(CALL_ID), "call_id")?;
     match kind.as_bytes() {
         b"call" => {
@@ -477,16 +495,6 @@ const DELTA: usize = 15;
 const INDEX: usize = 16;
 const PARENT_SESSION: usize = 23;
 const PARENT_RUN: usize = 24;
-
-/// A parent run names a run of the parent session: it needs one.
-pub(crate) fn check_parent(ids: &IdsRef<'_>) -> Result<(), String> {
-    if ids.parent_run.is_some() && ids.parent_session.is_none() {
-        return Err(
-            "parent_run without parent_session (name the session that spawned this one)".into(),
-        );
-    }
-    Ok(())
-}
 
 /// A string field: trimmed, blank = absent, anything but a string is an error.
 fn string_field<'a>(value: Option<Raw<'a>>, key: &str) -> Result<Option<&'a str>, String> {

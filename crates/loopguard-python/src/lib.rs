@@ -178,6 +178,8 @@ struct Names<'a> {
     run: Option<&'a str>,
     agent: Option<&'a str>,
     call_id: Option<&'a str>,
+    parent_session: Option<&'a str>,
+    parent_run: Option<&'a str>,
 }
 
 impl<'a> Names<'a> {
@@ -198,18 +200,53 @@ impl<'a> Names<'a> {
             run: optional_text(run, "run")?,
             agent: optional_text(agent, "agent")?,
             call_id: optional_text(call_id, "call_id")?,
+            parent_session: None,
+            parent_run: None,
         })
     }
 
+    /// The same names in a session spawned by run `run` of `session` (a sub-agent's).
+    fn with_parent(
+        mut self,
+        session: Option<&'a Bound<'_, PyAny>>,
+        run: Option<&'a Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let ids = parent_ids(
+            IdsRef::new(self.session, self.run, self.agent),
+            session,
+            run,
+        )?;
+        (self.parent_session, self.parent_run) = (ids.parent_session, ids.parent_run);
+        Ok(self)
+    }
+
     fn ids(&self) -> IdsRef<'a> {
-        IdsRef::new(self.session, self.run, self.agent)
+        IdsRef {
+            parent_session: self.parent_session,
+            parent_run: self.parent_run,
+            ..IdsRef::new(self.session, self.run, self.agent)
+        }
     }
 
     fn scope(&self) -> loopguard::Scope<'a> {
         loopguard::Scope::new(self.session)
             .with_run(self.run)
             .with_agent(self.agent)
+            .with_parent(self.parent_session, self.parent_run)
     }
+}
+
+/// `ids` spawned by the parent a caller named (`parent_session=`, `parent_run=`).
+fn parent_ids<'a>(
+    ids: IdsRef<'a>,
+    session: Option<&'a Bound<'_, PyAny>>,
+    run: Option<&'a Bound<'_, PyAny>>,
+) -> PyResult<IdsRef<'a>> {
+    ids.with_parent(
+        optional_text(session, "parent_session")?,
+        optional_text(run, "parent_run")?,
+    )
+    .map_err(PyValueError::new_err)
 }
 
 fn required_text<'a>(ob: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
@@ -284,7 +321,7 @@ impl PyGuard {
     /// (hand the model `ticket.blocked_result`); run any other, then
     /// `ticket.finish(result=...)` (or `error=`). As a context manager, the ticket records
     /// an exception raised inside the block as the call's error.
-    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None))]
+    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None, parent_session = None, parent_run = None))]
     #[allow(clippy::too_many_arguments)]
     fn begin(
         slf: &Bound<'_, Self>,
@@ -295,9 +332,12 @@ impl PyGuard {
         agent: Option<&Bound<'_, PyAny>>,
         call_id: Option<&Bound<'_, PyAny>>,
         batch: Option<&Bound<'_, PyAny>>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyTicket>> {
         let py = slf.py();
-        let names = Names::of(tool, session, run, agent, call_id)?;
+        let names = Names::of(tool, session, run, agent, call_id)?
+            .with_parent(parent_session, parent_run)?;
         let batch = optional_text(batch, "batch")?;
         let args = Converted::new(args, "args")?;
         let heavy = args.0.weight() > HEAVY;
@@ -321,7 +361,7 @@ impl PyGuard {
     /// The verdict on a call about to run (the protocol's `call` event: the engine keeps
     /// the call pending, for a result that names it). A blocked call must not run: hand
     /// the model `verdict.blocked_result` (or `verdict.message`) instead.
-    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None))]
+    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, batch = None, parent_session = None, parent_run = None))]
     #[allow(clippy::too_many_arguments)]
     fn before_call(
         &self,
@@ -333,8 +373,11 @@ impl PyGuard {
         agent: Option<&Bound<'_, PyAny>>,
         call_id: Option<&Bound<'_, PyAny>>,
         batch: Option<&Bound<'_, PyAny>>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyVerdict>> {
-        let names = Names::of(tool, session, run, agent, call_id)?;
+        let names = Names::of(tool, session, run, agent, call_id)?
+            .with_parent(parent_session, parent_run)?;
         let batch = optional_text(batch, "batch")?;
         let args = Converted::new(args, "args")?;
         let heavy = args.0.weight() > HEAVY;
@@ -358,7 +401,7 @@ impl PyGuard {
     /// `error=` (an exception, whose text is used, or a JSON value); neither records
     /// nothing. Results of blocked calls are ignored. A ticket's `finish` needs neither
     /// the tool nor the arguments again.
-    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, result = Given(None), error = Given(None)))]
+    #[pyo3(signature = (tool, args, *, session, run, agent = None, call_id = None, result = Given(None), error = Given(None), parent_session = None, parent_run = None))]
     #[allow(clippy::too_many_arguments)]
     fn after_call(
         &self,
@@ -371,8 +414,11 @@ impl PyGuard {
         call_id: Option<&Bound<'_, PyAny>>,
         result: Given<'_>,
         error: Given<'_>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyRecorded>> {
-        let names = Names::of(tool, session, run, agent, call_id)?;
+        let names = Names::of(tool, session, run, agent, call_id)?
+            .with_parent(parent_session, parent_run)?;
         let args = Converted::new(args, "args")?;
         let outcome = GivenOutcome::new(result.0.as_ref(), error.0.as_ref(), "after_call")?;
         let heavy = args.0.weight() + outcome.weight() > HEAVY;
@@ -393,18 +439,23 @@ impl PyGuard {
 
     /// A compaction retry happened in this run: arms the post-compaction guard. Returns
     /// the number of attempts it watches, or 0 when the guard is disabled.
-    #[pyo3(signature = (*, session, run, agent = None))]
+    #[pyo3(signature = (*, session, run, agent = None, parent_session = None, parent_run = None))]
     fn on_compaction(
         &self,
         py: Python<'_>,
         session: String,
         run: Option<String>,
         agent: Option<String>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u32> {
+        let ids = parent_ids(
+            IdsRef::new(&session, run.as_deref(), agent.as_deref()),
+            parent_session,
+            parent_run,
+        )?;
         let reply = self.with_engine(py, false, |engine| {
-            let event: EventRef<'_, flat::Value<'_>> = EventRef::Compaction {
-                ids: IdsRef::new(&session, run.as_deref(), agent.as_deref()),
-            };
+            let event: EventRef<'_, flat::Value<'_>> = EventRef::Compaction { ids };
             engine.reply(&event)
         });
         match reply {
@@ -419,7 +470,7 @@ impl PyGuard {
     /// call is blocked (`Counted.ends_run`). A usage sent again with the same `id` counts
     /// once. Figures that cannot be right (negative, not whole, absurd) raise ValueError
     /// and count nothing.
-    #[pyo3(signature = (*, session, run, input_tokens, output_tokens, agent = None, model = None, cache_read_tokens = None, cache_write_tokens = None, cost = None, id = None))]
+    #[pyo3(signature = (*, session, run, input_tokens, output_tokens, agent = None, model = None, cache_read_tokens = None, cache_write_tokens = None, cost = None, id = None, parent_session = None, parent_run = None))]
     #[allow(clippy::too_many_arguments)]
     fn record_usage(
         &self,
@@ -434,6 +485,8 @@ impl PyGuard {
         cache_write_tokens: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         id: Option<&Bound<'_, PyAny>>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyCounted>> {
         // Read as the protocol reads a usage event, so both refuse the same figures with
         // the same words.
@@ -443,6 +496,8 @@ impl PyGuard {
         for (key, value) in [
             ("run", run),
             ("agent", agent),
+            ("parent_session", parent_session),
+            ("parent_run", parent_run),
             ("model", model),
             ("id", id),
             ("input_tokens", Some(input_tokens)),
@@ -472,7 +527,7 @@ impl PyGuard {
     /// (`role="tool_feedback"`), a prompt (`"user"`, `"system"`). Words cannot be taken
     /// back: a blocked message stops the run, so do not call the model again in it (stop
     /// the stream being read); hand a warning's `warning_note` to the next prompt.
-    #[pyo3(signature = (text, *, session, run, role = "assistant", agent = None, reasoning = None, has_tool_calls = None, id = None, delta = false, index = None))]
+    #[pyo3(signature = (text, *, session, run, role = "assistant", agent = None, reasoning = None, has_tool_calls = None, id = None, delta = false, index = None, parent_session = None, parent_run = None))]
     #[allow(clippy::too_many_arguments)]
     fn message(
         &self,
@@ -487,13 +542,19 @@ impl PyGuard {
         id: Option<&Bound<'_, PyAny>>,
         delta: bool,
         index: Option<u64>,
+        parent_session: Option<&Bound<'_, PyAny>>,
+        parent_run: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyVerdict>> {
         let text = required_text(text, "text")?;
-        let ids = IdsRef::new(
-            required_text(session, "session")?,
-            optional_text(run, "run")?,
-            optional_text(agent, "agent")?,
-        );
+        let ids = parent_ids(
+            IdsRef::new(
+                required_text(session, "session")?,
+                optional_text(run, "run")?,
+                optional_text(agent, "agent")?,
+            ),
+            parent_session,
+            parent_run,
+        )?;
         let message = loopguard_events::message_of(
             role,
             text,

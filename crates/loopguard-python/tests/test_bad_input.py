@@ -205,3 +205,16 @@ def test_a_misspelt_block_name_is_a_config_warning(tmp_path: Path) -> None:
             loopguard.Guard("{ loopGuard: {} }")
         assert guard().config_warnings == []
         assert loopguard.Guard().config_warnings == []
+
+
+def test_parent_ids_are_checked_like_the_protocol() -> None:
+    g = guard()
+    assert g.before_call("t", {}, parent_session="p", parent_run="r0", **S).verdict == "allow"
+    with pytest.raises(ValueError, match="parent_run without parent_session"):
+        g.before_call("t", {}, parent_run="r0", **S)
+    with pytest.raises(ValueError, match="parent_run without parent_session"):
+        g.message("hello", parent_run="r0", **S)
+    with pytest.raises(ValueError, match="parent_run without parent_session"):
+        g.record_usage(input_tokens=1, output_tokens=1, parent_run="r0", **S)
+    with pytest.raises(TypeError, match="parent_session must be a str"):
+        g.before_call("t", {}, parent_session=7, **S)  # type: ignore[arg-type]

@@ -213,6 +213,10 @@ test('bad input gets a clear error, never a crash', () => {
   assert.throws(() => guard.beforeCall({ ...call, tool: '  ' }), /call without tool/);
   assert.throws(() => guard.beforeCall({ ...call, tool: 5 }), /tool must be a string, not a number/);
   assert.throws(() => guard.beforeCall({ ...call, run: null }), /run must be a string, not null/);
+  assert.throws(() => guard.beforeCall({ ...call, parentSession: 7 }), /parentSession must be a string, not a number/);
+  assert.throws(() => guard.beforeCall({ ...call, parentRun: 'r0' }), /parent_run without parent_session/);
+  assert.throws(() => guard.recordUsage({ session: 's', run: 'r', parentRun: 'r0', inputTokens: 1, outputTokens: 1 }), /parent_run without parent_session/);
+  assert.equal(guard.beforeCall({ ...call, parentSession: 'p', parentRun: 'r0' }).verdict, 'allow');
   assert.throws(() => guard.beforeCall(null), /expects an object/);
   assert.throws(() => guard.beforeCall('read'), /expects an object/);
   assert.throws(() => guard.afterCall({ session: 's', result: 1 }), /call_id of a pending call/);

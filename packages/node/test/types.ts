@@ -109,6 +109,7 @@ if (!ticket.blocked) {
   console.log(end);
 }
 
+const child: Verdict = guard.beforeCall({ session: 's/agent-1', parentSession: 's', parentRun: 'r', tool: 'read' });
 const called: Called<{ ok: boolean }> = guard.call({ session: 's', tool: 'check', args: {} }, () => ({ ok: true }));
 if (called.ran) {
   const ok: boolean = called.result.ok;

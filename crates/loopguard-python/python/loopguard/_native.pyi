@@ -381,6 +381,8 @@ class Guard:
         agent: Optional[str] = None,
         call_id: Optional[str] = None,
         batch: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> Ticket: ...
     def before_call(
         self,
@@ -392,6 +394,8 @@ class Guard:
         agent: Optional[str] = None,
         call_id: Optional[str] = None,
         batch: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> Verdict: ...
     def after_call(
         self,
@@ -404,8 +408,18 @@ class Guard:
         call_id: Optional[str] = None,
         result: object = ...,
         error: object = ...,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> Recorded: ...
-    def on_compaction(self, *, session: str, run: Optional[str], agent: Optional[str] = None) -> int: ...
+    def on_compaction(
+        self,
+        *,
+        session: str,
+        run: Optional[str],
+        agent: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
+    ) -> int: ...
     def record_usage(
         self,
         *,
@@ -419,6 +433,8 @@ class Guard:
         cache_write_tokens: Optional[int] = None,
         cost: Optional[float] = None,
         id: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> Counted: ...
     def message(
         self,
@@ -433,6 +449,8 @@ class Guard:
         id: Optional[str] = None,
         delta: bool = False,
         index: Optional[int] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> Verdict: ...
     def apply_event(self, event: Union[Dict[str, Any], str, bytes], seq: Optional[int] = None) -> Dict[str, Any]: ...
     def end_run(self, *, session: str, run: Optional[str]) -> bool: ...

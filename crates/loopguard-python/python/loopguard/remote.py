@@ -105,10 +105,15 @@ class RemoteGuard:
         agent: Optional[str] = None,
         call_id: Optional[str] = None,
         batch: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> "RemoteTicket":
         """The call event, and a ticket whose ``finish`` sends the call's result event."""
-        verdict = self.before_call(tool, args, session=session, run=run, agent=agent, call_id=call_id, batch=batch)
-        call = {"tool": tool, "args": args, "session": session, "run": run, "agent": agent, "call_id": call_id}
+        parents = {"parent_session": parent_session, "parent_run": parent_run}
+        verdict = self.before_call(
+            tool, args, session=session, run=run, agent=agent, call_id=call_id, batch=batch, **parents
+        )
+        call = {"tool": tool, "args": args, "session": session, "run": run, "agent": agent, "call_id": call_id, **parents}
         return RemoteTicket(self, call, verdict)
 
     def apply_event(self, event: Union[Dict[str, Any], str, bytes], seq: Optional[int] = None) -> Dict[str, Any]:
@@ -133,10 +138,15 @@ class RemoteGuard:
         agent: Optional[str] = None,
         call_id: Optional[str] = None,
         batch: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> _native.Verdict:
         _check_tool(tool)
         _native._convert_object(args)
-        event = self._event("call", session, run, agent, call_id=call_id, tool=tool, batch=batch)
+        event = self._event(
+            "call", session, run, agent, call_id=call_id, tool=tool, batch=batch,
+            parent_session=parent_session, parent_run=parent_run,
+        )
         event["args"] = args
         return _native.verdict_from_answer(self._post("/v1/events", _dumps(event)), tool)
 
@@ -151,10 +161,15 @@ class RemoteGuard:
         call_id: Optional[str] = None,
         result: Any = _UNSET,
         error: Any = _UNSET,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> _native.Recorded:
         _check_tool(tool)
         _native._convert_object(args)
-        event = self._event("result", session, run, agent, call_id=call_id, tool=tool)
+        event = self._event(
+            "result", session, run, agent, call_id=call_id, tool=tool,
+            parent_session=parent_session, parent_run=parent_run,
+        )
         event["args"] = args
         if result is not _UNSET and error is not _UNSET:
             raise TypeError("after_call takes result= or error=, not both")
@@ -166,8 +181,17 @@ class RemoteGuard:
             event["result"] = result
         return _native.recorded_from_answer(self._post("/v1/events", _dumps(event)))
 
-    def on_compaction(self, *, session: str, run: Optional[str], agent: Optional[str] = None) -> int:
-        answer = json.loads(self._post("/v1/events", _dumps(self._event("compaction", session, run, agent))))
+    def on_compaction(
+        self,
+        *,
+        session: str,
+        run: Optional[str],
+        agent: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
+    ) -> int:
+        event = self._event("compaction", session, run, agent, parent_session=parent_session, parent_run=parent_run)
+        answer = json.loads(self._post("/v1/events", _dumps(event)))
         return int(answer["armed"])
 
     def record_usage(
@@ -183,6 +207,8 @@ class RemoteGuard:
         cache_write_tokens: Optional[int] = None,
         cost: Optional[float] = None,
         id: Optional[str] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> _native.Counted:
         """The usage event of one model response; figures the sidecar refuses raise
         ValueError, as the in-process guard does."""
@@ -201,6 +227,8 @@ class RemoteGuard:
             cache_read_tokens=cache_read_tokens,
             cache_write_tokens=cache_write_tokens,
             cost=cost,
+            parent_session=parent_session,
+            parent_run=parent_run,
         )
         status, data = self._request("POST", "/v1/events", _dumps(event))
         if status in (400, 422):
@@ -222,6 +250,8 @@ class RemoteGuard:
         id: Optional[str] = None,
         delta: bool = False,
         index: Optional[int] = None,
+        parent_session: Optional[str] = None,
+        parent_run: Optional[str] = None,
     ) -> _native.Verdict:
         """The message event: what the model said (whole, or a piece of its stream with
         ``delta=True``) or what it was told, judged by the sidecar."""
@@ -232,6 +262,7 @@ class RemoteGuard:
         event = self._event(
             "message", session, run, agent, role=role, text=text, reasoning=reasoning,
             has_tool_calls=has_tool_calls, id=id, index=index,
+            parent_session=parent_session, parent_run=parent_run,
         )
         if delta:
             event["delta"] = True
