@@ -363,7 +363,9 @@ fn subagents_loop_in_runs_of_their_own() {
     );
     // The main conversation's run saw none of it.
     assert!(env.run(s, "prompt-1").is_none());
-    assert_eq!(counts(&env.run(s, "prompt-1/agent-7").unwrap()), (4, 1));
+    // The subagent's calls are a session of its own, named as the transcript readers name it.
+    let child = format!("{s}/agent-7");
+    assert_eq!(counts(&env.run(&child, "prompt-1").unwrap()), (4, 1));
     assert_eq!(
         env.hook(
             AGENT,

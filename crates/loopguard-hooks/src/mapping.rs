@@ -14,9 +14,11 @@
 //! | [`HookEvent::SessionEnded`] | the session's runs are forgotten |
 //!
 //! Runs are named `prompt-N`, N being the number of prompts the session has seen (calls
-//! before the first prompt belong to `prompt-0`). The calls a subagent makes form a run of
-//! their own, `prompt-N/AGENT_ID`: a subagent works in a context of its own, and its calls
-//! should not count as repeats of the main conversation's (or of a parallel subagent's).
+//! before the first prompt belong to `prompt-0`). The calls a subagent makes belong to a
+//! session of its own, `SESSION/agent-ID` (the name the transcript readers give it), in run
+//! `prompt-N`, spawned by the session's run `prompt-N` (`parent_session`, `parent_run`): a
+//! subagent works in a context of its own, its calls should not count as repeats of the
+//! main conversation's (or of a parallel subagent's), and the agent tree sees it.
 
 use loopguard::json::Tape;
 use loopguard::{ConfigSet, Fingerprint, OutcomeOf, Verdict};
@@ -30,8 +32,8 @@ use crate::store::{HookTx, StoreError};
 pub struct Origin {
     /// The agent's session id (`"default"` when the payload has none).
     pub session: String,
-    /// The subagent whose call this is, when the agent says so: its calls form a run of
-    /// their own.
+    /// The subagent whose call this is, when the agent says so: its calls belong to a
+    /// session of its own, spawned by the session's current run.
     pub subagent: Option<String>,
     /// The agent id whose config applies (`agents.list[].id`), when the payload names one
     /// (the subagent type); otherwise the `--agent` of the command line.
@@ -246,12 +248,9 @@ pub enum NoteDelivery {
     WithResult,
 }
 
-/// The run id of run number `n`, for calls of `subagent` or of the main conversation.
-pub fn run_id(n: u64, subagent: Option<&str>) -> String {
-    match subagent {
-        Some(agent) => format!("prompt-{n}/{agent}"),
-        None => format!("prompt-{n}"),
-    }
+/// The run id of run number `n`.
+pub fn run_id(n: u64) -> String {
+    format!("prompt-{n}")
 }
 
 /// Applies `event` to the stored state and answers it. `config` is needed for the events
@@ -326,8 +325,15 @@ fn apply_event_of(
                 HookEvent::Compaction => None,
                 _ => origin.subagent.as_deref(),
             };
-            let run = run_id(tx.run_number(session)?, subagent);
-            let ids = IdsRef::new(session, Some(&run), agent);
+            let run = run_id(tx.run_number(session)?);
+            let child = subagent.map(|id| loopguard_transcripts::subagent_session(session, id));
+            let parent = child.as_ref().map(|_| session);
+            let session = child.as_deref().unwrap_or(session);
+            let ids = IdsRef {
+                parent_session: parent,
+                parent_run: parent.map(|_| run.as_str()),
+                ..IdsRef::new(session, Some(&run), agent)
+            };
             let cfg = config.for_agent(agent);
             let (args, outcome) = match event {
                 HookEvent::ToolCall(call) => (Some(&call.args), None),
@@ -464,7 +470,7 @@ fn read_transcript(
         return Ok(said);
     }
     let agent = origin.agent(default_agent);
-    let run = run_id(tx.run_number(session)?, None);
+    let run = run_id(tx.run_number(session)?);
     let ids = IdsRef::new(session, Some(&run), agent);
     let cfg = config.for_agent(agent);
     for event in &tail.events {
@@ -735,7 +741,7 @@ mod tests {
     }
 
     #[test]
-    fn subagents_have_runs_of_their_own() {
+    fn subagents_have_sessions_of_their_own() {
         let mut f = Fixture::new(LOW);
         let main = Origin::new(Some("s"));
         let sub = Origin {
@@ -761,7 +767,7 @@ mod tests {
         );
         let tx = f.db.begin(Millis::new(f.now)).unwrap();
         assert_eq!(
-            tx.run_state("s", Some("prompt-0/a1"))
+            tx.run_state("s/agent-a1", Some("prompt-0"))
                 .unwrap()
                 .unwrap()
                 .history()
@@ -900,7 +906,6 @@ mod tests {
         let mut other = call(None);
         other.args = json!({"path": "/y"}).into();
         assert_ne!(a, other.note_key());
-        assert_eq!(run_id(3, None), "prompt-3");
-        assert_eq!(run_id(3, Some("a")), "prompt-3/a");
+        assert_eq!(run_id(3), "prompt-3");
     }
 }

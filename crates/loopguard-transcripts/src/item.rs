@@ -150,6 +150,15 @@ impl Sink for Vec<(Pos, Item)> {
     }
 }
 
+/// The session of a sub-agent `agent` spawned in `session`: `SESSION/agent-ID` (an id
+/// already written `agent-ID` keeps one prefix), the one name readers and hooks give it.
+pub fn subagent_session(session: &str, agent: &str) -> String {
+    format!(
+        "{session}/agent-{}",
+        agent.strip_prefix("agent-").unwrap_or(agent)
+    )
+}
+
 /// Normalized ids: trimmed, a blank session is `"default"`, blank runs are absent (as
 /// SPEC §7 reads them).
 pub fn ids(session: &str, run: Option<&str>) -> Ids {

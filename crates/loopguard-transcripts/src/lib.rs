@@ -60,7 +60,7 @@ mod stats;
 pub use detect::{detect, Companion, Detection, Format};
 pub use error::{Error, ErrorKind};
 pub use failures::FailureRules;
-pub use item::{owned_event, Item, Pos, Sink, Usage};
+pub use item::{owned_event, subagent_session, Item, Pos, Sink, Usage};
 pub use json_ref::JsonRef;
 pub use readers::lines::DEFAULT_MAX_LINE;
 pub use readers::openclaw::RunWindows;
