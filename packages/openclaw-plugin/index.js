@@ -43,6 +43,7 @@ export default {
     api.on('after_compaction', hooks.afterCompaction);
     api.on('model_call_started', hooks.modelCallStarted);
     api.on('before_message_write', hooks.beforeMessageWrite);
+    api.on('subagent_spawned', hooks.subagentSpawned);
     api.registerAgentToolResultMiddleware(hooks.toolResultMiddleware, { runtimes: ['openclaw'] });
   },
 };

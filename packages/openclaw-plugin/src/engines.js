@@ -90,7 +90,15 @@ export class SidecarEngine {
   }
 
   #event(type, scope, fields) {
-    return { type, session: scope.session, run: scope.run, agent: scope.agent, ...fields };
+    return {
+      type,
+      session: scope.session,
+      run: scope.run,
+      agent: scope.agent,
+      parent_session: scope.parentSession,
+      parent_run: scope.parentRun,
+      ...fields,
+    };
   }
 
   async begin(call) {

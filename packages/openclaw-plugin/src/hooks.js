@@ -12,6 +12,9 @@
 //   calls this plugin blocked are ignored. An abort (the loop survived a compaction) stops
 //   the run like a terminal block.
 // - after_compaction arms the post-compaction guard.
+// - subagent_spawned links the child session to the session that asked for it and to that
+//   session's current run: every event of the child names them (parentSession,
+//   parentRun), so the engine's agent tree sees it.
 // - before_message_write hands each model response's usage and answer to the engine
 //   (budgets, the detectors of messages); model_call_started tells which run they belong
 //   to. A run they stop has its next tool call blocked.
@@ -115,6 +118,18 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   const queues = new BoundedMap(); // run → the tail of its request chain
   const activeRun = new BoundedMap(); // session → the run of its latest tool call
   const modelRun = new BoundedMap(); // session → the run of its latest model call
+  const spawnedBy = new BoundedMap(); // child session → { parentSession, parentRun }
+
+  /** The engine scope of a hook call, with the parent of a spawned session. */
+  function scopeFor(event, ctx) {
+    return withParent(scopeOf(event, ctx));
+  }
+
+  /** `scope` naming the session and run that spawned its session, when one did. */
+  function withParent(scope) {
+    const parent = spawnedBy.get(scope.session ?? '');
+    return parent ? { ...scope, ...parent } : scope;
+  }
 
   function serialize(key, task) {
     const previous = queues.get(key) ?? Promise.resolve();
@@ -131,7 +146,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   }
 
   async function beforeToolCall(event, ctx) {
-    const scope = scopeOf(event, ctx);
+    const scope = scopeFor(event, ctx);
     if (scope.run !== undefined) activeRun.set(scope.session ?? '', scope.run);
     const key = runKey(scope);
     const callKey = `${key}\u0000${event.toolCallId ?? ''}`;
@@ -181,7 +196,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   }
 
   function toolResultMiddleware(event, ctx) {
-    const scope = scopeOf(event, ctx);
+    const scope = scopeFor(event, ctx);
     const note = calls.get(`${runKey(scope)}\u0000${event.toolCallId ?? ''}`)?.ticket?.warningNote;
     if (!note || !event.result) return undefined;
     const content = Array.isArray(event.result.content) ? event.result.content : [];
@@ -189,7 +204,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   }
 
   async function afterToolCall(event, ctx) {
-    const fallback = scopeOf(event, ctx);
+    const fallback = scopeFor(event, ctx);
     const callKey = `${runKey(fallback)}\u0000${event.toolCallId ?? ''}`;
     const entry = calls.get(callKey);
     calls.delete(callKey);
@@ -219,7 +234,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
   }
 
   async function afterCompaction(event, ctx) {
-    const scope = scopeOf(event, ctx);
+    const scope = scopeFor(event, ctx);
     // OpenClaw's after_compaction context has no run id: the compaction belongs to the
     // session's current run, the one its latest tool call came from.
     scope.run ??= activeRun.get(scope.session ?? '');
@@ -251,7 +266,7 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     const message = event?.message;
     if (message?.role !== 'assistant') return undefined;
     const session = ctx?.sessionKey ?? event.sessionKey ?? ctx?.sessionId;
-    const scope = { session, run: modelRun.get(session ?? ''), agent: ctx?.agentId ?? event.agentId ?? undefined };
+    const scope = withParent({ session, run: modelRun.get(session ?? ''), agent: ctx?.agentId ?? event.agentId ?? undefined });
     const key = runKey(scope);
     const said = answerOf(message);
     const usage = usageOf(message);
@@ -278,8 +293,22 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     return undefined;
   }
 
+  // subagent_spawned: OpenClaw's sessions_spawn tool started a child session for the
+  // session in its context (requesterSessionKey). The spawning tool call is the latest of
+  // that session's runs, so its run is the parent run.
+  function subagentSpawned(event, ctx) {
+    const child = event?.childSessionKey ?? ctx?.childSessionKey;
+    const parentSession = ctx?.requesterSessionKey;
+    if (typeof child !== 'string' || typeof parentSession !== 'string' || child === parentSession) return;
+    const link = { parentSession };
+    const parentRun = activeRun.get(parentSession);
+    if (parentRun !== undefined) link.parentRun = parentRun;
+    spawnedBy.set(child, link);
+  }
+
   return {
     beforeToolCall,
+    subagentSpawned,
     afterToolCall,
     afterCompaction,
     modelCallStarted,

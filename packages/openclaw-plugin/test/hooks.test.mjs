@@ -243,3 +243,37 @@ test('before_message_write queues the usage and the answer in the run, ahead of 
   // The usage used a budget up: the run's call is blocked with its message.
   assert.deepEqual(decision, { block: true, blockReason: 'CRITICAL: budget' });
 });
+
+test('subagent_spawned links the child session to the session and run that spawned it', async () => {
+  const seen = [];
+  const record = (kind) => (x) => (seen.push([kind, x.session, x.run, x.parentSession, x.parentRun]), x);
+  const engine = {
+    recordUsage: (u) => (record('usage')(u), { endsRun: null }),
+    message: (m) => (record('message')(m), { verdict: 'allow' }),
+    begin: (c) => (record('call')(c), { verdict: { verdict: 'allow' }, blocked: false, cancel() {} }),
+  };
+  const hooks = createHooks({ engine, logger: quietLogger });
+  const parentCtx = { agentId: 'main', sessionKey: 'agent:main:main', runId: 'run-1' };
+  // The parent's sessions_spawn call is the latest of its run.
+  await hooks.beforeToolCall({ toolName: 'sessions_spawn', params: { task: 'x' }, runId: 'run-1', toolCallId: 'c0' }, parentCtx);
+  const child = 'agent:main:subagent:7f3a';
+  // As OpenClaw 2026.9.6's sessions_spawn tool calls the hook.
+  hooks.subagentSpawned(
+    { runId: 'child-run', childSessionKey: child, agentId: 'main', mode: 'run', threadRequested: false },
+    { runId: 'child-run', childSessionKey: child, requesterSessionKey: 'agent:main:main' },
+  );
+  const childCtx = { agentId: 'main', sessionKey: child, runId: 'child-run' };
+  hooks.modelCallStarted({ runId: 'child-run', sessionKey: child }, childCtx);
+  hooks.beforeMessageWrite({ message: ASSISTANT }, { agentId: 'main', sessionKey: child });
+  await hooks.beforeToolCall({ toolName: 'read', params: {}, runId: 'child-run', toolCallId: 'c1' }, childCtx);
+  // A session nobody spawned names no parent; a hook without a requester links nothing.
+  hooks.subagentSpawned({ childSessionKey: 'orphan' }, {});
+  await hooks.beforeToolCall({ toolName: 'read', params: {}, runId: 'r', toolCallId: 'c2' }, { sessionKey: 'orphan', runId: 'r' });
+  assert.deepEqual(seen, [
+    ['call', 'agent:main:main', 'run-1', undefined, undefined],
+    ['usage', child, 'child-run', 'agent:main:main', 'run-1'],
+    ['message', child, 'child-run', 'agent:main:main', 'run-1'],
+    ['call', child, 'child-run', 'agent:main:main', 'run-1'],
+    ['call', 'orphan', 'r', undefined, undefined],
+  ]);
+});
