@@ -15,6 +15,7 @@ from langchain_core.tools import tool
 
 import loopguard
 from loopguard.langchain import LoopGuardMiddleware
+from recording import Recording
 
 # Warn at 3, block at 5, stop the run at 7 identical no-progress outcomes.
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}
@@ -226,3 +227,42 @@ def test_text_answers_of_a_conversation_are_not_loops() -> None:
         agent = create_agent(model, [read_file], middleware=[LoopGuardMiddleware(guard)])
         out = agent.invoke({"messages": [{"role": "user", "content": question}]}, {"configurable": {"thread_id": "qa"}})
         assert "loopguard" not in str(out["messages"][-1].content)
+
+
+def test_an_agent_called_as_a_tool_is_a_child_of_the_run_that_called_it() -> None:
+    guard = Recording(loopguard.Guard(CONFIG))
+    ran: List[Dict[str, Any]] = []
+
+    def child_agent() -> Any:
+        steps = [AIMessage(content="", tool_calls=[{"name": "read_file", "args": {"path": "a"}, "id": "c"}]), AIMessage(content="read it")]
+
+        @tool
+        def read_file(path: str) -> str:
+            """Read a file."""
+            ran.append({"path": path})
+            return "contents"
+
+        return create_agent(ScriptedModel(messages=iter(steps), seen=[]), [read_file], middleware=[LoopGuardMiddleware(guard)])  # type: ignore[arg-type]
+
+    @tool
+    def delegate(task: str) -> str:
+        """Hand a task to a sub-agent."""
+        out = child_agent().invoke({"messages": [{"role": "user", "content": task}]})
+        return str(out["messages"][-1].content)
+
+    parent_steps = [
+        AIMessage(content="", tool_calls=[{"name": "delegate", "args": {"task": f"part {i}"}, "id": f"d{i}"}]) for i in range(2)
+    ] + [AIMessage(content="all done")]
+    parent = create_agent(ScriptedModel(messages=iter(parent_steps), seen=[]), [delegate], middleware=[LoopGuardMiddleware(guard)])  # type: ignore[arg-type]
+    out = parent.invoke({"messages": [{"role": "user", "content": "split the work"}]}, {"configurable": {"thread_id": "t9"}})
+    assert out["messages"][-1].content == "all done" and len(ran) == 2
+    parents = [s for s in guard.scopes if s["session"] == "t9"]
+    children = [s for s in guard.scopes if s["session"] != "t9"]
+    parent_run = parents[0]["run"]
+    assert all(s["run"] == parent_run and s["parent_session"] is None for s in parents)
+    # Each invocation of the sub-agent is a session of its own, named for its run, and
+    # every one of its events names the parent's session and run.
+    assert {s["session"] for s in children} == {f"t9/agent-{s['run']}" for s in children}
+    assert len({s["session"] for s in children}) == 2
+    assert all(s["parent_session"] == "t9" and s["parent_run"] == parent_run for s in children if s["event"] != "end_run")
+    assert {s["event"] for s in children} >= {"begin", "message", "end_run"}

@@ -14,6 +14,7 @@ from agents.usage import InputTokensDetails, Usage
 
 import loopguard
 from loopguard.openai_agents import LoopGuardrails, LoopStopped
+from recording import Recording
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}
 
@@ -147,3 +148,35 @@ def test_a_without_progress_cap_stops_a_circling_agent_before_the_loop_detectors
             Runner.run_sync(agent, "write the report", hooks=rails.hooks, max_turns=60)
     assert len(ran) == 6
     assert caught.value.output.output_info.detector == "no_progress_budget"
+
+
+def test_a_run_inside_a_tool_of_another_run_is_its_child() -> None:
+    guard = Recording(loopguard.Guard(CONFIG))
+    rails = LoopGuardrails(guard, session="user-9")  # type: ignore[arg-type]
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    child = Agent(name="reader", model=ScriptedModel([[function_call("read_file", {"path": "a"}, call_id="c")], [assistant_message("read it")]] * 2), tools=rails.protect(read_file))
+
+    @function_tool
+    async def delegate(task: str) -> str:
+        """Hand a task to a sub-agent."""
+        with rails.run():
+            return str((await Runner.run(child, task, hooks=rails.hooks)).final_output)
+
+    steps: List[Any] = [[function_call("delegate", {"task": f"part {i}"}, call_id=f"d{i}")] for i in range(2)]
+    parent = Agent(name="lead", model=ScriptedModel([*steps, [assistant_message("all done")]]), tools=rails.protect(delegate))
+    with rails.run() as parent_run:
+        assert Runner.run_sync(parent, "split the work", hooks=rails.hooks).final_output == "all done"
+    parents = [s for s in guard.scopes if s["session"] == "user-9"]
+    children = [s for s in guard.scopes if s["session"] != "user-9"]
+    assert all(s["run"] == parent_run and s["parent_session"] is None for s in parents)
+    # Each sub-agent run is a session of its own, named for its run, and every one of its
+    # events names the parent's session and run.
+    assert len({s["session"] for s in children}) == 2
+    assert {s["session"] for s in children} == {f"user-9/agent-{s['run']}" for s in children}
+    assert all(s["parent_session"] == "user-9" and s["parent_run"] == parent_run for s in children if s["event"] != "end_run")
+    assert {s["event"] for s in children} >= {"begin", "message", "end_run"}

@@ -13,6 +13,7 @@ from pydantic_ai.usage import RequestUsage
 
 import loopguard
 from loopguard.pydantic_ai import LoopGuardCapability, RunStopped
+from recording import Recording
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}
 
@@ -158,3 +159,44 @@ def test_a_without_progress_cap_stops_a_circling_agent_before_the_loop_detectors
     assert len(ran) == 6
     stop = caught.value.stop
     assert isinstance(stop, loopguard.Verdict) and stop.detector == "no_progress_budget"
+
+
+def test_an_agent_run_inside_a_tool_is_a_child_of_the_run_that_called_it() -> None:
+    guard = Recording(loopguard.Guard(CONFIG))
+
+    def child_script(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if returns(messages):
+            return ModelResponse(parts=[TextPart("read it")])
+        return ModelResponse(parts=[ToolCallPart("read_file", {"path": "a"}, tool_call_id="c")])
+
+    child: Agent[None, str] = Agent(FunctionModel(child_script), capabilities=[LoopGuardCapability(guard)])  # type: ignore[arg-type]
+
+    @child.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    def parent_script(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = len(returns(messages))
+        if n >= 2:
+            return ModelResponse(parts=[TextPart("all done")])
+        return ModelResponse(parts=[ToolCallPart("delegate", {"task": f"part {n}"}, tool_call_id=f"d{n}")])
+
+    parent: Agent[None, str] = Agent(FunctionModel(parent_script), capabilities=[LoopGuardCapability(guard)])  # type: ignore[arg-type]
+
+    @parent.tool_plain
+    async def delegate(task: str) -> str:
+        """Hand a task to a sub-agent."""
+        return (await child.run(task)).output
+
+    assert parent.run_sync("split the work").output == "all done"
+    parents = [s for s in guard.scopes if "/agent-" not in str(s["session"])]
+    children = [s for s in guard.scopes if "/agent-" in str(s["session"])]
+    parent_session, parent_run = parents[0]["session"], parents[0]["run"]
+    assert all(s["run"] == parent_run and s["parent_session"] is None for s in parents)
+    # Each run of the sub-agent is a session of its own, named for its run, and every one of
+    # its events names the parent's session and run.
+    assert len({s["session"] for s in children}) == 2
+    assert {s["session"] for s in children} == {f"{parent_session}/agent-{s['run']}" for s in children}
+    assert all(s["parent_session"] == parent_session and s["parent_run"] == parent_run for s in children if s["event"] != "end_run")
+    assert {s["event"] for s in children} >= {"begin", "message", "end_run"}

@@ -18,6 +18,8 @@ def record_usage(
     output_tokens: Optional[int],
     cache_read_tokens: Optional[int],
     cache_write_tokens: Optional[int],
+    parent_session: Optional[str] = None,
+    parent_run: Optional[str] = None,
 ) -> None:
     """Reports one response's usage. LangChain, the OpenAI Agents SDK and Pydantic AI count
     cached input inside ``input_tokens``; loopguard counts it apart. A usage the guard
@@ -35,6 +37,8 @@ def record_usage(
             output_tokens=int(output_tokens or 0),
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
+            parent_session=parent_session,
+            parent_run=parent_run,
         )
     except ValueError as e:
         warnings.warn(f"loopguard: usage not counted: {e}", stacklevel=3)

@@ -25,6 +25,12 @@ answer's tool calls do not run. A warning is added to the next model call's mess
 The session is the LangGraph thread (``configurable.thread_id``, else ``"default"``); each
 ``invoke`` is a run, ended (and forgotten by the guard) when the agent finishes.
 
+Sub-agents: an agent with this middleware invoked inside a tool of another one (an agent
+called as a tool) is that run's child. It works in a session of its own,
+``SESSION/agent-RUN``, and its events name the run that spawned it (``parent_session``,
+``parent_run``), so the guard's agent tree counts its children, their depth and their
+respawns.
+
 ``after_model`` reports each model response's ``usage_metadata`` (and its model, from
 ``response_metadata``) to the guard, for the spend budgets of the ``loopguard`` block: a
 response that uses a budget up stops the run at its next tool call, as a terminal verdict
@@ -46,6 +52,7 @@ from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
 from . import AnyGuard, AnyTicket
+from ._tree import child_session, parent_fields, spawner, spawning
 from ._usage import record_usage
 
 Result = Union[ToolMessage, Command[Any]]
@@ -60,6 +67,8 @@ class LoopGuardState(AgentState[Any]):
     loopguard_start: NotRequired[Annotated[int, PrivateStateAttr]]
     loopguard_seen: NotRequired[Annotated[int, PrivateStateAttr]]
     loopguard_note: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
+    loopguard_session: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
+    loopguard_parent: NotRequired[Annotated[Optional[Dict[str, Optional[str]]], PrivateStateAttr]]
 
 
 class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
@@ -74,18 +83,23 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
 
     def before_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> Dict[str, Any]:
         seen = len(state.get("messages") or [])
+        run = uuid.uuid4().hex
+        # Inside another guarded agent's tool: a sub-agent, in a session of its own.
+        parent = spawner()
         return {
-            "loopguard_run": uuid.uuid4().hex,
+            "loopguard_run": run,
             "loopguard_stop": None,
             "loopguard_start": seen,
             "loopguard_seen": seen,
             "loopguard_note": None,
+            "loopguard_session": child_session(parent, run) if parent else None,
+            "loopguard_parent": parent_fields(parent) or None,
         }
 
     def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> None:
         run = state.get("loopguard_run")
         if run:
-            self.guard.end_run(session=_session(), run=run)
+            self.guard.end_run(session=state.get("loopguard_session") or _session(), run=run)
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> Optional[Dict[str, Any]]:
@@ -144,7 +158,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         return await handler(_with_note(request))
 
     def _run_scope(self, state: LoopGuardState) -> Dict[str, Any]:
-        return {"session": _session(), "run": state.get("loopguard_run"), "agent": self.agent}
+        return {
+            "session": state.get("loopguard_session") or _session(),
+            "run": state.get("loopguard_run"),
+            "agent": self.agent,
+            **(state.get("loopguard_parent") or {}),
+        }
 
     def _record_usage(self, state: LoopGuardState, message: AIMessage) -> None:
         usage = message.usage_metadata
@@ -154,9 +173,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         meta = message.response_metadata or {}
         record_usage(
             self.guard,
-            session=_session(),
-            run=state.get("loopguard_run"),
-            agent=self.agent,
+            **self._run_scope(state),
             id=message.id,
             model=meta.get("model_name") or meta.get("model"),
             input_tokens=usage.get("input_tokens"),
@@ -166,7 +183,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         )
 
     def _scope(self, request: ToolCallRequest) -> Dict[str, Any]:
-        return {"session": _session(), "run": request.state.get("loopguard_run"), "agent": self.agent}
+        return self._run_scope(request.state)
 
     def _before(self, request: ToolCallRequest) -> "tuple[AnyTicket, Optional[Result]]":
         call = request.tool_call
@@ -199,8 +216,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         ticket, blocked = self._before(request)
         if blocked is not None:
             return blocked
+        scope = self._scope(request)
         try:
-            out = handler(request)
+            with spawning(scope["session"], scope["run"]):
+                out = handler(request)
         except Exception as e:
             ticket.finish(error=e)
             raise
@@ -212,8 +231,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any]):
         ticket, blocked = self._before(request)
         if blocked is not None:
             return blocked
+        scope = self._scope(request)
         try:
-            out = await handler(request)
+            with spawning(scope["session"], scope["run"]):
+                out = await handler(request)
         except Exception as e:
             ticket.finish(error=e)
             raise

@@ -29,6 +29,12 @@ Runs: ``with rails.run():`` gives the calls inside it a run of their own (a fres
 the one given), and ends it on exit; calls outside any ``run()`` share the session's
 history, like OpenClaw's. ``session`` is a string or a function of the ``ToolContext``
 (the hooks, which have no tool context, use the string, else ``"default"``).
+
+Sub-agents: a ``run()`` entered while another guarded run is in progress (a sub-agent's
+``Runner.run`` inside a tool, wrapped in ``with rails.run():``; or inside a tool of a
+LangChain or Pydantic AI agent guarded by loopguard) is that run's child. Its calls work in a
+session of their own, ``SESSION/agent-RUN``, and name the run that spawned them
+(``parent_session``, ``parent_run``), so the guard's agent tree counts it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import json
 import threading
 import uuid
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from agents import Agent, FunctionTool, RunContextWrapper, RunHooks
 from agents.exceptions import AgentsException
@@ -53,9 +59,19 @@ from agents.tool_guardrails import (
 )
 
 from . import AnyGuard, AnyTicket, Recorded, Verdict
+from ._tree import Spawner, child_session, parent_fields, spawner, spawning
 from ._usage import record_usage
 
 Session = Union[str, Callable[[ToolContext[Any]], str]]
+
+
+class _Run(NamedTuple):
+    """A run of :meth:`LoopGuardrails.run` in progress: its id, and for a sub-agent's run,
+    its own session and the run that spawned it."""
+
+    id: str
+    session: Optional[str]
+    parent: Optional[Spawner]
 
 
 class LoopStopped(AgentsException):
@@ -84,7 +100,7 @@ class _MessageHooks(RunHooks[Any]):
                 reasoning.extend(str(getattr(s, "text", "")) for s in (getattr(item, "summary", None) or []))
             calls = calls or kind.endswith("_call")
         rails = self.rails
-        scope: Dict[str, Any] = {"session": rails._session_name(None), "run": rails._run.get(), "agent": rails.agent}
+        scope = rails._scope(None)
         verdict = rails.guard.message(
             "\n".join(texts),
             role="assistant",
@@ -122,7 +138,7 @@ class LoopGuardrails:
         self.agent = agent
         self.input: ToolInputGuardrail[Any] = ToolInputGuardrail(self._before, name="loopguard")
         self.output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._after, name="loopguard")
-        self._run: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("loopguard_run", default=None)
+        self._run: contextvars.ContextVar[Optional[_Run]] = contextvars.ContextVar("loopguard_run", default=None)
         # Tickets of the calls in flight, by call id and tool, until their output.
         self._pending: Dict[Tuple[str, str], AnyTicket] = {}
         self._lock = threading.Lock()
@@ -137,22 +153,31 @@ class LoopGuardrails:
 
     @contextmanager
     def run(self, run_id: Optional[str] = None) -> Iterator[str]:
-        """Scopes the calls made inside to one run; ends it on exit."""
+        """Scopes the calls made inside to one run; ends it on exit. Inside another guarded
+        run, the run is a sub-agent's (see the module docs)."""
         run = run_id or uuid.uuid4().hex
-        token = self._run.set(run)
+        parent = spawner()
+        session = child_session(parent, run) if parent else None
+        token = self._run.set(_Run(run, session, parent))
+        name = session or self._session_name(None)
         try:
-            yield run
+            with spawning(name, run):
+                yield run
         finally:
             self._run.reset(token)
-            self.guard.end_run(session=self._session_name(None), run=run)
+            self.guard.end_run(session=name, run=run)
 
     def _session_name(self, context: Optional[ToolContext[Any]]) -> str:
         if isinstance(self.session, str) or context is None:
             return self.session if isinstance(self.session, str) else "default"
         return self.session(context)
 
-    def _scope(self, context: ToolContext[Any]) -> Dict[str, Any]:
-        return {"session": self._session_name(context), "run": self._run.get(), "agent": self.agent}
+    def _scope(self, context: Optional[ToolContext[Any]]) -> Dict[str, Any]:
+        run = self._run.get()
+        if run is None:
+            return {"session": self._session_name(context), "run": None, "agent": self.agent}
+        session = run.session or self._session_name(context)
+        return {"session": session, "run": run.id, "agent": self.agent, **parent_fields(run.parent)}
 
     @staticmethod
     def _args(context: ToolContext[Any]) -> Any:

@@ -22,10 +22,16 @@ feedback, ``tool_feedback``; a user prompt is a prompt). A blocked message ends 
 
 The session is the run's ``conversation_id`` (else ``"default"``), the run its ``run_id``;
 the guard forgets the run when it ends.
+
+Sub-agents: an agent with this capability run inside a tool of another one (agent
+delegation: a tool that calls ``other_agent.run(...)``) is that run's child. It works in a
+session of its own, ``SESSION/agent-RUN_ID``, and its events name the run that spawned it
+(``parent_session``, ``parent_run``), so the guard's agent tree counts it.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, Optional, Union
 
 from pydantic_ai import RunContext
@@ -45,6 +51,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
 from . import Abort, AnyGuard, Verdict
+from ._tree import Spawner, child_session, parent_fields, spawner, spawning
 from ._usage import record_usage
 
 
@@ -62,13 +69,23 @@ class LoopGuardCapability(AbstractCapability[Any]):
     def __init__(self, guard: AnyGuard, *, agent: Optional[str] = None) -> None:
         self.guard = guard
         self.agent = agent
+        # The run that spawned each run in progress that is a sub-agent's, by run id.
+        self._parents: Dict[str, Spawner] = {}
+        self._lock = threading.Lock()
 
-    @staticmethod
-    def _session(ctx: RunContext[Any]) -> str:
+    def _session(self, ctx: RunContext[Any]) -> str:
+        parent = self._parents.get(ctx.run_id or "")
+        if parent is not None and ctx.run_id:
+            return child_session(parent, ctx.run_id)
         return ctx.conversation_id or "default"
 
     def _scope(self, ctx: RunContext[Any]) -> Dict[str, Any]:
-        return {"session": self._session(ctx), "run": ctx.run_id, "agent": self.agent}
+        return {
+            "session": self._session(ctx),
+            "run": ctx.run_id,
+            "agent": self.agent,
+            **parent_fields(self._parents.get(ctx.run_id or "")),
+        }
 
     async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
         request = ctx.messages[-1] if ctx.messages else None
@@ -113,11 +130,18 @@ class LoopGuardCapability(AbstractCapability[Any]):
         return response
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        # Inside another guarded agent's tool: a sub-agent's run.
+        parent = spawner()
+        if parent is not None and ctx.run_id:
+            with self._lock:
+                self._parents[ctx.run_id] = parent
         try:
             return await handler()
         finally:
             if ctx.run_id:
                 self.guard.end_run(session=self._session(ctx), run=ctx.run_id)
+                with self._lock:
+                    self._parents.pop(ctx.run_id, None)
 
     async def wrap_tool_execute(
         self,
@@ -128,13 +152,15 @@ class LoopGuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        ticket = self.guard.begin(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, **self._scope(ctx))
+        scope = self._scope(ctx)
+        ticket = self.guard.begin(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, **scope)
         if ticket.blocked:
             if ticket.ends_run:
                 raise RunStopped(ticket.verdict)
             return ticket.verdict.message
         try:
-            result = await handler(args)
+            with spawning(scope["session"], scope["run"]):
+                result = await handler(args)
         except Exception as e:
             ticket.finish(error=e)
             raise
