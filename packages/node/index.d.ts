@@ -83,7 +83,8 @@ export type Detector =
   | 'repeated_message'
   | 'content_chanting'
   | 'no_tool_turns'
-  | 'run_storm';
+  | 'run_storm'
+  | 'agent_tree';
 
 /** How serious a detection is. */
 export type Level = 'warning' | 'critical';
@@ -262,6 +263,19 @@ export interface LoopguardDetectorsRunStormConfig {
   cooldownMinutes?: number;
 }
 
+/** `loopguard.detectors.agentTree` as written (every key optional). */
+export interface LoopguardDetectorsAgentTreeConfig {
+  enabled?: boolean;
+  /** an integer from 1 to 1000000000. */
+  maxChildren?: number;
+  /** an integer from 1 to 1000000000. */
+  maxDepth?: number;
+  /** an integer from 0 to 1000000000. */
+  maxConcurrent?: number;
+  /** an integer from 0 to 1000000000. */
+  respawn?: number;
+}
+
 /** `loopguard.detectors` as written (every key optional). */
 export interface LoopguardDetectorsConfig {
   consecutiveRepeat?: LoopguardDetectorsConsecutiveRepeatConfig;
@@ -275,6 +289,7 @@ export interface LoopguardDetectorsConfig {
   contentChanting?: LoopguardDetectorsContentChantingConfig;
   noToolTurns?: LoopguardDetectorsNoToolTurnsConfig;
   runStorm?: LoopguardDetectorsRunStormConfig;
+  agentTree?: LoopguardDetectorsAgentTreeConfig;
 }
 
 /** `loopguard.budgets.run` as written (every key optional). */

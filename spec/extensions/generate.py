@@ -769,6 +769,66 @@ case("run-storm-shadow",
      "runStorm in shadow mode: the same runs as run-storm-warn-block-stop are reported (shadow verdicts with the warning and the blocks they would be) and every call runs.",
      "{ %s, loopguard: { mode: 'shadow', %s } }" % (ON, STORM), ev + [call(9, "read", {"path": "/HEARTBEAT.md"}, run="r5")])
 
+# agent_tree: the limits of a tree of sub-agents ------------------------------------------
+def child(e, parent="s1", parent_run="r1"):
+    """`e` as an event of a sub-agent's session, spawned by run `parent_run` of `parent`."""
+    return {**e, "parent_session": parent, "parent_run": parent_run}
+
+
+def child_step(i, session, tool, args, out="ok", parent="s1", parent_run="r1", run="r1", error=None):
+    return [child(call(i, tool, args, run=run, session=session), parent, parent_run),
+            child(result(i, tool, args, None if error else text(out), error=error, run=run, session=session), parent, parent_run)]
+
+
+ev = [call(1, "task", {"prompt": "split the work"}), result(1, "task", {"prompt": "split the work"}, text("spawned"))]
+for k in range(1, 5):
+    ev += child_step(10 * k, f"s1/agent-{k}", "read", {"path": f"part{k}.md"})
+ev += [child(call(45, "read", {"path": "part4b.md"}, session="s1/agent-4"))]
+ev += child_step(50, "s1/agent-5", "read", {"path": "other.md"}, parent_run="r2")
+case("agent-tree-children-warn-then-block",
+     "agentTree with maxChildren 3: run r1 of s1 spawns four sub-agents (sessions naming s1 and r1 as their parent). The 3rd sub-agent's first call is warned (child 3, at the limit); the 4th's first call is blocked past it (terminal: the sub-agent may not run), and so is its next call. A sub-agent of another run of s1 (r2) has a count of its own and is allowed.",
+     "{ %s, loopguard: { detectors: { agentTree: { maxChildren: 3 } } } }" % ON, ev)
+
+ev = [call(1, "task", {"prompt": "go deep"}), result(1, "task", {"prompt": "go deep"}, text("spawned"))]
+ev += child_step(10, "s1/a", "read", {"path": "a.md"})
+ev += child_step(20, "s1/a/b", "read", {"path": "b.md"}, parent="s1/a")
+ev += child_step(30, "s1/a/b/c", "read", {"path": "c.md"}, parent="s1/a/b")
+case("agent-tree-depth",
+     "agentTree with maxDepth 2: s1 spawns s1/a (depth 1), which spawns s1/a/b (depth 2: warned at its first call), which spawns s1/a/b/c (depth 3: blocked). Depth is counted from the root of the tree, which each sub-agent learns from its parent's link.",
+     "{ %s, loopguard: { detectors: { agentTree: { maxDepth: 2 } } } }" % ON, ev)
+
+LOW = "tools: { loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3, globalCircuitBreakerThreshold: 50 } }"
+ev = [call(1, "task", {"prompt": "deploy"}), result(1, "task", {"prompt": "deploy"}, text("spawned"))]
+for k in range(1, 4):
+    for j in range(4):
+        ev += child_step(100 * k + j, f"s1/agent-{k}", "exec", DEPLOY, error="permission denied")
+case("agent-tree-respawn-after-the-same-failure",
+     "agentTree with respawn 2 (its default): three sub-agents are spawned for the same task (the same agent, the same first call) and each retries a failing deploy. The 1st is blocked by generic_repeat at its 4th deploy: the task failed once. The 2nd's first call is warned (spawned again after one failure the same way) and it is blocked the same way: the task failed twice. The 3rd's first call is blocked (agent_tree, terminal): the task is not spawned a third time.",
+     "{ %s, loopguard: { detectors: { agentTree: {} } } }" % LOW, ev)
+
+ev = [call(1, "task", {"prompt": "review four modules"}), result(1, "task", {"prompt": "review four modules"}, text("spawned"))]
+for k in range(1, 5):
+    for j in range(3):
+        ev += child_step(10 * k + j, f"s1/agent-{k}", ("read", "grep", "read")[j], {"path": f"mod{k}/f{j}.py"})
+ev += [call(90, "write", {"path": "REVIEW.md"}), result(90, "write", {"path": "REVIEW.md"}, text("written"))]
+case("agent-tree-planned-fan-out-is-clean",
+     "preset recommended: a planned fan-out, four sub-agents of one run each reading their own module, then the parent writes the review. No verdict: four children are within every limit.",
+     "{ %s, loopguard: { preset: 'recommended' } }" % ON, ev)
+
+first = child(call(10, "read", {"path": "a.md"}, session="s1/agent-1"))
+ev = [call(1, "task", {"prompt": "two parts"}), first, first]
+ev += child_step(20, "s1/agent-2", "read", {"path": "b.md"})
+case("agent-tree-sent-twice-counts-once",
+     "agentTree with maxChildren 2: the first call of sub-agent 1 is sent twice (a client retrying it); the sub-agent is counted once, so sub-agent 2 is child 2 (warned at the limit), not child 3.",
+     "{ %s, loopguard: { detectors: { agentTree: { maxChildren: 2 } } } }" % ON, ev)
+
+ev = [call(1, "task", {"prompt": "split"})]
+for k in range(1, 4):
+    ev += child_step(10 * k, f"s1/agent-{k}", "read", {"path": f"p{k}.md"})
+case("agent-tree-shadow",
+     "agentTree with maxChildren 2 in shadow mode: the 2nd sub-agent's first call is reported as the warning it would be, the 3rd's as the block it would be, and every call runs.",
+     "{ %s, loopguard: { mode: 'shadow', detectors: { agentTree: { maxChildren: 2 } } } }" % ON, ev)
+
 def main():
     for name, (readme, config, events) in CASES.items():
         d = os.path.join(HERE, name)

@@ -177,15 +177,38 @@ fn call_of<'a, J>(
         .with_batch(batch)
 }
 
-/// [`apply_event`] on the run of `scope` in `guard`.
+/// [`apply_event`] on the run of `scope` in `guard`, with the agent tree's steps around a
+/// sub-agent's call ([`Guard::link_call`], [`Guard::child_blocked`]).
 pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
     guard: &mut Guard<C>,
     scope: &Scope<'_>,
     event: &EventRef<'a, J>,
 ) -> Reply {
-    guard.with_run(scope, |cfg, run, session, now| {
+    let child_call = match *event {
+        EventRef::Call {
+            tool,
+            args,
+            call_id,
+            batch,
+            ..
+        } if scope.parent_session().is_some() => {
+            match args {
+                Some(args) => guard.link_call(scope, &call_of(tool, args, call_id, batch)),
+                None => guard.link_call(scope, &call_of(tool, &*EMPTY_ARGS, call_id, batch)),
+            }
+            true
+        }
+        _ => false,
+    };
+    let reply = guard.with_run(scope, |cfg, run, session, now| {
         apply_event(run, session, cfg, scope, event, now)
-    })
+    });
+    if let (true, Reply::Call(verdict, _)) = (child_call, &reply) {
+        if let Some(d) = verdict.detection().filter(|_| verdict.is_blocked()) {
+            guard.child_blocked(scope, d.signature);
+        }
+    }
+    reply
 }
 
 /// Applies one event to the state of its run: the one way into the engine for every front

@@ -40,6 +40,8 @@ def advice(detector: Detector) -> str:
             return "the model repeating itself"
         case "run_storm":
             return "runs of a session failing the same way"
+        case "agent_tree":
+            return "sub-agents spawned past a limit"
         case _:
             assert_never(detector)
 

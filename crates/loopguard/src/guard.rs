@@ -68,8 +68,74 @@ impl<C: Clock> Guard<C> {
     /// ([`Ticket::is_blocked`]; a blocked call gets [`Ticket::blocked_result`] instead)
     /// and is given back to [`Guard::finish`] with the call's outcome.
     pub fn begin<'a, J: Json<'a>>(&mut self, scope: &Scope<'_>, call: &Call<'a, J>) -> Ticket {
+        self.link_call(scope, call);
         let (cfg, run, session, now) = self.enter(scope);
-        run.begin(session, cfg, scope, call, now)
+        let ticket = run.begin(session, cfg, scope, call, now);
+        if ticket.is_blocked() {
+            self.child_blocked(scope, ticket.signature());
+        }
+        ticket
+    }
+
+    /// [`Guard::link_child`] for `call`, when `scope` names a parent (the call is
+    /// fingerprinted for it only then).
+    pub fn link_call<'a, J: Json<'a>>(&mut self, scope: &Scope<'_>, call: &Call<'a, J>) {
+        if scope.parent_session().is_some() {
+            let cfg = self.config.for_agent(scope.agent());
+            let print = crate::fingerprint::CallPrint::for_config(call.tool, call.args, cfg);
+            self.link_child(scope, print.signature);
+        }
+    }
+
+    /// `agent_tree`, before the call of `scope` whose print is `signature` is judged: a
+    /// sub-agent's session (one naming a parent) is linked into its tree at its first
+    /// call, the root's record judging the spawn (see [`crate::tree`]). Nothing happens for
+    /// other sessions, linked ones, or without the detector. Front ends that judge events
+    /// through [`Guard::with_run`] call it first, and [`Guard::child_blocked`] after.
+    pub fn link_child(&mut self, scope: &Scope<'_>, signature: crate::Signature) {
+        let Some(parent) = scope.parent_session() else {
+            return;
+        };
+        let Some(tree) = self.config.for_agent(scope.agent()).agent_tree() else {
+            return;
+        };
+        let linked = |s: &SessionState| s.tree().link().is_some();
+        if self.runs.session_value(scope.session()).is_some_and(linked) {
+            return;
+        }
+        let root: Box<str> = self
+            .runs
+            .session_value(parent)
+            .map_or(parent, |p| p.tree().root_or(parent))
+            .into();
+        let now = self.clock.now_ms();
+        let task = crate::tree::task(scope.agent(), signature);
+        let mut spawn = crate::tree::Spawn::Allowed;
+        self.tick += 1;
+        let opened = self.runs.touch_session(&root, self.tick, now, |s| {
+            spawn = s.spawn_child(&tree, scope, task, now);
+        });
+        if opened.is_ok() {
+            let _ = self
+                .runs
+                .touch_session(scope.session(), self.tick, now, |s| {
+                    s.link_to(&root, spawn, now)
+                });
+        }
+    }
+
+    /// `agent_tree`, after a call of `scope` was blocked: a sub-agent failed, and its
+    /// root's record is told once, with the print of the call blocked.
+    pub fn child_blocked(&mut self, scope: &Scope<'_>, signature: crate::Signature) {
+        let now = self.clock.now_ms();
+        let mut root = None;
+        self.runs
+            .with_session_value(scope.session(), |s| root = s.take_failure(now));
+        if let Some(root) = root {
+            self.runs.with_session_value(&root, |s| {
+                s.child_ended(scope.session(), Some(signature), now)
+            });
+        }
     }
 
     /// Records what the call of `ticket` returned (also for warned calls; the outcome of a
@@ -190,8 +256,20 @@ impl<C: Clock> Guard<C> {
         run.compaction(cfg, scope, now)
     }
 
-    /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed.
+    /// Forgets a run (its prompt-to-answer cycle is over). Returns whether it existed. A
+    /// sub-agent's run that ends tells its tree's root that the sub-agent finished
+    /// (`agent_tree`'s children at once).
     pub fn end_run(&mut self, scope: &Scope<'_>) -> bool {
+        let root = self
+            .runs
+            .session_value(scope.session())
+            .and_then(|s| s.tree().link())
+            .map(|l| l.root.clone());
+        if let Some(root) = root {
+            let now = self.clock.now_ms();
+            self.runs
+                .with_session_value(&root, |s| s.child_ended(scope.session(), None, now));
+        }
         self.runs
             .remove_run(scope.session(), scope.run().unwrap_or(""))
             .is_some()

@@ -28,6 +28,7 @@ use crate::observe;
 use crate::scope::Scope;
 use crate::storm::StormCall;
 use crate::ticket::{Call, CallRef, Keys, Standing, Ticket};
+use crate::tree::TreeCall;
 use crate::verdict::{messages, Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
 
 mod said;
@@ -379,12 +380,79 @@ impl RunState {
         Ticket::new(scope, print.tool, keys(&print, id), verdict, standing).with_id_use(id_use)
     }
 
-    /// The verdict on a new call: a session stopped by `run_storm`, or a call of the
-    /// pattern that ended its last runs, first; else the run's own verdict, warned by
-    /// `run_storm` where it is quiet. A call some detector warns or blocks joins the run's
-    /// loop signature.
+    /// The verdict on a new call: a sub-agent spawned past a limit of its tree
+    /// (`agent_tree`) is blocked, every call; else [`RunState::storm_verdict`]'s, warned
+    /// at the first call of a sub-agent spawned at a limit where it is quiet.
     #[allow(clippy::too_many_arguments)]
     fn verdict(
+        &mut self,
+        cfg: &EffectiveConfig,
+        session: &mut SessionState,
+        scope: &Scope<'_>,
+        call: &CallPrint<'_>,
+        id: Option<u64>,
+        batch: Option<&str>,
+        call_id: Option<&str>,
+        now: Millis,
+    ) -> Verdict {
+        let tree = match session.tree().link() {
+            None => TreeCall::Quiet,
+            Some(_) => session.tree_call(now),
+        };
+        let (level, limit, count) = match tree {
+            TreeCall::Quiet => {
+                return self.storm_verdict(cfg, session, scope, call, id, batch, call_id, now)
+            }
+            TreeCall::Block(limit, count) => (Level::Critical, limit, count),
+            TreeCall::Warn(limit, count) => {
+                let verdict =
+                    self.storm_verdict(cfg, session, scope, call, id, batch, call_id, now);
+                if !matches!(verdict, Verdict::Allow) {
+                    return verdict;
+                }
+                (Level::Warning, limit, count)
+            }
+        };
+        let detection = Detection {
+            level,
+            detector: Detector::AgentTree,
+            count,
+            tool: call.tool.to_owned(),
+            message: messages::agent_tree(level, limit, count, call.tool),
+            signature: call.signature,
+            evidence: Evidence::None,
+        };
+        // A warned call was recorded by the run's own verdict; a blocked one is here.
+        let blocked = level == Level::Critical;
+        if blocked {
+            let state = match cfg.is_shadow() {
+                true => RecordState::Pending,
+                false => RecordState::Veto,
+            };
+            self.push(cfg, call, id, None, state, now, None);
+        }
+        match (cfg.is_shadow(), blocked) {
+            (true, terminal) => Verdict::Shadow {
+                detection,
+                terminal,
+            },
+            (false, false) => Verdict::Warn {
+                detection,
+                notify: true,
+            },
+            (false, true) => Verdict::Block {
+                detection,
+                terminal: true,
+            },
+        }
+    }
+
+    /// The verdict on a new call but for the agent tree's: a session stopped by
+    /// `run_storm`, or a call of the pattern that ended its last runs, first; else the
+    /// run's own verdict, warned by `run_storm` where it is quiet. A call some detector
+    /// warns or blocks joins the run's loop signature.
+    #[allow(clippy::too_many_arguments)]
+    fn storm_verdict(
         &mut self,
         cfg: &EffectiveConfig,
         session: &mut SessionState,

@@ -2,8 +2,17 @@
 //! per **root session**, for the limits on children per parent run, depth from the root,
 //! concurrent (unfinished) children, and a failed child task spawned again.
 //!
-//! This module is the engine's pure tree record; it is not yet reached from
-//! [`Guard`](crate::Guard) or the event protocol (see the notes at the end).
+//! Where it is kept: the root session's [`SessionState`] holds the tree's record
+//! ([`TreePlace::record`]); each sub-agent's holds its link ([`TreePlace::link`]: its
+//! root, what the tree said of its spawn). A sub-agent's first call takes three steps,
+//! each on one session's state, so that a host holding its sessions apart (a store, the
+//! hooks' database) can do them one at a time: the parent's state names the root
+//! ([`TreePlace::root_or`]), the root's judges the spawn ([`SessionState::spawn_child`]),
+//! the child's keeps the link ([`SessionState::link_to`]); its calls are then judged by the
+//! link (warned once at a limit, every call blocked past one). A sub-agent whose call is
+//! blocked failed: the root's record is told once ([`SessionState::take_failure`],
+//! [`SessionState::child_ended`]), as it is told of a run that ends. [`Guard`](crate::Guard)
+//! does all of it in memory.
 //!
 //! Definitions:
 //! - A **child** is a session whose first event names a parent (`parent_session`, and
@@ -30,6 +39,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::SessionState;
+use crate::clock::Millis;
+use crate::fingerprint::Signature;
+use crate::scope::Scope;
+
 /// Nodes (sessions) a tree record keeps.
 pub const TREE_NODES_KEPT: usize = 1024;
 /// Failed tasks a tree record remembers for respawns.
@@ -52,12 +66,7 @@ pub struct AgentTree {
 
 impl Default for AgentTree {
     fn default() -> Self {
-        Self {
-            max_children: 10,
-            max_depth: 3,
-            max_concurrent: 5,
-            respawn: 2,
-        }
+        crate::config::extensions::DEFAULT_AGENT_TREE
     }
 }
 
@@ -76,7 +85,7 @@ pub enum TreeLimit {
 }
 
 /// What the tree says of a spawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Spawn {
     /// Within every limit (or the child was already known).
     Allowed,
@@ -201,15 +210,15 @@ impl Tree {
         let checks = [
             (TreeLimit::Depth, depth, cfg.max_depth),
             (TreeLimit::Children, children + 1, cfg.max_children),
-            (TreeLimit::Concurrent, running + 1, cfg.max_concurrent),
+            (
+                TreeLimit::Concurrent,
+                running + 1,
+                off_at_zero(cfg.max_concurrent),
+            ),
             (
                 TreeLimit::Respawn,
                 failed.saturating_add(1),
-                if cfg.respawn == 0 {
-                    u32::MAX
-                } else {
-                    cfg.respawn
-                },
+                off_at_zero(cfg.respawn),
             ),
         ];
         let mut verdict = Spawn::Allowed;
@@ -240,14 +249,14 @@ impl Tree {
     }
 
     /// `child` ended, failed with `failure` (a print) or not. Unknown children and a second
-    /// end change nothing.
-    pub fn finish(&mut self, child: u64, failure: Option<u128>) {
+    /// end change nothing; says whether anything changed.
+    pub fn finish(&mut self, child: u64, failure: Option<u128>) -> bool {
         let Some(node) = self
             .nodes
             .iter_mut()
             .find(|n| n.session == child && n.parent.is_some() && !n.finished)
         else {
-            return;
+            return false;
         };
         node.finished = true;
         let task = node.task;
@@ -255,7 +264,7 @@ impl Tree {
         let Some(failure) = failure else {
             // Success: the task's failures are forgiven.
             self.failures.retain(|f| f.task != task);
-            return;
+            return true;
         };
         self.counts.failed = self.counts.failed.saturating_add(1);
         match self.failures.iter_mut().find(|f| f.task == task) {
@@ -275,6 +284,182 @@ impl Tree {
                 });
             }
         }
+        true
+    }
+}
+
+/// A session id's (or a run id's) key in a tree record.
+fn key(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
+/// A sub-agent's task: its agent and the signature of its first call.
+pub fn task(agent: Option<&str>, first_call: Signature) -> u64 {
+    let mut bytes = first_call.as_u128().to_le_bytes().to_vec();
+    bytes.extend_from_slice(agent.unwrap_or("").as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// A sub-agent's link to its tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// The tree's root session.
+    pub root: Box<str>,
+    /// What the tree said of the sub-agent's spawn.
+    pub spawn: Spawn,
+    /// Whether the spawn's warning was given (to the first call).
+    warned: bool,
+    /// Whether the root's record was told that the sub-agent failed.
+    failed: bool,
+}
+
+/// A session's place in a tree of agents, kept in its [`SessionState`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreePlace {
+    /// A sub-agent's link, from its first call.
+    link: Option<Box<Link>>,
+    /// A root's record of its tree, from its first child's spawn.
+    record: Option<Box<Tree>>,
+}
+
+impl TreePlace {
+    /// No place in any tree.
+    pub const EMPTY: Self = Self {
+        link: None,
+        record: None,
+    };
+
+    /// A sub-agent's link to its tree.
+    pub fn link(&self) -> Option<&Link> {
+        self.link.as_deref()
+    }
+
+    /// A root's record of its tree.
+    pub fn record(&self) -> Option<&Tree> {
+        self.record.as_deref()
+    }
+
+    /// The root of the tree a session whose id is `own` is in: its link's, or itself.
+    pub fn root_or<'a>(&'a self, own: &'a str) -> &'a str {
+        self.link.as_ref().map_or(own, |l| &l.root)
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.link
+            .as_ref()
+            .map_or(0, |l| std::mem::size_of::<Link>() + l.root.len())
+            + self.record.as_ref().map_or(0, |t| {
+                std::mem::size_of::<Tree>()
+                    + t.nodes.len() * std::mem::size_of::<Node>()
+                    + t.failures.len() * std::mem::size_of::<Failed>()
+            })
+    }
+}
+
+/// What the tree says of a sub-agent's call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TreeCall {
+    /// Nothing.
+    Quiet,
+    /// The first call of a sub-agent spawned at a limit.
+    Warn(TreeLimit, u32),
+    /// A call of a sub-agent spawned past a limit.
+    Block(TreeLimit, u32),
+}
+
+impl SessionState {
+    /// On the root's state: judges the spawn of the sub-agent of `child` (a scope naming
+    /// its parent) whose task is `task`, and records it when it is not blocked. A child
+    /// already recorded is [`Spawn::Allowed`] and changes nothing.
+    pub fn spawn_child(
+        &mut self,
+        cfg: &AgentTree,
+        child: &Scope<'_>,
+        task: u64,
+        now: Millis,
+    ) -> Spawn {
+        let parent = key(child.parent_session().unwrap_or(""));
+        let parent_run = key(child.parent_run().unwrap_or(""));
+        self.with_tree(now, |place, changed| {
+            let record = place.record.get_or_insert_with(Box::default);
+            let before = record.counts;
+            let spawn = record.spawn(cfg, key(child.session()), parent, parent_run, task);
+            *changed = record.counts != before;
+            spawn
+        })
+    }
+
+    /// On the sub-agent's state: keeps its link to the tree rooted at `root`, where its
+    /// spawn was judged `spawn`. A session already linked keeps its link.
+    pub fn link_to(&mut self, root: &str, spawn: Spawn, now: Millis) {
+        self.with_tree(now, |place, changed| {
+            if place.link.is_none() {
+                place.link = Some(Box::new(Link {
+                    root: root.into(),
+                    spawn,
+                    warned: false,
+                    failed: false,
+                }));
+                *changed = true;
+            }
+        });
+    }
+
+    /// On the sub-agent's state: what its link says of a call now (a spawn at a limit
+    /// warns the first call; one past a limit blocks every call).
+    pub(crate) fn tree_call(&mut self, now: Millis) -> TreeCall {
+        match self.tree().link().map(|l| (l.spawn, l.warned)) {
+            Some((Spawn::Block(limit, n), _)) => TreeCall::Block(limit, n),
+            Some((Spawn::Warn(limit, n), false)) => self.with_tree(now, |place, changed| {
+                if let Some(link) = place.link.as_mut() {
+                    link.warned = true;
+                    *changed = true;
+                }
+                TreeCall::Warn(limit, n)
+            }),
+            _ => TreeCall::Quiet,
+        }
+    }
+
+    /// On the sub-agent's state, when one of its calls was blocked: the root it must tell
+    /// that it failed, the first time only (a sub-agent whose spawn was blocked was never
+    /// recorded, so has nothing to tell).
+    pub fn take_failure(&mut self, now: Millis) -> Option<Box<str>> {
+        let link = self.tree().link()?;
+        if link.failed || matches!(link.spawn, Spawn::Block(..)) {
+            return None;
+        }
+        let root = link.root.clone();
+        self.with_tree(now, |place, changed| {
+            if let Some(link) = place.link.as_mut() {
+                link.failed = true;
+                *changed = true;
+            }
+        });
+        Some(root)
+    }
+
+    /// On the root's state: the sub-agent of session `child` ended, failed the way
+    /// `failure` says (the print of the call blocked) or not.
+    pub fn child_ended(&mut self, child: &str, failure: Option<Signature>, now: Millis) {
+        if self.tree().record().is_none() {
+            return;
+        }
+        self.with_tree(now, |place, changed| {
+            if let Some(record) = place.record.as_mut() {
+                *changed = record.finish(key(child), failure.map(|s| s.as_u128()));
+            }
+        });
+    }
+}
+
+/// A limit where 0 means "not counted".
+fn off_at_zero(limit: u32) -> u32 {
+    if limit == 0 {
+        u32::MAX
+    } else {
+        limit
     }
 }
 

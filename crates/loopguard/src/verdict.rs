@@ -59,12 +59,15 @@ pub enum Detector {
     /// A session's runs end the same way again and again, without progress (extension,
     /// across runs).
     RunStorm,
+    /// A sub-agent spawned past a limit of its tree: children of one run, depth, children
+    /// at once, a task that failed the same way before (extension, across sessions).
+    AgentTree,
 }
 
 impl Detector {
     /// Every detector, in the order of this enum: the closed set that metrics, API schemas
     /// and documentation derive from.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::GenericRepeat,
         Self::KnownPollNoProgress,
         Self::PingPong,
@@ -87,6 +90,7 @@ impl Detector {
         Self::ContentChanting,
         Self::NoToolTurns,
         Self::RunStorm,
+        Self::AgentTree,
     ];
 
     /// The snake_case name used in outputs.
@@ -114,6 +118,7 @@ impl Detector {
             Self::ContentChanting => "content_chanting",
             Self::NoToolTurns => "no_tool_turns",
             Self::RunStorm => "run_storm",
+            Self::AgentTree => "agent_tree",
         }
     }
 
@@ -455,7 +460,7 @@ impl Recorded {
 
 /// The words of every message, in one place.
 pub(crate) mod messages {
-    use super::Detector;
+    use super::{Detector, Level};
     use crate::budget::{BudgetScope, Measure, Reading};
 
     pub fn generic_warning(tool: &str, n: u32) -> String {
@@ -783,6 +788,28 @@ pub(crate) mod messages {
         format!("CRITICAL: {runs} of this session ended the same way ({tool} failing or looping) without progress. This {tool} call was blocked without waiting for it to fail again: report the problem instead of retrying it (run_storm).")
     }
 
+    /// A call of a sub-agent spawned at (warning) or past (critical) a limit of its tree.
+    pub fn agent_tree(
+        level: Level,
+        limit: crate::tree::TreeLimit,
+        count: u32,
+        tool: &str,
+    ) -> String {
+        use crate::tree::TreeLimit;
+        let what = match limit {
+            TreeLimit::Children => format!("child {count} of the run that spawned it"),
+            TreeLimit::Depth => format!("at depth {count} below the root session"),
+            TreeLimit::Concurrent => format!("one of {count} children of its parent run at once"),
+            TreeLimit::Respawn => {
+                format!("spawn {count} of a task that failed the same way each time before")
+            }
+        };
+        match level {
+            Level::Warning => format!("WARNING: this {tool} call comes from a sub-agent that is {what}, at the limit of its agent tree. Finish this task and report back; do not spawn further agents for it (agent_tree)."),
+            Level::Critical => format!("CRITICAL: this {tool} call comes from a sub-agent that is {what}, past the limit of its agent tree: the sub-agent may not run, and the call was blocked. Report back to the agent that spawned it (agent_tree)."),
+        }
+    }
+
     /// "the last 1 run" or "the last N runs" (the count is always written).
     fn last_runs(runs: u32) -> String {
         match runs {
@@ -900,6 +927,7 @@ mod tests {
                 Detector::ContentChanting => 19,
                 Detector::NoToolTurns => 20,
                 Detector::RunStorm => 21,
+                Detector::AgentTree => 22,
             }
         }
         let mut names = std::collections::BTreeSet::new();

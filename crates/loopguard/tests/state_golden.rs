@@ -171,7 +171,7 @@ fn a_version_1_session_state_reads_and_goes_on_into_a_storm() {
     assert_eq!(
         read.to_bytes(),
         made.to_bytes(),
-        "the same fields, written as version 2"
+        "the same fields, written as this build's version"
     );
     assert_eq!(
         read.to_bytes()[0],
@@ -203,4 +203,41 @@ fn a_version_1_session_state_reads_and_goes_on_into_a_storm() {
     let again = SessionState::from_bytes(&read.to_bytes()).unwrap();
     assert_eq!(again.storm_stop(), read.storm_stop());
     assert_eq!(again.spend(), read.spend());
+}
+
+/// `SessionState::to_bytes` after `session_events(0..4)` with `run_storm` on, as format
+/// version 2 wrote it: the spend fields, then `run_storm`'s state (version 3 appends the
+/// session's place in a tree of agents after them and left those fields as they were).
+const SESSION_V2_WRITTEN_BEFORE: &str = "02a0069003000000b009040001e0d4030100a0069003000000b0090400e0d403010100a0069003000000b0090400e0d40380d30e01a5a9bad6d5e699e2a50100000001c4bea0fafeb9e9ae959ad1ebb0a9d5821b03c0a907a0fe0a80d30e03e4d9fbbea5e8d0a7d401d3cec5e0a3e4bfc1c001afa5ac94becc85891900010300";
+
+#[test]
+fn a_version_2_session_state_reads_and_joins_a_tree() {
+    let storm =
+        ConfigSet::parse("{ loopguard: { detectors: { runStorm: { cooldownMinutes: 0 } } } }")
+            .unwrap();
+    let mut made = SessionState::default();
+    session_events(&storm, &mut made, 0..4);
+    let now = made.to_bytes();
+    let bytes: Vec<u8> = (0..SESSION_V2_WRITTEN_BEFORE.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&SESSION_V2_WRITTEN_BEFORE[i..i + 2], 16).expect("hex"))
+        .collect();
+    assert_eq!(bytes[0], 2, "a session state of format version 2");
+    let mut read = SessionState::from_bytes(&bytes).expect("the state reads");
+    assert_eq!(read.spend(), made.spend());
+    assert_eq!(read.storm_row(), made.storm_row());
+    assert_eq!(
+        read.to_bytes(),
+        now,
+        "the same fields, written as version 3"
+    );
+    assert!(read.tree().link().is_none() && read.tree().record().is_none());
+    // The session goes on as the root of a tree: its first sub-agent's spawn is recorded.
+    let tree = loopguard::tree::AgentTree::default();
+    let child = Scope::new("s/agent-1").with_parent(Some("s"), Some("r4"));
+    let spawn = read.spawn_child(&tree, &child, 7, Millis::new(1));
+    assert_eq!(spawn, loopguard::tree::Spawn::Allowed);
+    let again = SessionState::from_bytes(&read.to_bytes()).unwrap();
+    assert_eq!(again.tree().record().map(|t| t.counts().children), Some(1));
+    assert_eq!(again.storm_row(), made.storm_row());
 }

@@ -59,6 +59,8 @@ function advice(detector: Detector): string {
       return 'the model repeating itself';
     case 'run_storm':
       return 'runs of a session ending the same way';
+    case 'agent_tree':
+      return 'sub-agents spawned past a limit';
     default:
       return assertNever(detector);
   }

@@ -1,7 +1,9 @@
 //! [`SessionState`]: what the engine keeps about a session beyond any one of its runs.
 //!
-//! That is spend (the session's, each of its agents', and the current day's) and what
-//! `run_storm` keeps across the session's runs ([`crate::storm`]). It is the
+//! That is spend (the session's, each of its agents', and the current day's), what
+//! `run_storm` keeps across the session's runs ([`crate::storm`]) and the session's place
+//! in a tree of agents ([`crate::tree`]: a sub-agent's link to its root, a root's record of
+//! its tree). It is the
 //! place for everything else a session-wide rule needs (a rule that looks across runs, a
 //! tree of agents rolling up to its root): a store keeps one per session beside the session's
 //! runs and hands it to every update of one of those runs, in the same atomic step, so a
@@ -10,20 +12,22 @@
 //! Its encoding ([`SessionState::to_bytes`]) is versioned like a run's: a version byte, then
 //! the fields in order (postcard). A later version appends its fields after these, so that
 //! the states of this version read as states with the new fields at their defaults:
-//! version 2 appends `run_storm`'s state after version 1's fields, and version 1 states
-//! still read.
+//! version 2 appends `run_storm`'s state after version 1's fields, version 3 the agent
+//! tree's after those, and version 1 and 2 states still read.
 
 use serde::{Deserialize, Serialize};
 
 use super::{Cost, Spend, Usage};
 use crate::clock::Millis;
 use crate::storm::{Storm, StormStop};
+use crate::tree::TreePlace;
 
 /// Version of [`SessionState::to_bytes`]'s format.
-pub const SESSION_FORMAT_VERSION: u8 = 2;
+pub const SESSION_FORMAT_VERSION: u8 = 3;
 
-/// The older format version whose states [`SessionState::from_bytes`] still reads.
+/// The older format versions whose states [`SessionState::from_bytes`] still reads.
 const SESSION_FORMAT_V1: u8 = 1;
+const SESSION_FORMAT_V2: u8 = 2;
 
 /// Agents a session keeps apart; the spend of further agents is pooled in one entry, which
 /// their agent budget then shares (so a session cannot escape an agent budget by spawning
@@ -59,6 +63,9 @@ struct Kept {
     /// `run_storm`'s state (encoded after the fields above, from version 2).
     #[serde(skip)]
     storm: Storm,
+    /// The session's place in a tree of agents (encoded after `storm`, from version 3).
+    #[serde(skip)]
+    tree: TreePlace,
 }
 
 /// What an empty state reads as.
@@ -69,6 +76,7 @@ static NOTHING: Kept = Kept {
     agents: Vec::new(),
     last_active: Millis::ZERO,
     storm: Storm::EMPTY,
+    tree: TreePlace::EMPTY,
 };
 
 /// One day's spend of a session.
@@ -193,6 +201,32 @@ impl SessionState {
         r
     }
 
+    /// The session's place in a tree of agents: a sub-agent's link to its root, a root's
+    /// record of its tree.
+    pub fn tree(&self) -> &TreePlace {
+        &self.kept().tree
+    }
+
+    /// Applies `f` to the session's place in its tree; `f` says (through its flag)
+    /// whether it changed anything.
+    pub(crate) fn with_tree<R>(
+        &mut self,
+        now: Millis,
+        f: impl FnOnce(&mut TreePlace, &mut bool) -> R,
+    ) -> R {
+        let was_empty = self.kept.is_none();
+        let kept = self.kept.get_or_insert_with(Box::default);
+        let mut changed = false;
+        let r = f(&mut kept.tree, &mut changed);
+        if changed {
+            self.changed = true;
+            kept.last_active = now;
+        } else if was_empty {
+            self.kept = None;
+        }
+        r
+    }
+
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.kept.is_none()
@@ -285,18 +319,25 @@ impl SessionState {
         out.push(SESSION_FORMAT_VERSION);
         // Encoding plain data into a Vec cannot fail.
         let out = postcard::to_extend(kept, out).unwrap_or_default();
-        postcard::to_extend(&kept.storm, out).unwrap_or_default()
+        let out = postcard::to_extend(&kept.storm, out).unwrap_or_default();
+        postcard::to_extend(&kept.tree, out).unwrap_or_default()
     }
 
     /// Reads back [`SessionState::to_bytes`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SessionDecodeError> {
         match bytes.split_first() {
-            Some((&version @ (SESSION_FORMAT_V1 | SESSION_FORMAT_VERSION), rest)) => {
+            Some((
+                &version @ (SESSION_FORMAT_V1 | SESSION_FORMAT_V2 | SESSION_FORMAT_VERSION),
+                rest,
+            )) => {
                 let corrupt = |e: postcard::Error| SessionDecodeError::Corrupt(e.to_string());
                 let (mut kept, mut left): (Kept, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(corrupt)?;
-                if version >= SESSION_FORMAT_VERSION {
+                if version >= SESSION_FORMAT_V2 {
                     (kept.storm, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
+                }
+                if version >= SESSION_FORMAT_VERSION {
+                    (kept.tree, left) = postcard::take_from_bytes(left).map_err(corrupt)?;
                 }
                 if !left.is_empty() {
                     return Err(SessionDecodeError::Corrupt(format!(
@@ -329,6 +370,7 @@ impl SessionState {
                 })
                 .sum::<usize>()
             + self.kept().storm.heap_bytes()
+            + self.kept().tree.heap_bytes()
     }
 }
 

@@ -305,6 +305,22 @@ blocks! {
         "cooldownMinutes" => cooldown_minutes: Option<u32> = gap(MAX_STORM_MINUTES),
     }
 
+    /// The `agentTree` block, as written: the limits on a tree of sub-agents.
+    AgentTreeBlock {
+        /// On unless `false`.
+        "enabled" => enabled: Option<bool> = switch,
+        /// Children one parent run may spawn (warned at the limit, blocked past it).
+        "maxChildren" => max_children: Option<u32> = count(MAX_THRESHOLD),
+        /// Depth of a sub-agent below the root session (the root is 0).
+        "maxDepth" => max_depth: Option<u32> = count(MAX_THRESHOLD),
+        /// Unfinished children of one parent run at once (0: not counted; a child
+        /// finishes when its run ends or it is stopped).
+        "maxConcurrent" => max_concurrent: Option<u32> = gap(MAX_THRESHOLD),
+        /// Failures the same way of one task after which spawning it again is blocked
+        /// (0: not counted).
+        "respawn" => respawn: Option<u32> = gap(MAX_THRESHOLD),
+    }
+
     /// A switch-only block (`batchDuplicates`), as written.
     SwitchBlock {
         /// On unless `false`.
@@ -443,6 +459,7 @@ pub(crate) const EXT_DETECTORS: &[Field] = &[
     field("contentChanting", block::<LevelsBlock>()),
     field("noToolTurns", block::<LevelsBlock>()),
     field("runStorm", block::<RunStormBlock>()),
+    field("agentTree", block::<AgentTreeBlock>()),
 ];
 
 /// The blocks of a scope (the document root or one agent), by path.

@@ -248,6 +248,7 @@ fn parse_extensions(node: &Node, path: &[Segment], checker: &mut Checker<'_>) ->
                         }
                         "noToolTurns" => block.no_tool_turns = Some(parse_block(dv, &dp, checker)),
                         "runStorm" => block.run_storm = Some(parse_block(dv, &dp, checker)),
+                        "agentTree" => block.agent_tree = Some(parse_block(dv, &dp, checker)),
                         _ => unknown(dk, &dp, EXT_DETECTORS, checker),
                     }
                 }

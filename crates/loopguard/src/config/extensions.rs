@@ -38,8 +38,9 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 
 pub use super::block::{
-    BudgetBlock, BudgetsBlock, CascadeBlock, CycleBlock, EscalationBlock, LevelsBlock,
-    MaskingBlock, PriceBlock, ProgressBudgetBlock, RunStormBlock, StaleBlock, SwitchBlock,
+    AgentTreeBlock, BudgetBlock, BudgetsBlock, CascadeBlock, CycleBlock, EscalationBlock,
+    LevelsBlock, MaskingBlock, PriceBlock, ProgressBudgetBlock, RunStormBlock, StaleBlock,
+    SwitchBlock,
 };
 use crate::budget::prices::{Price, Rates};
 use crate::budget::{BudgetLimits, Budgets, Cost, DEFAULT_NO_PROGRESS_CALLS};
@@ -47,6 +48,7 @@ use crate::canonical::PathSet;
 use crate::masking::MaskSet;
 use crate::policy::{RuleMask, ToolClass, ToolPolicy, ToolRule};
 pub use crate::storm::RunStorm;
+pub use crate::tree::AgentTree;
 
 pub use super::value::MAX_CYCLE_LENGTH;
 
@@ -78,6 +80,15 @@ pub const DEFAULT_NO_TOOL_TURNS: (u32, u32) = (3, 8);
 /// its first call of the pattern, the run blocked at it, the runs after which the session
 /// stops, and the minutes it stays stopped.
 pub const DEFAULT_RUN_STORM: (u32, u32, u32, u32) = (2, 3, 3, 60);
+
+/// Default `agentTree` limits: children per parent run, depth, unfinished children at once
+/// (0: not counted, since a transcript reports no ends), failures the same way of one task.
+pub const DEFAULT_AGENT_TREE: AgentTree = AgentTree {
+    max_children: 10,
+    max_depth: 3,
+    max_concurrent: 0,
+    respawn: 2,
+};
 
 /// Enforce or only observe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -172,6 +183,7 @@ fn recommended() -> ExtensionsBlock {
         content_chanting: Some(levels(6, 10)),
         no_tool_turns: Some(levels(3, 8)),
         run_storm: Some(RunStormBlock::default()),
+        agent_tree: Some(AgentTreeBlock::default()),
     }
 }
 
@@ -362,6 +374,8 @@ pub struct ExtensionsBlock {
     pub no_tool_turns: Option<LevelsBlock>,
     /// `detectors.runStorm`.
     pub run_storm: Option<RunStormBlock>,
+    /// `detectors.agentTree`.
+    pub agent_tree: Option<AgentTreeBlock>,
 }
 
 fn overlay_opt<T: Clone>(
@@ -440,6 +454,7 @@ impl ExtensionsBlock {
                 LevelsBlock::overlay,
             ),
             run_storm: overlay_opt(&self.run_storm, &agent.run_storm, RunStormBlock::overlay),
+            agent_tree: overlay_opt(&self.agent_tree, &agent.agent_tree, AgentTreeBlock::overlay),
         }
     }
 }
@@ -542,6 +557,8 @@ pub struct Extensions {
     pub no_tool_turns: Option<Levels>,
     /// `run_storm`, when on.
     pub run_storm: Option<RunStorm>,
+    /// `agent_tree`, when on.
+    pub agent_tree: Option<AgentTree>,
 }
 
 fn mask_names<S: Serializer>(set: &MaskSet, s: S) -> Result<S::Ok, S::Error> {
@@ -675,6 +692,19 @@ impl Extensions {
                         .map(minutes),
                 }
             }),
+            agent_tree: block
+                .agent_tree
+                .as_ref()
+                .filter(|b| on(b.enabled))
+                .map(|b| {
+                    let d = DEFAULT_AGENT_TREE;
+                    AgentTree {
+                        max_children: b.max_children.unwrap_or(d.max_children),
+                        max_depth: b.max_depth.unwrap_or(d.max_depth),
+                        max_concurrent: b.max_concurrent.unwrap_or(d.max_concurrent),
+                        respawn: b.respawn.unwrap_or(d.respawn),
+                    }
+                }),
         })
     }
 

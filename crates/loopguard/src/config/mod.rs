@@ -290,6 +290,11 @@ impl EffectiveConfig {
         self.extensions.as_deref().and_then(|x| x.budgets.as_ref())
     }
 
+    /// The limits of a tree of agents in force (`loopguard.detectors.agentTree`), when on.
+    pub fn agent_tree(&self) -> Option<crate::tree::AgentTree> {
+        self.extensions.as_deref().and_then(|x| x.agent_tree)
+    }
+
     /// What the budgets in force cannot enforce, each with why (empty without budgets).
     pub fn budget_caveats(&self) -> Vec<String> {
         self.budgets()
