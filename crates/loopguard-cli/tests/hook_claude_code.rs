@@ -578,3 +578,57 @@ fn full_durability_is_a_flag_away() {
         .unwrap()
         .ends_with(" --sync full"));
 }
+
+#[test]
+fn a_fan_out_of_subagents_past_the_tree_limits_is_denied() {
+    let env = Env::with_config(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { agentTree: { maxChildren: 2, maxConcurrent: 2 } } } }",
+    );
+    let s = "fan-out";
+    env.hook(AGENT, &prompt(s, "Review every module"));
+    // The first call of subagent `agent` (a Task Claude Code spawned in this prompt).
+    let first_call = |agent: &str, id: &str| {
+        let mut p = pre(s, id, "Read", read_input(&format!("/src/{agent}.rs")));
+        p["agent_id"] = json!(agent);
+        p["agent_type"] = json!("Explore");
+        env.hook(AGENT, &p)
+    };
+    let stop = |agent: &str| {
+        let mut p = with(base(s, "SubagentStop"), json!({"stop_hook_active": false}));
+        p["agent_id"] = json!(agent);
+        p["agent_type"] = json!("Explore");
+        env.hook(AGENT, &p)
+    };
+    assert_eq!(first_call("a1", "t1").stdout, "", "child 1: allowed");
+    let second = first_call("a2", "t2").json();
+    assert!(
+        second["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .is_some_and(|n| n.contains("agent_tree") && n.contains("child 2")),
+        "child 2 is warned at maxChildren: {second}"
+    );
+    // Both are still running: a third is past maxChildren (and maxConcurrent) and denied,
+    // terminally: the subagent may not run.
+    let third = first_call("a3", "t3").json();
+    assert_eq!(
+        third["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{third}"
+    );
+    let reason = third["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reason.contains("agent_tree") && reason.contains("child 3"),
+        "{reason}"
+    );
+    // The subagent's later calls are denied too; its own session holds them.
+    let again = first_call("a3", "t4").json();
+    assert_eq!(again["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(env.run(&format!("{s}/agent-a1"), "prompt-1").is_some());
+    // SubagentStop ends a subagent's run: it is forgotten and no longer running.
+    assert_eq!(stop("a1").code, 0);
+    assert!(env.run(&format!("{s}/agent-a1"), "prompt-1").is_none());
+    // A new prompt is a new parent run, with children of its own.
+    env.hook(AGENT, &prompt(s, "Now the tests"));
+    assert_eq!(first_call("b1", "t5").stdout, "", "a child of the next run");
+}

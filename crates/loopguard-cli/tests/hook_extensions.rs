@@ -31,6 +31,9 @@ fn inexpressible(event: &Value) -> Option<&'static str> {
     if has("agent") {
         return Some("an agent id: Claude Code names none but its sub-agents'");
     }
+    if has("parent_session") {
+        return Some("a sub-agent named by its parent's ids: Claude Code names a sub-agent by `agent_id` inside the parent's session, tested in hook_claude_code");
+    }
     if has("batch") {
         return Some("a batch: PreToolUse does not say which calls the model asked for together");
     }

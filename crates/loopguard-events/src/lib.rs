@@ -211,6 +211,39 @@ pub fn apply_to_guard<'a, J: Json<'a>, C: Clock>(
     reply
 }
 
+/// [`apply_event`] for a front end that holds its sessions' states apart (a store, the
+/// hooks' database): `apply` applies `event` to its run, and around a sub-agent's call the
+/// agent tree's steps reach the sessions it needs through `states`
+/// ([`loopguard::tree::link_child`] before, [`loopguard::tree::child_blocked`] after a
+/// block). What [`apply_to_guard`] does in memory.
+pub fn apply_with_tree<'a, J: Json<'a>, S: loopguard::tree::SessionStates>(
+    states: &mut S,
+    cfg: &EffectiveConfig,
+    scope: &Scope<'_>,
+    event: &EventRef<'a, J>,
+    now: Millis,
+    apply: impl FnOnce(&mut S) -> Result<Reply, S::Error>,
+) -> Result<Reply, S::Error> {
+    let tree = match (event, cfg.agent_tree()) {
+        (EventRef::Call { tool, args, .. }, Some(tree)) if scope.parent_session().is_some() => {
+            let print = match args {
+                Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg),
+                None => loopguard::CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
+            };
+            loopguard::tree::link_child(states, &tree, scope, print.signature, now)?;
+            true
+        }
+        _ => false,
+    };
+    let reply = apply(states)?;
+    if let (true, Reply::Call(verdict, _)) = (tree, &reply) {
+        if let Some(d) = verdict.detection().filter(|_| verdict.is_blocked()) {
+            loopguard::tree::child_blocked(states, scope, d.signature, now)?;
+        }
+    }
+    Ok(reply)
+}
+
 /// Applies one event to the state of its run: the one way into the engine for every front
 /// end that reads events (replay, the sidecar and its durable stores, the agent hooks,
 /// `scan`, the bindings' `applyEvent`). `run` must be the state of `scope`'s run (the

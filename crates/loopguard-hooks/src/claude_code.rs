@@ -17,6 +17,7 @@
 //! | `PreCompact` | compaction: arms the post-compaction guard | nothing |
 //! | `UserPromptSubmit` | a new run | nothing (stdout would become context) |
 //! | `SessionStart` | `startup`, `clear`: a new run; `resume`, `compact`: nothing | nothing (stdout would become context) |
+//! | `SubagentStop` | the subagent's run ends: its agent tree counts it finished | nothing |
 //! | `SessionEnd` | the session is forgotten | nothing |
 //!
 //! Other events are ignored (exit 0, a line on stderr).
@@ -49,6 +50,7 @@ pub const EVENTS: &[&str] = &[
     "PostToolUseFailure",
     "PreCompact",
     "Stop",
+    "SubagentStop",
     "SessionEnd",
 ];
 
@@ -92,6 +94,7 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
         },
         "SessionEnd" => HookEvent::SessionEnded,
         "Stop" => HookEvent::Stopped,
+        "SubagentStop" => HookEvent::SubagentStopped,
         other => return Err(PayloadError::Unsupported(other.to_owned())),
     };
     Ok((origin, event))

@@ -12,6 +12,7 @@
 //! | [`HookEvent::PromptSubmitted`] | a new run: the session's run number goes up by one |
 //! | [`HookEvent::SessionStarted`] | a new run when the conversation starts clean; idle rows are swept |
 //! | [`HookEvent::SessionEnded`] | the session's runs are forgotten |
+//! | [`HookEvent::SubagentStopped`] | the subagent's run is forgotten; its tree's root counts it finished |
 //!
 //! Runs are named `prompt-N`, N being the number of prompts the session has seen (calls
 //! before the first prompt belong to `prompt-0`). The calls a subagent makes belong to a
@@ -22,7 +23,7 @@
 
 use loopguard::json::Tape;
 use loopguard::{ConfigSet, Fingerprint, OutcomeOf, Verdict};
-use loopguard_events::{apply_event, EventRef, IdsRef, OwnedOutcome, Reply};
+use loopguard_events::{apply_event, apply_with_tree, EventRef, IdsRef, OwnedOutcome, Reply};
 use serde_json::Value;
 
 use crate::store::{HookTx, StoreError};
@@ -180,6 +181,9 @@ pub enum HookEvent {
     SessionEnded,
     /// The model finished answering (Claude Code's `Stop`): its last answer is whole.
     Stopped,
+    /// A subagent finished (Claude Code's `SubagentStop`): its run ends, and its tree's
+    /// root counts it finished.
+    SubagentStopped,
 }
 
 impl HookEvent {
@@ -291,6 +295,15 @@ fn apply_event_of(
     let session = origin.session.as_str();
     match event {
         HookEvent::Stopped => Ok(Reaction::Proceed),
+        HookEvent::SubagentStopped => {
+            if let Some(id) = &origin.subagent {
+                let child = loopguard_transcripts::subagent_session(session, id);
+                let now = tx.now();
+                loopguard::tree::run_ended(tx, &child, now)?;
+                tx.forget_run(&child, &run_id(tx.run_number(session)?))?;
+            }
+            Ok(Reaction::Proceed)
+        }
         HookEvent::PromptSubmitted => {
             tx.start_run(session)?;
             tx.sweep()?;
@@ -512,6 +525,8 @@ fn read_transcript(
 
 /// The replay event of a hook event, with its JSON in view `J`.
 /// Applies `event` to its run (and its session) in the hook's transaction.
+/// [`apply_event`] on the stored state of (`session`, `run`), with the agent tree's steps
+/// around a sub-agent's call (its link at its first call, its failure when it is blocked).
 fn apply_in<'a, J: loopguard::json::Json<'a>>(
     tx: &mut HookTx<'_>,
     session: &str,
@@ -519,8 +534,12 @@ fn apply_in<'a, J: loopguard::json::Json<'a>>(
     cfg: &loopguard::EffectiveConfig,
     event: &EventRef<'a, J>,
 ) -> Result<Reply, StoreError> {
-    tx.update_run(session, Some(run), |state, session_state, now| {
-        apply_event(state, session_state, cfg, &event.scope(None), event, now)
+    let scope = event.scope(None);
+    let now = tx.now();
+    apply_with_tree(tx, cfg, &scope, event, now, |tx| {
+        tx.update_run(session, Some(run), |state, session_state, now| {
+            apply_event(state, session_state, cfg, &scope, event, now)
+        })
     })
 }
 

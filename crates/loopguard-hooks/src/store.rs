@@ -423,6 +423,29 @@ impl HookTx<'_> {
         Ok(result)
     }
 
+    /// Applies `f` to the state of `session` beyond its runs (a fresh one when it has none
+    /// live) and stores it when it changed (the agent tree's steps touch a session's state
+    /// apart from any run: [`loopguard::tree::SessionStates`]).
+    pub fn update_session<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(&mut SessionState) -> R,
+    ) -> Result<R, StoreError> {
+        let mut state = self.session_state(session)?.unwrap_or_default();
+        let result = f(&mut state);
+        if state.changed() {
+            sqlite_file::put_session(
+                &self.tx,
+                session,
+                fresh_tag(),
+                state.last_active().max(self.now).get(),
+                &state.to_bytes(),
+            )
+            .map_err(|e| sql_error(&self.path, e))?;
+        }
+        Ok(result)
+    }
+
     /// The state of `session` beyond its runs (its spend), when it has a live one; an
     /// unreadable one counts as none, with a warning.
     pub fn session_state(&mut self, session: &str) -> Result<Option<SessionState>, StoreError> {
@@ -641,6 +664,28 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
     StoreError::Sql {
         path: path.to_owned(),
         source: e,
+    }
+}
+
+/// The hook's sessions' states, for the agent tree's steps: each read and written in the
+/// hook's one transaction, so a sub-agent's link and its root's record change together.
+impl loopguard::tree::SessionStates for HookTx<'_> {
+    type Error = StoreError;
+
+    fn read_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(Option<&SessionState>) -> R,
+    ) -> Result<R, StoreError> {
+        Ok(f(self.session_state(session)?.as_ref()))
+    }
+
+    fn update_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(&mut SessionState) -> R,
+    ) -> Result<R, StoreError> {
+        self.update_session(session, f)
     }
 }
 

@@ -93,49 +93,24 @@ impl<C: Clock> Guard<C> {
     /// other sessions, linked ones, or without the detector. Front ends that judge events
     /// through [`Guard::with_run`] call it first, and [`Guard::child_blocked`] after.
     pub fn link_child(&mut self, scope: &Scope<'_>, signature: crate::Signature) {
-        let Some(parent) = scope.parent_session() else {
-            return;
-        };
         let Some(tree) = self.config.for_agent(scope.agent()).agent_tree() else {
             return;
         };
-        let linked = |s: &SessionState| s.tree().link().is_some();
-        if self.runs.session_value(scope.session()).is_some_and(linked) {
-            return;
-        }
-        let root: Box<str> = self
-            .runs
-            .session_value(parent)
-            .map_or(parent, |p| p.tree().root_or(parent))
-            .into();
         let now = self.clock.now_ms();
-        let task = crate::tree::task(scope.agent(), signature);
-        let mut spawn = crate::tree::Spawn::Allowed;
-        self.tick += 1;
-        let opened = self.runs.touch_session(&root, self.tick, now, |s| {
-            spawn = s.spawn_child(&tree, scope, task, now);
-        });
-        if opened.is_ok() {
-            let _ = self
-                .runs
-                .touch_session(scope.session(), self.tick, now, |s| {
-                    s.link_to(&root, spawn, now)
-                });
-        }
+        // A session the table cannot open (at its bound, refusing) is left alone.
+        let _ = crate::tree::link_child(&mut self.states(), &tree, scope, signature, now);
     }
 
     /// `agent_tree`, after a call of `scope` was blocked: a sub-agent failed, and its
     /// root's record is told once, with the print of the call blocked.
     pub fn child_blocked(&mut self, scope: &Scope<'_>, signature: crate::Signature) {
         let now = self.clock.now_ms();
-        let mut root = None;
-        self.runs
-            .with_session_value(scope.session(), |s| root = s.take_failure(now));
-        if let Some(root) = root {
-            self.runs.with_session_value(&root, |s| {
-                s.child_ended(scope.session(), Some(signature), now)
-            });
-        }
+        let _ = crate::tree::child_blocked(&mut self.states(), scope, signature, now);
+    }
+
+    /// The guard's sessions' states, for the agent tree's steps.
+    fn states(&mut self) -> TableStates<'_, C> {
+        TableStates { guard: self }
     }
 
     /// Records what the call of `ticket` returned (also for warned calls; the outcome of a
@@ -260,16 +235,8 @@ impl<C: Clock> Guard<C> {
     /// sub-agent's run that ends tells its tree's root that the sub-agent finished
     /// (`agent_tree`'s children at once).
     pub fn end_run(&mut self, scope: &Scope<'_>) -> bool {
-        let root = self
-            .runs
-            .session_value(scope.session())
-            .and_then(|s| s.tree().link())
-            .map(|l| l.root.clone());
-        if let Some(root) = root {
-            let now = self.clock.now_ms();
-            self.runs
-                .with_session_value(&root, |s| s.child_ended(scope.session(), None, now));
-        }
+        let now = self.clock.now_ms();
+        let _ = crate::tree::run_ended(&mut self.states(), scope.session(), now);
         self.runs
             .remove_run(scope.session(), scope.run().unwrap_or(""))
             .is_some()
@@ -401,6 +368,36 @@ impl<C: Clock> Guard<C> {
             touched.session,
             now,
         )
+    }
+}
+
+/// A guard's sessions' states, one at a time ([`crate::tree::SessionStates`]).
+struct TableStates<'g, C: Clock> {
+    guard: &'g mut Guard<C>,
+}
+
+impl<C: Clock> crate::tree::SessionStates for TableStates<'_, C> {
+    type Error = crate::table::SessionLimit;
+
+    fn read_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(Option<&SessionState>) -> R,
+    ) -> Result<R, Self::Error> {
+        Ok(f(self.guard.runs.session_value(session)))
+    }
+
+    fn update_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(&mut SessionState) -> R,
+    ) -> Result<R, Self::Error> {
+        let g = &mut *self.guard;
+        g.tick += 1;
+        let mut out = None;
+        g.runs
+            .touch_session(session, g.tick, g.clock.now_ms(), |s| out = Some(f(s)))?;
+        Ok(out.expect("touch_session applies its closure when it opens the session"))
     }
 }
 

@@ -454,6 +454,88 @@ impl SessionState {
     }
 }
 
+/// A host's sessions' states, reached one at a time: what the agent tree's steps need.
+/// [`Guard`](crate::Guard) holds them in memory; a store or the hooks' database reads and
+/// writes each in turn.
+pub trait SessionStates {
+    /// What reaching a state may fail with.
+    type Error;
+    /// `f` of the state of `session` (`None` when it has none).
+    fn read_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(Option<&SessionState>) -> R,
+    ) -> Result<R, Self::Error>;
+    /// Applies `f` to the state of `session` (a fresh one when it has none) and keeps it.
+    fn update_state<R>(
+        &mut self,
+        session: &str,
+        f: impl FnOnce(&mut SessionState) -> R,
+    ) -> Result<R, Self::Error>;
+}
+
+/// Before the call of `scope` whose print is `signature` is judged: a sub-agent's session
+/// (one naming a parent) is linked into its tree at its first call, the root's record
+/// judging the spawn. Nothing happens for other sessions or linked ones.
+pub fn link_child<S: SessionStates>(
+    states: &mut S,
+    cfg: &AgentTree,
+    scope: &Scope<'_>,
+    signature: Signature,
+    now: Millis,
+) -> Result<(), S::Error> {
+    let Some(parent) = scope.parent_session() else {
+        return Ok(());
+    };
+    if states.read_state(scope.session(), |s| {
+        s.is_some_and(|s| s.tree().link().is_some())
+    })? {
+        return Ok(());
+    }
+    let root: Box<str> = states.read_state(parent, |p| {
+        p.map_or(parent, |p| p.tree().root_or(parent)).into()
+    })?;
+    let task = task(scope.agent(), signature);
+    let spawn = states.update_state(&root, |s| s.spawn_child(cfg, scope, task, now))?;
+    states.update_state(scope.session(), |s| s.link_to(&root, spawn, now))
+}
+
+/// After a call of `scope` was blocked: a sub-agent failed, and its root's record is told
+/// once, with the print of the call blocked.
+pub fn child_blocked<S: SessionStates>(
+    states: &mut S,
+    scope: &Scope<'_>,
+    signature: Signature,
+    now: Millis,
+) -> Result<(), S::Error> {
+    if !states.read_state(scope.session(), |s| {
+        s.is_some_and(|s| s.tree().link().is_some())
+    })? {
+        return Ok(());
+    }
+    match states.update_state(scope.session(), |s| s.take_failure(now))? {
+        Some(root) => states.update_state(&root, |s| {
+            s.child_ended(scope.session(), Some(signature), now)
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A run of `session` ended: a sub-agent's tells its root that it finished.
+pub fn run_ended<S: SessionStates>(
+    states: &mut S,
+    session: &str,
+    now: Millis,
+) -> Result<(), S::Error> {
+    let root = states.read_state(session, |s| {
+        s.and_then(|s| s.tree().link()).map(|l| l.root.clone())
+    })?;
+    match root {
+        Some(root) => states.update_state(&root, |s| s.child_ended(session, None, now)),
+        None => Ok(()),
+    }
+}
+
 /// A limit where 0 means "not counted".
 fn off_at_zero(limit: u32) -> u32 {
     if limit == 0 {
