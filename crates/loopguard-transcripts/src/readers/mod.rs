@@ -49,6 +49,9 @@ pub struct ReadOptions<'a> {
     pub run_windows: Option<&'a openclaw::RunWindows>,
     /// How results are judged failed ([`FailureRules::builtin`] by default).
     pub failures: &'a FailureRules,
+    /// Claude Code subagent files: the runs of the parent session that spawned its
+    /// subagents, read from the parent's file ([`claude_code::spawns_of`]).
+    pub spawns: Option<&'a claude_code::Spawns>,
 }
 
 impl<'a> ReadOptions<'a> {
@@ -60,6 +63,7 @@ impl<'a> ReadOptions<'a> {
             max_line_cost: usize::MAX,
             run_windows: None,
             failures: FailureRules::builtin(),
+            spawns: None,
         }
     }
 }
