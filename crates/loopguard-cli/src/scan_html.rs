@@ -169,7 +169,11 @@ fn trees(page: &mut String, report: &Report) {
             page.push_str("</ul>");
         }
         if t.nodes_left_out > 0 {
-            let _ = write!(page, "<p class=\"more\">{} more sessions.</p>", t.nodes_left_out);
+            let _ = write!(
+                page,
+                "<p class=\"more\">{} more sessions.</p>",
+                t.nodes_left_out
+            );
         }
         for (what, repeats) in [
             ("given the same task", &t.repeated_tasks),

@@ -538,12 +538,24 @@ impl Report {
         if self.trees.is_empty() {
             return Ok(());
         }
-        writeln!(out, "Agent trees and run storms (sessions linked to the run that spawned them):")?;
+        writeln!(
+            out,
+            "Agent trees and run storms (sessions linked to the run that spawned them):"
+        )?;
         let width = 48;
         writeln!(
             out,
             "  {:<width$} {:>8} {:>5} {:>5} {:>6} {:>8} {:>8} {:>6} {:>8} {:>9}",
-            "ROOT", "SESSIONS", "DEPTH", "RUNS", "CALLS", "FINDINGS", "CRITICAL", "STORMS", "TOKENS", "COST"
+            "ROOT",
+            "SESSIONS",
+            "DEPTH",
+            "RUNS",
+            "CALLS",
+            "FINDINGS",
+            "CRITICAL",
+            "STORMS",
+            "TOKENS",
+            "COST"
         )?;
         for t in &self.trees {
             let root = match &t.file {
@@ -562,7 +574,8 @@ impl Report {
                 t.critical,
                 t.run_storms,
                 t.tokens.map_or_else(|| "unknown".to_owned(), count_text),
-                t.cost.map_or_else(|| "unknown".to_owned(), |c| format!("${c:.2}")),
+                t.cost
+                    .map_or_else(|| "unknown".to_owned(), |c| format!("${c:.2}")),
             )?;
             for n in t.nodes.iter().skip(1).take(TREE_ROWS) {
                 let indent = "  ".repeat((n.depth as usize).min(8));
@@ -588,21 +601,14 @@ impl Report {
             if more > 0 {
                 writeln!(out, "      … {} more", plural(more, "session"))?;
             }
-            for r in &t.repeated_tasks {
-                writeln!(
-                    out,
-                    "      {} given the same task: {}",
-                    format!("{} children", r.children),
-                    shorten(&r.what.replace('\n', " "), 80)
-                )?;
-            }
-            for r in &t.repeated_failures {
-                writeln!(
-                    out,
-                    "      {} failing the same way: {}",
-                    format!("{} children", r.children),
-                    shorten(&r.what.replace('\n', " "), 80)
-                )?;
+            for (what, repeats) in [
+                ("given the same task", &t.repeated_tasks),
+                ("failing the same way", &t.repeated_failures),
+            ] {
+                for r in repeats {
+                    let text = shorten(&r.what.replace('\n', " "), 80);
+                    writeln!(out, "      {} children {what}: {text}", r.children)?;
+                }
             }
         }
         writeln!(out)

@@ -130,9 +130,7 @@ fn failure(s: &SessionReport) -> Option<String> {
 }
 
 /// Groups of two or more children sharing `key`, largest first.
-fn repeats<'a>(
-    children: impl Iterator<Item = (&'a str, Option<String>)>,
-) -> Vec<Repeat> {
+fn repeats<'a>(children: impl Iterator<Item = (&'a str, Option<String>)>) -> Vec<Repeat> {
     let mut groups: Vec<Repeat> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for (session, key) in children {
@@ -295,7 +293,11 @@ fn tree(
         }
     }
     t.children = t.sessions - 1;
-    t.repeated_tasks = repeats(descendants.iter().map(|s| (s.session.as_str(), s.task.clone())));
+    t.repeated_tasks = repeats(
+        descendants
+            .iter()
+            .map(|s| (s.session.as_str(), s.task.clone())),
+    );
     t.repeated_failures = repeats(descendants.iter().map(|s| (s.session.as_str(), failure(s))));
     t
 }
@@ -314,10 +316,12 @@ mod tests {
     /// into the same error.
     pub(crate) fn fan_out(children: usize) -> String {
         let mut lines = vec![json!({"type": "system", "subtype": "init", "session_id": "storm"})];
-        let line = |kind: &str, message: serde_json::Value, parent: Option<&str>| {
-            json!({"type": kind, "message": message, "parent_tool_use_id": parent, "session_id": "storm"})
-        };
-        lines.push(line("user", json!({"role": "user", "content": "fix the build"}), None));
+        let line = |kind: &str, message: serde_json::Value, parent: Option<&str>| json!({"type": kind, "message": message, "parent_tool_use_id": parent, "session_id": "storm"});
+        lines.push(line(
+            "user",
+            json!({"role": "user", "content": "fix the build"}),
+            None,
+        ));
         for k in 1..=children {
             let task = format!("t{k}");
             lines.push(line(
@@ -377,7 +381,10 @@ mod tests {
         let report = report_of(&fan_out(6));
         assert_eq!(report.trees.len(), 1);
         let t = &report.trees[0];
-        assert_eq!((t.root.as_str(), t.sessions, t.children, t.depth), ("storm", 7, 6, 1));
+        assert_eq!(
+            (t.root.as_str(), t.sessions, t.children, t.depth),
+            ("storm", 7, 6, 1)
+        );
         assert_eq!(t.calls, 6 * 13);
         assert_eq!(t.findings, 6, "each child's build loop is flagged once");
         assert_eq!(t.repeated_tasks.len(), 1);
@@ -385,7 +392,11 @@ mod tests {
         assert_eq!(t.repeated_tasks[0].what, "Make cargo build pass");
         assert_eq!(t.repeated_failures.len(), 1);
         assert_eq!(t.repeated_failures[0].children, 6);
-        assert!(t.repeated_failures[0].what.starts_with("Bash "), "{:?}", t.repeated_failures);
+        assert!(
+            t.repeated_failures[0].what.starts_with("Bash "),
+            "{:?}",
+            t.repeated_failures
+        );
         // Children in the order they were spawned, each naming the run that spawned it.
         let children: Vec<_> = t.nodes[1..]
             .iter()
@@ -400,9 +411,18 @@ mod tests {
         report.write_human(&mut out, None).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("Agent trees and run storms"), "{text}");
-        assert!(text.contains("└ storm/agent-t1 (from turn-1): 1 run, 12 calls (12 failed), 1 finding"), "{text}");
-        assert!(text.contains("6 children given the same task: Make cargo build pass"), "{text}");
-        assert!(text.contains("6 children failing the same way: Bash"), "{text}");
+        assert!(
+            text.contains("└ storm/agent-t1 (from turn-1): 1 run, 12 calls (12 failed), 1 finding"),
+            "{text}"
+        );
+        assert!(
+            text.contains("6 children given the same task: Make cargo build pass"),
+            "{text}"
+        );
+        assert!(
+            text.contains("6 children failing the same way: Bash"),
+            "{text}"
+        );
 
         let html = crate::scan_html::render(&report);
         assert!(html.contains("<h2>Agent trees and run storms</h2>"));

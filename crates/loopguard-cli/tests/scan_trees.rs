@@ -89,7 +89,11 @@ fn path_of(case: &Case) -> Option<PathBuf> {
 /// Scans the transcript and, for a Claude Code main session, the folder of its
 /// sub-agents (as a scan of the project folder would).
 fn scan(path: &Path) -> Value {
-    let mut args = vec!["scan".to_owned(), "--json".to_owned(), path.display().to_string()];
+    let mut args = vec![
+        "scan".to_owned(),
+        "--json".to_owned(),
+        path.display().to_string(),
+    ];
     let subagents = path.with_extension("").join("subagents");
     if subagents.is_dir() {
         args.push(subagents.display().to_string());
@@ -97,7 +101,10 @@ fn scan(path: &Path) -> Value {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run(&args, b"");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("not JSON ({e}); stderr: {}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "not JSON ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -139,7 +146,10 @@ fn labelled_trees_and_healthy_sessions() {
                     .collect();
                 assert_eq!(found, children, "{what}");
                 if case.label == Label::FanOutWithFailingChild {
-                    assert!(nodes[1..].iter().any(|n| n["failed"].as_u64() > Some(0)), "{what}");
+                    assert!(
+                        nodes[1..].iter().any(|n| n["failed"].as_u64() > Some(0)),
+                        "{what}"
+                    );
                 }
             }
             None => assert!(trees.is_empty(), "{what}: {trees:?}"),
@@ -151,4 +161,42 @@ fn labelled_trees_and_healthy_sessions() {
         checked += 1;
     }
     eprintln!("{checked} of {} labelled transcripts checked", CASES.len());
+}
+
+/// OpenClaw records a spawned session in its session store (`sessions.json`, beside the
+/// transcripts): `spawnedBy` names the parent's key. Two real transcripts of the corpus,
+/// copied into a temporary sessions folder with a store that makes one the other's child,
+/// scan as one tree (the parent run is not in the store: absent).
+#[test]
+fn an_openclaw_session_store_links_a_spawned_session() {
+    let Some(corpus) = shared_dir().map(|d| d.join("corpus/openclaw")) else {
+        eprintln!("SKIPPED: no shared corpus");
+        return;
+    };
+    let parent = "44de2062-6cdd-4d8c-917e-41a2bb188a7a";
+    let child = "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1";
+    let dir = tempfile::tempdir().unwrap();
+    for id in [parent, child] {
+        std::fs::copy(
+            corpus.join(format!("{id}.jsonl")),
+            dir.path().join(format!("{id}.jsonl")),
+        )
+        .unwrap();
+    }
+    let store = serde_json::json!({
+        "agent:main:main": {"sessionId": parent},
+        "agent:main:subagent:6f3e": {"sessionId": child, "spawnedBy": "agent:main:main", "spawnDepth": 1},
+    });
+    std::fs::write(dir.path().join("sessions.json"), store.to_string()).unwrap();
+    let doc = scan(dir.path());
+    let trees = doc["trees"].as_array().unwrap();
+    assert_eq!(trees.len(), 1, "{trees:?}");
+    assert_eq!(trees[0]["root"], parent);
+    let nodes = trees[0]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        (&nodes[1]["session"], &nodes[1]["parent"]),
+        (&child.into(), &parent.into())
+    );
+    assert_eq!(nodes[1]["parent_run"], Value::Null);
 }

@@ -32,8 +32,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use loopguard::Role;
 use loopguard_events::{Event, Ids};
@@ -147,8 +146,7 @@ impl Spawns {
         let mut main: Option<String> = None;
         while let Some(line) = lines.next_line(&mut stats)? {
             let mut scratch = None;
-            let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats)
-            else {
+            let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
                 continue;
             };
             if let Some(id) = entry.session() {
@@ -218,38 +216,12 @@ pub fn parent_of(subagent: &Path) -> Option<PathBuf> {
     parent.is_file().then_some(parent)
 }
 
-/// Parents read lately, so that the many subagent files of one session read their
-/// parent once: path, size and modification time, and what it said.
-type SpawnCache = Vec<(PathBuf, u64, Option<SystemTime>, Arc<Spawns>)>;
-
-/// Parents remembered at once.
-const MAX_CACHED_PARENTS: usize = 32;
-
 /// The [`Spawns`] of the parent of the subagent file `subagent` (`None`: it is not a
 /// subagent file, its parent's file is missing or cannot be read). A parent is read once
 /// while it is unchanged, however many subagent files name it.
 pub fn spawns_of(subagent: &Path, options: &ReadOptions<'_>) -> Option<Arc<Spawns>> {
-    static CACHE: Mutex<SpawnCache> = Mutex::new(Vec::new());
     let parent = parent_of(subagent)?;
-    let meta = std::fs::metadata(&parent).ok()?;
-    let (len, modified) = (meta.len(), meta.modified().ok());
-    let cached = |cache: &SpawnCache| {
-        cache
-            .iter()
-            .find(|(p, l, m, _)| *p == parent && *l == len && *m == modified)
-            .map(|(.., s)| Arc::clone(s))
-    };
-    if let Some(found) = cached(&CACHE.lock().unwrap_or_else(|e| e.into_inner())) {
-        return Some(found);
-    }
-    let file = std::fs::File::open(&parent).ok()?;
-    let spawns = Arc::new(Spawns::read(io::BufReader::new(file), options).ok()?);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.len() >= MAX_CACHED_PARENTS {
-        cache.remove(0);
-    }
-    cache.push((parent, len, modified, Arc::clone(&spawns)));
-    Some(spawns)
+    crate::readers::linked::cached(&parent, |input| Spawns::read(input, options))
 }
 
 /// Line types that hold nothing for the guard.
@@ -715,7 +687,10 @@ mod tests {
             })
         });
         assert_eq!(spawns.run_of("a71969c1296961234"), spawning_run.as_deref());
-        assert_eq!(spawns.run_of("agent-a71969c1296961234"), spawning_run.as_deref());
+        assert_eq!(
+            spawns.run_of("agent-a71969c1296961234"),
+            spawning_run.as_deref()
+        );
         let mut items = Vec::new();
         let options = ReadOptions {
             spawns: Some(&spawns),
@@ -763,7 +738,10 @@ mod tests {
         std::fs::write(dir.path().join("s1.jsonl"), "").unwrap();
         assert_eq!(parent_of(&child), Some(dir.path().join("s1.jsonl")));
         assert_eq!(parent_of(&sub.join("other.jsonl")), None);
-        assert_eq!(parent_of(&dir.path().join("s1").join("agent-x.jsonl")), None);
+        assert_eq!(
+            parent_of(&dir.path().join("s1").join("agent-x.jsonl")),
+            None
+        );
     }
 
     /// The subagent file (labels.json): a session of its own; call 1 fails, 2–5 are

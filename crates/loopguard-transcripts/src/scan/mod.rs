@@ -409,9 +409,15 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         Format::ClaudeCode => claude_code::spawns_of(path, &options.read_options(&hint)),
         _ => None,
     };
+    let store = match format {
+        Format::OpenClaw => openclaw::store_of(path),
+        _ => None,
+    };
+    let session = openclaw::classify(&name).map_or(hint.as_str(), |f| f.session);
     let mut read_options = options.read_options(&hint);
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
     read_options.spawns = spawns.as_deref();
+    read_options.parent_session = store.as_deref().and_then(|s| s.parent_of(session));
     let metered = Metered {
         inner: file,
         position: 0,

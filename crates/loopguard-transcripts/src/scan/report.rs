@@ -293,7 +293,7 @@ pub struct SessionReport {
     /// The run of the parent session that spawned this one, when the transcript says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_run: Option<String>,
-    /// The session's first prompt (its task), shortened to [`TASK_CHARS`] characters.
+    /// The session's first prompt (its task), shortened to 200 characters.
     #[serde(skip)]
     pub task: Option<String>,
     /// Runs seen (with at least one event).
