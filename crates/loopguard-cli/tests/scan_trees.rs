@@ -200,3 +200,25 @@ fn an_openclaw_session_store_links_a_spawned_session() {
     );
     assert_eq!(nodes[1]["parent_run"], Value::Null);
 }
+
+/// A sub-agent file scanned without its parent's file (named alone, the parent elsewhere):
+/// it still shows under its parent, a root not scanned. Beside its parent, it names the
+/// parent's run.
+#[test]
+fn a_subagent_scanned_alone_shows_under_its_unscanned_parent() {
+    let Some(corpus) = shared_dir().map(|d| d.join("corpus/claude-code")) else {
+        eprintln!("SKIPPED: no shared corpus");
+        return;
+    };
+    let parent = "44ef5cbf-9cc3-4f7b-ac40-337a4d39713b";
+    let name = "agent-a71969c1296961234.jsonl";
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join(name);
+    std::fs::copy(corpus.join(parent).join("subagents").join(name), &alone).unwrap();
+    let doc = scan(&alone);
+    let t = &doc["trees"].as_array().unwrap()[0];
+    assert_eq!((&t["root"], &t["file"]), (&parent.into(), &Value::Null));
+    assert_eq!(t["nodes"][1]["parent_run"], Value::Null);
+    let beside = scan(&corpus.join(parent).join("subagents").join(name));
+    assert_eq!(beside["trees"][0]["nodes"][1]["parent_run"], "turn-6");
+}
