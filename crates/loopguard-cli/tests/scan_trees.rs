@@ -163,14 +163,22 @@ fn labelled_trees_and_healthy_sessions() {
     eprintln!("{checked} of {} labelled transcripts checked", CASES.len());
 }
 
+/// A folder of the shared corpus (`None`, said on stderr, without it).
+fn corpus_folder(name: &str) -> Option<PathBuf> {
+    let folder = shared_dir().map(|d| d.join("corpus").join(name));
+    if folder.is_none() {
+        eprintln!("SKIPPED: no shared corpus");
+    }
+    folder
+}
+
 /// OpenClaw records a spawned session in its session store (`sessions.json`, beside the
 /// transcripts): `spawnedBy` names the parent's key. Two real transcripts of the corpus,
 /// copied into a temporary sessions folder with a store that makes one the other's child,
 /// scan as one tree (the parent run is not in the store: absent).
 #[test]
 fn an_openclaw_session_store_links_a_spawned_session() {
-    let Some(corpus) = shared_dir().map(|d| d.join("corpus/openclaw")) else {
-        eprintln!("SKIPPED: no shared corpus");
+    let Some(corpus) = corpus_folder("openclaw") else {
         return;
     };
     let parent = "44de2062-6cdd-4d8c-917e-41a2bb188a7a";
@@ -206,8 +214,7 @@ fn an_openclaw_session_store_links_a_spawned_session() {
 /// parent's run.
 #[test]
 fn a_subagent_scanned_alone_shows_under_its_unscanned_parent() {
-    let Some(corpus) = shared_dir().map(|d| d.join("corpus/claude-code")) else {
-        eprintln!("SKIPPED: no shared corpus");
+    let Some(corpus) = corpus_folder("claude-code") else {
         return;
     };
     let parent = "44ef5cbf-9cc3-4f7b-ac40-337a4d39713b";
