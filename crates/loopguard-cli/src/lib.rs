@@ -21,6 +21,7 @@ mod scan_cmd;
 mod scan_html;
 mod scan_inputs;
 mod scan_report;
+mod scan_tree;
 mod serve_cmd;
 mod sessions_cmd;
 mod startup;

@@ -80,6 +80,7 @@ pub fn render(report: &Report) -> String {
     page.push_str(
         "<label class=\"filter\"><input type=\"checkbox\" id=\"quiet\"> show sessions without findings</label>",
     );
+    trees(&mut page, report);
     page.push_str("<main>");
     for (i, (file, session)) in sessions.iter().take(MAX_TIMELINES).enumerate() {
         section(&mut page, i, file, session);
@@ -103,6 +104,93 @@ pub fn render(report: &Report) -> String {
     page.push_str(SCRIPT);
     page.push_str("</body></html>\n");
     page
+}
+
+/// Agent trees and run storms: per root its totals, then its sessions as nested lists
+/// (opened and closed from each node's depth; the nodes come depth-first).
+fn trees(page: &mut String, report: &Report) {
+    if report.trees.is_empty() {
+        return;
+    }
+    page.push_str("<section class=\"trees\"><h2>Agent trees and run storms</h2>");
+    for t in &report.trees {
+        let _ = write!(
+            page,
+            "<div class=\"tree\"><h3>{}</h3><p class=\"sub\">{} sessions, depth {}, {} runs, {} calls, {} findings ({} critical), {} run storms, {} tokens, {}</p>",
+            esc(&t.root),
+            t.sessions,
+            t.depth,
+            t.runs,
+            t.calls,
+            t.findings,
+            t.critical,
+            t.run_storms,
+            esc(&t.tokens.map_or("n/a".into(), count_text)),
+            esc(&t.cost.map_or("cost n/a".into(), |c| format!("${c:.2}"))),
+        );
+        let mut open = 0u32;
+        for n in &t.nodes {
+            // Lists opened down to the node's depth, closed back up to it.
+            while open <= n.depth {
+                page.push_str("<ul>");
+                open += 1;
+            }
+            while open > n.depth + 1 {
+                page.push_str("</ul>");
+                open -= 1;
+            }
+            let class = match (n.critical, n.findings) {
+                (0, 0) => "quiet",
+                (0, _) => "warned",
+                _ => "blocked",
+            };
+            let _ = write!(
+                page,
+                "<li class=\"{class}\"><b>{}</b>{} — {} runs, {} calls ({} failed), {} findings{}{}</li>",
+                esc(&n.session),
+                n.parent_run
+                    .as_deref()
+                    .map_or_else(String::new, |r| format!(" <i>from {}</i>", esc(r))),
+                n.runs,
+                n.calls,
+                n.failed,
+                n.findings,
+                if n.run_storms > 0 {
+                    format!(", {} run storms", n.run_storms)
+                } else {
+                    String::new()
+                },
+                n.task
+                    .as_deref()
+                    .map_or_else(String::new, |task| format!("<br><small>{}</small>", esc(&shorten(task)))),
+            );
+        }
+        for _ in 0..open {
+            page.push_str("</ul>");
+        }
+        if t.nodes_left_out > 0 {
+            let _ = write!(
+                page,
+                "<p class=\"more\">{} more sessions.</p>",
+                t.nodes_left_out
+            );
+        }
+        for (what, repeats) in [
+            ("given the same task", &t.repeated_tasks),
+            ("failing the same way", &t.repeated_failures),
+        ] {
+            for r in repeats {
+                let _ = write!(
+                    page,
+                    "<p class=\"repeat\">{} children {what}: {}</p>",
+                    r.children,
+                    esc(&shorten(&r.what))
+                );
+            }
+        }
+        page.push_str("</div>");
+    }
+    page.push_str("</section>");
 }
 
 fn section(page: &mut String, index: usize, file: &FileScan, s: &SessionReport) {
@@ -408,6 +496,7 @@ tr.text td{color:#555;font-size:.9em}tr.text q{font-style:italic}
 .filelist td:first-child{word-break:break-all}.filelist tr.problem td{color:#b00020}
 td.what{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;max-width:260px;word-break:break-all}
 body.hide-quiet section.quiet{display:none}
+.tree li.blocked>b{color:#d32f2f}.tree li.warned>b{color:#b58100}.tree ul{margin:2px 0 2px 18px;padding:0}.tree li{list-style:"└ "}
 footer{margin-top:24px;color:#777;font-size:12px}
 </style></head><body class="hide-quiet">
 "#;

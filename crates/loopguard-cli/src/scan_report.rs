@@ -13,6 +13,8 @@ use loopguard_transcripts::{
 use serde::Serialize;
 use serde_json::json;
 
+use crate::scan_tree::Tree;
+
 /// Version of the JSON document.
 pub const SCHEMA: &str = "loopguard-scan/1";
 
@@ -34,6 +36,8 @@ pub struct Report {
     pub config: serde_json::Value,
     pub config_note: String,
     pub summary: Summary,
+    /// Agent trees and run storms ([`crate::scan_tree`]).
+    pub trees: Vec<Tree>,
     pub elapsed: Duration,
 }
 
@@ -49,13 +53,14 @@ impl Serialize for Document<'_> {
             serde_json::to_value(v).map_err(E::custom)
         }
         let report = self.0;
-        let mut m = serializer.serialize_map(Some(6))?;
+        let mut m = serializer.serialize_map(Some(7))?;
         m.serialize_entry("config", &value::<_, S::Error>(&report.config)?)?;
         m.serialize_entry("files", &value::<_, S::Error>(&report.files)?)?;
         m.serialize_entry("schema", SCHEMA)?;
         m.serialize_entry("searched", &value::<_, S::Error>(&report.searched)?)?;
         m.serialize_entry("sessions", &Sessions(report))?;
         m.serialize_entry("summary", &value::<_, S::Error>(&report.summary)?)?;
+        m.serialize_entry("trees", &report.trees)?;
         m.end()
     }
 }
@@ -117,6 +122,12 @@ pub struct Summary {
     pub sessions_stopped_by_budgets: u64,
     pub saved_by_budgets: Savings,
     pub saved: Savings,
+    /// Agent trees (roots with linked children) and sessions with run storms.
+    pub trees: u64,
+    /// Sessions linked under a parent, over every tree.
+    pub subagent_sessions: u64,
+    /// `run_storm` findings, over every tree.
+    pub run_storms: u64,
 }
 
 impl Report {
@@ -186,7 +197,16 @@ impl Report {
                 summary.saved.add(&s.saved);
             }
         }
+        let trees = crate::scan_tree::trees(
+            files
+                .iter()
+                .flat_map(|f| f.sessions.iter().map(move |s| (f, s))),
+        );
+        summary.trees = trees.len() as u64;
+        summary.subagent_sessions = trees.iter().map(|t| t.children).sum();
+        summary.run_storms = trees.iter().map(|t| t.run_storms).sum();
         Self {
+            trees,
             files,
             searched: Vec::new(),
             ignored_files,
@@ -245,6 +265,7 @@ impl Report {
         writeln!(out)?;
         self.write_loops(out)?;
         self.write_spend(out)?;
+        self.write_trees(out)?;
         self.write_files(out)?;
         self.write_problems(out)?;
         writeln!(out)?;
@@ -510,6 +531,89 @@ impl Report {
         writeln!(out)
     }
 
+    /// Agent trees and run storms: a row per root with the tree's totals, then its
+    /// sessions indented by depth (the first [`TREE_ROWS`]), and the children that
+    /// repeated a task or a failure.
+    fn write_trees(&self, out: &mut impl Write) -> io::Result<()> {
+        if self.trees.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "Agent trees and run storms (sessions linked to the run that spawned them):"
+        )?;
+        let width = 48;
+        writeln!(
+            out,
+            "  {:<width$} {:>8} {:>5} {:>5} {:>6} {:>8} {:>8} {:>6} {:>8} {:>9}",
+            "ROOT",
+            "SESSIONS",
+            "DEPTH",
+            "RUNS",
+            "CALLS",
+            "FINDINGS",
+            "CRITICAL",
+            "STORMS",
+            "TOKENS",
+            "COST"
+        )?;
+        for t in &self.trees {
+            let root = match &t.file {
+                Some(file) => format!("{file}  {}", t.root),
+                None => format!("{} (not scanned)", t.root),
+            };
+            writeln!(
+                out,
+                "  {:<width$} {:>8} {:>5} {:>5} {:>6} {:>8} {:>8} {:>6} {:>8} {:>9}",
+                shorten(&root, width),
+                t.sessions,
+                t.depth,
+                t.runs,
+                t.calls,
+                t.findings,
+                t.critical,
+                t.run_storms,
+                t.tokens.map_or_else(|| "unknown".to_owned(), count_text),
+                t.cost
+                    .map_or_else(|| "unknown".to_owned(), |c| format!("${c:.2}")),
+            )?;
+            for n in t.nodes.iter().skip(1).take(TREE_ROWS) {
+                let indent = "  ".repeat((n.depth as usize).min(8));
+                let spawned = n
+                    .parent_run
+                    .as_deref()
+                    .map_or_else(String::new, |r| format!(" (from {r})"));
+                let flagged = match (n.findings, n.critical) {
+                    (0, _) => String::new(),
+                    (f, 0) => format!(", {}", plural(f, "finding")),
+                    (f, c) => format!(", {} ({c} critical)", plural(f, "finding")),
+                };
+                writeln!(
+                    out,
+                    "    {indent}└ {}{spawned}: {}, {} ({} failed){flagged}",
+                    shorten(&n.session, 60),
+                    plural(n.runs, "run"),
+                    plural(n.calls, "call"),
+                    n.failed,
+                )?;
+            }
+            let more = (t.nodes.len().saturating_sub(1 + TREE_ROWS)) as u64 + t.nodes_left_out;
+            if more > 0 {
+                writeln!(out, "      … {} more", plural(more, "session"))?;
+            }
+            for (what, repeats) in [
+                ("given the same task", &t.repeated_tasks),
+                ("failing the same way", &t.repeated_failures),
+            ] {
+                for r in repeats {
+                    let text = shorten(&r.what.replace('\n', " "), 80);
+                    writeln!(out, "      {} children {what}: {text}", r.children)?;
+                }
+            }
+        }
+        writeln!(out)
+    }
+
     fn write_files(&self, out: &mut impl Write) -> io::Result<()> {
         let read: Vec<&FileScan> = self
             .files
@@ -765,6 +869,9 @@ pub fn bytes_text(n: u64) -> String {
         _ => format!("{:.2} GB", n as f64 / 1e9),
     }
 }
+
+/// Sessions of a tree listed under its root in the terminal table.
+const TREE_ROWS: usize = 12;
 
 /// `text` cut in the middle to `width` characters.
 fn shorten(text: &str, width: usize) -> String {

@@ -17,12 +17,22 @@
 //! subagent file and sidechain lines (`isSidechain: true`) name their `agentId`;
 //! stream-json names the parent `Task` call instead (`parent_tool_use_id`). `progress`
 //! lines mirror a running subagent inside its parent's file and are not counted there.
+//!
+//! A subagent's events name their parent: `parent_session` is the session that spawned
+//! it, `parent_run` the run of that session whose `Task` (or `Agent`) call spawned it.
+//! Inside one file (sidechain lines, stream-json) that is the main session's current
+//! run; for a subagent file, [`Spawns`] reads the parent's file (`<session>.jsonl` beside
+//! the `<session>/` folder) for the run whose `progress` line (`data.agentId`) or call
+//! result (`toolUseResult.agentId`) names the agent. Without the parent's file the
+//! parent run is absent.
 //! Lines are read in file order; a line of a type this reader does not know is counted
 //! and passed over.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Seek};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use loopguard::Role;
 use loopguard_events::{Event, Ids};
@@ -67,6 +77,151 @@ struct LineEntry<'a> {
     parent_tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     message: Option<&'a RawValue>,
+    /// `progress` lines: `{agentId, ...}` of the subagent they mirror.
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+    /// A call result's structured form (`{agentId, ...}` for a `Task` call).
+    #[serde(rename = "toolUseResult", borrow, default)]
+    tool_use_result: Option<&'a RawValue>,
+}
+
+impl<'a> LineEntry<'a> {
+    /// The line's own session id (native or stream-json spelling).
+    fn session(&self) -> Option<&str> {
+        self.session_id
+            .as_deref()
+            .or(self.stream_session_id.as_deref())
+            .and_then(loopguard::text::non_blank)
+    }
+
+    /// The subagent the line belongs to (`None`: the main session).
+    fn agent(&self) -> Option<&str> {
+        match (&self.agent_id, &self.parent_tool_use_id) {
+            (Some(agent), _) if self.is_sidechain == Some(true) => Some(agent.as_ref()),
+            (_, Some(parent)) => Some(parent.as_ref()),
+            _ => None,
+        }
+        .and_then(loopguard::text::non_blank)
+    }
+
+    /// Whether a `user` line with `content` starts a run (a prompt, not a tool result,
+    /// meta line or compaction summary).
+    fn starts_run(&self, content: &Value) -> bool {
+        let meta = self.is_meta == Some(true) || self.is_compact_summary == Some(true);
+        !meta && is_prompt(content)
+    }
+
+    /// The subagent a main-session line names as spawned: a `progress` line's
+    /// `data.agentId`, a `Task` result's `toolUseResult.agentId`.
+    fn spawned_agent(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct AgentRef {
+            #[serde(rename = "agentId", default)]
+            agent_id: Option<String>,
+        }
+        [self.data, self.tool_use_result]
+            .into_iter()
+            .flatten()
+            .filter(|raw| raw.get().contains("agentId"))
+            .find_map(|raw| serde_json::from_str::<AgentRef>(raw.get()).ok()?.agent_id)
+            .filter(|a| !a.trim().is_empty())
+    }
+}
+
+/// Which run of a parent session spawned each of its subagents: agent id (without the
+/// `agent-` prefix) to run id, read from the parent's transcript.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spawns {
+    runs: HashMap<String, String>,
+}
+
+impl Spawns {
+    /// Reads a parent transcript for the runs that spawned its subagents: one pass, runs
+    /// numbered as [`read`] numbers them (lines over the options' limits are passed over).
+    pub fn read<R: BufRead + Seek>(input: R, options: &ReadOptions<'_>) -> io::Result<Self> {
+        let mut stats = ReadStats::default();
+        let mut lines = Lines::with_options(input, options)?;
+        let mut runs: HashMap<String, u64> = HashMap::new();
+        let mut spawns = Self::default();
+        let mut main: Option<String> = None;
+        while let Some(line) = lines.next_line(&mut stats)? {
+            let mut scratch = None;
+            let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
+                continue;
+            };
+            if let Some(id) = entry.session() {
+                if main.as_deref() != Some(id) {
+                    main = Some(id.to_owned());
+                }
+            }
+            if entry.agent().is_some() {
+                continue;
+            }
+            let base = main.as_deref().unwrap_or(options.session_hint);
+            let count = runs.entry(base.to_owned()).or_default();
+            if entry.kind.as_deref() == Some("user") {
+                let content = entry
+                    .message
+                    .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+                    .and_then(|mut m| m.get_mut("content").map(Value::take));
+                if content.is_some_and(|c| entry.starts_run(&c)) {
+                    *count += 1;
+                }
+            }
+            if let Some(agent) = entry.spawned_agent() {
+                let agent = agent.strip_prefix("agent-").unwrap_or(&agent).to_owned();
+                if spawns.runs.len() < MAX_SPAWNS {
+                    spawns.runs.entry(agent).or_insert(format!("turn-{count}"));
+                }
+            }
+        }
+        Ok(spawns)
+    }
+
+    /// The run that spawned `agent` (with or without its `agent-` prefix).
+    pub fn run_of(&self, agent: &str) -> Option<&str> {
+        let agent = agent.strip_prefix("agent-").unwrap_or(agent);
+        self.runs.get(agent).map(String::as_str)
+    }
+
+    /// How many subagents are named.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
+/// Subagents of one parent remembered at most.
+const MAX_SPAWNS: usize = 1 << 16;
+
+/// The parent transcript of a subagent file `<dir>/<session>/subagents/agent-<id>.jsonl`:
+/// `<dir>/<session>.jsonl`, when it exists.
+pub fn parent_of(subagent: &Path) -> Option<PathBuf> {
+    let name = subagent.file_name()?.to_str()?;
+    if !name.starts_with("agent-") {
+        return None;
+    }
+    let folder = subagent.parent()?;
+    if folder.file_name()? != "subagents" {
+        return None;
+    }
+    let session = folder.parent()?;
+    let mut parent = session.as_os_str().to_owned();
+    parent.push(".jsonl");
+    let parent = PathBuf::from(parent);
+    parent.is_file().then_some(parent)
+}
+
+/// The [`Spawns`] of the parent of the subagent file `subagent` (`None`: it is not a
+/// subagent file, its parent's file is missing or cannot be read). A parent is read once
+/// while it is unchanged, however many subagent files name it.
+pub fn spawns_of(subagent: &Path, options: &ReadOptions<'_>) -> Option<Arc<Spawns>> {
+    let parent = parent_of(subagent)?;
+    crate::readers::linked::cached(&parent, |input| Spawns::read(input, options))
 }
 
 /// Line types that hold nothing for the guard.
@@ -90,6 +245,8 @@ const MAX_CHAINS: usize = 4096;
 /// The state of one session: its runs and the API response being read.
 #[derive(Default)]
 struct Chain {
+    /// A subagent's parent session and the run that spawned it.
+    parent: Option<(String, Option<String>)>,
     runs: u64,
     last_response: Option<String>,
     /// The answer of the response being read.
@@ -130,12 +287,7 @@ pub fn read<R: BufRead + Seek>(
             continue;
         };
         let pos = line.pos;
-        if let Some(id) = entry
-            .session_id
-            .as_deref()
-            .or(entry.stream_session_id.as_deref())
-            .and_then(loopguard::text::non_blank)
-        {
+        if let Some(id) = entry.session() {
             if main.as_deref() != Some(id) {
                 main = Some(id.to_owned());
             }
@@ -146,25 +298,42 @@ pub fn read<R: BufRead + Seek>(
             continue;
         }
         let base = main.as_deref().unwrap_or(options.session_hint);
-        let agent = match (&entry.agent_id, &entry.parent_tool_use_id) {
-            (Some(agent), _) if entry.is_sidechain == Some(true) => Some(agent.as_ref()),
-            (_, Some(parent)) => Some(parent.as_ref()),
-            _ => None,
-        }
-        .and_then(loopguard::text::non_blank);
+        let agent = entry.agent();
         let session = match agent {
-            Some(agent) => format!(
-                "{base}/agent-{}",
-                agent.strip_prefix("agent-").unwrap_or(agent)
-            ),
+            Some(agent) => item::subagent_session(base, agent),
             None => base.to_owned(),
         };
         if chains.len() >= MAX_CHAINS && !chains.contains_key(&session) {
             end_responses(&mut chains, sink);
             chains.clear();
         }
-        let chain = chains.entry(session.clone()).or_default();
-        let run = |chain: &Chain| format!("turn-{}", chain.runs);
+        if !chains.contains_key(&session) {
+            // A subagent's parent: the run that spawned it as its parent's file says,
+            // else (sidechains, stream-json) the main session's current run.
+            let parent = agent.map(|agent| {
+                let spawned = options.spawns.and_then(|s| s.run_of(agent));
+                let current = chains.get(base).map(|c| format!("turn-{}", c.runs));
+                (base.to_owned(), spawned.map(str::to_owned).or(current))
+            });
+            chains.insert(
+                session.clone(),
+                Chain {
+                    parent,
+                    ..Chain::default()
+                },
+            );
+        }
+        let Some(chain) = chains.get_mut(&session) else {
+            continue;
+        };
+        let run = |chain: &Chain| {
+            let mut ids = item::ids(&session, Some(&format!("turn-{}", chain.runs)));
+            if let Some((parent, run)) = &chain.parent {
+                ids.parent_session = Some(parent.clone());
+                ids.parent_run.clone_from(run);
+            }
+            ids
+        };
         let message: Option<Value> = entry
             .message
             .and_then(|m| serde_json::from_str(m.get()).ok());
@@ -179,13 +348,12 @@ pub fn read<R: BufRead + Seek>(
                 stats.record();
                 chain.end_response(sink);
                 let content = message.get("content").unwrap_or(&Value::Null);
-                let meta = entry.is_meta == Some(true) || entry.is_compact_summary == Some(true);
-                let prompt = !meta && is_prompt(content);
+                let prompt = entry.starts_run(content);
                 if prompt {
                     chain.runs += 1;
                     chain.last_response = None;
                 }
-                let ids = item::ids(&session, Some(&run(chain)));
+                let ids = run(chain);
                 if prompt {
                     sink.push(pos, item::said(&ids, Role::User, content_text(content)));
                 }
@@ -208,7 +376,7 @@ pub fn read<R: BufRead + Seek>(
                     continue;
                 };
                 stats.record();
-                let ids: Ids = item::ids(&session, Some(&run(chain)));
+                let ids: Ids = run(chain);
                 let response = message.get("id").and_then(Value::as_str).map(str::to_owned);
                 if response.is_none() || response != chain.last_response {
                     chain.end_response(sink);
@@ -246,7 +414,7 @@ pub fn read<R: BufRead + Seek>(
                 stats.record();
                 if entry.subtype.as_deref() == Some("compact_boundary") {
                     chain.end_response(sink);
-                    let ids = item::ids(&session, Some(&run(chain)));
+                    let ids = run(chain);
                     sink.push(pos, item::compaction(&ids));
                 }
             }
@@ -339,6 +507,29 @@ mod tests {
         assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
         assert_eq!(r.stats.skipped_for(SkipReason::TruncatedLastLine), 1);
         assert_eq!(r.stats.lines, 16);
+        // The sidechain names the main session and its run at the time.
+        let parents: std::collections::BTreeSet<_> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(e) => Some(e.ids()),
+                _ => None,
+            })
+            .map(|ids| {
+                (
+                    ids.session.as_str(),
+                    ids.parent_session.as_deref(),
+                    ids.parent_run.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            parents.into_iter().collect::<Vec<_>>(),
+            [
+                ("cc1", None, None),
+                ("cc1/agent-ag1", Some("cc1"), Some("turn-1")),
+            ]
+        );
         // The prompts, and one answer per API response (its two lines, one answer), each
         // out once the response is over.
         let said: Vec<_> = r
@@ -417,6 +608,15 @@ mod tests {
             ]
         );
         assert_eq!(r.stats.failed_results(), 1, "the <tool_use_error> text");
+        let child = r.items.iter().find_map(|(_, i)| match i {
+            Item::Event(e) if e.ids().session == "s-9/agent-t1" => Some(e.ids().clone()),
+            _ => None,
+        });
+        let child = child.unwrap();
+        assert_eq!(
+            (child.parent_session.as_deref(), child.parent_run.as_deref()),
+            (Some("s-9"), Some("turn-0"))
+        );
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
     }
 
@@ -463,6 +663,85 @@ mod tests {
             ["44ef5cbf-9cc3-4f7b-ac40-337a4d39713b"]
         );
         assert!(r.stats.skipped.is_empty(), "{:?}", r.stats.skipped);
+    }
+
+    /// The subagent file beside its parent: its events name the parent session and the
+    /// run whose `Agent` call spawned it (the parent's `progress` lines name the agent).
+    #[test]
+    fn corpus_subagent_names_its_parent_run() {
+        let parent = "44ef5cbf-9cc3-4f7b-ac40-337a4d39713b";
+        let Some(path) = crate::testing::corpus(&format!(
+            "claude-code/{parent}/subagents/agent-a71969c1296961234.jsonl"
+        )) else {
+            return;
+        };
+        let options = ReadOptions::new("agent-a71969c1296961234");
+        let spawns = spawns_of(&path, &options).expect("the parent file is beside it");
+        assert_eq!(spawns.len(), 1);
+        // The Agent call is in the parent's third prompt's run, as its own read numbers it.
+        let whole = read_corpus(Format::ClaudeCode, &format!("claude-code/{parent}.jsonl"));
+        let spawning_run = whole.and_then(|r| {
+            r.items.iter().find_map(|(_, i)| match i {
+                Item::Event(Event::Call { ids, tool, .. }) if tool == "Agent" => ids.run.clone(),
+                _ => None,
+            })
+        });
+        assert_eq!(spawns.run_of("a71969c1296961234"), spawning_run.as_deref());
+        assert_eq!(
+            spawns.run_of("agent-a71969c1296961234"),
+            spawning_run.as_deref()
+        );
+        let mut items = Vec::new();
+        let options = ReadOptions {
+            spawns: Some(&spawns),
+            ..options
+        };
+        let file = std::fs::File::open(&path).unwrap();
+        read(io::BufReader::new(file), &options, &mut items).unwrap();
+        let events: Vec<_> = items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(e) => Some(e.ids()),
+                _ => None,
+            })
+            .collect();
+        assert!(!events.is_empty());
+        for ids in events {
+            assert_eq!(ids.parent_session.as_deref(), Some(parent));
+            assert_eq!(ids.parent_run.as_deref(), spawning_run.as_deref());
+        }
+        // Read alone (no parent file), the parent session is still named, its run is not.
+        let alone = read_corpus(
+            Format::ClaudeCode,
+            &format!("claude-code/{parent}/subagents/agent-a71969c1296961234.jsonl"),
+        )
+        .unwrap();
+        let ids = alone.items.iter().find_map(|(_, i)| match i {
+            Item::Event(e) => Some(e.ids().clone()),
+            _ => None,
+        });
+        let ids = ids.unwrap();
+        assert_eq!(
+            (ids.parent_session.as_deref(), ids.parent_run),
+            (Some(parent), None)
+        );
+    }
+
+    /// A path that is not a subagent file beside its parent has no parent file.
+    #[test]
+    fn parent_file_of_a_subagent_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("s1").join("subagents");
+        std::fs::create_dir_all(&sub).unwrap();
+        let child = sub.join("agent-x.jsonl");
+        assert_eq!(parent_of(&child), None, "no s1.jsonl yet");
+        std::fs::write(dir.path().join("s1.jsonl"), "").unwrap();
+        assert_eq!(parent_of(&child), Some(dir.path().join("s1.jsonl")));
+        assert_eq!(parent_of(&sub.join("other.jsonl")), None);
+        assert_eq!(
+            parent_of(&dir.path().join("s1").join("agent-x.jsonl")),
+            None
+        );
     }
 
     /// The subagent file (labels.json): a session of its own; call 1 fails, 2–5 are

@@ -17,6 +17,7 @@ pub mod continue_dev;
 pub mod gemini_cli;
 pub mod goose;
 pub(crate) mod lines;
+pub(crate) mod linked;
 pub mod loopguard;
 pub mod mini_swe_agent;
 pub mod openai_chat;
@@ -49,6 +50,12 @@ pub struct ReadOptions<'a> {
     pub run_windows: Option<&'a openclaw::RunWindows>,
     /// How results are judged failed ([`FailureRules::builtin`] by default).
     pub failures: &'a FailureRules,
+    /// Claude Code subagent files: the runs of the parent session that spawned its
+    /// subagents, read from the parent's file ([`claude_code::spawns_of`]).
+    pub spawns: Option<&'a claude_code::Spawns>,
+    /// OpenClaw: the session that spawned the transcript's, as the session store beside
+    /// it records it ([`openclaw::SessionStore`]).
+    pub parent_session: Option<&'a str>,
 }
 
 impl<'a> ReadOptions<'a> {
@@ -60,6 +67,8 @@ impl<'a> ReadOptions<'a> {
             max_line_cost: usize::MAX,
             run_windows: None,
             failures: FailureRules::builtin(),
+            spawns: None,
+            parent_session: None,
         }
     }
 }

@@ -25,6 +25,7 @@ use serde::Serialize;
 use crate::agent_files;
 use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYTES};
 use crate::failures::FailureRules;
+use crate::readers::claude_code;
 use crate::readers::openclaw::{self, RunWindows};
 use crate::readers::{cline, cline_ui, openhands};
 use crate::stats::ReadStats;
@@ -404,8 +405,19 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         _ => None,
     };
     let hint = task_directory(path, &name).unwrap_or_else(|| session_hint(&name).to_owned());
+    let spawns = match format {
+        Format::ClaudeCode => claude_code::spawns_of(path, &options.read_options(&hint)),
+        _ => None,
+    };
+    let store = match format {
+        Format::OpenClaw => openclaw::store_of(path),
+        _ => None,
+    };
+    let session = openclaw::classify(&name).map_or(hint.as_str(), |f| f.session);
     let mut read_options = options.read_options(&hint);
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
+    read_options.spawns = spawns.as_deref();
+    read_options.parent_session = store.as_deref().and_then(|s| s.parent_of(session));
     let metered = Metered {
         inner: file,
         position: 0,

@@ -278,11 +278,24 @@ impl Timeline {
     pub const STOPPED: u8 = 3;
 }
 
+/// Characters of a session's first prompt kept as its task.
+pub const TASK_CHARS: usize = 200;
+
 /// What a shadow scan found in one session.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SessionReport {
     /// The session id.
     pub session: String,
+    /// The session that spawned this one (a sub-agent's parent), as the transcript links
+    /// them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
+    /// The run of the parent session that spawned this one, when the transcript says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run: Option<String>,
+    /// The session's first prompt (its task), shortened to 200 characters.
+    #[serde(skip)]
+    pub task: Option<String>,
     /// Runs seen (with at least one event).
     pub runs: u64,
     /// Tool calls.

@@ -1,9 +1,12 @@
 //! How OpenClaw names the files of a sessions directory (FORMATS §1.1): the live
 //! transcript, its archived copies (which overlap it), and its trajectory sidecar.
 
+use std::collections::HashMap;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What kind of copy of a session's transcript a file is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -67,9 +70,107 @@ pub fn sidecar_of(transcript: &Path) -> Option<PathBuf> {
     sidecar.is_file().then_some(sidecar)
 }
 
+/// What OpenClaw's session store (`sessions.json`, beside the transcripts) says about
+/// spawned sessions: for each session id, the session that spawned it (`spawnedBy`, else
+/// `parentSessionKey`: a session key, given as the session id the store maps it to, else
+/// as the key itself).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionStore {
+    parents: HashMap<String, String>,
+}
+
+/// The largest session store read (a bigger one links nothing).
+const MAX_STORE_BYTES: u64 = 64 << 20;
+
+impl SessionStore {
+    /// Reads a session store: `{sessionKey: {sessionId, spawnedBy?, parentSessionKey?,
+    /// ...}}`; other members and entries of other shapes are passed over.
+    pub fn read(input: impl Read) -> io::Result<Self> {
+        #[derive(Deserialize)]
+        struct Entry {
+            #[serde(rename = "sessionId", default)]
+            session_id: Option<String>,
+            #[serde(rename = "spawnedBy", default)]
+            spawned_by: Option<String>,
+            #[serde(rename = "parentSessionKey", default)]
+            parent_key: Option<String>,
+        }
+        let mut text = Vec::new();
+        input.take(MAX_STORE_BYTES + 1).read_to_end(&mut text)?;
+        if text.len() as u64 > MAX_STORE_BYTES {
+            return Err(io::Error::other("session store too large"));
+        }
+        let entries: HashMap<String, serde_json::Value> =
+            serde_json::from_slice(&text).map_err(io::Error::other)?;
+        let entries: HashMap<String, Entry> = entries
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, serde_json::from_value::<Entry>(v).ok()?)))
+            .collect();
+        let mut parents = HashMap::new();
+        for entry in entries.values() {
+            let Some(id) = entry.session_id.as_deref().filter(|s| !s.trim().is_empty()) else {
+                continue;
+            };
+            let Some(key) = entry.spawned_by.as_deref().or(entry.parent_key.as_deref()) else {
+                continue;
+            };
+            let parent = entries
+                .get(key)
+                .and_then(|p| p.session_id.clone())
+                .unwrap_or_else(|| key.to_owned());
+            if parent != id {
+                parents.insert(id.to_owned(), parent);
+            }
+        }
+        Ok(Self { parents })
+    }
+
+    /// The session that spawned `session`, if the store says.
+    pub fn parent_of(&self, session: &str) -> Option<&str> {
+        self.parents.get(session).map(String::as_str)
+    }
+}
+
+/// The session store beside a transcript, read once while unchanged (`None`: there is
+/// none, or it cannot be read).
+pub fn store_of(transcript: &Path) -> Option<Arc<SessionStore>> {
+    let store = transcript.with_file_name("sessions.json");
+    store
+        .is_file()
+        .then(|| crate::readers::linked::cached(&store, SessionStore::read))
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The store's shape as OpenClaw writes it: a child names its parent's key
+    /// (`spawnedBy`), a grandchild in another agent's store its parent's
+    /// (`parentSessionKey`, not in this store: the key stands for it).
+    #[test]
+    fn session_store_parents() {
+        let store = r#"{
+            "agent:main:main": {"sessionId": "root", "updatedAt": 1},
+            "agent:main:subagent:7f3c": {"sessionId": "child", "spawnedBy": "agent:main:main", "spawnDepth": 1},
+            "agent:worker:subagent:g": {"sessionId": "grandchild", "parentSessionKey": "agent:main:subagent:elsewhere"},
+            "agent:main:self": {"sessionId": "loop", "spawnedBy": "agent:main:self"},
+            "odd": 3
+        }"#;
+        let store = SessionStore::read(store.as_bytes()).unwrap();
+        assert_eq!(store.parent_of("child"), Some("root"));
+        assert_eq!(
+            store.parent_of("grandchild"),
+            Some("agent:main:subagent:elsewhere")
+        );
+        assert_eq!(store.parent_of("root"), None);
+        assert_eq!(
+            store.parent_of("loop"),
+            None,
+            "a session is not its own parent"
+        );
+        assert!(SessionStore::read(&b"[1]"[..]).is_err());
+    }
 
     #[test]
     fn names() {

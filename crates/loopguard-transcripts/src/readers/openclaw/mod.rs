@@ -35,7 +35,7 @@ use loopguard::{OutcomeOf, Role};
 use loopguard_events::{EventRef, Ids};
 use serde::Deserialize;
 
-pub use files::{classify, sidecar_of, CopyKind, SessionFile};
+pub use files::{classify, sidecar_of, store_of, CopyKind, SessionFile, SessionStore};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
 use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
@@ -344,11 +344,18 @@ struct Reader<'o> {
     args_tape: Tape,
 }
 
+/// The ids of `session`'s first run, with the parent the session store names.
+fn session_ids(options: &ReadOptions<'_>, session: &str) -> Ids {
+    let mut ids = item::ids(session, Some("turn-0"));
+    ids.parent_session = options.parent_session.map(str::to_owned);
+    ids
+}
+
 impl<'o> Reader<'o> {
     fn new(options: &'o ReadOptions<'o>) -> Self {
         Self {
             options,
-            ids: item::ids(options.session_hint, Some("turn-0")),
+            ids: session_ids(options, options.session_hint),
             runs: 0,
             label: None,
             tape: Tape::new(),
@@ -418,7 +425,7 @@ impl<'o> Reader<'o> {
             "session" => {
                 let id = entry.id.and_then(Json::as_str);
                 let session = id.unwrap_or(self.options.session_hint);
-                self.ids = item::ids(session, Some("turn-0"));
+                self.ids = session_ids(self.options, session);
                 self.runs = 0;
                 self.label = None;
             }

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::report::{
     add_cost, add_spend, cut, is_spend_budget, BudgetStop, Finding, LoopReport, Mark, Savings,
-    SessionReport, Timeline,
+    SessionReport, Timeline, TASK_CHARS,
 };
 use crate::item::{Item, Pos, Sink, Usage};
 use crate::json_ref::JsonRef;
@@ -309,6 +309,13 @@ impl Scanner {
     /// The session and run of `ids`, opened when needed.
     fn enter(&mut self, ids: IdsRef<'_>) -> (usize, usize) {
         let s = self.session(ids.session);
+        let report = &mut self.reports[s];
+        if report.parent_session.is_none() {
+            if let Some(parent) = ids.parent_session {
+                report.parent_session = Some(parent.to_owned());
+                report.parent_run = ids.parent_run.map(str::to_owned);
+            }
+        }
         if self.current != Some(s) || self.sessions[s].stamp.is_none() {
             self.current = Some(s);
             if let Some(old) = self.sessions[s].stamp.take() {
@@ -420,6 +427,12 @@ impl Scanner {
         let answer = self.replayer.apply(pos.line, event);
         let report = &mut self.reports[s];
         report.messages += 1;
+        if report.task.is_none() && message.role == loopguard::Role::User {
+            let text = message.text.trim();
+            if !text.is_empty() {
+                report.task = Some(text.chars().take(TASK_CHARS).collect());
+            }
+        }
         let at = At {
             call: report.calls,
             message: Some(report.messages),
