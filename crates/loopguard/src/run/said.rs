@@ -13,7 +13,7 @@ use crate::clock::Millis;
 use crate::config::extensions::Levels;
 use crate::config::EffectiveConfig;
 use crate::detectors::chanting::{excerpt, Chant, ChantTrack};
-use crate::detectors::turns::Stream;
+use crate::detectors::turns::{Spelt, Stream};
 use crate::enforcement::WarningKey;
 use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
 use crate::history::call_id_hash;
@@ -251,15 +251,14 @@ impl RunState {
         let Some(ext) = cfg.extensions.as_deref() else {
             return Verdict::Allow;
         };
-        let id = message.id.map_or(0, call_id_hash);
         let key = || message.id.zip(index).map(|(id, i)| retry_key(id, Some(i)));
-        if self
-            .added7
-            .turns
-            .stream
-            .as_ref()
-            .is_some_and(|s| s.id != id)
-        {
+        let open = self.added7.turns.stream.as_deref();
+        // The pieces of one stream share an id: hashed once, then compared as spelt.
+        let id = match open {
+            Some(s) if message.id.is_some() && s.spelt.0.as_deref() == message.id => s.id,
+            _ => message.id.map_or(0, call_id_hash),
+        };
+        if open.is_some_and(|s| s.id != id) {
             self.end_stream(cfg, false);
         }
         let stream = self.added7.turns.stream.get_or_insert_with(|| {
@@ -268,8 +267,12 @@ impl RunState {
                 next: 0,
                 text: ChantTrack::new(true),
                 reasoning: ChantTrack::new(true),
+                spelt: Spelt(None),
             })
         });
+        if stream.spelt.0.is_none() {
+            stream.spelt = Spelt(message.id.map(Box::from));
+        }
         if let Some(index) = index {
             if index < stream.next {
                 // Sent again: what it was answered, and nothing changes (its index was
@@ -291,7 +294,8 @@ impl RunState {
             Some(chanting_found(level, Role::Assistant, c))
         });
         let verdict = self.verdict_on(cfg, found);
-        if let Some(key) = key().filter(|_| verdict != Verdict::Allow) {
+        // (The key is made only then: most pieces are allowed.)
+        if let Some(key) = (verdict != Verdict::Allow).then(key).flatten() {
             self.added
                 .answers
                 .called(key, PIECE, OutcomeRule::NONE, &verdict, 0);
