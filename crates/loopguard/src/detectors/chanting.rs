@@ -233,14 +233,19 @@ impl ChantTrack {
     /// Adds a line (or a piece of a long one) to the print: its words, masked, joined by
     /// single spaces. A line with no run of whitespace (most) is hashed as it is, trimmed.
     fn print_line(&mut self, line: &str, mask: MaskSet) {
-        if line.bytes().all(|b| b.is_ascii_whitespace()) {
+        let trimmed = trim_ascii(line);
+        if trimmed.is_empty() {
             // A blank line adds nothing (masking leaves it blank).
             return;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let hash = crate::masking::with_masked(line, mask, |masked| {
-            let trimmed = trim_ascii(masked);
+            // Most lines have nothing masked: the line itself, trimmed already.
+            let trimmed = match std::ptr::eq(masked, line) {
+                true => trimmed,
+                false => trim_ascii(masked),
+            };
             if single_spaced(trimmed.as_bytes()) {
                 return (!trimmed.is_empty()).then(|| xxh3_64(trimmed.as_bytes()));
             }

@@ -293,8 +293,11 @@ impl RunState {
             let level = leveled(ext.content_chanting, c.count)?;
             Some(chanting_found(level, Role::Assistant, c))
         });
-        let verdict = self.verdict_on(cfg, found);
-        // (The key is made only then: most pieces are allowed.)
+        let Some(found) = found else {
+            // Most pieces: nothing found, and nothing to keep for a retry.
+            return Verdict::Allow;
+        };
+        let verdict = self.verdict_on(cfg, Some(found));
         if let Some(key) = (verdict != Verdict::Allow).then(key).flatten() {
             self.added
                 .answers
