@@ -764,6 +764,25 @@ mod tests {
     }
 
     #[test]
+    fn byte_bits_are_the_bytes_tested_one_by_one() {
+        let text: Vec<u8> = (0..200u32).map(|i| (i * 37 % 251) as u8).collect();
+        for start in 0..text.len() {
+            let bytes = &text[start..];
+            let want = bytes
+                .iter()
+                .take(64)
+                .enumerate()
+                .filter(|(_, &b)| b == b'.' || b == 0xE3)
+                .fold(0u64, |bits, (k, _)| bits | 1 << k);
+            assert_eq!(
+                byte_bits(bytes, |b| (b == b'.') | (b == 0xE3)),
+                want,
+                "{start}"
+            );
+        }
+    }
+
+    #[test]
     fn single_spacing_is_what_splitting_would_keep() {
         for line in [
             "a b c", "a  b", "a\tb", "a\rb", "a\u{b}b", "a\u{c}b", "", "abc",

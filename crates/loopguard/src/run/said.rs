@@ -695,6 +695,42 @@ mod tests {
         assert_eq!(state, back);
     }
 
+    /// A stream's id is matched by its spelling once hashed, a cache a state read back from
+    /// bytes does not have: both go on alike, and a piece of another id ends the stream.
+    #[test]
+    fn a_stream_goes_on_alike_after_a_round_trip() {
+        let set = config(
+            "repeatedMessage: { warningThreshold: 2, criticalThreshold: 3 }, contentChanting: {}",
+        );
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let piece = |id, i| {
+            Message::assistant("The same words again.\n")
+                .with_id(Some(id))
+                .as_delta(Some(i))
+        };
+        let _ = say(&mut state, cfg, piece("s1", 0));
+        let mut back = RunState::from_bytes(&state.to_bytes()).unwrap();
+        for s in [&mut state, &mut back] {
+            assert_eq!(word(&say(s, cfg, piece("s1", 1))), "allow");
+            // Sent again: a retry, nothing changes.
+            assert_eq!(word(&say(s, cfg, piece("s1", 1))), "allow");
+            // Another id: the first stream ends (its print logged), a second begins.
+            let _ = say(s, cfg, piece("s2", 0));
+            let _ = say(s, cfg, Message::assistant("").with_id(Some("s2")));
+            // The first stream holds both its pieces (one stream across the round trip):
+            // the same two lines again are its second copy.
+            let v = say(
+                s,
+                cfg,
+                Message::assistant("The same words again.\n".repeat(2).as_str()),
+            );
+            assert_eq!(word(&v), "warn");
+        }
+        assert_eq!(state, back);
+        assert_eq!(state.to_bytes(), back.to_bytes());
+    }
+
     /// As for calls: a host that sends every message under one id is answered as retrying
     /// only `RETRIES_PER_CALL` times; every later copy counts, and the loop is caught.
     #[test]
