@@ -200,6 +200,7 @@ impl ChantTrack {
     }
 
     /// Judges the rest of a line, in pieces of at most [`LINE_CAP`] bytes.
+    #[inline(always)]
     fn whole_line(&mut self, mut line: &str, mask: MaskSet) -> Option<Chant> {
         let mut found = None;
         while line.len() > LINE_CAP {
@@ -566,6 +567,7 @@ impl<'a> Segments<'a> {
 impl<'a> Iterator for Segments<'a> {
     type Item = &'a str;
 
+    #[inline(always)]
     fn next(&mut self) -> Option<&'a str> {
         let text = self.rest;
         if text.is_empty() {
