@@ -6,6 +6,11 @@
 //! - `message_stream/{1k,16k}`: the same answer streamed in 64-byte pieces
 //!   (`delta: true`, numbered), then ended by a message of its id.
 //!
+//! 64 bytes is not small for a stream: providers send deltas of a token or a few, and a
+//! host that forwards each one sends more events per KiB. The size is kept so that the
+//! figures stay comparable; the cost of one event is the difference between the two
+//! groups (see BENCHMARKS.md, "Message events").
+//!
 //! The answers are markdown as models write it (paragraphs of distinct sentences, a list, a
 //! code block, a table), every one different, so that no detector fires and the cost is the
 //! reading. Criterion's throughput line gives bytes per second; µs per KiB = 1024 / that

@@ -312,10 +312,17 @@ thread_local! {
 pub(crate) fn with_masked<R>(text: &str, set: MaskSet, f: impl FnOnce(&str) -> R) -> R {
     // Every rule needs a digit in its token: text without one (most prose) is left as it
     // is without taking the buffer.
-    let first = match set.is_empty() {
+    let bytes = text.as_bytes();
+    let mut first = match set.is_empty() {
         true => None,
-        false => next_digit(text.as_bytes(), 0),
+        false => next_digit(bytes, 0),
     };
+    // Plain numbers (`1.` of a list, `(0)`) are what most digits are: skipped here as
+    // `mask_into` would skip them, so that a text with no other token is used as it is
+    // without taking the buffer.
+    while let Some(end) = first.and_then(|digit| plain_number(bytes, digit, set)) {
+        first = next_digit(bytes, end);
+    }
     let Some(first) = first else {
         return f(text);
     };

@@ -161,22 +161,32 @@ impl ChantTrack {
 
     /// Reads `text`, the next piece of the answer; returns the most repeated segment among
     /// the lines it completed, when one occurs at least twice in a run.
-    pub(crate) fn feed(&mut self, mut text: &str, mask: MaskSet) -> Option<Chant> {
+    pub(crate) fn feed(&mut self, text: &str, mask: MaskSet) -> Option<Chant> {
         let mut found = None;
-        while let Some(end) = memchr::memchr(b'\n', text.as_bytes()) {
-            let (line, rest) = (&text[..end], &text[end + 1..]);
-            text = rest;
-            if self.pending.is_empty() {
-                found = Chant::max(found, self.whole_line(line, mask));
-            } else {
-                let mut whole = std::mem::take(&mut self.pending);
-                whole.push_str(line);
-                found = Chant::max(found, self.whole_line(&whole, mask));
-                whole.clear();
-                self.pending = whole;
+        let bytes = text.as_bytes();
+        // Where the next line starts; the newlines are found 64 bytes at a time.
+        let mut start = 0;
+        let mut base = 0;
+        while base < bytes.len() {
+            let mut newlines = byte_bits(&bytes[base..], |b| b == b'\n');
+            while newlines != 0 {
+                let end = base + newlines.trailing_zeros() as usize;
+                newlines &= newlines - 1;
+                let line = &text[start..end];
+                start = end + 1;
+                if self.pending.is_empty() {
+                    found = Chant::max(found, self.whole_line(line, mask));
+                } else {
+                    let mut whole = std::mem::take(&mut self.pending);
+                    whole.push_str(line);
+                    found = Chant::max(found, self.whole_line(&whole, mask));
+                    whole.clear();
+                    self.pending = whole;
+                }
             }
+            base += 64;
         }
-        self.pending.push_str(text);
+        self.pending.push_str(&text[start..]);
         // A long line is judged in pieces as it comes: the cuts depend on its text only,
         // so they fall where `whole_line` puts them.
         while self.pending.len() > LINE_CAP {
@@ -190,6 +200,7 @@ impl ChantTrack {
     }
 
     /// Judges the rest of a line, in pieces of at most [`LINE_CAP`] bytes.
+    #[inline(always)]
     fn whole_line(&mut self, mut line: &str, mask: MaskSet) -> Option<Chant> {
         let mut found = None;
         while line.len() > LINE_CAP {
@@ -223,14 +234,19 @@ impl ChantTrack {
     /// Adds a line (or a piece of a long one) to the print: its words, masked, joined by
     /// single spaces. A line with no run of whitespace (most) is hashed as it is, trimmed.
     fn print_line(&mut self, line: &str, mask: MaskSet) {
-        if line.bytes().all(|b| b.is_ascii_whitespace()) {
+        let trimmed = trim_ascii(line);
+        if trimmed.is_empty() {
             // A blank line adds nothing (masking leaves it blank).
             return;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let hash = crate::masking::with_masked(line, mask, |masked| {
-            let trimmed = trim_ascii(masked);
+            // Most lines have nothing masked: the line itself, trimmed already.
+            let trimmed = match std::ptr::eq(masked, line) {
+                true => trimmed,
+                false => trim_ascii(masked),
+            };
             if single_spaced(trimmed.as_bytes()) {
                 return (!trimmed.is_empty()).then(|| xxh3_64(trimmed.as_bytes()));
             }
@@ -551,6 +567,7 @@ impl<'a> Segments<'a> {
 impl<'a> Iterator for Segments<'a> {
     type Item = &'a str;
 
+    #[inline(always)]
     fn next(&mut self) -> Option<&'a str> {
         let text = self.rest;
         if text.is_empty() {
@@ -576,33 +593,65 @@ fn sentence_end(bytes: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// The bytes among the first 64 of `bytes` that `is` holds for, as bits (bit `k` for
+/// `bytes[k]`; `is(0)` must be false): flags set branch-free over a 64-byte block
+/// (zero-padded past the end of `bytes`), which the compiler turns into SIMD compares,
+/// then gathered eight at a time, each multiplied into the top byte of a word.
+#[inline(always)]
+fn byte_bits(bytes: &[u8], is: impl Fn(u8) -> bool) -> u64 {
+    let mut padded = [0u8; 64];
+    let block = match bytes.first_chunk::<64>() {
+        Some(block) => block,
+        None => {
+            padded[..bytes.len()].copy_from_slice(bytes);
+            &padded
+        }
+    };
+    let mut flags = [0u8; 64];
+    for (flag, &b) in flags.iter_mut().zip(block) {
+        *flag = u8::from(is(b));
+    }
+    flags
+        .chunks_exact(8)
+        .enumerate()
+        .fold(0, |bits, (j, eight)| {
+            let word = u64::from_le_bytes(eight.try_into().expect("8 bytes"));
+            bits | (word.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * j)
+        })
+}
+
+/// The bytes among the first 64 of `bytes` that may end a sentence (`.`, `!`, `?`, `;`, the
+/// first byte of `。`, `！`, `？`), as bits.
+fn mark_bits(bytes: &[u8]) -> u64 {
+    byte_bits(bytes, |b| {
+        (b == b'.') | (b == b'!') | (b == b'?') | (b == b';') | (b == 0xE3) | (b == 0xEF)
+    })
+}
+
 /// Where the first segment of `text` ends (see the module docs): at the first sentence end
 /// that leaves [`MIN_SEGMENT`] bytes; past [`MAX_SEGMENT`], at a space after a word chosen
 /// by its last byte (a quarter of them, so a repeated run is cut at the same words each
 /// time wherever the previous cut fell), or at any space 60 bytes later; at
 /// [`HARD_SEGMENT`] bytes (a character boundary) when no space comes. The marks and the
-/// spaces are found with SIMD searches, not byte by byte; the first position that
+/// spaces are found a block at a time, not byte by byte; the first position that
 /// qualifies wins, a sentence end before a space before the hard cut.
 fn segment_end(text: &str) -> usize {
     let bytes = text.as_bytes();
     // Only positions up to HARD_SEGMENT can end the segment.
     let scan = bytes.len().min(HARD_SEGMENT + 1);
     let mut end = None;
-    let mut from = 0;
-    while from < scan {
-        let window = &bytes[from..scan];
-        // The rarer marks are looked for only before the first common one.
-        let common = memchr::memchr3(b'.', b'!', b'?', window);
-        let before = &window[..common.unwrap_or(window.len())];
-        let Some(mark) = memchr::memchr3(b';', 0xE3, 0xEF, before).or(common) else {
-            break;
-        };
-        let i = from + mark;
-        if let Some(len) = sentence_end(bytes, i).filter(|len| i + len >= MIN_SEGMENT) {
-            end = Some((i, i + len));
-            break;
+    let mut base = 0;
+    'blocks: while base < scan {
+        let mut marks = mark_bits(&bytes[base..scan]);
+        while marks != 0 {
+            let i = base + marks.trailing_zeros() as usize;
+            marks &= marks - 1;
+            if let Some(len) = sentence_end(bytes, i).filter(|len| i + len >= MIN_SEGMENT) {
+                end = Some((i, i + len));
+                break 'blocks;
+            }
         }
-        from = i + 1;
+        base += 64;
     }
     // A space past MAX_SEGMENT, before the sentence end.
     let limit = end.map_or(scan, |(i, _)| i);
@@ -713,6 +762,25 @@ mod tests {
                 assert_eq!(segment_end(rest), want, "{rest:?}");
                 rest = &rest[want..];
             }
+        }
+    }
+
+    #[test]
+    fn byte_bits_are_the_bytes_tested_one_by_one() {
+        let text: Vec<u8> = (0..200u32).map(|i| (i * 37 % 251) as u8).collect();
+        for start in 0..text.len() {
+            let bytes = &text[start..];
+            let want = bytes
+                .iter()
+                .take(64)
+                .enumerate()
+                .filter(|(_, &b)| b == b'.' || b == 0xE3)
+                .fold(0u64, |bits, (k, _)| bits | 1 << k);
+            assert_eq!(
+                byte_bits(bytes, |b| (b == b'.') | (b == 0xE3)),
+                want,
+                "{start}"
+            );
         }
     }
 

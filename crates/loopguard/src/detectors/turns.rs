@@ -50,7 +50,24 @@ pub(crate) struct Stream {
     pub text: ChantTrack,
     /// Its reasoning so far.
     pub reasoning: ChantTrack,
+    /// Its id as the host spelt it, once a piece came with it.
+    #[serde(skip)]
+    pub spelt: Spelt,
 }
+
+/// The id of the answer being streamed, as the host spelt it: each next piece is matched
+/// to the stream by comparing strings, not by hashing its id again. A cache, not state:
+/// neither stored nor compared (a stream read back from bytes fills it again).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Spelt(pub Option<Box<str>>);
+
+impl PartialEq for Spelt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Spelt {}
 
 /// The message state of one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +95,10 @@ impl Turns {
         self.log.capacity() * std::mem::size_of::<Said>()
             + self.feedback_excerpt.capacity()
             + self.stream.as_ref().map_or(0, |s| {
-                std::mem::size_of::<Stream>() + s.text.heap_bytes() + s.reasoning.heap_bytes()
+                std::mem::size_of::<Stream>()
+                    + s.text.heap_bytes()
+                    + s.reasoning.heap_bytes()
+                    + s.spelt.0.as_ref().map_or(0, |id| id.len())
             })
     }
 

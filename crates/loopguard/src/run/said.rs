@@ -13,7 +13,7 @@ use crate::clock::Millis;
 use crate::config::extensions::Levels;
 use crate::config::EffectiveConfig;
 use crate::detectors::chanting::{excerpt, Chant, ChantTrack};
-use crate::detectors::turns::Stream;
+use crate::detectors::turns::{Spelt, Stream};
 use crate::enforcement::WarningKey;
 use crate::fingerprint::{Fingerprint, OutcomeRule, Signature};
 use crate::history::call_id_hash;
@@ -251,15 +251,14 @@ impl RunState {
         let Some(ext) = cfg.extensions.as_deref() else {
             return Verdict::Allow;
         };
-        let id = message.id.map_or(0, call_id_hash);
         let key = || message.id.zip(index).map(|(id, i)| retry_key(id, Some(i)));
-        if self
-            .added7
-            .turns
-            .stream
-            .as_ref()
-            .is_some_and(|s| s.id != id)
-        {
+        let open = self.added7.turns.stream.as_deref();
+        // The pieces of one stream share an id: hashed once, then compared as spelt.
+        let id = match open {
+            Some(s) if message.id.is_some() && s.spelt.0.as_deref() == message.id => s.id,
+            _ => message.id.map_or(0, call_id_hash),
+        };
+        if open.is_some_and(|s| s.id != id) {
             self.end_stream(cfg, false);
         }
         let stream = self.added7.turns.stream.get_or_insert_with(|| {
@@ -268,8 +267,12 @@ impl RunState {
                 next: 0,
                 text: ChantTrack::new(true),
                 reasoning: ChantTrack::new(true),
+                spelt: Spelt(None),
             })
         });
+        if stream.spelt.0.is_none() {
+            stream.spelt = Spelt(message.id.map(Box::from));
+        }
         if let Some(index) = index {
             if index < stream.next {
                 // Sent again: what it was answered, and nothing changes (its index was
@@ -290,8 +293,12 @@ impl RunState {
             let level = leveled(ext.content_chanting, c.count)?;
             Some(chanting_found(level, Role::Assistant, c))
         });
-        let verdict = self.verdict_on(cfg, found);
-        if let Some(key) = key().filter(|_| verdict != Verdict::Allow) {
+        let Some(found) = found else {
+            // Most pieces: nothing found, and nothing to keep for a retry.
+            return Verdict::Allow;
+        };
+        let verdict = self.verdict_on(cfg, Some(found));
+        if let Some(key) = (verdict != Verdict::Allow).then(key).flatten() {
             self.added
                 .answers
                 .called(key, PIECE, OutcomeRule::NONE, &verdict, 0);
@@ -686,6 +693,42 @@ mod tests {
             assert_eq!(word(&say(s, cfg, m2)), "warn");
         }
         assert_eq!(state, back);
+    }
+
+    /// A stream's id is matched by its spelling once hashed, a cache a state read back from
+    /// bytes does not have: both go on alike, and a piece of another id ends the stream.
+    #[test]
+    fn a_stream_goes_on_alike_after_a_round_trip() {
+        let set = config(
+            "repeatedMessage: { warningThreshold: 2, criticalThreshold: 3 }, contentChanting: {}",
+        );
+        let cfg = set.global();
+        let mut state = RunState::default();
+        let piece = |id, i| {
+            Message::assistant("The same words again.\n")
+                .with_id(Some(id))
+                .as_delta(Some(i))
+        };
+        let _ = say(&mut state, cfg, piece("s1", 0));
+        let mut back = RunState::from_bytes(&state.to_bytes()).unwrap();
+        for s in [&mut state, &mut back] {
+            assert_eq!(word(&say(s, cfg, piece("s1", 1))), "allow");
+            // Sent again: a retry, nothing changes.
+            assert_eq!(word(&say(s, cfg, piece("s1", 1))), "allow");
+            // Another id: the first stream ends (its print logged), a second begins.
+            let _ = say(s, cfg, piece("s2", 0));
+            let _ = say(s, cfg, Message::assistant("").with_id(Some("s2")));
+            // The first stream holds both its pieces (one stream across the round trip):
+            // the same two lines again are its second copy.
+            let v = say(
+                s,
+                cfg,
+                Message::assistant("The same words again.\n".repeat(2).as_str()),
+            );
+            assert_eq!(word(&v), "warn");
+        }
+        assert_eq!(state, back);
+        assert_eq!(state.to_bytes(), back.to_bytes());
     }
 
     /// As for calls: a host that sends every message under one id is answered as retrying
