@@ -201,3 +201,16 @@ fn a_run_storm_history_survives_a_sigkill() {
     assert_eq!(cases.len(), 3, "the run storm vectors");
     parallel(&cases, 3, |case| restart_case(case, Stop::Kill));
 }
+
+/// The agent tree vectors, the server SIGKILLed in the middle: the tree's record (in its
+/// root session's state) and each sub-agent's link (in its own) survive, so the spawns
+/// after the kill are judged exactly as in one uninterrupted replay.
+#[test]
+fn an_agent_tree_survives_a_sigkill() {
+    let cases: Vec<PathBuf> = common::vectors::budget_cases()
+        .into_iter()
+        .filter(|c| common::vectors::name(c).starts_with("agent-tree-"))
+        .collect();
+    assert_eq!(cases.len(), 6, "the agent tree vectors");
+    parallel(&cases, 3, |case| restart_case(case, Stop::Kill));
+}

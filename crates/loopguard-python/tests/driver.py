@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from loopguard import AnyGuard, AnyTicket
 
-IDS = ("session", "run", "agent", "call_id", "tool", "batch", "id")
+IDS = ("session", "run", "agent", "parent_session", "parent_run", "call_id", "tool", "batch", "id")
 _UNSET: Any = object()
 
 
@@ -40,7 +40,7 @@ def _held(event: Dict[str, Any], tickets: Optional[Tickets]) -> Optional[AnyTick
     if tickets is None or not isinstance(call_id, str) or call_id not in tickets:
         return None
     call, ticket = tickets.pop(call_id)
-    same = all(call.get(k) == event.get(k) for k in ("session", "run", "agent", "tool"))
+    same = all(call.get(k) == event.get(k) for k in ("session", "run", "agent", "parent_session", "parent_run", "tool"))
     return ticket if same and json.dumps(call.get("args", {}), sort_keys=True) == json.dumps(event.get("args", {}), sort_keys=True) else None
 
 
@@ -55,12 +55,18 @@ def answer(guard: AnyGuard, seq: int, event: Any, tickets: Optional[Tickets] = N
         return {"seq": seq, "error": f"bad event type {kind!r}"}
     try:
         ids = {key: _id(event, key) for key in IDS}
-        scope = {"session": ids["session"] or "default", "run": ids["run"], "agent": ids["agent"]}
+        scope = {
+            "session": ids["session"] or "default",
+            "run": ids["run"],
+            "agent": ids["agent"],
+            "parent_session": ids["parent_session"],
+            "parent_run": ids["parent_run"],
+        }
         head = {"seq": seq, "type": kind, "session": scope["session"], "run": scope["run"]}
         if kind == "compaction":
             return {**head, "armed": guard.on_compaction(**scope)}
         if kind == "usage":
-            figures = {k: v for k, v in event.items() if k not in ("type", "session", "run", "agent", "ts")}
+            figures = {k: v for k, v in event.items() if k not in ("type", "ts", *scope)}
             return {**head, **guard.record_usage(**scope, **figures).to_dict()}
         if kind == "message":
             return {**head, **_message(guard, event, ids["id"], scope).to_dict()}

@@ -307,6 +307,86 @@ fn operation<'a>(
     (RunKey::of(&scope), f)
 }
 
+/// `agent_tree`: the limits in force and the call print of `event`, when it is a
+/// sub-agent's call (a call whose scope names a parent) and the detector is on.
+fn sub_agent_call(
+    config: &ConfigSet,
+    default_agent: Option<&str>,
+    event: &RawEvent<'_>,
+) -> Option<(loopguard::tree::AgentTree, loopguard::Signature)> {
+    let RawEvent::Call { tool, args, .. } = event else {
+        return None;
+    };
+    let scope = event.scope(default_agent);
+    scope.parent_session()?;
+    let cfg = config.for_agent(scope.agent());
+    let tree = cfg.agent_tree()?;
+    let signature = match args {
+        Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg).signature,
+        None => loopguard::CallPrint::for_config(tool, &serde_json::json!({}), cfg).signature,
+    };
+    Some((tree, signature))
+}
+
+/// `agent_tree`, before a sub-agent's call is applied: its session is linked into its tree
+/// at its first call, the tree's root judging the spawn, each step an atomic update of one
+/// session's state. A step the store fails is left out (the event itself then meets the
+/// same store).
+async fn link_child<S: Store>(
+    app: &App<S>,
+    tree: &loopguard::tree::AgentTree,
+    scope: &loopguard::Scope<'_>,
+    signature: loopguard::Signature,
+) {
+    let Some(parent) = scope.parent_session() else {
+        return;
+    };
+    let store = app.store();
+    let linked = async {
+        let child = store.session_state(scope.session()).await?;
+        let parent = store.session_state(parent).await?;
+        let plan = loopguard::tree::plan_link(scope, signature, child.as_ref(), parent.as_ref());
+        let Some((root, task)) = plan else {
+            return Ok(());
+        };
+        let spawn = store
+            .update_session(&root, |s, now| s.spawn_child(tree, scope, task, now))
+            .await?;
+        store
+            .update_session(scope.session(), |s, now| s.link_to(&root, spawn, now))
+            .await
+    };
+    if let Err(e) = linked.await {
+        tracing::warn!(target: "loopguard::server", error = %e, "agent tree: a sub-agent's spawn was not judged");
+    }
+}
+
+/// `agent_tree`, after a sub-agent's call was blocked: its root's record is told once that
+/// it failed, with the print of the call blocked.
+async fn child_blocked<S: Store>(
+    app: &App<S>,
+    scope: &loopguard::Scope<'_>,
+    signature: loopguard::Signature,
+) {
+    let store = app.store();
+    let told = async {
+        let root = store
+            .update_session(scope.session(), |s, now| s.take_failure(now))
+            .await?;
+        if let Some(root) = root {
+            store
+                .update_session(&root, |s, now| {
+                    s.child_ended(scope.session(), Some(signature), now)
+                })
+                .await?;
+        }
+        Ok::<_, StoreError>(())
+    };
+    if let Err(e) = told.await {
+        tracing::warn!(target: "loopguard::server", error = %e, "agent tree: a sub-agent's failure was not recorded");
+    }
+}
+
 /// Applies valid events in order through the store; each answer is exactly
 /// `apply_event`'s. An event the store does not take is answered as the module docs say;
 /// when no event was applied at all, the request fails with the first refusal.
@@ -317,11 +397,43 @@ async fn apply<S: Store>(
     let config = app.config();
     let default_agent = app.options().default_agent.as_deref();
     let deadline = app.options().store_deadline.map(Deadline::after);
-    let ops: Vec<_> = events
-        .iter()
-        .map(|(seq, event)| operation(&config, default_agent, *seq, event))
-        .collect();
-    let results = app.store().update_all(ops, deadline).await;
+    // The events go to the store in one batch, except that a sub-agent's call goes alone,
+    // with the agent tree's steps around it, in the order the events came.
+    let mut results = Vec::with_capacity(events.len());
+    let mut start = 0;
+    while start < events.len() {
+        let child = sub_agent_call(&config, default_agent, &events[start].1);
+        let end = match child {
+            Some(_) => start + 1,
+            None => (start + 1..events.len())
+                .find(|&i| sub_agent_call(&config, default_agent, &events[i].1).is_some())
+                .unwrap_or(events.len()),
+        };
+        let chunk = &events[start..end];
+        if let Some((tree, signature)) = child {
+            link_child(app, &tree, &chunk[0].1.scope(default_agent), signature).await;
+        }
+        let ops: Vec<_> = chunk
+            .iter()
+            .map(|(seq, event)| operation(&config, default_agent, *seq, event))
+            .collect();
+        let chunk_results = app.store().update_all(ops, deadline).await;
+        let failed = chunk_results.iter().any(Result::is_err);
+        if let (Some((_, signature)), Some(Ok(Answer::Call { verdict, .. }))) =
+            (child, chunk_results.first())
+        {
+            if verdict.is_blocked() {
+                child_blocked(app, &chunk[0].1.scope(default_agent), signature).await;
+            }
+        }
+        results.extend(chunk_results);
+        start = end;
+        if failed {
+            // As in one batch: once an update failed, the later ones are not attempted.
+            results.extend((start..events.len()).map(|_| Err(StoreError::NotAttempted)));
+            break;
+        }
+    }
     let fail_open = app.options().on_store_failure == StoreFailure::FailOpen;
     let mut out = Vec::with_capacity(events.len());
     let mut refusal: Option<(StatusCode, StoreError)> = None;

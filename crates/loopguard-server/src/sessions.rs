@@ -337,6 +337,19 @@ pub(crate) async fn end_run<S: Store>(
     let max = app.limits().max_id_bytes;
     check_len("session", scope.session(), max)?;
     check_len("run", scope.run().unwrap_or(""), max)?;
+    // A sub-agent's run that ends tells its tree's root that the sub-agent finished.
+    let state = bounded(deadline(&app), app.store().session_state(scope.session())).await?;
+    if let Some(root) = state
+        .as_ref()
+        .and_then(|s| s.tree().link())
+        .map(|l| l.root.clone())
+    {
+        let child = scope.session();
+        let finished = app
+            .store()
+            .update_session(&root, |s, now| s.child_ended(child, None, now));
+        bounded(deadline(&app), finished).await?;
+    }
     let ended = bounded(deadline(&app), app.store().remove_run(RunKey::of(&scope))).await?;
     Ok(AppJson(RunEnded {
         session: scope.session().to_owned(),

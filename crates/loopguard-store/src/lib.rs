@@ -219,6 +219,25 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
+    /// Applies `f` to the state of `session` beyond its runs, atomically, as
+    /// [`Store::update`] does (the agent tree's steps touch the sessions of a tree apart
+    /// from the run of the event: [`loopguard::tree`]). It goes through the session's
+    /// record without a run (`RunKey::new(session, None)`), the one that holds calls made
+    /// outside any run.
+    fn update_session<R, F>(
+        &self,
+        session: &str,
+        mut f: F,
+    ) -> impl Future<Output = Result<R, StoreError>> + Send
+    where
+        R: Send,
+        F: FnMut(&mut SessionState, Millis) -> R + Send,
+    {
+        self.update(RunKey::new(session, None), move |_, state, now| {
+            f(state, now)
+        })
+    }
+
     /// Forgets a run (its prompt-to-answer cycle is over). Resolves with whether it
     /// existed, once the removal is durable.
     fn remove_run(&self, key: RunKey<'_>) -> impl Future<Output = Result<bool, StoreError>> + Send;

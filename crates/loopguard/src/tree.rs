@@ -474,9 +474,27 @@ pub trait SessionStates {
     ) -> Result<R, Self::Error>;
 }
 
+/// What linking a sub-agent's session into its tree takes: the root whose record judges
+/// the spawn, and the sub-agent's task. `None` for a session naming no parent, or one
+/// already linked (`child` is its state, `parent` its parent's).
+pub fn plan_link(
+    scope: &Scope<'_>,
+    signature: Signature,
+    child: Option<&SessionState>,
+    parent: Option<&SessionState>,
+) -> Option<(Box<str>, u64)> {
+    let parent_id = scope.parent_session()?;
+    if child.is_some_and(is_linked) {
+        return None;
+    }
+    let root = parent.map_or(parent_id, |p| p.tree().root_or(parent_id));
+    Some((root.into(), task(scope.agent(), signature)))
+}
+
 /// Before the call of `scope` whose print is `signature` is judged: a sub-agent's session
 /// (one naming a parent) is linked into its tree at its first call, the root's record
-/// judging the spawn. Nothing happens for other sessions or linked ones.
+/// judging the spawn ([`plan_link`], [`SessionState::spawn_child`],
+/// [`SessionState::link_to`]). Nothing happens for other sessions or linked ones.
 pub fn link_child<S: SessionStates>(
     states: &mut S,
     cfg: &AgentTree,
@@ -487,17 +505,20 @@ pub fn link_child<S: SessionStates>(
     let Some(parent) = scope.parent_session() else {
         return Ok(());
     };
-    if states.read_state(scope.session(), |s| {
-        s.is_some_and(|s| s.tree().link().is_some())
-    })? {
+    if states.read_state(scope.session(), |c| c.is_some_and(is_linked))? {
         return Ok(());
     }
-    let root: Box<str> = states.read_state(parent, |p| {
-        p.map_or(parent, |p| p.tree().root_or(parent)).into()
-    })?;
-    let task = task(scope.agent(), signature);
+    let plan = states.read_state(parent, |p| plan_link(scope, signature, None, p))?;
+    let Some((root, task)) = plan else {
+        return Ok(());
+    };
     let spawn = states.update_state(&root, |s| s.spawn_child(cfg, scope, task, now))?;
     states.update_state(scope.session(), |s| s.link_to(&root, spawn, now))
+}
+
+/// Whether a session's state links it into a tree.
+pub fn is_linked(state: &SessionState) -> bool {
+    state.tree().link().is_some()
 }
 
 /// After a call of `scope` was blocked: a sub-agent failed, and its root's record is told
@@ -508,9 +529,7 @@ pub fn child_blocked<S: SessionStates>(
     signature: Signature,
     now: Millis,
 ) -> Result<(), S::Error> {
-    if !states.read_state(scope.session(), |s| {
-        s.is_some_and(|s| s.tree().link().is_some())
-    })? {
+    if !states.read_state(scope.session(), |s| s.is_some_and(is_linked))? {
         return Ok(());
     }
     match states.update_state(scope.session(), |s| s.take_failure(now))? {

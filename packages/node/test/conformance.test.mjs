@@ -132,10 +132,13 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     assert.ok('error' in answer, `${where}: replay accepted it`);
     return;
   }
+  const parents = { parentSession: event.parent_session, parentRun: event.parent_run };
+  for (const key of Object.keys(parents)) if (parents[key] === undefined) delete parents[key];
   const fields = {
     session: event.session,
     run: event.run,
     agent: event.agent,
+    ...parents,
     callId: event.call_id,
     tool: event.tool,
     args: event.args,
@@ -156,6 +159,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     session: event.session,
     run: event.run,
     agent: event.agent,
+    ...parents,
     role: event.role,
     text: 'text' in event ? event.text : '',
     reasoning: event.reasoning,
@@ -168,6 +172,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
     session: event.session,
     run: event.run,
     agent: event.agent,
+    ...parents,
     id: event.id,
     model: event.model,
     inputTokens: event.input_tokens,
@@ -178,7 +183,7 @@ function checkIdiomatic(guard, line, answer, where, tickets) {
   };
   for (const key of Object.keys(usage)) if (usage[key] === undefined) delete usage[key];
   // A member the protocol does not know goes through as it is: the API refuses it too.
-  const known = ['type', 'session', 'run', 'agent', 'id', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'cost'];
+  const known = ['type', 'session', 'run', 'agent', 'parent_session', 'parent_run', 'id', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'cost'];
   if (kind === 'usage') for (const key of Object.keys(event)) if (!known.includes(key)) usage[key] = event[key];
   const ticket = tickets && kind === 'result' ? ticketFor(event, tickets) : undefined;
   const act = () => {

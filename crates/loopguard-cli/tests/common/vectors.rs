@@ -46,11 +46,16 @@ pub fn spec_cases() -> Vec<PathBuf> {
 
 /// The vectors of the `loopguard` block whose state is the session's as well as the run's:
 /// the spend budgets (`spec/extensions/budget-*`: usage events and budgets) and the run
-/// storms (`run-storm-*`), for the front ends that must answer them exactly as `replay`.
+/// storms (`run-storm-*`) and the agent trees (`agent-tree-*`: sessions linked to their
+/// parents), for the front ends that must answer them exactly as `replay`.
 pub fn budget_cases() -> Vec<PathBuf> {
     let cases: Vec<_> = cases(&super::repo_root().join("spec/extensions"))
         .into_iter()
-        .filter(|c| name(c).starts_with("budget-") || name(c).starts_with("run-storm-"))
+        .filter(|c| {
+            ["budget-", "run-storm-", "agent-tree-"]
+                .iter()
+                .any(|p| name(c).starts_with(p))
+        })
         .collect();
     assert!(cases.len() >= 10, "the budget vectors are expected");
     cases
