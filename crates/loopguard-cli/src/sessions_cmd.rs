@@ -245,8 +245,10 @@ fn show(args: ShowArgs) -> Result<u8, String> {
                 .collect();
             // Most recently active first, as the server lists them.
             snapshots.sort_by_key(|s| std::cmp::Reverse(s.state.last_active()));
-            serde_json::to_value(SessionView::new(args.session.clone(), &snapshots))
-                .map_err(|e| e.to_string())?
+            let state = with_db(&path, |tx| tx.session_state(&args.session))?.flatten();
+            let view = SessionView::new(args.session.clone(), &snapshots)
+                .with_session_state(state.as_ref());
+            serde_json::to_value(view).map_err(|e| e.to_string())?
         }
     };
     if wants_json(args.place.json) {
@@ -357,6 +359,27 @@ fn human_session(view: &Value, now_ms: u64) -> String {
         runs.len(),
         plural(runs.len())
     );
+    if let Some(tree) = view["tree"].as_object() {
+        if let Some(root) = tree.get("root").and_then(Value::as_str) {
+            let spawn = &tree["spawn"];
+            let _ = writeln!(
+                out,
+                "sub-agent of the tree rooted at {root}: spawn {}{}",
+                spawn["verdict"].as_str().unwrap_or("?"),
+                match spawn["limit"].as_str() {
+                    Some(limit) => format!(" ({limit} {})", spawn["count"]),
+                    None => String::new(),
+                }
+            );
+        }
+        if let Some(c) = tree.get("counts").filter(|c| c.is_object()) {
+            let _ = writeln!(
+                out,
+                "root of a tree: {} sub-agents ({} running, {} failed), depth {}; spawns warned {}, blocked {}",
+                c["children"], c["running"], c["failed"], c["depth"], c["warned"], c["blocked"]
+            );
+        }
+    }
     for run in runs {
         let h = &run["history"];
         let name = run["run"]

@@ -24,6 +24,9 @@ pub struct SessionView {
     pub spend: Option<SpendView>,
     /// Its run storm (`run_storm`), when its last runs ended the same way.
     pub storm: Option<StormView>,
+    /// Its place in a tree of agents (`agent_tree`): a sub-agent's root and spawn, a
+    /// root's counts rolled up from its sub-agents.
+    pub tree: Option<TreeView>,
     /// Its live runs, most recently active first.
     pub runs: Vec<RunView>,
 }
@@ -47,6 +50,51 @@ impl StormView {
             runs: state.storm_row(),
             stopped: stop.is_some(),
             until_ms: stop.and_then(|s| s.until).map(|m| m.get()),
+        })
+    }
+}
+
+/// A session's place in a tree of agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TreeView {
+    /// For a sub-agent: the root session of its tree.
+    pub root: Option<String>,
+    /// For a sub-agent: what its spawn was judged (`allowed`, `warn` or `block`) and the
+    /// limit it met (`children`, `depth`, `concurrent`, `respawn`), with the count.
+    pub spawn: Option<SpawnView>,
+    /// For a root: what its sub-agents add up to.
+    pub counts: Option<loopguard::tree::TreeCounts>,
+}
+
+/// What the tree said of a sub-agent's spawn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SpawnView {
+    /// `allowed`, `warn` or `block`.
+    pub verdict: &'static str,
+    /// The limit met, when one was.
+    pub limit: Option<loopguard::tree::TreeLimit>,
+    /// The count that met it.
+    pub count: Option<u32>,
+}
+
+impl TreeView {
+    /// The view of a session's place in its tree; `None` when it has none.
+    pub fn of(state: &loopguard::SessionState) -> Option<Self> {
+        use loopguard::tree::Spawn;
+        let place = state.tree();
+        let spawn = place.link().map(|l| match l.spawn {
+            Spawn::Allowed => ("allowed", None, None),
+            Spawn::Warn(limit, n) => ("warn", Some(limit), Some(n)),
+            Spawn::Block(limit, n) => ("block", Some(limit), Some(n)),
+        });
+        (place.link().is_some() || place.record().is_some()).then(|| Self {
+            root: place.link().map(|l| l.root.to_string()),
+            spawn: spawn.map(|(verdict, limit, count)| SpawnView {
+                verdict,
+                limit,
+                count,
+            }),
+            counts: place.record().map(|t| t.counts()),
         })
     }
 }
@@ -174,6 +222,7 @@ impl SessionView {
             runs: runs.iter().map(RunView::of).collect(),
             spend: None,
             storm: None,
+            tree: None,
             session,
         }
     }
@@ -182,6 +231,7 @@ impl SessionView {
     pub fn with_session_state(mut self, state: Option<&loopguard::SessionState>) -> Self {
         self.spend = state.and_then(|s| SpendView::of(s.spend()));
         self.storm = state.and_then(StormView::of);
+        self.tree = state.and_then(TreeView::of);
         self
     }
 }

@@ -553,3 +553,37 @@ fn a_session_view_shows_its_run_storm() {
         json!({"runs": 3, "stopped": true, "until_ms": null})
     );
 }
+
+/// A tree in its sessions' views: the root's counts, each sub-agent's root and spawn.
+#[test]
+fn session_views_show_their_agent_tree() {
+    use loopguard::{config::ConfigSet, Call, Guard, Scope};
+    let config = ConfigSet::parse(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { agentTree: { maxChildren: 2 } } } }",
+    )
+    .unwrap();
+    let mut guard = Guard::new(config);
+    for k in 1..=3 {
+        let child = format!("s/agent-{k}");
+        let scope = Scope::new(&child)
+            .with_run(Some("r"))
+            .with_parent(Some("s"), Some("r"));
+        let _ = guard.begin(&scope, &Call::new("read", &json!({"path": k})));
+    }
+    let view = |s: &str| {
+        serde_json::to_value(crate::sessions::TreeView::of(
+            guard.session_state(s).unwrap(),
+        ))
+        .unwrap()
+    };
+    assert_eq!(
+        view("s")["counts"],
+        json!({"children": 2, "running": 2, "depth": 1, "failed": 0, "warned": 1, "blocked": 1})
+    );
+    assert_eq!(view("s")["root"], Value::Null);
+    assert_eq!(
+        view("s/agent-2"),
+        json!({"root": "s", "spawn": {"verdict": "warn", "limit": "children", "count": 2}, "counts": null})
+    );
+    assert_eq!(view("s/agent-3")["spawn"]["verdict"], "block");
+}
