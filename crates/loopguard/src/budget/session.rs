@@ -188,17 +188,7 @@ impl SessionState {
         now: Millis,
         f: impl FnOnce(&mut Storm, &mut bool) -> R,
     ) -> R {
-        let was_empty = self.kept.is_none();
-        let kept = self.kept.get_or_insert_with(Box::default);
-        let mut changed = false;
-        let r = f(&mut kept.storm, &mut changed);
-        if changed {
-            self.changed = true;
-            kept.last_active = now;
-        } else if was_empty {
-            self.kept = None;
-        }
-        r
+        self.with_part(now, |k| &mut k.storm, f)
     }
 
     /// The session's place in a tree of agents: a sub-agent's link to its root, a root's
@@ -214,10 +204,21 @@ impl SessionState {
         now: Millis,
         f: impl FnOnce(&mut TreePlace, &mut bool) -> R,
     ) -> R {
+        self.with_part(now, |k| &mut k.tree, f)
+    }
+
+    /// Applies `f` to the part of what is kept that `part` picks: the state is allocated
+    /// for it and dropped again when it stays empty; a change marks it changed.
+    fn with_part<T, R>(
+        &mut self,
+        now: Millis,
+        part: impl FnOnce(&mut Kept) -> &mut T,
+        f: impl FnOnce(&mut T, &mut bool) -> R,
+    ) -> R {
         let was_empty = self.kept.is_none();
         let kept = self.kept.get_or_insert_with(Box::default);
         let mut changed = false;
-        let r = f(&mut kept.tree, &mut changed);
+        let r = f(part(kept), &mut changed);
         if changed {
             self.changed = true;
             kept.last_active = now;
