@@ -68,7 +68,7 @@ fn garbage_on_stdin() {
 fn unknown_hook_events_do_nothing() {
     let env = Env::new();
     for (agent, nothing) in [("claude-code", ""), ("codex", ""), ("gemini", "{}")] {
-        for event in ["SubagentStop", "Notification", "NoSuchEvent", "pretooluse"] {
+        for event in ["TeammateIdle", "Notification", "NoSuchEvent", "pretooluse"] {
             let h = env.hook(agent, &json!({"session_id": "s", "hook_event_name": event}));
             assert_eq!((h.code, h.stdout.as_str()), (0, nothing), "{agent} {event}");
             assert!(h.stderr.contains(event), "{}", h.stderr);
