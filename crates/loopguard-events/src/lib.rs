@@ -226,11 +226,12 @@ pub fn apply_with_tree<'a, J: Json<'a>, S: loopguard::tree::SessionStates>(
 ) -> Result<Reply, S::Error> {
     let tree = match (event, cfg.agent_tree()) {
         (EventRef::Call { tool, args, .. }, Some(tree)) if scope.parent_session().is_some() => {
-            let print = match args {
-                Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg),
-                None => loopguard::CallPrint::for_config(tool, &*EMPTY_ARGS, cfg),
+            // Fingerprinted only at the sub-agent's first call.
+            let signature = || match args {
+                Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg).signature,
+                None => loopguard::CallPrint::for_config(tool, &*EMPTY_ARGS, cfg).signature,
             };
-            loopguard::tree::link_child(states, &tree, scope, print.signature, now)?;
+            loopguard::tree::link_child(states, &tree, scope, signature, now)?;
             true
         }
         _ => false,

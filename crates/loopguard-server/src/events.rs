@@ -307,25 +307,19 @@ fn operation<'a>(
     (RunKey::of(&scope), f)
 }
 
-/// `agent_tree`: the limits in force and the call print of `event`, when it is a
-/// sub-agent's call (a call whose scope names a parent) and the detector is on.
+/// `agent_tree`: the limits in force, when `event` is a sub-agent's call (a call whose
+/// scope names a parent) and the detector is on.
 fn sub_agent_call(
     config: &ConfigSet,
     default_agent: Option<&str>,
     event: &RawEvent<'_>,
-) -> Option<(loopguard::tree::AgentTree, loopguard::Signature)> {
-    let RawEvent::Call { tool, args, .. } = event else {
+) -> Option<loopguard::tree::AgentTree> {
+    if !matches!(event, RawEvent::Call { .. }) {
         return None;
-    };
+    }
     let scope = event.scope(default_agent);
     scope.parent_session()?;
-    let cfg = config.for_agent(scope.agent());
-    let tree = cfg.agent_tree()?;
-    let signature = match args {
-        Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg).signature,
-        None => loopguard::CallPrint::for_config(tool, &serde_json::json!({}), cfg).signature,
-    };
-    Some((tree, signature))
+    config.for_agent(scope.agent()).agent_tree()
 }
 
 /// `agent_tree`, before a sub-agent's call is applied: its session is linked into its tree
@@ -336,7 +330,7 @@ async fn link_child<S: Store>(
     app: &App<S>,
     tree: &loopguard::tree::AgentTree,
     scope: &loopguard::Scope<'_>,
-    signature: loopguard::Signature,
+    signature: impl FnOnce() -> loopguard::Signature,
 ) {
     let Some(parent) = scope.parent_session() else {
         return;
@@ -344,8 +338,11 @@ async fn link_child<S: Store>(
     let store = app.store();
     let linked = async {
         let child = store.session_state(scope.session()).await?;
+        if child.as_ref().is_some_and(loopguard::tree::is_linked) {
+            return Ok(());
+        }
         let parent = store.session_state(parent).await?;
-        let plan = loopguard::tree::plan_link(scope, signature, child.as_ref(), parent.as_ref());
+        let plan = loopguard::tree::plan_link(scope, signature, None, parent.as_ref());
         let Some((root, task)) = plan else {
             return Ok(());
         };
@@ -410,8 +407,17 @@ async fn apply<S: Store>(
                 .unwrap_or(events.len()),
         };
         let chunk = &events[start..end];
-        if let Some((tree, signature)) = child {
-            link_child(app, &tree, &chunk[0].1.scope(default_agent), signature).await;
+        if let (Some(tree), RawEvent::Call { tool, args, .. }) = (child, &chunk[0].1) {
+            let scope = chunk[0].1.scope(default_agent);
+            let cfg = config.for_agent(scope.agent());
+            // Fingerprinted only at the sub-agent's first call.
+            let signature = || match args {
+                Some(args) => loopguard::CallPrint::for_config(tool, *args, cfg).signature,
+                None => {
+                    loopguard::CallPrint::for_config(tool, &serde_json::json!({}), cfg).signature
+                }
+            };
+            link_child(app, &tree, &scope, signature).await;
         }
         let ops: Vec<_> = chunk
             .iter()
@@ -419,11 +425,9 @@ async fn apply<S: Store>(
             .collect();
         let chunk_results = app.store().update_all(ops, deadline).await;
         let failed = chunk_results.iter().any(Result::is_err);
-        if let (Some((_, signature)), Some(Ok(Answer::Call { verdict, .. }))) =
-            (child, chunk_results.first())
-        {
-            if verdict.is_blocked() {
-                child_blocked(app, &chunk[0].1.scope(default_agent), signature).await;
+        if let (Some(_), Some(Ok(Answer::Call { verdict, .. }))) = (child, chunk_results.first()) {
+            if let Some(d) = verdict.detection().filter(|_| verdict.is_blocked()) {
+                child_blocked(app, &chunk[0].1.scope(default_agent), d.signature).await;
             }
         }
         results.extend(chunk_results);

@@ -78,13 +78,24 @@ impl<C: Clock> Guard<C> {
     }
 
     /// [`Guard::link_child`] for `call`, when `scope` names a parent (the call is
-    /// fingerprinted for it only then).
+    /// fingerprinted for it only at the sub-agent's first call).
     pub fn link_call<'a, J: Json<'a>>(&mut self, scope: &Scope<'_>, call: &Call<'a, J>) {
-        if scope.parent_session().is_some() {
-            let cfg = self.config.for_agent(scope.agent());
-            let print = crate::fingerprint::CallPrint::for_config(call.tool, call.args, cfg);
-            self.link_child(scope, print.signature);
+        if scope.parent_session().is_none() {
+            return;
         }
+        let cfg = self.config.for_agent(scope.agent());
+        let Some(tree) = cfg.agent_tree() else {
+            return;
+        };
+        let now = self.clock.now_ms();
+        let mut states = TableStates {
+            runs: &mut self.runs,
+            tick: &mut self.tick,
+            now,
+        };
+        let print = || crate::fingerprint::CallPrint::for_config(call.tool, call.args, cfg);
+        // A session the table cannot open (at its bound, refusing) is left alone.
+        let _ = crate::tree::link_child(&mut states, &tree, scope, || print().signature, now);
     }
 
     /// `agent_tree`, before the call of `scope` whose print is `signature` is judged: a
@@ -98,19 +109,23 @@ impl<C: Clock> Guard<C> {
         };
         let now = self.clock.now_ms();
         // A session the table cannot open (at its bound, refusing) is left alone.
-        let _ = crate::tree::link_child(&mut self.states(), &tree, scope, signature, now);
+        let _ = crate::tree::link_child(&mut self.states(now), &tree, scope, || signature, now);
     }
 
     /// `agent_tree`, after a call of `scope` was blocked: a sub-agent failed, and its
     /// root's record is told once, with the print of the call blocked.
     pub fn child_blocked(&mut self, scope: &Scope<'_>, signature: crate::Signature) {
         let now = self.clock.now_ms();
-        let _ = crate::tree::child_blocked(&mut self.states(), scope, signature, now);
+        let _ = crate::tree::child_blocked(&mut self.states(now), scope, signature, now);
     }
 
-    /// The guard's sessions' states, for the agent tree's steps.
-    fn states(&mut self) -> TableStates<'_, C> {
-        TableStates { guard: self }
+    /// The guard's sessions' states at `now`, for the agent tree's steps.
+    fn states(&mut self, now: Millis) -> TableStates<'_, Box<RunState>> {
+        TableStates {
+            runs: &mut self.runs,
+            tick: &mut self.tick,
+            now,
+        }
     }
 
     /// Records what the call of `ticket` returned (also for warned calls; the outcome of a
@@ -236,7 +251,7 @@ impl<C: Clock> Guard<C> {
     /// (`agent_tree`'s children at once).
     pub fn end_run(&mut self, scope: &Scope<'_>) -> bool {
         let now = self.clock.now_ms();
-        let _ = crate::tree::run_ended(&mut self.states(), scope.session(), now);
+        let _ = crate::tree::run_ended(&mut self.states(now), scope.session(), now);
         self.runs
             .remove_run(scope.session(), scope.run().unwrap_or(""))
             .is_some()
@@ -371,32 +386,34 @@ impl<C: Clock> Guard<C> {
     }
 }
 
-/// A guard's sessions' states, one at a time ([`crate::tree::SessionStates`]).
-struct TableStates<'g, C: Clock> {
-    guard: &'g mut Guard<C>,
+/// A guard's sessions' states, one at a time ([`crate::tree::SessionStates`]), touched at
+/// `now`.
+struct TableStates<'g, R> {
+    runs: &'g mut SessionTable<R, SessionState>,
+    tick: &'g mut u64,
+    now: Millis,
 }
 
-impl<C: Clock> crate::tree::SessionStates for TableStates<'_, C> {
+impl<R> crate::tree::SessionStates for TableStates<'_, R> {
     type Error = crate::table::SessionLimit;
 
-    fn read_state<R>(
+    fn read_state<T>(
         &mut self,
         session: &str,
-        f: impl FnOnce(Option<&SessionState>) -> R,
-    ) -> Result<R, Self::Error> {
-        Ok(f(self.guard.runs.session_value(session)))
+        f: impl FnOnce(Option<&SessionState>) -> T,
+    ) -> Result<T, Self::Error> {
+        Ok(f(self.runs.session_value(session)))
     }
 
-    fn update_state<R>(
+    fn update_state<T>(
         &mut self,
         session: &str,
-        f: impl FnOnce(&mut SessionState) -> R,
-    ) -> Result<R, Self::Error> {
-        let g = &mut *self.guard;
-        g.tick += 1;
+        f: impl FnOnce(&mut SessionState) -> T,
+    ) -> Result<T, Self::Error> {
+        *self.tick += 1;
         let mut out = None;
-        g.runs
-            .touch_session(session, g.tick, g.clock.now_ms(), |s| out = Some(f(s)))?;
+        self.runs
+            .touch_session(session, *self.tick, self.now, |s| out = Some(f(s)))?;
         Ok(out.expect("touch_session applies its closure when it opens the session"))
     }
 }

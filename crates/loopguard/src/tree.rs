@@ -476,10 +476,11 @@ pub trait SessionStates {
 
 /// What linking a sub-agent's session into its tree takes: the root whose record judges
 /// the spawn, and the sub-agent's task. `None` for a session naming no parent, or one
-/// already linked (`child` is its state, `parent` its parent's).
+/// already linked (`child` is its state, `parent` its parent's). `signature` gives the
+/// print of the sub-agent's first call, computed only when it is needed.
 pub fn plan_link(
     scope: &Scope<'_>,
-    signature: Signature,
+    signature: impl FnOnce() -> Signature,
     child: Option<&SessionState>,
     parent: Option<&SessionState>,
 ) -> Option<(Box<str>, u64)> {
@@ -488,7 +489,7 @@ pub fn plan_link(
         return None;
     }
     let root = parent.map_or(parent_id, |p| p.tree().root_or(parent_id));
-    Some((root.into(), task(scope.agent(), signature)))
+    Some((root.into(), task(scope.agent(), signature())))
 }
 
 /// Before the call of `scope` whose print is `signature` is judged: a sub-agent's session
@@ -499,7 +500,7 @@ pub fn link_child<S: SessionStates>(
     states: &mut S,
     cfg: &AgentTree,
     scope: &Scope<'_>,
-    signature: Signature,
+    signature: impl FnOnce() -> Signature,
     now: Millis,
 ) -> Result<(), S::Error> {
     let Some(parent) = scope.parent_session() else {
