@@ -217,9 +217,15 @@ pub struct StopView {
 impl SessionView {
     /// The view of `session` from its stored runs (most recently active first), as
     /// `GET /v1/sessions/{session}` shows it; also for tools that read a store directly.
+    /// A blank record without a run ([`RunState::is_blank`](loopguard::RunState::is_blank):
+    /// the one an agent tree's steps went through) is left out.
     pub fn new(session: String, runs: &[RunSnapshot]) -> Self {
         Self {
-            runs: runs.iter().map(RunView::of).collect(),
+            runs: runs
+                .iter()
+                .filter(|r| r.run.is_some() || !r.state.is_blank())
+                .map(RunView::of)
+                .collect(),
             spend: None,
             storm: None,
             tree: None,

@@ -587,3 +587,47 @@ fn session_views_show_their_agent_tree() {
     );
     assert_eq!(view("s/agent-3")["spawn"]["verdict"], "block");
 }
+
+/// The tree's steps go through the root's record without a run; its view shows the tree
+/// and the runs with calls, not that blank record.
+#[tokio::test]
+async fn a_tree_root_shows_its_runs_not_a_blank_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json5");
+    std::fs::write(
+        &path,
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { agentTree: { maxChildren: 1 } } } }",
+    )
+    .unwrap();
+    let app = app_with(Options {
+        config_path: Some(path),
+        ..Options::default()
+    });
+    let (status, _) = post(
+        &app,
+        "/v1/events",
+        r#"[{"type":"call","session":"s","run":"r","call_id":"a","tool":"Task"},
+        {"type":"call","session":"s/agent-1","run":"c","parent_session":"s","parent_run":"r","call_id":"b","tool":"read"},
+        {"type":"call","session":"s/agent-2","run":"c","parent_session":"s","parent_run":"r","call_id":"c","tool":"read"}]"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = get(&app, "/v1/sessions/s").await;
+    assert_eq!(status, StatusCode::OK);
+    let view: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(view["tree"]["counts"]["children"], 1, "{view}");
+    assert_eq!(view["tree"]["counts"]["blocked"], 1, "{view}");
+    let runs: Vec<&Value> = view["runs"].as_array().unwrap().iter().collect();
+    assert_eq!(runs.len(), 1, "{view}");
+    assert_eq!(runs[0]["run"], "r");
+    // A record without a run that holds calls is shown.
+    post(
+        &app,
+        "/v1/events",
+        r#"{"type":"call","session":"s","call_id":"d","tool":"exec"}"#,
+    )
+    .await;
+    let (_, body) = get(&app, "/v1/sessions/s").await;
+    let view: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(view["runs"].as_array().unwrap().len(), 2, "{view}");
+}

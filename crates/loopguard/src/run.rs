@@ -212,6 +212,18 @@ impl RunState {
         self.last_active
     }
 
+    /// Whether the run holds nothing but its activity time: no call, message, usage or
+    /// stop was ever applied to it. A store's record without a run is blank when only the
+    /// session's own state went through it ([`SessionState`](crate::SessionState): an
+    /// agent tree's steps), and views leave such a record out.
+    pub fn is_blank(&self) -> bool {
+        *self
+            == Self {
+                last_active: self.last_active,
+                ..Self::default()
+            }
+    }
+
     /// A compact, versioned binary form, for durable stores: a version byte, then the
     /// state (postcard; fingerprints as raw 16-byte strings, since variable-length integers
     /// would only cost time on random values).
