@@ -177,7 +177,7 @@ fn the_same_loop_after_a_compaction_stops_the_turn() {
 #[test]
 fn events_codex_has_but_loopguard_does_not_use_are_ignored() {
     let env = Env::new();
-    for event in ["PermissionRequest", "PostCompact", "SubagentStop"] {
+    for event in ["PermissionRequest", "PostCompact", "SubagentStart"] {
         let h = env.hook(AGENT, &base(event));
         assert_eq!((h.code, h.stdout.as_str()), (0, ""), "{event}");
         assert!(h.stderr.contains(event));
@@ -193,7 +193,7 @@ fn print_config_gives_the_hooks_json_snippet() {
     let out = hook_common::run(cmd, b"");
     let v = out.json();
     let events: Vec<&String> = v["hooks"].as_object().unwrap().keys().collect();
-    assert_eq!(events.len(), 6);
+    assert_eq!(events.len(), 7);
     for event in [
         "SessionStart",
         "UserPromptSubmit",
@@ -201,6 +201,7 @@ fn print_config_gives_the_hooks_json_snippet() {
         "PostToolUse",
         "PreCompact",
         "Stop",
+        "SubagentStop",
     ] {
         assert!(v["hooks"][event][0]["hooks"][0]["command"]
             .as_str()
@@ -208,4 +209,56 @@ fn print_config_gives_the_hooks_json_snippet() {
             .contains("/loopguard-hook codex "));
     }
     assert!(out.stderr.contains("hooks.json"));
+}
+
+/// Calls inside a thread-spawned subagent (`agent_id`) are the subagent's, in a session of
+/// its own under the turn that spawned it; `SubagentStop` ends its run, so it no longer
+/// counts as running.
+#[test]
+fn subagent_stop_ends_a_subagents_run_in_its_tree() {
+    let env = Env::with_config(
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { agentTree: { maxConcurrent: 2 } } } }",
+    );
+    let in_child = |mut payload: Value, agent: &str| {
+        payload["agent_id"] = json!(agent);
+        payload["agent_type"] = json!("worker");
+        payload
+    };
+    let first_call = |agent: &str, id: &str| {
+        env.hook(
+            AGENT,
+            &in_child(pre(id, &format!("cat src/{agent}.rs")), agent),
+        )
+    };
+    let stop = |agent: &str| {
+        let mut p = in_child(base("SubagentStop"), agent);
+        p["stop_hook_active"] = json!(false);
+        p["agent_transcript_path"] = json!(null);
+        p["last_assistant_message"] = json!("Done.");
+        env.hook(AGENT, &p)
+    };
+    let mut prompt = base("UserPromptSubmit");
+    prompt["prompt"] = json!("Review every module");
+    env.hook(AGENT, &prompt);
+    let denied = |h: &hook_common::Hook| h.stdout.contains("\"permissionDecision\":\"deny\"");
+    assert_eq!(first_call("c1", "t1").stdout, "", "child 1: allowed");
+    assert!(!denied(&first_call("c2", "t2")), "child 2: at the limit");
+    // c1 and c2 still run: a third child is past maxConcurrent, denied.
+    let denied3 = first_call("c3", "t3").json();
+    assert_codex_pre_tool_use(&denied3);
+    assert_eq!(
+        denied3["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{denied3}"
+    );
+    let child = format!("{SESSION}/agent-c1");
+    assert!(env.run(&child, "prompt-1").is_some());
+    let stopped = stop("c1");
+    assert_eq!((stopped.code, stopped.stdout.as_str()), (0, ""));
+    assert!(
+        env.run(&child, "prompt-1").is_none(),
+        "its run is forgotten"
+    );
+    // c1 finished: the next child runs.
+    let next = first_call("c4", "t4");
+    assert!(!denied(&next), "child 4 runs: {}", next.stdout);
 }

@@ -19,6 +19,7 @@
 //! | `SessionStart` | `startup`, `clear`: a new run; `resume`: nothing | nothing |
 //! | `SessionEnd` | the session is forgotten (only newer releases send it) | nothing |
 //! | `Stop` | the rollout's tail is read with the last answer whole | nothing (the turn may end) |
+//! | `SubagentStop` | the subagent's run (in its session `SESSION/agent-ID`) ends: its agent tree counts it finished | nothing (the subagent's turn may end) |
 //!
 //! Before the events that judge or start something, the hook reads what the session's
 //! rollout (`transcript_path`) gained ([`crate::transcript`]): each response's
@@ -54,6 +55,7 @@ pub const EVENTS: &[&str] = &[
     "PostToolUse",
     "PreCompact",
     "Stop",
+    "SubagentStop",
 ];
 
 /// Reads a payload.
@@ -78,6 +80,7 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
         },
         "SessionEnd" => HookEvent::SessionEnded,
         "Stop" => HookEvent::Stopped,
+        "SubagentStop" => HookEvent::SubagentStopped,
         other => return Err(PayloadError::Unsupported(other.to_owned())),
     };
     Ok((origin, event))
