@@ -24,6 +24,14 @@ fn app() -> Arc<App<MemoryStore>> {
     app_with(Options::default())
 }
 
+/// A config file of `text` in a new directory (kept while the guard lives).
+fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json5");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
 async fn send(
     app: &Arc<App<MemoryStore>>,
     request: Request<Body>,
@@ -467,13 +475,8 @@ async fn health_metrics_and_the_openapi_document() {
 
 #[tokio::test]
 async fn reload_keeps_the_old_config_when_the_new_one_is_invalid() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.json5");
-    std::fs::write(
-        &path,
-        "{ tools: { loopDetection: { enabled: true, warningThreshold: 2 } } }",
-    )
-    .unwrap();
+    let (_dir, path) =
+        config_file("{ tools: { loopDetection: { enabled: true, warningThreshold: 2 } } }");
     // Without a token the endpoint is off unless asked for.
     let off = app_with(Options {
         config_path: Some(path.clone()),
@@ -592,13 +595,9 @@ fn session_views_show_their_agent_tree() {
 /// and the runs with calls, not that blank record.
 #[tokio::test]
 async fn a_tree_root_shows_its_runs_not_a_blank_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.json5");
-    std::fs::write(
-        &path,
+    let (_dir, path) = config_file(
         "{ tools: { loopDetection: { enabled: true } }, loopguard: { detectors: { agentTree: { maxChildren: 1 } } } }",
-    )
-    .unwrap();
+    );
     let app = app_with(Options {
         config_path: Some(path),
         ..Options::default()
