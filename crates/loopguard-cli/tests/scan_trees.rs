@@ -172,10 +172,22 @@ fn corpus_folder(name: &str) -> Option<PathBuf> {
     folder
 }
 
+/// A temporary OpenClaw sessions folder: the corpus transcripts of `sessions`, with the
+/// session store `store`.
+fn sessions_folder(corpus: &Path, sessions: &[&str], store: &Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for id in sessions {
+        let name = format!("{id}.jsonl");
+        std::fs::copy(corpus.join(&name), dir.path().join(&name)).unwrap();
+    }
+    std::fs::write(dir.path().join("sessions.json"), store.to_string()).unwrap();
+    dir
+}
+
 /// OpenClaw records a spawned session in its session store (`sessions.json`, beside the
 /// transcripts): `spawnedBy` names the parent's key. Two real transcripts of the corpus,
 /// copied into a temporary sessions folder with a store that makes one the other's child,
-/// scan as one tree (the parent run is not in the store: absent).
+/// scan as one tree (the parent made no spawn call that names the child: no parent run).
 #[test]
 fn an_openclaw_session_store_links_a_spawned_session() {
     let Some(corpus) = corpus_folder("openclaw") else {
@@ -183,19 +195,11 @@ fn an_openclaw_session_store_links_a_spawned_session() {
     };
     let parent = "44de2062-6cdd-4d8c-917e-41a2bb188a7a";
     let child = "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1";
-    let dir = tempfile::tempdir().unwrap();
-    for id in [parent, child] {
-        std::fs::copy(
-            corpus.join(format!("{id}.jsonl")),
-            dir.path().join(format!("{id}.jsonl")),
-        )
-        .unwrap();
-    }
     let store = serde_json::json!({
         "agent:main:main": {"sessionId": parent},
         "agent:main:subagent:6f3e": {"sessionId": child, "spawnedBy": "agent:main:main", "spawnDepth": 1},
     });
-    std::fs::write(dir.path().join("sessions.json"), store.to_string()).unwrap();
+    let dir = sessions_folder(&corpus, &[parent, child], &store);
     let doc = scan(dir.path());
     let trees = doc["trees"].as_array().unwrap();
     assert_eq!(trees.len(), 1, "{trees:?}");
@@ -228,4 +232,40 @@ fn a_subagent_scanned_alone_shows_under_its_unscanned_parent() {
     assert_eq!(t["nodes"][1]["parent_run"], Value::Null);
     let beside = scan(&corpus.join(parent).join("subagents").join(name));
     assert_eq!(beside["trees"][0]["nodes"][1]["parent_run"], "turn-6");
+}
+
+/// The parent run of an OpenClaw sub-agent: the store names the parent, the parent's
+/// transcript the run whose `sessions_spawn` call was answered with the child's key. The
+/// corpus parent `08237d46…` spawned sub-agents (its answers name their keys); two other
+/// corpus transcripts stand for two of them.
+#[test]
+fn an_openclaw_subagent_names_the_run_that_spawned_it() {
+    let Some(corpus) = corpus_folder("openclaw") else {
+        return;
+    };
+    let parent = "08237d46-d6c7-42a2-ab47-87ff3939da71";
+    let first = "44de2062-6cdd-4d8c-917e-41a2bb188a7a";
+    let third = "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1";
+    let parent_key = "agent:main:tui-58c5b93f-289c-49cc-b36f-a77dee41578e";
+    let store = serde_json::json!({
+        parent_key: {"sessionId": parent},
+        "agent:main:subagent:6f3e96b4-e285-40e2-ae08-0f5b1b22a130": {"sessionId": first, "spawnedBy": parent_key},
+        "agent:main:subagent:dee538d2-fdd7-4f95-b877-56f8425a050b": {"sessionId": third, "spawnedBy": parent_key},
+    });
+    let dir = sessions_folder(&corpus, &[parent, first, third], &store);
+    let doc = scan(dir.path());
+    let trees = doc["trees"].as_array().unwrap();
+    assert_eq!(trees.len(), 1, "{trees:?}");
+    let nodes = trees[0]["nodes"].as_array().unwrap();
+    let run_of = |child: &str| {
+        nodes
+            .iter()
+            .find(|n| n["session"] == child)
+            .map(|n| n["parent_run"].clone())
+    };
+    // The parent's runs as a scan of it numbers them: its first spawn (line 46) is in
+    // its fifth run, its third (line 274) in its sixteenth; the second child's key names
+    // no transcript here.
+    assert_eq!(run_of(first), Some(Value::from("turn-5")));
+    assert_eq!(run_of(third), Some(Value::from("turn-16")));
 }

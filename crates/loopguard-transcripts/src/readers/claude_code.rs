@@ -21,7 +21,7 @@
 //! A subagent's events name their parent: `parent_session` is the session that spawned
 //! it, `parent_run` the run of that session whose `Task` (or `Agent`) call spawned it.
 //! Inside one file (sidechain lines, stream-json) that is the main session's current
-//! run; for a subagent file, [`Spawns`] reads the parent's file (`<session>.jsonl` beside
+//! run; for a subagent file, [`spawns_of`] reads the parent's file (`<session>.jsonl` beside
 //! the `<session>/` folder) for the run whose `progress` line (`data.agentId`) or call
 //! result (`toolUseResult.agentId`) names the agent. Without the parent's file the
 //! parent run is absent.
@@ -48,6 +48,7 @@ use crate::readers::anthropic_messages::{
 use crate::readers::chat::content_text;
 use crate::readers::lines::{self, Lines};
 use crate::readers::ReadOptions;
+use crate::readers::Spawns;
 use crate::stats::{ReadStats, SkipReason};
 
 #[derive(Deserialize)]
@@ -128,75 +129,50 @@ impl<'a> LineEntry<'a> {
     }
 }
 
-/// Which run of a parent session spawned each of its subagents: agent id (without the
-/// `agent-` prefix) to run id, read from the parent's transcript.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Spawns {
-    runs: HashMap<String, String>,
-}
-
-impl Spawns {
-    /// Reads a parent transcript for the runs that spawned its subagents: one pass, runs
-    /// numbered as [`read`] numbers them (lines over the options' limits are passed over).
-    pub fn read<R: BufRead + Seek>(input: R, options: &ReadOptions<'_>) -> io::Result<Self> {
-        let mut stats = ReadStats::default();
-        let mut lines = Lines::with_options(input, options)?;
-        let mut runs: HashMap<String, u64> = HashMap::new();
-        let mut spawns = Self::default();
-        let mut main: Option<String> = None;
-        while let Some(line) = lines.next_line(&mut stats)? {
-            let mut scratch = None;
-            let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
-                continue;
-            };
-            if let Some(id) = entry.session() {
-                if main.as_deref() != Some(id) {
-                    main = Some(id.to_owned());
-                }
-            }
-            if entry.agent().is_some() {
-                continue;
-            }
-            let base = main.as_deref().unwrap_or(options.session_hint);
-            let count = runs.entry(base.to_owned()).or_default();
-            if entry.kind.as_deref() == Some("user") {
-                let content = entry
-                    .message
-                    .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
-                    .and_then(|mut m| m.get_mut("content").map(Value::take));
-                if content.is_some_and(|c| entry.starts_run(&c)) {
-                    *count += 1;
-                }
-            }
-            if let Some(agent) = entry.spawned_agent() {
-                let agent = agent.strip_prefix("agent-").unwrap_or(&agent).to_owned();
-                if spawns.runs.len() < MAX_SPAWNS {
-                    spawns.runs.entry(agent).or_insert(format!("turn-{count}"));
-                }
+/// Reads a parent transcript for the runs that spawned its subagents (by agent id, without
+/// its `agent-` prefix): one pass, runs numbered as [`read`] numbers them (lines over the
+/// options' limits are passed over).
+pub fn read_spawns<R: BufRead + Seek>(input: R, options: &ReadOptions<'_>) -> io::Result<Spawns> {
+    let mut stats = ReadStats::default();
+    let mut lines = Lines::with_options(input, options)?;
+    let mut runs: HashMap<String, u64> = HashMap::new();
+    let mut spawns = Spawns::default();
+    let mut main: Option<String> = None;
+    while let Some(line) = lines.next_line(&mut stats)? {
+        let mut scratch = None;
+        let Some(entry) = lines::entry::<LineEntry<'_>>(&line, &mut scratch, &mut stats) else {
+            continue;
+        };
+        if let Some(id) = entry.session() {
+            if main.as_deref() != Some(id) {
+                main = Some(id.to_owned());
             }
         }
-        Ok(spawns)
+        if entry.agent().is_some() {
+            continue;
+        }
+        let base = main.as_deref().unwrap_or(options.session_hint);
+        let count = runs.entry(base.to_owned()).or_default();
+        if entry.kind.as_deref() == Some("user") {
+            let content = entry
+                .message
+                .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+                .and_then(|mut m| m.get_mut("content").map(Value::take));
+            if content.is_some_and(|c| entry.starts_run(&c)) {
+                *count += 1;
+            }
+        }
+        if let Some(agent) = entry.spawned_agent() {
+            spawns.insert(agent_key(&agent).to_owned(), format!("turn-{count}"));
+        }
     }
-
-    /// The run that spawned `agent` (with or without its `agent-` prefix).
-    pub fn run_of(&self, agent: &str) -> Option<&str> {
-        let agent = agent.strip_prefix("agent-").unwrap_or(agent);
-        self.runs.get(agent).map(String::as_str)
-    }
-
-    /// How many subagents are named.
-    pub fn len(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
+    Ok(spawns)
 }
 
-/// Subagents of one parent remembered at most.
-const MAX_SPAWNS: usize = 1 << 16;
+/// An agent id as [`Spawns`] keeps it: without its `agent-` prefix.
+fn agent_key(agent: &str) -> &str {
+    agent.strip_prefix("agent-").unwrap_or(agent)
+}
 
 /// The parent transcript of a subagent file `<dir>/<session>/subagents/agent-<id>.jsonl`:
 /// `<dir>/<session>.jsonl`, when it exists.
@@ -221,7 +197,7 @@ pub fn parent_of(subagent: &Path) -> Option<PathBuf> {
 /// while it is unchanged, however many subagent files name it.
 pub fn spawns_of(subagent: &Path, options: &ReadOptions<'_>) -> Option<Arc<Spawns>> {
     let parent = parent_of(subagent)?;
-    crate::readers::linked::cached(&parent, |input| Spawns::read(input, options))
+    crate::readers::linked::cached(&parent, |input| read_spawns(input, options))
 }
 
 /// Line types that hold nothing for the guard.
@@ -311,7 +287,7 @@ pub fn read<R: BufRead + Seek>(
             // A subagent's parent: the run that spawned it as its parent's file says,
             // else (sidechains, stream-json) the main session's current run.
             let parent = agent.map(|agent| {
-                let spawned = options.spawns.and_then(|s| s.run_of(agent));
+                let spawned = options.spawns.and_then(|s| s.run_of(agent_key(agent)));
                 let current = chains.get(base).map(|c| format!("turn-{}", c.runs));
                 (base.to_owned(), spawned.map(str::to_owned).or(current))
             });
@@ -687,10 +663,6 @@ mod tests {
             })
         });
         assert_eq!(spawns.run_of("a71969c1296961234"), spawning_run.as_deref());
-        assert_eq!(
-            spawns.run_of("agent-a71969c1296961234"),
-            spawning_run.as_deref()
-        );
         let mut items = Vec::new();
         let options = ReadOptions {
             spawns: Some(&spawns),

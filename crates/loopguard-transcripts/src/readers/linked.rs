@@ -3,6 +3,7 @@
 //! transcripts beside them ask.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
@@ -42,4 +43,41 @@ pub(crate) fn cached<T: Any + Send + Sync>(
     let any: Arc<dyn Any + Send + Sync> = value.clone();
     cache.push((path.to_owned(), len, modified, any));
     Some(value)
+}
+
+/// Which run of a parent session spawned each of its sub-agents, read from the parent's
+/// transcript: the sub-agent's name there (a Claude Code agent id without its `agent-`
+/// prefix, an OpenClaw session key) to the run id, the parent's runs numbered as a read of
+/// it numbers them ([`claude_code::spawns_of`](super::claude_code::spawns_of),
+/// [`openclaw::spawns_of`](super::openclaw::spawns_of)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spawns {
+    runs: HashMap<String, String>,
+}
+
+/// Sub-agents of one parent remembered at most.
+const MAX_SPAWNS: usize = 1 << 16;
+
+impl Spawns {
+    /// Records that `run` spawned `child` (the first spawn of a name counts).
+    pub(crate) fn insert(&mut self, child: String, run: String) {
+        if self.runs.len() < MAX_SPAWNS {
+            self.runs.entry(child).or_insert(run);
+        }
+    }
+
+    /// The run that spawned `child`.
+    pub fn run_of(&self, child: &str) -> Option<&str> {
+        self.runs.get(child).map(String::as_str)
+    }
+
+    /// How many sub-agents are named.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
 }

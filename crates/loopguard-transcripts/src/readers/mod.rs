@@ -18,6 +18,7 @@ pub mod gemini_cli;
 pub mod goose;
 pub(crate) mod lines;
 pub(crate) mod linked;
+pub use linked::Spawns;
 pub mod loopguard;
 pub mod mini_swe_agent;
 pub mod openai_chat;
@@ -52,10 +53,13 @@ pub struct ReadOptions<'a> {
     pub failures: &'a FailureRules,
     /// Claude Code subagent files: the runs of the parent session that spawned its
     /// subagents, read from the parent's file ([`claude_code::spawns_of`]).
-    pub spawns: Option<&'a claude_code::Spawns>,
+    pub spawns: Option<&'a Spawns>,
     /// OpenClaw: the session that spawned the transcript's, as the session store beside
     /// it records it ([`openclaw::SessionStore`]).
     pub parent_session: Option<&'a str>,
+    /// OpenClaw: the run of the parent session whose spawn call started the transcript's
+    /// session, read from the parent's transcript ([`openclaw::spawns_of`]).
+    pub parent_run: Option<&'a str>,
 }
 
 impl<'a> ReadOptions<'a> {
@@ -69,6 +73,7 @@ impl<'a> ReadOptions<'a> {
             failures: FailureRules::builtin(),
             spawns: None,
             parent_session: None,
+            parent_run: None,
         }
     }
 }

@@ -414,10 +414,18 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         _ => None,
     };
     let session = openclaw::classify(&name).map_or(hint.as_str(), |f| f.session);
+    let parent_spawns = store
+        .as_deref()
+        .and_then(|store| openclaw::spawns_of(path, session, store, &options.read_options(&hint)));
     let mut read_options = options.read_options(&hint);
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
     read_options.spawns = spawns.as_deref();
     read_options.parent_session = store.as_deref().and_then(|s| s.parent_of(session));
+    read_options.parent_run = store
+        .as_deref()
+        .and_then(|s| s.key_of(session))
+        .zip(parent_spawns.as_deref())
+        .and_then(|(key, spawns)| spawns.run_of(key));
     let metered = Metered {
         inner: file,
         position: 0,

@@ -76,7 +76,9 @@ pub fn sidecar_of(transcript: &Path) -> Option<PathBuf> {
 /// as the key itself).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionStore {
-    parents: HashMap<String, String>,
+    /// A spawned session's id: the id of the session that spawned it, and its own key
+    /// (what the parent's spawn call answered with, [`super::spawns_of`]).
+    parents: HashMap<String, (String, String)>,
 }
 
 /// The largest session store read (a bigger one links nothing).
@@ -107,7 +109,7 @@ impl SessionStore {
             .filter_map(|(k, v)| Some((k, serde_json::from_value::<Entry>(v).ok()?)))
             .collect();
         let mut parents = HashMap::new();
-        for entry in entries.values() {
+        for (own_key, entry) in &entries {
             let Some(id) = entry.session_id.as_deref().filter(|s| !s.trim().is_empty()) else {
                 continue;
             };
@@ -119,7 +121,7 @@ impl SessionStore {
                 .and_then(|p| p.session_id.clone())
                 .unwrap_or_else(|| key.to_owned());
             if parent != id {
-                parents.insert(id.to_owned(), parent);
+                parents.insert(id.to_owned(), (parent, own_key.clone()));
             }
         }
         Ok(Self { parents })
@@ -127,7 +129,13 @@ impl SessionStore {
 
     /// The session that spawned `session`, if the store says.
     pub fn parent_of(&self, session: &str) -> Option<&str> {
-        self.parents.get(session).map(String::as_str)
+        self.parents.get(session).map(|(parent, _)| parent.as_str())
+    }
+
+    /// The key of the spawned session `session` (`agent:main:subagent:…`), if the store
+    /// says it was spawned.
+    pub fn key_of(&self, session: &str) -> Option<&str> {
+        self.parents.get(session).map(|(_, key)| key.as_str())
     }
 }
 

@@ -24,6 +24,7 @@
 //! but carry `{"status": "error"}` stay results: that is what the runtime hashed too.
 
 mod files;
+mod spawns;
 mod trajectory;
 
 use std::borrow::Cow;
@@ -36,6 +37,7 @@ use loopguard_events::{EventRef, Ids};
 use serde::Deserialize;
 
 pub use files::{classify, sidecar_of, store_of, CopyKind, SessionFile, SessionStore};
+pub use spawns::{read_spawns, spawns_of};
 pub use trajectory::{parse_iso_ms, RunWindows};
 
 use crate::item::{self, AnswerParts, Item, Pos, Sink, Usage};
@@ -348,6 +350,11 @@ struct Reader<'o> {
 fn session_ids(options: &ReadOptions<'_>, session: &str) -> Ids {
     let mut ids = item::ids(session, Some("turn-0"));
     ids.parent_session = options.parent_session.map(str::to_owned);
+    // A parent run needs its parent session.
+    ids.parent_run = options
+        .parent_session
+        .and(options.parent_run)
+        .map(str::to_owned);
     ids
 }
 
