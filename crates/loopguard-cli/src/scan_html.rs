@@ -120,13 +120,13 @@ fn trees(page: &mut String, report: &Report) {
             esc(&t.root),
             t.sessions,
             t.depth,
-            t.runs,
-            t.calls,
-            t.findings,
-            t.critical,
-            t.run_storms,
-            esc(&t.tokens.map_or("n/a".into(), count_text)),
-            esc(&t.cost.map_or("cost n/a".into(), |c| format!("${c:.2}"))),
+            t.totals.runs,
+            t.totals.calls,
+            t.totals.findings,
+            t.totals.critical,
+            t.totals.run_storms,
+            esc(&t.totals.tokens.map_or("n/a".into(), count_text)),
+            esc(&t.totals.cost.map_or("cost n/a".into(), |c| format!("${c:.2}"))),
         );
         let mut open = 0u32;
         for n in &t.nodes {
@@ -139,7 +139,7 @@ fn trees(page: &mut String, report: &Report) {
                 page.push_str("</ul>");
                 open -= 1;
             }
-            let class = match (n.critical, n.findings) {
+            let class = match (n.totals.critical, n.totals.findings) {
                 (0, 0) => "quiet",
                 (0, _) => "warned",
                 _ => "blocked",
@@ -151,12 +151,12 @@ fn trees(page: &mut String, report: &Report) {
                 n.parent_run
                     .as_deref()
                     .map_or_else(String::new, |r| format!(" <i>from {}</i>", esc(r))),
-                n.runs,
-                n.calls,
-                n.failed,
-                n.findings,
-                if n.run_storms > 0 {
-                    format!(", {} run storms", n.run_storms)
+                n.totals.runs,
+                n.totals.calls,
+                n.totals.failed,
+                n.totals.findings,
+                if n.totals.run_storms > 0 {
+                    format!(", {} run storms", n.totals.run_storms)
                 } else {
                     String::new()
                 },

@@ -13,7 +13,7 @@ use loopguard_transcripts::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::scan_tree::Tree;
+use crate::scan_tree::{add_spend, Tree};
 
 /// Version of the JSON document.
 pub const SCHEMA: &str = "loopguard-scan/1";
@@ -177,18 +177,15 @@ impl Report {
                 summary.orphan_results += s.orphan_results;
                 summary.sessions_closed_early += u64::from(s.closed_early);
                 if let Some(u) = s.usage {
-                    *summary.tokens.get_or_insert(0) += u.tokens;
-                    if let Some(c) = u.cost {
-                        let total = summary.cost.get_or_insert(0.0);
-                        *total = ((*total + c) * 1e9).round() / 1e9;
-                    }
+                    add_spend(
+                        (&mut summary.tokens, &mut summary.cost),
+                        Some(u.tokens),
+                        u.cost,
+                    );
                 }
                 if let Some(u) = s.loop_spend {
-                    *summary.loop_tokens.get_or_insert(0) += u.tokens;
-                    if let Some(c) = u.cost {
-                        let total = summary.loop_cost.get_or_insert(0.0);
-                        *total = ((*total + c) * 1e9).round() / 1e9;
-                    }
+                    let total = (&mut summary.loop_tokens, &mut summary.loop_cost);
+                    add_spend(total, Some(u.tokens), u.cost);
                 }
                 if let Some(stop) = &s.budget_stop {
                     summary.sessions_stopped_by_budgets += 1;
@@ -204,7 +201,7 @@ impl Report {
         );
         summary.trees = trees.len() as u64;
         summary.subagent_sessions = trees.iter().map(|t| t.children).sum();
-        summary.run_storms = trees.iter().map(|t| t.run_storms).sum();
+        summary.run_storms = trees.iter().map(|t| t.totals.run_storms).sum();
         Self {
             trees,
             files,
@@ -568,13 +565,16 @@ impl Report {
                 shorten(&root, width),
                 t.sessions,
                 t.depth,
-                t.runs,
-                t.calls,
-                t.findings,
-                t.critical,
-                t.run_storms,
-                t.tokens.map_or_else(|| "unknown".to_owned(), count_text),
-                t.cost
+                t.totals.runs,
+                t.totals.calls,
+                t.totals.findings,
+                t.totals.critical,
+                t.totals.run_storms,
+                t.totals
+                    .tokens
+                    .map_or_else(|| "unknown".to_owned(), count_text),
+                t.totals
+                    .cost
                     .map_or_else(|| "unknown".to_owned(), |c| format!("${c:.2}")),
             )?;
             for n in t.nodes.iter().skip(1).take(TREE_ROWS) {
@@ -583,7 +583,7 @@ impl Report {
                     .parent_run
                     .as_deref()
                     .map_or_else(String::new, |r| format!(" (from {r})"));
-                let flagged = match (n.findings, n.critical) {
+                let flagged = match (n.totals.findings, n.totals.critical) {
                     (0, _) => String::new(),
                     (f, 0) => format!(", {}", plural(f, "finding")),
                     (f, c) => format!(", {} ({c} critical)", plural(f, "finding")),
@@ -592,9 +592,9 @@ impl Report {
                     out,
                     "    {indent}└ {}{spawned}: {}, {} ({} failed){flagged}",
                     shorten(&n.session, 60),
-                    plural(n.runs, "run"),
-                    plural(n.calls, "call"),
-                    n.failed,
+                    plural(n.totals.runs, "run"),
+                    plural(n.totals.calls, "call"),
+                    n.totals.failed,
                 )?;
             }
             let more = (t.nodes.len().saturating_sub(1 + TREE_ROWS)) as u64 + t.nodes_left_out;

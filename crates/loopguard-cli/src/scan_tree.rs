@@ -17,6 +17,75 @@ pub const MAX_NODES: usize = 1000;
 /// Sessions a repeated task or failure names at most.
 const MAX_NAMED: usize = 20;
 
+/// What a session, or every session of a tree, ran, spent and was flagged for.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Totals {
+    pub runs: u64,
+    pub calls: u64,
+    /// Results that count as failed.
+    pub failed: u64,
+    pub findings: u64,
+    pub critical: u64,
+    pub run_storms: u64,
+    pub blocked_calls: u64,
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+}
+
+impl Totals {
+    /// A session's (all zero for a session named as a parent but not scanned).
+    fn of(s: Option<&SessionReport>) -> Self {
+        let count = |level: Option<Level>, detector: Option<Detector>| {
+            s.map_or(0, |s| {
+                s.findings
+                    .iter()
+                    .filter(|f| level.is_none_or(|l| f.level >= l))
+                    .filter(|f| detector.is_none_or(|d| f.detector == d))
+                    .count() as u64
+            })
+        };
+        Self {
+            runs: s.map_or(0, |s| s.runs),
+            calls: s.map_or(0, |s| s.calls),
+            failed: s.map_or(0, |s| s.failed_outcomes),
+            findings: count(None, None),
+            critical: count(Some(Level::Critical), None),
+            run_storms: count(None, Some(Detector::RunStorm)),
+            blocked_calls: s.map_or(0, |s| s.blocked_calls),
+            tokens: s.and_then(|s| s.usage).map(|u| u.tokens),
+            cost: s.and_then(|s| s.usage).and_then(|u| u.cost),
+        }
+    }
+
+    /// Adds `other`'s (tokens and cost stay unknown until some session knows them).
+    fn add(&mut self, other: &Self) {
+        self.runs += other.runs;
+        self.calls += other.calls;
+        self.failed += other.failed;
+        self.findings += other.findings;
+        self.critical += other.critical;
+        self.run_storms += other.run_storms;
+        self.blocked_calls += other.blocked_calls;
+        add_spend((&mut self.tokens, &mut self.cost), other.tokens, other.cost);
+    }
+}
+
+/// Adds `tokens` and `cost` to a total of each, which stays unknown (`None`) until a known
+/// figure is added; cost is kept to the nano-dollar so that sums do not drift.
+pub(crate) fn add_spend(
+    (total_tokens, total_cost): (&mut Option<u64>, &mut Option<f64>),
+    tokens: Option<u64>,
+    cost: Option<f64>,
+) {
+    if let Some(tokens) = tokens {
+        *total_tokens.get_or_insert(0) += tokens;
+    }
+    if let Some(c) = cost {
+        let total = total_cost.get_or_insert(0.0);
+        *total = ((*total + c) * 1e9).round() / 1e9;
+    }
+}
+
 /// One session of a tree.
 #[derive(Clone, Debug, Serialize)]
 pub struct Node {
@@ -30,16 +99,9 @@ pub struct Node {
     pub parent_run: Option<String>,
     /// 0 for the root, 1 for its children, ...
     pub depth: u32,
-    pub runs: u64,
-    pub calls: u64,
-    /// Results that count as failed.
-    pub failed: u64,
-    pub findings: u64,
-    pub critical: u64,
-    pub run_storms: u64,
-    pub blocked_calls: u64,
-    pub tokens: Option<u64>,
-    pub cost: Option<f64>,
+    /// What it ran, spent and was flagged for.
+    #[serde(flatten)]
+    pub totals: Totals,
     /// Its first prompt (shortened).
     pub task: Option<String>,
 }
@@ -68,15 +130,8 @@ pub struct Tree {
     /// The deepest descendant's depth (0: no children).
     pub depth: u32,
     /// Totals over the tree's sessions.
-    pub runs: u64,
-    pub calls: u64,
-    pub failed: u64,
-    pub findings: u64,
-    pub critical: u64,
-    pub run_storms: u64,
-    pub blocked_calls: u64,
-    pub tokens: Option<u64>,
-    pub cost: Option<f64>,
+    #[serde(flatten)]
+    pub totals: Totals,
     /// What blocking would have saved, over the tree.
     pub saved: Savings,
     /// Children given the same task, two or more times.
@@ -90,30 +145,13 @@ pub struct Tree {
 }
 
 fn node(file: Option<&FileScan>, s: Option<&SessionReport>, session: &str, depth: u32) -> Node {
-    let count = |level: Option<Level>, detector: Option<Detector>| {
-        s.map_or(0, |s| {
-            s.findings
-                .iter()
-                .filter(|f| level.is_none_or(|l| f.level >= l))
-                .filter(|f| detector.is_none_or(|d| f.detector == d))
-                .count() as u64
-        })
-    };
     Node {
         session: session.to_owned(),
         file: file.map(|f| f.file.clone()),
         parent: s.and_then(|s| s.parent_session.clone()),
         parent_run: s.and_then(|s| s.parent_run.clone()),
         depth,
-        runs: s.map_or(0, |s| s.runs),
-        calls: s.map_or(0, |s| s.calls),
-        failed: s.map_or(0, |s| s.failed_outcomes),
-        findings: count(None, None),
-        critical: count(Some(Level::Critical), None),
-        run_storms: count(None, Some(Detector::RunStorm)),
-        blocked_calls: s.map_or(0, |s| s.blocked_calls),
-        tokens: s.and_then(|s| s.usage).map(|u| u.tokens),
-        cost: s.and_then(|s| s.usage).and_then(|u| u.cost),
+        totals: Totals::of(s),
         task: s.and_then(|s| s.task.clone()),
     }
 }
@@ -234,15 +272,7 @@ fn tree(
         sessions: 0,
         children: 0,
         depth: 0,
-        runs: 0,
-        calls: 0,
-        failed: 0,
-        findings: 0,
-        critical: 0,
-        run_storms: 0,
-        blocked_calls: 0,
-        tokens: None,
-        cost: None,
+        totals: Totals::default(),
         saved: Savings::default(),
         repeated_tasks: Vec::new(),
         repeated_failures: Vec::new(),
@@ -260,20 +290,7 @@ fn tree(
         let n = node(file, s, id, depth);
         t.sessions += 1;
         t.depth = t.depth.max(depth);
-        t.runs += n.runs;
-        t.calls += n.calls;
-        t.failed += n.failed;
-        t.findings += n.findings;
-        t.critical += n.critical;
-        t.run_storms += n.run_storms;
-        t.blocked_calls += n.blocked_calls;
-        if let Some(tokens) = n.tokens {
-            *t.tokens.get_or_insert(0) += tokens;
-        }
-        if let Some(c) = n.cost {
-            let total = t.cost.get_or_insert(0.0);
-            *total = ((*total + c) * 1e9).round() / 1e9;
-        }
+        t.totals.add(&n.totals);
         if let Some(s) = s {
             t.saved.add(&s.saved);
             if depth > 0 {
@@ -385,8 +402,11 @@ mod tests {
             (t.root.as_str(), t.sessions, t.children, t.depth),
             ("storm", 7, 6, 1)
         );
-        assert_eq!(t.calls, 6 * 13);
-        assert_eq!(t.findings, 6, "each child's build loop is flagged once");
+        assert_eq!(t.totals.calls, 6 * 13);
+        assert_eq!(
+            t.totals.findings, 6,
+            "each child's build loop is flagged once"
+        );
         assert_eq!(t.repeated_tasks.len(), 1);
         assert_eq!(t.repeated_tasks[0].children, 6);
         assert_eq!(t.repeated_tasks[0].what, "Make cargo build pass");
