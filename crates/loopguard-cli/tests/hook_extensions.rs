@@ -8,7 +8,10 @@
 //! `call` a `PreToolUse`, `result` a `PostToolUse`, `compaction` a `PreCompact`; a `usage`
 //! is an assistant line of the transcript with the response's id, model and token counts
 //! (read by the hook before its next event); an assistant `message` is an assistant line
-//! with the answer's text, followed by `Stop` (the answer is whole). What a Claude Code
+//! with the answer's text, followed by `Stop` (the answer is whole); the calls and results
+//! of a sub-agent (session `PARENT/agent-ID`) are its parent's payloads with `agent_id`
+//! ID, sent in the parent's run that spawned it (a new prompt of the parent when that run
+//! is new). What a Claude Code
 //! session cannot say is listed in [`inexpressible`], and a vector holding it is skipped by
 //! name, with the reason.
 
@@ -22,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::vectors::{cases, config_of, name};
-use hook_common::{check_call_answer, claude_code_payload, env_of_case, Hook};
+use hook_common::{check_call_answer, claude_code_payload, env_of_case};
 use serde_json::{json, Value};
 
 /// Why a Claude Code session cannot carry an event, if it cannot.
@@ -31,8 +34,11 @@ fn inexpressible(event: &Value) -> Option<&'static str> {
     if has("agent") {
         return Some("an agent id: Claude Code names none but its sub-agents'");
     }
-    if has("parent_session") {
-        return Some("a sub-agent named by its parent's ids: Claude Code names a sub-agent by `agent_id` inside the parent's session, tested in hook_claude_code");
+    if has("parent_session") && subagent_of(event).is_none() {
+        return Some("a sub-agent of a sub-agent, or one not named `PARENT/agent-ID`: Claude Code's sub-agents spawn none, and the hook names a sub-agent's session `SESSION/agent-ID` from its `agent_id`");
+    }
+    if has("parent_session") && !matches!(event["type"].as_str(), Some("call" | "result")) {
+        return Some("a sub-agent's usage, message or compaction: the transcript the hook reads is the parent's");
     }
     if has("batch") {
         return Some("a batch: PreToolUse does not say which calls the model asked for together");
@@ -65,6 +71,18 @@ fn inexpressible(event: &Value) -> Option<&'static str> {
         Some("call" | "result" | "compaction" | "usage" | "message") => None,
         _ => Some("a line replay refuses: a hook payload is always a whole event"),
     }
+}
+
+/// The parent session and agent id of an event of a sub-agent whose session is named
+/// `PARENT/agent-ID`, the name the hook gives the calls of `agent_id` ID in session PARENT
+/// (a top-level session: Claude Code's sub-agents spawn none).
+fn subagent_of(event: &Value) -> Option<(&str, &str)> {
+    let parent = event["parent_session"].as_str()?;
+    let id = event["session"]
+        .as_str()?
+        .strip_prefix(parent)?
+        .strip_prefix("/agent-")?;
+    (!id.is_empty() && !id.contains('/') && !parent.contains('/')).then_some((parent, id))
 }
 
 /// Whether a result's `details` come back from the hook as they are when sent as the keys
@@ -127,19 +145,35 @@ fn check_case(case: &Path) -> Result<(), String> {
     let mut calls: HashMap<String, (Value, Value)> = HashMap::new();
     // Claude Code sends no PostToolUse for a call a hook denied: it never ran.
     let mut denied_ids: HashSet<String> = HashSet::new();
-    let hook = |s: &Session, event: &str, fields: Value| -> Result<Hook, String> {
-        let h = env.hook("claude-code", &s.payload(event, fields));
+    let hook_as = |s: &Session, agent: Option<&str>, event: &str, fields: Value| {
+        let mut payload = s.payload(event, fields);
+        if let Some(agent) = agent {
+            payload["agent_id"] = json!(agent);
+            payload["agent_type"] = json!("general-purpose");
+        }
+        let h = env.hook("claude-code", &payload);
         match h.code {
             0 => Ok(h),
             _ => Err(format!("{event}: {h:?}")),
         }
     };
+    let hook = |s: &Session, event: &str, fields: Value| hook_as(s, None, event, fields);
     for (event, want) in events.iter().zip(&expected) {
         let seq = &want["seq"];
         if want.get("error").is_some() {
             continue;
         }
-        let key = event["session"].as_str().unwrap_or_default().to_owned();
+        // A sub-agent's events are its parent session's, with its `agent_id`, in the
+        // parent's run that spawned it.
+        let (key, agent, run) = match subagent_of(event) {
+            Some((parent, agent)) => (parent, Some(agent), &event["parent_run"]),
+            None => (
+                event["session"].as_str().unwrap_or_default(),
+                None,
+                &event["run"],
+            ),
+        };
+        let key = key.to_owned();
         let session = sessions.entry(key.clone()).or_insert_with(|| {
             let id = format!("{}-{key}", name(case));
             Session {
@@ -150,7 +184,7 @@ fn check_case(case: &Path) -> Result<(), String> {
             }
         });
         // A new run of the session is a new prompt.
-        let run = event["run"].as_str().map(str::to_owned);
+        let run = run.as_str().map(str::to_owned);
         if session.run.as_ref() != Some(&run) {
             hook(session, "UserPromptSubmit", json!({"prompt": "go"}))?;
             session.line(json!({"type": "user", "sessionId": session.id, "uuid": format!("p-{}", session.lines),
@@ -162,8 +196,9 @@ fn check_case(case: &Path) -> Result<(), String> {
             Some("call") => {
                 let (tool, args) = (event["tool"].clone(), event["args"].clone());
                 calls.insert(id.clone(), (tool.clone(), args.clone()));
-                let h = hook(
+                let h = hook_as(
                     session,
+                    agent,
                     "PreToolUse",
                     json!({"tool_name": tool, "tool_input": args, "tool_use_id": id}),
                 )?;
@@ -199,7 +234,7 @@ fn check_case(case: &Path) -> Result<(), String> {
                         "PostToolUse"
                     }
                 };
-                let h = hook(session, name, fields)?;
+                let h = hook_as(session, agent, name, fields)?;
                 let stopped = !h.stdout.is_empty() && h.json()["continue"] == false;
                 if stopped == want["abort"].is_null() {
                     return Err(format!("seq {seq}: stopped {stopped}, replay says {want}"));
@@ -294,6 +329,7 @@ fn extension_vectors_through_the_claude_code_hook() {
         "run-storm-",
         "repeated-message",
         "content-chanting-",
+        "agent-tree-",
     ] {
         assert!(
             checked.iter().any(|n| n.starts_with(family)),
