@@ -44,6 +44,7 @@ export default {
     api.on('model_call_started', hooks.modelCallStarted);
     api.on('before_message_write', hooks.beforeMessageWrite);
     api.on('subagent_spawned', hooks.subagentSpawned);
+    api.on('subagent_ended', hooks.subagentEnded);
     api.registerAgentToolResultMiddleware(hooks.toolResultMiddleware, { runtimes: ['openclaw'] });
   },
 };

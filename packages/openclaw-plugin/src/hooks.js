@@ -14,7 +14,8 @@
 // - after_compaction arms the post-compaction guard.
 // - subagent_spawned links the child session to the session that asked for it and to that
 //   session's current run: every event of the child names them (parentSession,
-//   parentRun), so the engine's agent tree sees it.
+//   parentRun), so the engine's agent tree sees it; subagent_ended ends the child's run, so
+//   that its tree counts it finished.
 // - before_message_write hands each model response's usage and answer to the engine
 //   (budgets, the detectors of messages); model_call_started tells which run they belong
 //   to. A run they stop has its next tool call blocked.
@@ -306,9 +307,23 @@ export function createHooks({ engine, logger = console, onError = 'allow' }) {
     spawnedBy.set(child, link);
   }
 
+  // subagent_ended: a child session's run is over (its target session and run, with how it
+  // ended). The run ends in the engine after the requests queued for it, so that its tree's
+  // root counts the child finished (agentTree.maxConcurrent).
+  function subagentEnded(event, ctx) {
+    const session = event?.targetSessionKey ?? ctx?.childSessionKey;
+    if (typeof session !== 'string' || (event?.targetKind ?? 'subagent') !== 'subagent') return undefined;
+    const scope = { session, run: event?.runId ?? ctx?.runId ?? undefined };
+    return serialize(runKey(scope), () => engine.endRun(scope)).then(
+      () => undefined,
+      (error) => failure('ending a sub-agent run', error),
+    );
+  }
+
   return {
     beforeToolCall,
     subagentSpawned,
+    subagentEnded,
     afterToolCall,
     afterCompaction,
     modelCallStarted,

@@ -277,3 +277,33 @@ test('subagent_spawned links the child session to the session and run that spawn
     ['call', 'orphan', 'r', undefined, undefined],
   ]);
 });
+
+test('subagent_ended ends the child run, so that the tree counts it finished', async () => {
+  const engine = createEngine({ ...CONFIG, loopguard: { detectors: { agentTree: { maxConcurrent: 1 } } } });
+  const hooks = createHooks({ engine, logger: quietLogger });
+  const parent = 'agent:main:main';
+  await hooks.beforeToolCall(
+    { toolName: 'sessions_spawn', params: { task: 'x' }, runId: 'run-1', toolCallId: 'c0' },
+    { agentId: 'main', sessionKey: parent, runId: 'run-1' },
+  );
+  // As OpenClaw 2026.9.6's sessions_spawn tool and its sub-agent registry call the hooks.
+  const spawn = (child) =>
+    hooks.subagentSpawned(
+      { runId: `${child}-run`, childSessionKey: child, agentId: 'main', mode: 'run', threadRequested: false },
+      { runId: `${child}-run`, childSessionKey: child, requesterSessionKey: parent },
+    );
+  const firstCall = async (child) => {
+    spawn(child);
+    const ctx = { agentId: 'main', sessionKey: child, runId: `${child}-run` };
+    return hooks.beforeToolCall({ toolName: 'read', params: { path: child }, runId: ctx.runId, toolCallId: `${child}-c1` }, ctx);
+  };
+  assert.equal((await firstCall('agent:main:subagent:a'))?.block, undefined, 'one child running: at the limit');
+  const second = await firstCall('agent:main:subagent:b');
+  assert.equal(second?.block, true, 'two running, past maxConcurrent');
+  assert.match(second.blockReason, /agent_tree/);
+  await hooks.subagentEnded(
+    { targetSessionKey: 'agent:main:subagent:a', targetKind: 'subagent', reason: 'completed', runId: 'agent:main:subagent:a-run', outcome: 'ok' },
+    { runId: 'agent:main:subagent:a-run', childSessionKey: 'agent:main:subagent:a', requesterSessionKey: parent },
+  );
+  assert.equal((await firstCall('agent:main:subagent:c'))?.block, undefined, 'the first child ended: room for another');
+});
