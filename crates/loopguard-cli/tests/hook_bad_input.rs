@@ -133,6 +133,39 @@ fn odd_but_valid_payloads_are_handled() {
     assert_eq!(env.runs("sé").len(), 1);
 }
 
+/// Gemini CLI's `AfterModel` carries the whole conversation (`llm_request`) with every
+/// chunk: a huge one, or one nested 100,000 deep, is read for its model only, and the
+/// chunk is still judged (it chants here: the run is stopped at its 10th chunk).
+#[test]
+fn a_gemini_chunk_with_a_huge_or_deep_conversation_is_judged() {
+    let env = Env::with_config(
+        r#"{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: "recommended" } }"#,
+    );
+    let response = r#"{"text":"Checking the same file once more.\n","candidates":[{"content":{"role":"model","parts":["Checking the same file once more.\n"]}}]}"#;
+    let huge = format!(
+        r#"{{"model":"gemini-2.5-pro","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(20 << 20)
+    );
+    let deep = format!(
+        r#"{{"model":"gemini-2.5-pro","messages":{}1{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    for (what, request) in [("huge", &huge), ("deep", &deep)] {
+        let session = format!("g-{what}");
+        let payload = format!(
+            r#"{{"session_id":"{session}","hook_event_name":"AfterModel","llm_request":{request},"llm_response":{response}}}"#
+        );
+        let mut last = None;
+        for n in 1..=10 {
+            let h = hook_common::run(env.command("gemini"), payload.as_bytes());
+            assert_eq!(h.code, 0, "{what} chunk {n}: {}", h.stderr);
+            last = Some(h.json());
+        }
+        assert_eq!(last.unwrap()["continue"], false, "{what}");
+    }
+}
+
 #[test]
 fn a_payload_over_the_limit_is_refused() {
     let env = Env::new();

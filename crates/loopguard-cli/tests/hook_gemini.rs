@@ -176,8 +176,10 @@ fn session_events_and_print_config() {
     for event in [
         "SessionStart",
         "BeforeAgent",
+        "AfterModel",
         "BeforeTool",
         "AfterTool",
+        "AfterAgent",
         "PreCompress",
         "SessionEnd",
     ] {
@@ -188,4 +190,215 @@ fn session_events_and_print_config() {
             .contains("/loopguard-hook gemini "));
         assert_eq!(hook["timeout"], 10000, "Gemini timeouts are milliseconds");
     }
+}
+
+const PRESET: &str =
+    r#"{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: "recommended" } }"#;
+
+/// One streamed chunk of an answer, as `AfterModel` carries it: `text` without thoughts,
+/// the parts with them; the last chunk has a `finishReason` and the response's usage.
+fn chunk(text: &str, thoughts: &str, last: Option<(u64, u64)>) -> Value {
+    let mut v = base("AfterModel");
+    v["llm_request"] = json!({
+        "model": "gemini-2.5-flash",
+        "messages": [{"role": "user", "content": "Why does the build fail?"}],
+        "config": {"temperature": 1},
+    });
+    let parts: Vec<&str> = [thoughts, text]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    v["llm_response"] = json!({
+        "text": text,
+        "candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+    });
+    if let Some((prompt, total)) = last {
+        v["llm_response"]["candidates"][0]["finishReason"] = json!("STOP");
+        v["llm_response"]["usageMetadata"] =
+            json!({"promptTokenCount": prompt, "totalTokenCount": total});
+    }
+    v
+}
+
+fn turn_end(text: &str) -> Value {
+    let mut v = base("AfterAgent");
+    v["prompt"] = json!("Why does the build fail?");
+    v["prompt_response"] = json!(text);
+    v["stop_hook_active"] = json!(false);
+    v
+}
+
+#[test]
+fn an_answer_chanting_as_it_streams_is_stopped_before_it_ends() {
+    let env = Env::with_config(PRESET);
+    env.hook(AGENT, &base("BeforeAgent"));
+    let thinking = env.hook(
+        AGENT,
+        &chunk("", "**Checking the build**\n\nThe log should say.", None),
+    );
+    assert_eq!(thinking.json(), json!({}));
+    let opening = env.hook(
+        AGENT,
+        &chunk("The build fails in the linker step.\n", "", None),
+    );
+    assert_eq!(opening.json(), json!({}));
+    let (mut warned, mut stopped) = (None, None);
+    for n in 1..=30 {
+        let out = env
+            .hook(
+                AGENT,
+                &chunk("I will run the build again to see the error.\n", "", None),
+            )
+            .json();
+        if out.get("continue") == Some(&json!(false)) {
+            let reason = out["stopReason"].as_str().unwrap();
+            assert!(reason.starts_with("CRITICAL"), "{reason}");
+            assert!(
+                out["systemMessage"]
+                    .as_str()
+                    .unwrap()
+                    .contains("content_chanting"),
+                "{out}"
+            );
+            stopped = Some(n);
+            break;
+        }
+        if let Some(note) = out.get("systemMessage") {
+            assert!(note.as_str().unwrap().starts_with("[loopguard] WARNING"));
+            warned.get_or_insert(n);
+        } else {
+            assert_eq!(out, json!({}), "chunk {n}");
+        }
+    }
+    // The recommended preset: a warning at 6 occurrences, the stop at 10.
+    assert_eq!((warned, stopped), (Some(6), Some(10)));
+    // The run is over: the rest of the stream, its end and its calls are refused.
+    let after = env.hook(AGENT, &chunk("Running it now.\n", "", Some((900, 1000))));
+    assert_eq!(after.json()["continue"], false);
+    assert_eq!(env.hook(AGENT, &turn_end("…")).json()["continue"], false);
+    let call = env.hook(
+        AGENT,
+        &before("run_shell_command", json!({"command": "make"})),
+    );
+    assert_eq!(call.json()["decision"], "deny");
+    // A new prompt is a new run.
+    env.hook(AGENT, &base("BeforeAgent"));
+    assert_eq!(
+        env.hook(AGENT, &chunk("Fixed.", "", Some((900, 1000))))
+            .json(),
+        json!({})
+    );
+}
+
+#[test]
+fn a_warning_about_an_answer_reaches_the_model_with_the_next_result() {
+    let env = Env::with_config(PRESET);
+    env.hook(AGENT, &base("BeforeAgent"));
+    for _ in 0..5 {
+        env.hook(AGENT, &chunk("Let me look at the log again.\n", "", None));
+    }
+    let warned = env
+        .hook(
+            AGENT,
+            &chunk("Let me look at the log again.\n", "", Some((500, 600))),
+        )
+        .json();
+    let note = warned["systemMessage"].as_str().unwrap().to_owned();
+    assert!(note.starts_with("[loopguard] WARNING"), "{note}");
+    // The answer carried a call: the model reads the warning with its result.
+    let input = json!({"command": "cat build.log"});
+    assert_eq!(
+        env.hook(AGENT, &before("run_shell_command", input.clone()))
+            .json(),
+        json!({})
+    );
+    let result = env
+        .hook(
+            AGENT,
+            &after(
+                "run_shell_command",
+                input.clone(),
+                json!({"llmContent": "ld: undefined symbol", "returnDisplay": ""}),
+            ),
+        )
+        .json();
+    assert_eq!(
+        result["hookSpecificOutput"]["additionalContext"].as_str(),
+        Some(note.as_str())
+    );
+    // Once.
+    env.hook(AGENT, &before("run_shell_command", input.clone()));
+    let again = env
+        .hook(
+            AGENT,
+            &after(
+                "run_shell_command",
+                input,
+                json!({"llmContent": "ld: undefined symbol", "returnDisplay": ""}),
+            ),
+        )
+        .json();
+    assert_eq!(again, json!({}));
+}
+
+#[test]
+fn what_an_answer_spends_counts_against_the_budgets() {
+    let env = Env::with_config(
+        r#"{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { tokens: 30000 } } } }"#,
+    );
+    env.hook(AGENT, &base("BeforeAgent"));
+    // Every chunk carries the usage so far; only the last one counts.
+    for _ in 0..3 {
+        let mut c = chunk("Reading the file.", "", None);
+        c["llm_response"]["usageMetadata"] =
+            json!({"promptTokenCount": 12777, "totalTokenCount": 12790});
+        assert_eq!(env.hook(AGENT, &c).json(), json!({}));
+    }
+    assert_eq!(
+        env.hook(AGENT, &chunk("", "", Some((12777, 12802)))).json(),
+        json!({})
+    );
+    let input = json!({"absolute_path": "/w/a.txt"});
+    env.hook(AGENT, &before("read_file", input.clone()));
+    env.hook(
+        AGENT,
+        &after(
+            "read_file",
+            input,
+            json!({"llmContent": "a", "returnDisplay": ""}),
+        ),
+    );
+    // The second response passes 30,000 tokens in the run: the agent loop stops.
+    let out = env
+        .hook(AGENT, &chunk("Done.", "", Some((18000, 18100))))
+        .json();
+    assert_eq!(out["continue"], false, "{out}");
+    assert!(
+        out["stopReason"].as_str().unwrap().contains("budget"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_turns_answer_ends_its_stream_or_is_judged_whole() {
+    let env = Env::with_config(PRESET);
+    env.hook(AGENT, &base("BeforeAgent"));
+    assert_eq!(
+        env.hook(AGENT, &chunk("The build passes now.", "", Some((100, 120))))
+            .json(),
+        json!({})
+    );
+    assert_eq!(
+        env.hook(AGENT, &turn_end("The build passes now.")).json(),
+        json!({})
+    );
+    // Without AfterModel (not registered), the turn's answer is judged whole: a chant in it
+    // stops the session's agent loop.
+    env.hook(AGENT, &base("BeforeAgent"));
+    let chant = "I will run the build again to see the error.\n".repeat(12);
+    let out = env
+        .hook(AGENT, &turn_end(&format!("The build fails.\n{chant}")))
+        .json();
+    assert_eq!(out["continue"], false, "{out}");
+    assert!(out["stopReason"].as_str().unwrap().starts_with("CRITICAL"));
 }

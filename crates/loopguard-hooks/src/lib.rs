@@ -415,6 +415,15 @@ impl RawParts {
                 "tool_input" => &mut parts.tool_input,
                 "tool_response" => &mut parts.tool_response,
                 "error" => &mut parts.error,
+                "llm_request" => {
+                    // As in `read_members`: only the model of the conversation.
+                    let model = value
+                        .as_object()
+                        .and_then(|o| o.members().find(|(k, _)| k.as_str() == Some("model")))
+                        .and_then(|(_, m)| m.to_value());
+                    map.insert(key.to_owned(), serde_json::json!({ "model": model }));
+                    continue;
+                }
                 _ => {
                     map.insert(key.to_owned(), value.to_value()?);
                     continue;
@@ -457,6 +466,17 @@ impl RawParts {
                 "tool_input" => &mut parts.tool_input,
                 "tool_response" => &mut parts.tool_response,
                 "error" => &mut parts.error,
+                "llm_request" => {
+                    // Gemini CLI's whole conversation so far, at every chunk of an answer:
+                    // the hook reads only its model, so it is not made a value tree.
+                    let request: BTreeMap<String, &RawValue> =
+                        serde_json::from_str(text).unwrap_or_default();
+                    let model = request
+                        .get("model")
+                        .and_then(|m| serde_json::from_str::<Value>(m.get()).ok());
+                    map.insert(key, serde_json::json!({ "model": model }));
+                    continue;
+                }
                 _ => {
                     map.insert(key, serde_json::from_str(text).ok()?);
                     continue;

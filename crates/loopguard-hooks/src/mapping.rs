@@ -13,6 +13,8 @@
 //! | [`HookEvent::SessionStarted`] | a new run when the conversation starts clean; idle rows are swept |
 //! | [`HookEvent::SessionEnded`] | the session's runs are forgotten |
 //! | [`HookEvent::SubagentStopped`] | the subagent's run is forgotten; its tree's root counts it finished |
+//! | [`HookEvent::AnswerPiece`] | a `message` event (a piece of the streamed answer, `delta`), and the response's `usage` on its last piece |
+//! | [`HookEvent::AnswerEnded`] | a whole `message` event without tool calls: the streamed answer ends there |
 //!
 //! Runs are named `prompt-N`, N being the number of prompts the session has seen (calls
 //! before the first prompt belong to `prompt-0`). The calls a subagent makes belong to a
@@ -22,8 +24,10 @@
 //! main conversation's (or of a parallel subagent's), and the agent tree sees it.
 
 use loopguard::json::Tape;
-use loopguard::{ConfigSet, Fingerprint, OutcomeOf, Verdict};
-use loopguard_events::{apply_event, apply_with_tree, EventRef, IdsRef, OwnedOutcome, Reply};
+use loopguard::{ConfigSet, Fingerprint, Message, OutcomeOf, Verdict};
+use loopguard_events::{
+    apply_event, apply_with_tree, EventRef, IdsRef, OwnedOutcome, OwnedUsage, Reply,
+};
 use serde_json::Value;
 
 use crate::store::{HookTx, StoreError};
@@ -184,14 +188,43 @@ pub enum HookEvent {
     /// A subagent finished (Claude Code's `SubagentStop`): its run ends, and its tree's
     /// root counts it finished.
     SubagentStopped,
+    /// A piece of the model's answer as it streams (Gemini CLI's `AfterModel`, sent for
+    /// every chunk): judged for chanting as it comes.
+    AnswerPiece(AnswerPiece),
+    /// The model's last answer of the turn, whole (Gemini CLI's `AfterAgent`): the answer
+    /// streamed before it ends here, without tool calls (an answer of which no piece was
+    /// seen is judged whole).
+    AnswerEnded {
+        /// The answer's text.
+        text: String,
+    },
 }
+
+/// A piece of a streamed answer, as the agent reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnswerPiece {
+    /// The piece of the answer's text.
+    pub text: String,
+    /// The piece of the model's reasoning (its thoughts), when the piece holds some.
+    pub reasoning: Option<String>,
+    /// What the whole response spent, on its last piece.
+    pub usage: Option<OwnedUsage>,
+}
+
+/// The key of the note kept for a warning about the model's answer, for agents that show
+/// notes with a tool result ([`NoteDelivery::WithResult`]): the run's next result shows it.
+const ANSWER_NOTE: &str = "answer";
 
 impl HookEvent {
     /// Whether the event needs the engine's config (so the config file is read only then).
     pub fn needs_config(&self) -> bool {
         matches!(
             self,
-            Self::ToolCall(_) | Self::ToolResult { .. } | Self::Compaction
+            Self::ToolCall(_)
+                | Self::ToolResult { .. }
+                | Self::Compaction
+                | Self::AnswerPiece(_)
+                | Self::AnswerEnded { .. }
         )
     }
 
@@ -329,6 +362,24 @@ fn apply_event_of(
             tx.forget_session(session)?;
             Ok(Reaction::Proceed)
         }
+        HookEvent::AnswerPiece(_) | HookEvent::AnswerEnded { .. } => {
+            let default = ConfigSet::default();
+            let config = config.unwrap_or(&default);
+            let agent = origin.agent(default_agent);
+            let run = run_id(tx.run_number(session)?);
+            let ids = IdsRef::new(session, Some(&run), agent);
+            let cfg = config.for_agent(agent);
+            let mut said = Said::default();
+            for answer_event in answer_events(event, ids) {
+                let reply = apply_in(tx, session, &run, cfg, &answer_event)?;
+                said.take(tx, reply, "the model's answer");
+            }
+            let reaction = said.reaction();
+            if let (Reaction::Warn { note }, NoteDelivery::WithResult) = (&reaction, delivery) {
+                tx.put_note(session, &run, ANSWER_NOTE, note)?;
+            }
+            Ok(reaction)
+        }
         HookEvent::ToolCall(_) | HookEvent::ToolResult { .. } | HookEvent::Compaction => {
             let default = ConfigSet::default();
             let config = config.unwrap_or(&default);
@@ -385,7 +436,12 @@ fn apply_event_of(
                 (Reply::Result(recorded), HookEvent::ToolResult { call, .. }) => {
                     let note = match delivery {
                         NoteDelivery::WithResult => {
-                            tx.take_note(session, &run, &call.note_key())?
+                            let answer = tx.take_note(session, &run, ANSWER_NOTE)?;
+                            let call = tx.take_note(session, &run, &call.note_key())?;
+                            match (answer, call) {
+                                (Some(a), Some(c)) => Some(format!("{a}\n{c}")),
+                                (a, c) => a.or(c),
+                            }
                         }
                         NoteDelivery::BeforeCall => None,
                     };
@@ -415,6 +471,37 @@ impl Said {
             Reaction::Warn { note } if self.note.is_none() => self.note = Some(note),
             block @ Reaction::Block { .. } if self.stop.is_none() => self.stop = Some(block),
             _ => {}
+        }
+    }
+
+    /// Takes the guard's reply to a message or a usage of `what` (an unreadable figure is a
+    /// warning on stderr: it counts nothing, the rest goes on).
+    fn take(&mut self, tx: &mut HookTx<'_>, reply: Reply, what: &str) {
+        match reply {
+            Reply::Message(verdict) => self.judged(reaction_to(&verdict)),
+            Reply::Usage(counted) => {
+                if let (Some(message), Some(stop), false) =
+                    (counted.message, counted.stop, counted.shadow)
+                {
+                    self.judged(Reaction::Block {
+                        message,
+                        detector: stop.scope.detector().as_str().to_owned(),
+                        count: stop.percent(),
+                        terminal: true,
+                    });
+                }
+            }
+            Reply::Invalid(e) => tx.warn(format!("{what}: {e}")),
+            _ => {}
+        }
+    }
+
+    /// What was said, as a reaction of its own: the stop, else the first warning.
+    fn reaction(self) -> Reaction {
+        match (self.stop, self.note) {
+            (Some(stop), _) => stop,
+            (None, Some(note)) => Reaction::Warn { note },
+            (None, None) => Reaction::Proceed,
         }
     }
 
@@ -501,29 +588,12 @@ fn read_transcript(
             },
             _ => continue,
         };
-        match apply_in(tx, session, &run, cfg, &replay_event)? {
-            Reply::Message(verdict) => said.judged(reaction_to(&verdict)),
-            Reply::Usage(counted) => {
-                if let (Some(message), Some(stop), false) =
-                    (counted.message, counted.stop, counted.shadow)
-                {
-                    said.judged(Reaction::Block {
-                        message,
-                        detector: stop.scope.detector().as_str().to_owned(),
-                        count: stop.percent(),
-                        terminal: true,
-                    });
-                }
-            }
-            // Figures the engine refuses count nothing; the rest goes on.
-            Reply::Invalid(e) => tx.warn(format!("transcript {}: {e}", transcript.path)),
-            _ => {}
-        }
+        let reply = apply_in(tx, session, &run, cfg, &replay_event)?;
+        said.take(tx, reply, &format!("transcript {}", transcript.path));
     }
     Ok(said)
 }
 
-/// The replay event of a hook event, with its JSON in view `J`.
 /// Applies `event` to its run (and its session) in the hook's transaction.
 /// [`apply_event`] on the stored state of (`session`, `run`), with the agent tree's steps
 /// around a sub-agent's call (its link at its first call, its failure when it is blocked).
@@ -543,6 +613,7 @@ fn apply_in<'a, J: loopguard::json::Json<'a>>(
     })
 }
 
+/// The replay event of a hook event, with its JSON in view `J`.
 fn hook_event<'a, J>(
     event: &'a HookEvent,
     ids: IdsRef<'a>,
@@ -566,6 +637,36 @@ fn hook_event<'a, J>(
         },
         _ => EventRef::Compaction { ids },
     }
+}
+
+/// The replay events of an answer: its message (a piece of its stream, or the whole
+/// answer without tool calls) and what its response spent. A piece with neither text nor
+/// reasoning is no message.
+fn answer_events<'a>(event: &'a HookEvent, ids: IdsRef<'a>) -> Vec<EventRef<'a, &'a Value>> {
+    let mut events = Vec::with_capacity(2);
+    match event {
+        HookEvent::AnswerPiece(piece) => {
+            if !piece.text.is_empty() || piece.reasoning.is_some() {
+                let mut message = Message::assistant(&piece.text);
+                message.reasoning = piece.reasoning.as_deref();
+                message.delta = Some(None);
+                events.push(EventRef::Message { ids, message });
+            }
+            if let Some(usage) = &piece.usage {
+                events.push(EventRef::Usage {
+                    ids,
+                    usage: usage.as_usage(),
+                });
+            }
+        }
+        HookEvent::AnswerEnded { text } => {
+            let mut message = Message::assistant(text);
+            message.has_tool_calls = Some(false);
+            events.push(EventRef::Message { ids, message });
+        }
+        _ => {}
+    }
+    events
 }
 
 impl Json {
