@@ -102,7 +102,7 @@ fn a_loop_is_warned_with_the_result_then_denied() {
 fn errors_count_as_errors_and_a_compression_arms_the_guard() {
     let env = Env::new();
     let mut compress = base("PreCompress");
-    compress["trigger"] = json!("auto");
+    compress["trigger"] = json!("manual");
     assert_eq!(env.hook(AGENT, &compress).json(), json!({}));
     let input = json!({"absolute_path": "/home/user/site/missing.md"});
     let mut last = Value::Null;

@@ -11,12 +11,17 @@
 //! |---|---|---|
 //! | `BeforeTool` | call verdict | allow: `{}`; warn: `systemMessage` for the user (the model gets the note with the result, below); block: `decision: "deny"` with the message as `reason` (sent to the model as the tool's error), a `systemMessage`, and for a terminal block `continue: false` with `stopReason` (the agent loop stops) |
 //! | `AfterTool` | `tool_response` recorded: its `error` as an error, else `llmContent` as the result | a warning from `BeforeTool` as `hookSpecificOutput.additionalContext` (appended to the tool result); when the post-compaction guard aborts the run, also `continue: false` and `stopReason` |
-//! | `PreCompress` | compaction: arms the post-compaction guard | `{}` |
+//! | `PreCompress` | `trigger: "manual"` (`/compress`): compaction, arms the post-compaction guard; `"auto"`: nothing (below) | `{}` |
 //! | `BeforeAgent` | a new run (the user submitted a prompt) | `{}` |
 //! | `SessionStart` | `startup`, `clear`: a new run; `resume`: nothing | `{}` |
 //! | `SessionEnd` | the session is forgotten | `{}` |
 //! | `AfterModel` | a piece of the streamed answer (`llm_response`, one chunk): a `message` with `delta`, its thoughts as reasoning; the last chunk's usage | `{}`; warn: `systemMessage` (the model gets the note with the run's next tool result); block: `continue: false` with `stopReason` (the agent loop stops; the chunk is the last) |
 //! | `AfterAgent` | the turn's last answer (`prompt_response`): the streamed answer ends without tool calls | as `AfterModel` |
+//!
+//! Gemini CLI sends `PreCompress` with `trigger: "auto"` before every request to the model,
+//! whether or not the context is then compressed (its compression service fires the hook
+//! before it compares the context with its threshold): arming the guard there would reset
+//! its window at every request, so only `/compress` (`"manual"`) counts as a compaction.
 //!
 //! Gemini CLI gives the hooks only the text parts of a response (its tool calls are left
 //! out) and no response id: an answer's pieces are one stream until a tool call of the run
@@ -72,7 +77,11 @@ pub fn parse(value: &Value) -> Result<(Origin, HookEvent), PayloadError> {
             call: p.tool_use()?,
             outcome: outcome(p.get("tool_response").unwrap_or(&Value::Null)).into(),
         },
-        "PreCompress" => HookEvent::Compaction,
+        "PreCompress" => match p.str("trigger")? {
+            Some("manual") => HookEvent::Compaction,
+            // Sent before every request, compressed or not (see the module's docs).
+            _ => return Err(PayloadError::Unsupported("PreCompress (auto)".to_owned())),
+        },
         "BeforeAgent" => HookEvent::PromptSubmitted,
         "SessionStart" => HookEvent::SessionStarted {
             fresh: matches!(p.str("source")?, None | Some("startup" | "clear")),
@@ -276,11 +285,15 @@ mod tests {
             if e["message"] == "File not found")
         );
         assert_eq!(
-            parse(&json!({"hook_event_name": "PreCompress", "trigger": "auto"}))
+            parse(&json!({"hook_event_name": "PreCompress", "trigger": "manual"}))
                 .unwrap()
                 .1,
             HookEvent::Compaction
         );
+        assert!(matches!(
+            parse(&json!({"hook_event_name": "PreCompress", "trigger": "auto"})),
+            Err(PayloadError::Unsupported(_))
+        ));
         assert_eq!(
             parse(&json!({"hook_event_name": "BeforeAgent", "prompt": "go"}))
                 .unwrap()
