@@ -137,6 +137,26 @@ fn read_call(path: &str) -> Value {
     ]}, "index": 0}]})
 }
 
+/// A model that reads `build.log` (9,040 tokens), then answers (9,120 tokens); the log is
+/// written into the project.
+fn reads_the_log_then_answers(home: &Home) -> Vec<Vec<Value>> {
+    std::fs::write(
+        home.path("project/build.log"),
+        "error: undefined symbol foo_init\n",
+    )
+    .unwrap();
+    vec![
+        vec![
+            text("Let me read the build log.\n"),
+            last(read_call("build.log"), 9000, 40),
+        ],
+        vec![
+            text("The linker cannot find "),
+            last(text("foo_init: add libfoo to the link line.\n"), 9100, 20),
+        ],
+    ]
+}
+
 const PRESET: &str =
     r#"{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: "recommended" } }"#;
 const CHANT: &str = "I will run the build again to see the error.\n";
@@ -167,20 +187,8 @@ fn a_chanting_answer_is_stopped_mid_stream() {
 fn a_healthy_answer_with_a_tool_call_goes_through() {
     let Some(gemini) = gemini() else { return };
     let home = Home::new(PRESET);
-    std::fs::write(
-        home.path("project/build.log"),
-        "error: undefined symbol foo_init\n",
-    )
-    .unwrap();
-    let first = vec![
-        text("Let me read the build log.\n"),
-        last(read_call("build.log"), 9000, 40),
-    ];
-    let second = vec![
-        text("The linker cannot find "),
-        last(text("foo_init: add libfoo to the link line.\n"), 9100, 20),
-    ];
-    let (code, stdout, stderr) = home.run(&gemini, &[first, second], "Why does the build fail?");
+    let script = reads_the_log_then_answers(&home);
+    let (code, stdout, stderr) = home.run(&gemini, &script, "Why does the build fail?");
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("The linker cannot find foo_init: add libfoo to the link line."),
@@ -195,21 +203,9 @@ fn what_gemini_spends_stops_a_run_at_its_budget() {
     let home = Home::new(
         r#"{ tools: { loopDetection: { enabled: true } }, loopguard: { budgets: { run: { tokens: 15000 } } } }"#,
     );
-    std::fs::write(
-        home.path("project/build.log"),
-        "error: undefined symbol foo_init\n",
-    )
-    .unwrap();
-    let first = vec![
-        text("Let me read the build log.\n"),
-        last(read_call("build.log"), 9000, 40),
-    ];
     // 9,040 + 9,120 tokens: the second response's last chunk passes the run's 15,000.
-    let second = vec![
-        text("The linker cannot find "),
-        last(text("foo_init: add libfoo to the link line.\n"), 9100, 20),
-    ];
-    let (_, stdout, stderr) = home.run(&gemini, &[first, second], "Why does the build fail?");
+    let script = reads_the_log_then_answers(&home);
+    let (_, stdout, stderr) = home.run(&gemini, &script, "Why does the build fail?");
     assert!(
         stderr.contains("Agent execution stopped:") && stderr.contains("budget"),
         "{stdout}\n{stderr}"
