@@ -5,28 +5,12 @@
 # idempotent, quick when the pinned version is there. A failed install does not stop the
 # other tests: the end-to-end tests then report the missing OpenClaw themselves (and fail
 # on CI).
-lg_openclaw_dir="$PWD/target/openclaw"
-lg_openclaw_version="2026.9.6"
-lg_openclaw_bin="$lg_openclaw_dir/node_modules/openclaw/openclaw.mjs"
-lg_openclaw_ready() {
-  [ -f "$lg_openclaw_bin" ] &&
-    node -p "require('$lg_openclaw_dir/node_modules/openclaw/package.json').version" 2>/dev/null |
-      grep -qx "$lg_openclaw_version"
-}
-if ! lg_openclaw_ready && command -v npm >/dev/null 2>&1; then
-  echo "scripts/setup/openclaw.sh: installing openclaw@$lg_openclaw_version into target/openclaw" >&2
-  rm -rf "$lg_openclaw_dir"
-  mkdir -p "$lg_openclaw_dir"
-  # --ignore-scripts: the tests need no native extras (browser drivers, pty builds) that
-  # install scripts would fetch.
-  npm install --prefix "$lg_openclaw_dir" --no-save --no-audit --no-fund --loglevel=error \
-    --ignore-scripts "openclaw@$lg_openclaw_version" >&2 || true
-fi
-if lg_openclaw_ready; then
-  LOOPGUARD_OPENCLAW="$lg_openclaw_bin"
+# shellcheck source=scripts/setup/lib/npm-pinned.sh
+. scripts/setup/lib/npm-pinned.sh
+if lg_npm_pinned scripts/setup/openclaw.sh "$PWD/target/openclaw" openclaw 2026.9.6 &&
+  [ -f "$PWD/target/openclaw/node_modules/openclaw/openclaw.mjs" ]; then
+  LOOPGUARD_OPENCLAW="$PWD/target/openclaw/node_modules/openclaw/openclaw.mjs"
   export LOOPGUARD_OPENCLAW
 else
-  echo "scripts/setup/openclaw.sh: could not install openclaw@$lg_openclaw_version; the OpenClaw tests will fail on CI" >&2
+  echo "scripts/setup/openclaw.sh: could not install openclaw@2026.9.6; the OpenClaw tests will fail on CI" >&2
 fi
-unset lg_openclaw_dir lg_openclaw_version lg_openclaw_bin
-unset -f lg_openclaw_ready
