@@ -195,6 +195,31 @@ fn a_healthy_answer_with_a_tool_call_goes_through() {
         "{stdout}\n{stderr}"
     );
     assert!(!stderr.contains("loopguard"), "{stderr}");
+    // `loopguard scan` reads the chat file this Gemini CLI wrote (JSON Lines).
+    let chats: Vec<PathBuf> = std::fs::read_dir(home.path("home/.gemini/tmp"))
+        .unwrap()
+        .flat_map(|project| std::fs::read_dir(project.unwrap().path().join("chats")).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    let scan = home
+        .command(&home.path("bin/loopguard"))
+        .arg("scan")
+        .arg(&chats[0])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&scan.stdout).unwrap();
+    let session = &report["sessions"][0];
+    assert_eq!(session["format"], "gemini-cli", "{report}");
+    assert_eq!(
+        (
+            &session["calls"],
+            &session["usage"]["tokens"],
+            &session["findings"]
+        ),
+        (&json!(1), &json!(18_160), &json!([])),
+        "{report}"
+    );
 }
 
 #[test]

@@ -30,7 +30,8 @@ pub enum Format {
     CodexRollout,
     /// `codex exec --json` event stream.
     CodexExec,
-    /// Gemini CLI chat session (`~/.gemini/tmp/<project>/chats/session-*.json`).
+    /// Gemini CLI chat session (`~/.gemini/tmp/<project>/chats/session-*.json`, or
+    /// `session-*.jsonl` from newer releases).
     GeminiCli,
     /// OpenAI chat-completions message arrays (`tool_calls` and `role: tool`).
     OpenaiChat,
@@ -383,9 +384,9 @@ fn by_object(shape: &Shape, text: &[u8]) -> Option<Detection> {
     if mini {
         return Some(T(Format::MiniSweAgent));
     }
+    // The document, or the first line of the JSON Lines form (no messages in it).
     let gemini = has("sessionId")
-        && has("messages")
-        && (has("projectHash") || has("startTime") || has("lastUpdated"))
+        && (has("projectHash") || has("messages") && (has("startTime") || has("lastUpdated")))
         || shape.value(3, "type") == Some("gemini");
     if gemini {
         return Some(T(Format::GeminiCli));
@@ -710,6 +711,11 @@ mod tests {
         );
         assert_eq!(
             format("{\n  \"sessionId\": \"s\",\n  \"projectHash\": \"h\",\n  \"messages\": [\n    {\"id\": \"m\", \"type\": \"user\""),
+            Format::GeminiCli
+        );
+        // Newer releases: JSON Lines, a first line without messages.
+        assert_eq!(
+            format("{\"sessionId\":\"s\",\"projectHash\":\"h\",\"startTime\":\"t\",\"lastUpdated\":\"t\",\"kind\":\"main\"}\n{\"$set\":{\"lastUpdated\":\"t\"}}\n"),
             Format::GeminiCli
         );
         assert_eq!(

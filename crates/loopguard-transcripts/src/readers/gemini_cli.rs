@@ -4,9 +4,19 @@
 //! `sessionId` (else the file name's); a resumed session written to a second file keeps
 //! its id.
 //!
+//! Newer releases (0.61.0 writes them) append to `session-*.jsonl` instead: a first line
+//! `{sessionId, projectHash, startTime, lastUpdated, kind}`, then records: a message
+//! (`{id, type, …}`, the same shape), written again under its id as it grows (an answer
+//! gains its `toolCalls` and their results); `{"$set": {…}}`, an update of the session's
+//! fields, whose `messages`, when present, is the whole conversation so far;
+//! `{"$rewindTo": id}`, the user rewinding the conversation. The messages are read in the
+//! order they were first written, each in its last version (one message in memory at a
+//! time: a message is read when the next one starts, and a later version of one already
+//! read is left out); a rewind is not undone, since what came before it was said and spent.
+//!
 //! | message | item |
 //! |---|---|
-//! | `user` | a new run and its prompt, unless it echoes a tool output (`[Function Response: …]`, older builds) |
+//! | `user` | a new run and its prompt, unless it echoes a tool output (`[Function Response: …]`, older builds) or carries one (`functionResponse` parts, the JSON Lines files: the answer's `toolCalls` hold the results already) |
 //! | `gemini` | a [`Item::Turn`] with `tokens.total`, the model's answer (`content`, its `thoughts` as reasoning), then for each `toolCalls[]` entry its call (`id`, `name`, `args`) and, at once, its result (calls and results are stored together) |
 //! | `info`, `error` | nothing (UI notices and API errors, not tool results) |
 //!
@@ -16,7 +26,8 @@
 //! calls with identical output give identical results. `status: "error"` and
 //! `"cancelled"` mark the result failed ([`FailureRules`]).
 
-use std::io::{self, BufRead, Seek};
+use std::collections::HashSet;
+use std::io::{self, BufRead, Seek, SeekFrom};
 
 use loopguard::Role;
 use loopguard_events::{Ids, OwnedOutcome};
@@ -26,6 +37,7 @@ use crate::detect::Format;
 use crate::failures::FailureRules;
 use crate::item::{self, Item, Pos, Sink, Usage};
 use crate::readers::chat::content_text;
+use crate::readers::lines::{self, Lines};
 use crate::readers::walk;
 use crate::readers::ReadOptions;
 use crate::stats::{ReadStats, SkipReason};
@@ -33,12 +45,18 @@ use crate::stats::{ReadStats, SkipReason};
 /// Older builds echo tool output as a user message that starts so.
 const FUNCTION_RESPONSE_ECHO: &str = "[Function Response:";
 
-/// Reads a Gemini CLI chat session.
+/// Reads a Gemini CLI chat session: one document, or JSON Lines.
 pub fn read<R: BufRead + Seek>(
     mut input: R,
     options: &ReadOptions<'_>,
     sink: &mut dyn Sink,
 ) -> io::Result<ReadStats> {
+    let start = input.stream_position()?;
+    let jsonl = lines::is_json_lines(&mut input, options.max_line)?;
+    input.seek(SeekFrom::Start(start))?;
+    if jsonl {
+        return read_lines(input, options, sink);
+    }
     let session = walk::session_name(&mut input, &["sessionId"], options.session_hint)?;
     let mut walker = Session {
         ids: item::ids(&session, Some("turn-0")),
@@ -53,6 +71,100 @@ pub fn read<R: BufRead + Seek>(
     })?;
     stats.absorb(walker.stats);
     Ok(stats)
+}
+
+/// Reads the JSON Lines form (see the module's docs).
+fn read_lines<R: BufRead + Seek>(
+    input: R,
+    options: &ReadOptions<'_>,
+    sink: &mut dyn Sink,
+) -> io::Result<ReadStats> {
+    let mut stats = ReadStats::default();
+    let mut lines = Lines::with_options(input, options)?;
+    let mut walker = Session {
+        ids: item::ids(options.session_hint, Some("turn-0")),
+        runs: 0,
+        rules: options.failures,
+        stats: ReadStats::default(),
+        sink,
+    };
+    let mut messages = Versions::default();
+    while let Some(line) = lines.next_line(&mut stats)? {
+        let mut scratch = None;
+        let Some(record) = lines::entry::<Value>(&line, &mut scratch, &mut stats) else {
+            continue;
+        };
+        let pos = line.pos;
+        if let Some(update) = record.get("$set") {
+            stats.record();
+            let conversation = update.get("messages").and_then(Value::as_array);
+            for message in conversation.into_iter().flatten() {
+                messages.offer(pos, message.clone(), &mut walker);
+            }
+        } else if record.get("$rewindTo").is_some() {
+            stats.record();
+        } else if record.get("type").is_some() {
+            messages.offer(pos, record, &mut walker);
+        } else if let Some(id) = record.get("sessionId").and_then(Value::as_str) {
+            stats.record();
+            if let Some(id) = loopguard::text::non_blank(id) {
+                walker.ids.session = id.to_owned();
+            }
+            // A whole session on one line (the document form, written without newlines).
+            let conversation = record.get("messages").and_then(Value::as_array);
+            for message in conversation.into_iter().flatten() {
+                messages.offer(pos, message.clone(), &mut walker);
+            }
+        } else {
+            stats.skip(SkipReason::UnknownEntryType, pos.line, || {
+                "a record that is no message, $set, $rewindTo or session header".into()
+            });
+        }
+    }
+    messages.flush(&mut walker);
+    stats.absorb(walker.stats);
+    Ok(stats)
+}
+
+/// The messages of a JSON Lines session as their versions come: the newest message is
+/// held until the next one starts, so that it is read in its last version.
+#[derive(Default)]
+struct Versions {
+    held: Option<(Pos, Value)>,
+    /// The ids of the messages read already (a later version of one is left out).
+    read: HashSet<String>,
+}
+
+impl Versions {
+    fn offer(&mut self, pos: Pos, message: Value, walker: &mut Session<'_>) {
+        let id = message.get("id").and_then(Value::as_str).map(str::to_owned);
+        let held_id = self
+            .held
+            .as_ref()
+            .and_then(|(_, m)| m.get("id").and_then(Value::as_str));
+        match id {
+            // A newer version of the held message: it replaces it, where it was first.
+            Some(id) if held_id == Some(id.as_str()) => {
+                if let Some((_, held)) = &mut self.held {
+                    *held = message;
+                }
+            }
+            Some(id) if self.read.contains(&id) => {}
+            id => {
+                self.flush(walker);
+                if let Some(id) = id {
+                    self.read.insert(id);
+                }
+                self.held = Some((pos, message));
+            }
+        }
+    }
+
+    fn flush(&mut self, walker: &mut Session<'_>) {
+        if let Some((pos, message)) = self.held.take() {
+            walker.message(pos, message);
+        }
+    }
 }
 
 struct Session<'a> {
@@ -70,6 +182,9 @@ impl Session<'_> {
         match kind {
             Some("user") => {
                 self.stats.record();
+                if carries_results(message.get("content")) {
+                    return;
+                }
                 let text = parts_text(message.get("content"));
                 if !text.trim_start().starts_with(FUNCTION_RESPONSE_ECHO) {
                     self.runs += 1;
@@ -166,6 +281,13 @@ fn response_text(responses: &[Value]) -> String {
     texts.join("\n")
 }
 
+/// Whether a user message's content is tool results (`functionResponse` parts only).
+fn carries_results(content: Option<&Value>) -> bool {
+    content.and_then(Value::as_array).is_some_and(|parts| {
+        !parts.is_empty() && parts.iter().all(|p| p.get("functionResponse").is_some())
+    })
+}
+
 /// The text of a message's `content`: a string, or its parts' `text` (Gemini's parts have
 /// no `type`; thought parts are left out).
 fn parts_text(content: Option<&Value>) -> String {
@@ -237,6 +359,85 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The JSON Lines form as Gemini CLI 0.61.0 writes it (shapes of a real session, with
+    /// a rewind, a second prompt, and a last line cut off).
+    const LINES: &str = r#"{"sessionId":"g-2","projectHash":"6893","startTime":"2026-12-03T23:25:38.441Z","lastUpdated":"2026-12-03T23:25:38.441Z","kind":"main"}
+{"$set":{"messages":[{"id":"c0","timestamp":"t","type":"user","content":[{"text":"<session_context>\nThis is the Gemini CLI.\n</session_context>"}]}],"lastUpdated":"t"}}
+{"id":"u1","timestamp":"t","type":"user","content":[{"text":"Why does the build fail?"}]}
+{"$set":{"lastUpdated":"t"}}
+{"id":"g1","timestamp":"t","type":"gemini","content":"Let me read the build log.","thoughts":[],"tokens":{"input":9000,"output":40,"cached":0,"thoughts":0,"tool":0,"total":9040},"model":"gemini-2.5-flash"}
+{"$set":{"lastUpdated":"t"}}
+{"id":"g1","timestamp":"t","type":"gemini","content":"Let me read the build log.","thoughts":[],"tokens":{"input":9000,"output":40,"cached":0,"thoughts":0,"tool":0,"total":9040},"model":"gemini-2.5-flash","toolCalls":[{"id":"read_file_1","name":"read_file","args":{"file_path":"build.log"},"result":[{"functionResponse":{"id":"read_file_1","name":"read_file","response":{"output":"error: undefined symbol foo_init\n"}}}],"status":"success"}]}
+{"id":"r1","timestamp":"t","type":"user","content":[{"functionResponse":{"id":"read_file_1","name":"read_file","response":{"output":"error: undefined symbol foo_init\n"}}}]}
+{"id":"g2","timestamp":"t","type":"gemini","content":"The linker cannot find foo_init.","thoughts":[{"subject":"Reading","description":"the log names the symbol"}],"tokens":{"input":9100,"output":20,"total":9120},"model":"gemini-2.5-flash"}
+{"$rewindTo":"g2"}
+{"$set":{"messages":[{"id":"c0","type":"user","content":[{"text":"x"}]},{"id":"u1","type":"user","content":[{"text":"y"}]}]}}
+{"id":"u2","timestamp":"t","type":"user","content":[{"text":"And how do I fix it?"}]}
+{"mystery":1}
+{"id":"g3","timestamp":"t","type":"gemini","content":"Add libfoo to the link line."#;
+
+    #[test]
+    fn reads_the_json_lines_form() {
+        let r = read_bytes(Format::GeminiCli, LINES.as_bytes(), "file");
+        // The answer written twice is read once, in its last version (with its call).
+        assert_eq!((r.calls(), r.results()), (1, 1));
+        assert_eq!(
+            r.call_list(),
+            [(
+                "read_file_1".into(),
+                "read_file".into(),
+                json!({"file_path": "build.log"})
+            )]
+        );
+        assert_eq!(
+            results(&r)[0].1["content"][0]["text"],
+            "error: undefined symbol foo_init\n"
+        );
+        // The tool results a user message carries start no run; the rewind undoes nothing;
+        // the checkpoint's messages were read already.
+        assert_eq!(
+            r.messages(),
+            [
+                (
+                    Role::User,
+                    "<session_context>\nThis is the Gemini CLI.\n</session_context>",
+                    None,
+                    None
+                ),
+                (Role::User, "Why does the build fail?", None, None),
+                (
+                    Role::Assistant,
+                    "Let me read the build log.",
+                    None,
+                    Some(true)
+                ),
+                (
+                    Role::Assistant,
+                    "The linker cannot find foo_init.",
+                    Some("Reading: the log names the symbol"),
+                    Some(false)
+                ),
+                (Role::User, "And how do I fix it?", None, None),
+            ]
+        );
+        assert!(r.runs().iter().all(|(session, _)| session == "g-2"));
+        let tokens: Vec<u64> = r
+            .items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Turn { usage: Some(u), .. } => Some(u.tokens),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tokens, [9040, 9120]);
+        assert_eq!(r.stats.skipped_for(SkipReason::UnknownEntryType), 1);
+        assert_eq!(r.stats.skipped_for(SkipReason::TruncatedLastLine), 1);
+        // The pretty-printed document is still read as one.
+        let doc = "{\n  \"sessionId\": \"g-3\",\n  \"projectHash\": \"h\",\n  \"messages\": [\n    {\"id\": \"m1\", \"type\": \"user\", \"content\": \"hi\"}\n  ]\n}\n";
+        let d = read_bytes(Format::GeminiCli, doc.as_bytes(), "file");
+        assert_eq!(d.said(Role::User), ["hi"]);
     }
 
     #[test]
