@@ -269,3 +269,45 @@ fn an_openclaw_subagent_names_the_run_that_spawned_it() {
     assert_eq!(run_of(first), Some(Value::from("turn-5")));
     assert_eq!(run_of(third), Some(Value::from("turn-16")));
 }
+
+/// Gemini CLI (0.61 and later) writes a sub-agent's conversation into a folder named after
+/// its parent session, `chats/<parent session id>/<id>.jsonl`, with `kind: "subagent"`:
+/// scan puts it under its parent.
+#[test]
+fn a_gemini_cli_subagent_shows_under_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = "7fdc30e1-64ef-4464-a6fb-009c1c853335";
+    let chats = dir.path().join("project/chats");
+    std::fs::create_dir_all(chats.join(parent)).unwrap();
+    let main = format!(
+        concat!(
+            r#"{{"sessionId":"{p}","projectHash":"h","startTime":"t","lastUpdated":"t","kind":"main"}}"#,
+            "\n",
+            r#"{{"id":"u1","type":"user","content":[{{"text":"Where is the config read?"}}]}}"#,
+            "\n",
+            r#"{{"id":"g1","type":"gemini","content":"I will ask the investigator.","toolCalls":[{{"id":"c1","name":"codebase_investigator","args":{{"objective":"find the config reader"}},"result":[{{"functionResponse":{{"id":"c1","name":"codebase_investigator","response":{{"output":"src/config.rs"}}}}}}],"status":"success"}}]}}"#,
+            "\n"
+        ),
+        p = parent
+    );
+    std::fs::write(chats.join("session-2026-12-03T23-24-7fdc30e1.jsonl"), main).unwrap();
+    let child = concat!(
+        r#"{"sessionId":"investigator-1","projectHash":"h","startTime":"t","lastUpdated":"t","kind":"subagent"}"#,
+        "\n",
+        r#"{"id":"s1","type":"user","content":[{"text":"find the config reader"}]}"#,
+        "\n",
+        r#"{"id":"s2","type":"gemini","content":"","toolCalls":[{"id":"c2","name":"grep_search","args":{"pattern":"fn load"},"result":[{"functionResponse":{"id":"c2","name":"grep_search","response":{"output":"src/config.rs:12"}}}],"status":"success"}]}"#,
+        "\n"
+    );
+    std::fs::write(chats.join(parent).join("investigator-1.jsonl"), child).unwrap();
+    let doc = scan(dir.path());
+    let trees = doc["trees"].as_array().unwrap();
+    assert_eq!(trees.len(), 1, "{doc}");
+    assert_eq!(trees[0]["root"], parent);
+    let nodes = trees[0]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{trees:?}");
+    assert_eq!(
+        (&nodes[1]["session"], &nodes[1]["parent"]),
+        (&"investigator-1".into(), &parent.into())
+    );
+}

@@ -13,6 +13,9 @@
 //! order they were first written, each in its last version (one message in memory at a
 //! time: a message is read when the next one starts, and a later version of one already
 //! read is left out); a rewind is not undone, since what came before it was said and spent.
+//! A sub-agent's conversation (`kind: "subagent"`) is a file of its own,
+//! `chats/<parent session id>/<id>.jsonl`: its session names that parent ([`parent_of`];
+//! the parent's run is not known: nothing in either file says which call started it).
 //!
 //! | message | item |
 //! |---|---|
@@ -73,6 +76,17 @@ pub fn read<R: BufRead + Seek>(
     Ok(stats)
 }
 
+/// The session that spawned the sub-agent whose conversation is at `path`
+/// (`…/chats/<parent session id>/<id>.jsonl`), when the path is so.
+pub fn parent_of(path: &std::path::Path) -> Option<String> {
+    let folder = path.parent()?;
+    if folder.parent()?.file_name()? != "chats" {
+        return None;
+    }
+    let parent = folder.file_name()?.to_str()?;
+    loopguard::text::non_blank(parent).map(str::to_owned)
+}
+
 /// Reads the JSON Lines form (see the module's docs).
 fn read_lines<R: BufRead + Seek>(
     input: R,
@@ -81,8 +95,10 @@ fn read_lines<R: BufRead + Seek>(
 ) -> io::Result<ReadStats> {
     let mut stats = ReadStats::default();
     let mut lines = Lines::with_options(input, options)?;
+    let mut ids = item::ids(options.session_hint, Some("turn-0"));
+    ids.parent_session = options.parent_session.map(str::to_owned);
     let mut walker = Session {
-        ids: item::ids(options.session_hint, Some("turn-0")),
+        ids,
         runs: 0,
         rules: options.failures,
         stats: ReadStats::default(),
@@ -377,6 +393,43 @@ mod tests {
 {"id":"u2","timestamp":"t","type":"user","content":[{"text":"And how do I fix it?"}]}
 {"mystery":1}
 {"id":"g3","timestamp":"t","type":"gemini","content":"Add libfoo to the link line."#;
+
+    #[test]
+    fn a_subagents_file_names_its_parent() {
+        use std::path::Path;
+        let at = |p: &str| parent_of(Path::new(p));
+        assert_eq!(
+            at("/h/.gemini/tmp/p/chats/7fdc30e1-64ef/0a1b.jsonl").as_deref(),
+            Some("7fdc30e1-64ef")
+        );
+        assert_eq!(
+            at("/h/.gemini/tmp/p/chats/session-2026-12-03T23-24-7fdc30e1.jsonl"),
+            None
+        );
+        assert_eq!(at("0a1b.jsonl"), None);
+        let mut options = ReadOptions::new("0a1b");
+        options.parent_session = Some("7fdc30e1-64ef");
+        let mut items = Vec::new();
+        let child = "{\"sessionId\":\"0a1b\",\"projectHash\":\"h\",\"kind\":\"subagent\"}\n{\"id\":\"m\",\"type\":\"gemini\",\"content\":\"found it\"}\n";
+        crate::read(
+            Format::GeminiCli,
+            std::io::Cursor::new(child.as_bytes()),
+            &options,
+            &mut items,
+        )
+        .unwrap();
+        let ids: Vec<_> = items
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Event(e) => Some(e.ids().clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!ids.is_empty());
+        assert!(ids
+            .iter()
+            .all(|i| i.session == "0a1b" && i.parent_session.as_deref() == Some("7fdc30e1-64ef")));
+    }
 
     #[test]
     fn reads_the_json_lines_form() {

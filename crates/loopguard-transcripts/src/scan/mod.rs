@@ -27,7 +27,7 @@ use crate::detect::{detect, Companion, Detection as Detected, Format, PREFIX_BYT
 use crate::failures::FailureRules;
 use crate::readers::claude_code;
 use crate::readers::openclaw::{self, RunWindows};
-use crate::readers::{cline, cline_ui, openhands};
+use crate::readers::{cline, cline_ui, gemini_cli, openhands};
 use crate::stats::ReadStats;
 use crate::{read, ReadOptions, DEFAULT_MAX_LINE};
 
@@ -417,10 +417,17 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
     let parent_spawns = store
         .as_deref()
         .and_then(|store| openclaw::spawns_of(path, session, store, &options.read_options(&hint)));
+    let gemini_parent = match format {
+        Format::GeminiCli => gemini_cli::parent_of(path),
+        _ => None,
+    };
     let mut read_options = options.read_options(&hint);
     read_options.run_windows = windows.as_ref().filter(|w| !w.is_empty());
     read_options.spawns = spawns.as_deref();
-    read_options.parent_session = store.as_deref().and_then(|s| s.parent_of(session));
+    read_options.parent_session = store
+        .as_deref()
+        .and_then(|s| s.parent_of(session))
+        .or(gemini_parent.as_deref());
     read_options.parent_run = store
         .as_deref()
         .and_then(|s| s.key_of(session))
