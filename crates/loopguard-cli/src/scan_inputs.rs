@@ -48,9 +48,11 @@ impl Input {
 }
 
 /// The folders agents keep their transcripts in, relative to the home directory; `*`
-/// stands for every folder at that place (OpenClaw keeps one per agent).
+/// stands for every folder at that place (OpenClaw keeps one per agent). A database that
+/// holds them (OpenClaw 2026.9 and later) is named as a file.
 pub const DEFAULT_FOLDERS: &[(&str, &str)] = &[
     ("OpenClaw", ".openclaw/agents/*/sessions"),
+    ("OpenClaw", ".openclaw/agents/*/agent/openclaw-agent.sqlite"),
     ("Claude Code", ".claude/projects"),
     ("Codex", ".codex/sessions"),
     ("Gemini CLI", ".gemini/tmp"),
@@ -89,7 +91,7 @@ pub fn default_folders(home: &Path) -> Vec<Searched> {
                 })
                 .collect();
         }
-        let found: Vec<PathBuf> = paths.into_iter().filter(|p| p.is_dir()).collect();
+        let found: Vec<PathBuf> = paths.into_iter().filter(|p| p.exists()).collect();
         if found.is_empty() {
             out.push(Searched {
                 agent,

@@ -42,6 +42,27 @@ fn copy(from: &Path, to: &Path) {
     fs::copy(from, to).unwrap();
 }
 
+/// Writes `transcript` (a transcript file's lines) as the session `session` of an OpenClaw
+/// 2026.9 agent database at `path` (the tables and columns its reader uses).
+fn openclaw_database(path: &Path, session: &str, transcript: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let db = rusqlite::Connection::open(path).unwrap();
+    db.execute_batch(loopguard_transcripts::readers::openclaw::database::READ_SCHEMA)
+        .unwrap();
+    db.execute(
+        "INSERT INTO session_windows VALUES (?1, 'agent:ops:main', 1, NULL, NULL)",
+        [session],
+    )
+    .unwrap();
+    for (seq, line) in transcript.lines().enumerate() {
+        db.execute(
+            "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
+            rusqlite::params![session, seq as i64, line],
+        )
+        .unwrap();
+    }
+}
+
 /// A Gemini CLI chat session with one tool call.
 const GEMINI: &str = r#"{"sessionId": "gemini-demo", "projectHash": "h", "startTime": "2026-01-01T00:00:00Z", "messages": [
   {"id": "1", "type": "user", "content": "read it"},
@@ -60,6 +81,14 @@ fn no_path_scans_the_usual_folders_under_home() {
     );
     fs::create_dir_all(home.join(".openclaw/agents/main/agent")).unwrap();
     fs::write(home.join(".openclaw/agents/main/agent/models.json"), "{}").unwrap();
+    // An agent of OpenClaw 2026.9, whose transcripts are in its database.
+    openclaw_database(
+        &home.join(".openclaw/agents/ops/agent/openclaw-agent.sqlite"),
+        "demo-db",
+        &fs::read_to_string(fixtures().join("openclaw-loop.jsonl"))
+            .unwrap()
+            .replace("demo-loop", "demo-db"),
+    );
     copy(
         &fixtures().join("claude-code.jsonl"),
         &home.join(".claude/projects/-home-demo/demo-claude.jsonl"),
@@ -81,6 +110,7 @@ fn no_path_scans_the_usual_folders_under_home() {
     let err = stderr(&out);
     for folder in [
         ".openclaw/agents/main/sessions (OpenClaw)",
+        ".openclaw/agents/ops/agent/openclaw-agent.sqlite (OpenClaw)",
         ".claude/projects (Claude Code)",
         ".codex/sessions (Codex)",
         ".gemini/tmp (Gemini CLI)",
@@ -88,7 +118,7 @@ fn no_path_scans_the_usual_folders_under_home() {
         assert!(err.contains(folder), "stderr names {folder}: {err}");
     }
     let searched = doc["searched"].as_array().unwrap();
-    assert_eq!(searched.len(), 4);
+    assert_eq!(searched.len(), 5);
     assert!(searched.iter().all(|s| s["found"] == true));
     let sessions: Vec<&str> = doc["sessions"]
         .as_array()
@@ -96,7 +126,13 @@ fn no_path_scans_the_usual_folders_under_home() {
         .iter()
         .map(|s| s["session"].as_str().unwrap())
         .collect();
-    for id in ["demo-loop", "demo-claude", "demo-codex", "gemini-demo"] {
+    for id in [
+        "demo-loop",
+        "demo-db",
+        "demo-claude",
+        "demo-codex",
+        "gemini-demo",
+    ] {
         assert!(sessions.contains(&id), "{id} in {sessions:?}");
     }
     // The agent's own config files are not transcripts; the prompt log is a companion.

@@ -29,6 +29,8 @@ pub enum Kind {
     Companion(Companion),
     /// Transcripts no reader takes: listed as unread, with this reason.
     Unread(&'static str),
+    /// A database of transcripts of this format, read by the format's database reader.
+    Database(Format),
 }
 
 /// How a name is matched.
@@ -89,6 +91,14 @@ pub const AGENT_FILES: &[AgentFile] = &[
         Name::Exact("context_history.json"),
         Some("tasks"),
         Kind::Companion(Companion::ClineContextHistory),
+    ),
+    // OpenClaw 2026.9 moved an agent's transcripts from JSON Lines files into a database
+    // (agents/<agent>/agent/openclaw-agent.sqlite).
+    file(
+        "OpenClaw",
+        Name::Exact(crate::readers::openclaw::database::FILE_NAME),
+        None,
+        Kind::Database(Format::OpenClaw),
     ),
     // goose 1.10 moved its sessions from JSON Lines files into a database.
     file(
@@ -194,6 +204,14 @@ mod tests {
             Some(Kind::Unread(_))
         ));
         assert_eq!(kind("/c/Code/User/globalStorage/state.vscdb"), None);
+        assert_eq!(
+            kind("/h/.openclaw/agents/main/agent/openclaw-agent.sqlite"),
+            Some(Kind::Database(Format::OpenClaw))
+        );
+        assert_eq!(
+            kind("/h/.openclaw/agents/main/agent/openclaw-agent.sqlite-wal"),
+            None
+        );
         assert_eq!(
             kind("/s/tasks/17/context_history.json"),
             Some(Kind::Companion(Companion::ClineContextHistory))

@@ -28,6 +28,9 @@ pub enum SkipReason {
     MalformedEntry,
     /// OpenClaw: an entry that is not on the active branch (abandoned or rewritten history).
     OffBranch,
+    /// OpenClaw's database: a compressed entry that does not decompress to the size stored
+    /// with it.
+    Undecodable,
 }
 
 impl SkipReason {
@@ -42,6 +45,7 @@ impl SkipReason {
             Self::UnknownEntryType => "unknown_entry_type",
             Self::MalformedEntry => "malformed_entry",
             Self::OffBranch => "off_branch",
+            Self::Undecodable => "undecodable",
         }
     }
 
@@ -56,6 +60,7 @@ impl SkipReason {
             Self::UnknownEntryType => "unknown entry type",
             Self::MalformedEntry => "entry without the fields it needs",
             Self::OffBranch => "not on the active branch",
+            Self::Undecodable => "compressed entry that does not decompress",
         }
     }
 }

@@ -2,9 +2,10 @@
 // this plugin installed the way docs/openclaw-plugin.md says: no network, no real model.
 // Each run gets its own home, state directory and config.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 
 import { after, before, describe, test } from 'node:test';
@@ -150,16 +151,18 @@ export function openclawConfig({ modelUrl, workspace, contextWindow = 128000, co
  * Runs the OpenClaw CLI in `home` with `args` (in its workspace, or `cwd`); resolves
  * { code, stdout, stderr }. The plugin loads its own native build, as for a user.
  */
-export function openclaw(home, args, { timeoutMs = 480_000, cwd = home.workspace } = {}) {
-  return run(process.execPath, [openclawEntry, ...args], {
-    cwd,
-    timeout: timeoutMs,
-    env: userEnv({
-      HOME: home.home,
-      OPENCLAW_STATE_DIR: home.state,
-      OPENCLAW_CONFIG_PATH: home.configPath,
-      NO_COLOR: '1',
-    }),
+export function openclaw(home, args, { timeoutMs = 480_000, cwd = home.workspace, env = {} } = {}) {
+  return run(process.execPath, [openclawEntry, ...args], { cwd, timeout: timeoutMs, env: openclawEnv(home, env) });
+}
+
+/** The environment of an OpenClaw command in `home`. */
+function openclawEnv(home, extra = {}) {
+  return userEnv({
+    HOME: home.home,
+    OPENCLAW_STATE_DIR: home.state,
+    OPENCLAW_CONFIG_PATH: home.configPath,
+    NO_COLOR: '1',
+    ...extra,
   });
 }
 
@@ -195,14 +198,90 @@ async function installedHome() {
 
 /** An installation as the docs say, then the test's model, agents and the plugin's config
  * written over what install and enable wrote. */
-async function configuredHome({ modelUrl, pluginConfig, prepare, contextWindow, cost }) {
+async function configuredHome({ modelUrl, pluginConfig, prepare, contextWindow, cost, extra = {} }) {
   const home = await installedHome();
   prepare?.(home);
   const installed = JSON.parse(readFileSync(home.configPath, 'utf8'));
   const config = openclawConfig({ modelUrl, workspace: home.workspace, contextWindow, cost });
   installed.plugins.entries.loopguard.config = pluginConfig ?? {};
-  writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, plugins: installed.plugins }, null, 2));
+  writeFileSync(home.configPath, JSON.stringify({ ...installed, ...config, ...extra, plugins: installed.plugins }, null, 2));
   return home;
+}
+
+/** A free TCP port on loopback. */
+function freePort() {
+  return new Promise((ok, fail) => {
+    const server = createServer();
+    server.on('error', fail);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => ok(port));
+    });
+  });
+}
+
+/**
+ * One turn of the session `sessionKey` sent through an OpenClaw Gateway, as a user's
+ * `openclaw agent` without `--local` sends it: sub-agents (the `sessions_spawn` tool) are
+ * runs the Gateway starts, so they need one. The Gateway runs in an installation with the
+ * plugin (configured with `pluginConfig`), on a free loopback port with a token, and
+ * Tool Search off so that the scripted model calls `sessions_spawn` by its name. The
+ * model plays the script `choose` picks for each conversation. After the turn,
+ * `settled(model)` is polled until it holds (the sub-agents run after the turn that
+ * spawned them), for up to four minutes. Resolves with { code, stdout, stderr, settled,
+ * gatewayLog, model, home } (the installation is removed when the test process ends).
+ */
+export async function gatewayTurn({ choose, pluginConfig, sessionKey, message, settled }) {
+  const model = await scriptedModel([], { choose });
+  let gateway;
+  let gatewayLog = '';
+  try {
+    const port = await freePort();
+    const token = `loopguard-test-${port}`;
+    const home = await configuredHome({
+      modelUrl: model.url,
+      pluginConfig,
+      extra: {
+        gateway: { mode: 'local', port, bind: 'loopback', auth: { mode: 'token', token } },
+        tools: { loopDetection: { enabled: false }, toolSearch: false },
+      },
+    });
+    const env = { OPENCLAW_GATEWAY_TOKEN: token };
+    gateway = spawn(process.execPath, [openclawEntry, 'gateway', 'run', '--port', String(port)], {
+      cwd: home.workspace,
+      env: openclawEnv(home, env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = new Promise((ok) => gateway.on('exit', ok));
+    gateway.stdout.on('data', (d) => (gatewayLog += d));
+    gateway.stderr.on('data', (d) => (gatewayLog += d));
+    const ready = await Promise.race([
+      until(() => /\[gateway\] ready/.test(gatewayLog), 240_000),
+      exited.then(() => false),
+    ]);
+    assert.ok(ready, `the OpenClaw Gateway did not start:\n${gatewayLog.slice(-4000)}`);
+    const turn = await openclaw(home, ['agent', '--json', '--agent', 'main', '--session-key', sessionKey, '--message', message], { env });
+    const done = await until(() => settled(model), 240_000);
+    return { ...turn, settled: done, gatewayLog, model, home };
+  } finally {
+    if (gateway && gateway.exitCode === null) {
+      const exited = new Promise((ok) => gateway.on('exit', ok));
+      gateway.kill('SIGTERM');
+      await Promise.race([exited, new Promise((ok) => setTimeout(ok, 20_000))]);
+      if (gateway.exitCode === null) gateway.kill('SIGKILL');
+    }
+    await model.close();
+  }
+}
+
+/** Polls `check` every half second; resolves with whether it held within `ms`. */
+async function until(check, ms) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (check()) return true;
+    await new Promise((ok) => setTimeout(ok, 500));
+  }
+  return check();
 }
 
 /**

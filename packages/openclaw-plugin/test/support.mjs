@@ -41,9 +41,11 @@ if (!existsSync(linked)) {
  * conversation, and its tool results with it), the k-th request with tools is refused
  * once as a context overflow (OpenAI's `context_length_exceeded`), and requests without
  * tools (the compaction's summary requests) are answered with a summary. With `usage`
- * (`{prompt_tokens, completion_tokens}`), every response reports those figures.
+ * (`{prompt_tokens, completion_tokens}`), every response reports those figures. With
+ * `choose` (a function of a request's messages returning a script), each conversation plays
+ * the script it picks: a sub-agent's conversation is told apart by its task.
  */
-export async function scriptedModel(steps, { overflowAt, usage, perTurn } = {}) {
+export async function scriptedModel(steps, { overflowAt, usage, perTurn, choose } = {}) {
   const requests = [];
   // Where the newest turn begins: after its prompt, the newest user message holding the
   // text `perTurn` (OpenClaw may add user messages of its own inside a turn).
@@ -81,7 +83,7 @@ export async function scriptedModel(steps, { overflowAt, usage, perTurn } = {}) 
       }
       // A script that never ends (a turn that never counts as begun) must not run forever.
       if (requests.length > 400) step ??= { text: 'the scripted model stops here' };
-      step ??= steps[n] ?? { text: `done after ${n} tool results` };
+      step ??= (choose ? choose(request.messages) : steps)[n] ?? { text: `done after ${n} tool results` };
       const id = `chatcmpl-${requests.length}`;
       const delta = step.tool
         ? {

@@ -14,6 +14,7 @@
 //!   (in the same run) was blocked entirely. A response's tokens include its whole input
 //!   (the context it re-read), which is what a loop burns.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
@@ -28,7 +29,7 @@ use crate::failures::FailureRules;
 use crate::readers::claude_code;
 use crate::readers::openclaw::{self, RunWindows};
 use crate::readers::{cline, cline_ui, gemini_cli, openhands};
-use crate::stats::ReadStats;
+use crate::stats::{ReadStats, SkipReason};
 use crate::{read, ReadOptions, DEFAULT_MAX_LINE};
 
 mod report;
@@ -361,6 +362,11 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
         Some(agent_files::Kind::Companion(kind)) => {
             return FileScan::not_scanned(shown, FileStatus::Companion { kind }, size);
         }
+        Some(agent_files::Kind::Database(Format::OpenClaw))
+            if options.format.is_none_or(|f| f == Format::OpenClaw) =>
+        {
+            return scan_openclaw_database(path, shown, size, options, progress);
+        }
         _ => {}
     }
     let name = match Path::new(name).file_name() {
@@ -446,6 +452,76 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
             scan
         }
         Err(e) => unreadable(e, size),
+    }
+}
+
+/// Scans an OpenClaw agent database: every transcript in it, each read as the file it
+/// replaced ([`openclaw::database`]), a spawned one linked to its parent session and to the
+/// run whose spawn call started it. What a transcript could not give (an entry that does
+/// not decompress, entries past the live memory budget) is counted in the file's skips.
+fn scan_openclaw_database(
+    path: &Path,
+    shown: String,
+    size: u64,
+    options: &ScanOptions,
+    mut progress: Progress<'_>,
+) -> FileScan {
+    use openclaw::database::Database;
+    let mut read = || -> io::Result<(ReadStats, Vec<SessionReport>)> {
+        let database = Database::open(path)?;
+        let windows = database.windows()?;
+        let store = Database::store(&windows);
+        // The runs of each parent's spawn calls, read once per parent.
+        let mut spawns: HashMap<String, Option<crate::readers::Spawns>> = HashMap::new();
+        let mut stats = ReadStats::default();
+        let mut sessions = Vec::new();
+        for (n, window) in windows.iter().enumerate() {
+            let session = window.session.as_str();
+            let parent = store.parent_of(session);
+            if let Some(parent) = parent.filter(|p| !spawns.contains_key(*p)) {
+                let lines = database.transcript(parent, options.live_memory)?.lines;
+                let found =
+                    openclaw::read_spawns(Cursor::new(lines), &options.read_options(parent)).ok();
+                spawns.insert(parent.to_owned(), found);
+            }
+            let extracted = database.transcript(session, options.live_memory)?;
+            let mut read_options = options.read_options(session);
+            read_options.parent_session = parent;
+            read_options.parent_run = parent
+                .and_then(|p| spawns.get(p)?.as_ref())
+                .zip(store.key_of(session))
+                .and_then(|(spawns, key)| spawns.run_of(key));
+            let (read, mut found) = scan_reader(
+                Format::OpenClaw,
+                Cursor::new(&extracted.lines),
+                &read_options,
+                options,
+            )?;
+            stats.bytes += read.bytes;
+            stats.lines += read.lines;
+            stats.absorb(read);
+            for _ in 0..extracted.undecodable {
+                stats.skip(SkipReason::Undecodable, 0, || format!("session {session}"));
+            }
+            for _ in 0..extracted.left_out {
+                stats.skip(SkipReason::LineTooCostly, 0, || {
+                    format!("session {session}: past the live memory budget")
+                });
+            }
+            sessions.append(&mut found);
+            progress.reach(size * (n as u64 + 1) / windows.len() as u64);
+        }
+        Ok((stats, sessions))
+    };
+    match read() {
+        Ok((stats, sessions)) => FileScan::read_as(shown, Format::OpenClaw, size, stats, sessions),
+        Err(e) => FileScan::not_scanned(
+            shown,
+            FileStatus::Unreadable {
+                error: e.to_string(),
+            },
+            size,
+        ),
     }
 }
 

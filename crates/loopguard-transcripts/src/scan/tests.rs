@@ -79,3 +79,74 @@ fn files_without_calls_are_unread_unless_every_record_was_understood() {
     assert_eq!(scan.status, FileStatus::Scanned);
     assert_eq!(scan.calls(), 0);
 }
+
+/// Writes `transcript` (a transcript file's lines) into a database of OpenClaw 2026.9's
+/// shape, as the session `session`, each line an event, the long ones compressed as
+/// OpenClaw stores them.
+fn openclaw_database(dir: &Path, session: &str, transcript: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(crate::readers::openclaw::database::FILE_NAME);
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute_batch(crate::readers::openclaw::database::READ_SCHEMA)
+        .unwrap();
+    db.execute(
+        "INSERT INTO session_windows VALUES (?1, 'agent:main:main', 1, NULL, NULL)",
+        [session],
+    )
+    .unwrap();
+    let lines = transcript.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    for (seq, line) in lines.enumerate() {
+        let text = std::str::from_utf8(line).unwrap();
+        if line.len() >= 1024 {
+            let compressed = zstd::bulk::compress(line, 1).unwrap();
+            db.execute(
+                "INSERT INTO transcript_events VALUES (?1, ?2, NULL, 0, ?3, ?4)",
+                rusqlite::params![session, seq as i64, compressed, line.len() as i64],
+            )
+            .unwrap();
+        } else {
+            db.execute(
+                "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
+                rusqlite::params![session, seq as i64, text],
+            )
+            .unwrap();
+        }
+    }
+    path
+}
+
+/// The real OpenClaw transcripts of the corpus (labelled loops and healthy sessions), each
+/// moved into a database as OpenClaw 2026.9 keeps it: the database scans exactly as the
+/// file, findings, loops, runs and spend alike.
+#[test]
+fn a_database_scans_like_the_transcript_files_it_replaced() {
+    let mut compared = 0;
+    for name in [
+        "08237d46-d6c7-42a2-ab47-87ff3939da71.jsonl",
+        "21596f48-a8a0-43df-8e8d-387a0f1709a8.jsonl",
+        "44de2062-6cdd-4d8c-917e-41a2bb188a7a.jsonl",
+        "de164575-fc39-43d3-b0f9-7781fe07e46d.jsonl",
+        "f8c3e7a8-7dc1-43cc-8ce0-a9d268c29be1.jsonl",
+    ] {
+        let Some(file) = crate::testing::corpus(&format!("openclaw/{name}")) else {
+            continue;
+        };
+        let options = ScanOptions::default();
+        let from_file = scan_path(&file, &options);
+        assert_eq!(from_file.status, FileStatus::Scanned, "{name}");
+        let session = name.trim_end_matches(".jsonl");
+        let dir = tempfile::tempdir().unwrap();
+        let database = openclaw_database(dir.path(), session, &std::fs::read(&file).unwrap());
+        let from_database = scan_path(&database, &options);
+        assert_eq!(from_database.status, FileStatus::Scanned, "{name}");
+        assert_eq!(from_database.read.records, from_file.read.records, "{name}");
+        assert_eq!(from_database.read.lines, from_file.read.lines, "{name}");
+        let (a, b) = (&from_file.sessions, &from_database.sessions);
+        assert!(
+            !a.is_empty() && a.iter().map(|s| s.calls).sum::<u64>() > 0,
+            "{name}"
+        );
+        assert_eq!(a, b, "{name}");
+        compared += 1;
+    }
+    eprintln!("{compared} corpus transcripts compared");
+}

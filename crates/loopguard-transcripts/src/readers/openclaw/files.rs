@@ -127,6 +127,12 @@ impl SessionStore {
         Ok(Self { parents })
     }
 
+    /// A store from its links: a spawned session's id to the id of the session that
+    /// spawned it and its own key.
+    pub fn from_parents(parents: HashMap<String, (String, String)>) -> Self {
+        Self { parents }
+    }
+
     /// The session that spawned `session`, if the store says.
     pub fn parent_of(&self, session: &str) -> Option<&str> {
         self.parents.get(session).map(|(parent, _)| parent.as_str())

@@ -23,6 +23,7 @@
 //! window names that window's run id in the same way. Results that say `isError: false`
 //! but carry `{"status": "error"}` stay results: that is what the runtime hashed too.
 
+pub mod database;
 mod files;
 mod spawns;
 mod trajectory;

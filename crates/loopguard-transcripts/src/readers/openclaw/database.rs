@@ -1,0 +1,279 @@
+//! OpenClaw 2026.9 and later keep an agent's transcripts in its SQLite database
+//! (`agents/<agent>/agent/openclaw-agent.sqlite`) instead of JSON Lines files. Each
+//! transcript is a session window (`session_windows`: a session id, the session key it
+//! belongs to, the key of the session that spawned it) and its events
+//! (`transcript_events`, by `seq`): the very entries a transcript file holds, one per row,
+//! as JSON text or, once large, compressed with zstd (`event_zstd`, with the size of the
+//! text it holds). A transcript read here is those entries joined into lines and read by
+//! the file reader, so a database and the files it replaced scan alike.
+//!
+//! The database is opened read-only and never written: OpenClaw may be running.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::SessionStore;
+
+/// The file name OpenClaw gives an agent's database.
+pub const FILE_NAME: &str = "openclaw-agent.sqlite";
+
+/// Largest event decompressed: OpenClaw stores none larger (a constraint of its schema).
+pub const MAX_EVENT_BYTES: usize = 4 << 20;
+
+/// The part of OpenClaw's schema this reader uses (its tables hold more columns, and it
+/// has many more tables): what a test writes to make a database of OpenClaw's shape.
+pub const READ_SCHEMA: &str = "\
+    CREATE TABLE session_windows (session_id TEXT PRIMARY KEY, session_key TEXT NOT NULL, \
+      created_at INTEGER NOT NULL, parent_session_key TEXT, spawned_by TEXT);
+    CREATE TABLE transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+      event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, \
+      event_utf8_bytes INTEGER, PRIMARY KEY (session_id, seq));";
+
+/// One transcript of the database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Its session id (the transcript file's name before).
+    pub session: String,
+    /// The session key it belongs to (`agent:main:main`, `agent:main:subagent:…`).
+    pub key: String,
+    /// The key of the session that spawned it, if one did.
+    pub parent_key: Option<String>,
+    /// When it was created, in milliseconds.
+    pub created_at: i64,
+}
+
+/// An agent database, open for reading.
+pub struct Database {
+    connection: Connection,
+}
+
+/// What reading one transcript out of the database found besides its lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extracted {
+    /// The transcript as the file reader reads it: one entry per line.
+    pub lines: Vec<u8>,
+    /// Events that could not be decompressed (or were larger than [`MAX_EVENT_BYTES`]):
+    /// left out, counted.
+    pub undecodable: u64,
+    /// Events left out because the transcript had reached the size it may take.
+    pub left_out: u64,
+}
+
+fn sql_error(e: rusqlite::Error) -> io::Error {
+    io::Error::other(format!("OpenClaw database: {e}"))
+}
+
+impl Database {
+    /// Opens the database at `path` read-only.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let connection = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql_error)?;
+        // A database another process holds: wait for its writes rather than fail.
+        connection
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(sql_error)?;
+        Ok(Self { connection })
+    }
+
+    /// Its transcripts, oldest first.
+    pub fn windows(&self) -> io::Result<Vec<Window>> {
+        let mut statement = self
+            .connection
+            .prepare(
+                "SELECT session_id, session_key, coalesce(spawned_by, parent_session_key), \
+                 created_at FROM session_windows ORDER BY created_at, session_id",
+            )
+            .map_err(sql_error)?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(Window {
+                    session: row.get(0)?,
+                    key: row.get(1)?,
+                    parent_key: row.get(2)?,
+                    created_at: row.get(3)?,
+                })
+            })
+            .map_err(sql_error)?;
+        rows.collect::<Result<_, _>>().map_err(sql_error)
+    }
+
+    /// The transcript of `session`: its events in order, one per line, up to `max_bytes`
+    /// of lines (the events past it are counted, not kept).
+    pub fn transcript(&self, session: &str, max_bytes: usize) -> io::Result<Extracted> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT event_json, event_zstd, event_utf8_bytes FROM transcript_events \
+                 WHERE session_id = ?1 ORDER BY seq",
+            )
+            .map_err(sql_error)?;
+        let mut rows = statement.query([session]).map_err(sql_error)?;
+        let mut out = Extracted::default();
+        while let Some(row) = rows.next().map_err(sql_error)? {
+            let text: Option<String> = row.get(0).map_err(sql_error)?;
+            let event = match text {
+                Some(text) => text.into_bytes(),
+                None => {
+                    let compressed: Option<Vec<u8>> = row.get(1).map_err(sql_error)?;
+                    let size: Option<i64> = row.get(2).map_err(sql_error)?;
+                    match compressed.zip(size).and_then(|(c, n)| decompress(&c, n)) {
+                        Some(event) => event,
+                        None => {
+                            out.undecodable += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
+            if out.left_out > 0 || out.lines.len() + event.len() + 1 > max_bytes {
+                out.left_out += 1;
+                continue;
+            }
+            // An entry is one line: a newline inside it (JSON has none outside strings)
+            // would split it.
+            out.lines
+                .extend(event.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
+            out.lines.push(b'\n');
+        }
+        Ok(out)
+    }
+
+    /// The session store the windows make: each spawned transcript's parent transcript
+    /// (the window of its parent key current when it was created) and its own key.
+    pub fn store(windows: &[Window]) -> SessionStore {
+        let mut by_key: HashMap<&str, Vec<&Window>> = HashMap::new();
+        for window in windows {
+            by_key.entry(&window.key).or_default().push(window);
+        }
+        let mut parents = HashMap::new();
+        for window in windows {
+            let Some(parent_key) = window.parent_key.as_deref() else {
+                continue;
+            };
+            // The windows are oldest first: the parent's last one created before the child.
+            let parent = by_key.get(parent_key).and_then(|list| {
+                list.iter()
+                    .rev()
+                    .find(|w| w.created_at <= window.created_at)
+                    .or(list.first())
+            });
+            let parent = parent.map_or(parent_key, |w| w.session.as_str());
+            if parent != window.session {
+                parents.insert(
+                    window.session.clone(),
+                    (parent.to_owned(), window.key.clone()),
+                );
+            }
+        }
+        SessionStore::from_parents(parents)
+    }
+}
+
+/// The text of a compressed event stored as `size` bytes, if it decompresses to that.
+fn decompress(compressed: &[u8], size: i64) -> Option<Vec<u8>> {
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|&n| n <= MAX_EVENT_BYTES)?;
+    let text = zstd::bulk::decompress(compressed, size).ok()?;
+    (text.len() == size).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database of OpenClaw's shape (the columns read here), written by the test.
+    fn database(dir: &Path) -> std::path::PathBuf {
+        let path = dir.join(FILE_NAME);
+        let db = Connection::open(&path).unwrap();
+        db.execute_batch(READ_SCHEMA).unwrap();
+        db.execute_batch(
+            "INSERT INTO session_windows VALUES ('p1', 'agent:main:main', 1, NULL, NULL);
+             INSERT INTO session_windows VALUES ('c1', 'agent:main:subagent:x', 5, NULL, 'agent:main:main');
+             INSERT INTO session_windows VALUES ('p2', 'agent:main:main', 9, NULL, NULL);",
+        )
+        .unwrap();
+        let big = format!(r#"{{"type":"custom","data":"{}"}}"#, "x".repeat(3000));
+        let compressed = zstd::bulk::compress(big.as_bytes(), 1).unwrap();
+        db.execute(
+            "INSERT INTO transcript_events VALUES ('c1', 1, NULL, 0, ?1, ?2)",
+            rusqlite::params![compressed, big.len() as i64],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO transcript_events VALUES ('c1', 0, '{\"type\":\"session\",\n\"id\":\"c1\"}', 0, NULL, NULL)",
+            [],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO transcript_events VALUES ('c1', 2, NULL, 0, x'00', 7)",
+            [],
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn transcripts_come_out_as_lines_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(&database(dir.path())).unwrap();
+        let windows = db.windows().unwrap();
+        assert_eq!(
+            windows
+                .iter()
+                .map(|w| w.session.as_str())
+                .collect::<Vec<_>>(),
+            ["p1", "c1", "p2"]
+        );
+        let out = db.transcript("c1", usize::MAX).unwrap();
+        let text = String::from_utf8(out.lines).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], r#"{"type":"session", "id":"c1"}"#);
+        assert!(lines[1].starts_with(r#"{"type":"custom""#) && lines[1].len() > 3000);
+        // The row whose blob is not zstd is counted, not read.
+        assert_eq!((out.undecodable, out.left_out), (1, 0));
+        // A cap leaves out what does not fit, and counts it.
+        let capped = db.transcript("c1", 100).unwrap();
+        assert_eq!((capped.lines.len(), capped.left_out), (30, 1));
+    }
+
+    #[test]
+    fn a_child_names_the_parent_window_of_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(&database(dir.path())).unwrap();
+        let store = Database::store(&db.windows().unwrap());
+        assert_eq!(store.parent_of("c1"), Some("p1"));
+        assert_eq!(store.key_of("c1"), Some("agent:main:subagent:x"));
+        assert_eq!(store.parent_of("p2"), None);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(&path, b"not sqlite at all, just text").unwrap();
+        let opened = Database::open(&path).and_then(|db| db.windows());
+        assert!(opened
+            .unwrap_err()
+            .to_string()
+            .contains("OpenClaw database"));
+    }
+
+    #[test]
+    fn oversized_or_lying_sizes_are_refused() {
+        let text = b"{\"a\":1}";
+        let compressed = zstd::bulk::compress(text, 1).unwrap();
+        assert_eq!(decompress(&compressed, 7).as_deref(), Some(&text[..]));
+        assert_eq!(decompress(&compressed, 6), None);
+        assert_eq!(decompress(&compressed, 8), None);
+        assert_eq!(decompress(&compressed, -1), None);
+        assert_eq!(decompress(&compressed, MAX_EVENT_BYTES as i64 + 1), None);
+    }
+}
