@@ -3,10 +3,12 @@
 // and gives up. The guard is a `loopguard serve` sidecar on SQLite with `run_storm` on, and
 // it is restarted between the second and the third heartbeat, as a host restarts: the
 // second heartbeat is warned, the third has its read blocked at once, before it runs.
+// Then `loopguard scan` finds the storm in the database OpenClaw wrote.
 //
 // Only the sidecar: the in-process engine keeps a session's runs in the gateway's memory,
 // and each `openclaw agent --local` turn is a process of its own (docs/openclaw-plugin.md).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -62,5 +64,17 @@ describe('a heartbeat failing the same way every run, with a loopguard serve sid
     // The third's read never runs: the guard's message is its result.
     assert.match(third, /^CRITICAL: the last 2 runs of this session ended the same way[\s\S]*blocked[\s\S]*\(run_storm\)/, third);
     assert.doesNotMatch(third, /File not found/, third);
+
+    // `loopguard scan` over the agent database OpenClaw wrote, with the same config,
+    // finds the storm in the session's runs: one tree for the session, its run storm.
+    const database = join(turns[0].home.state, 'agents/main/agent/openclaw-agent.sqlite');
+    const scan = spawnSync(loopguardBin, ['scan', database, '--config', config, '--json'], { encoding: 'utf8' });
+    const report = JSON.parse(scan.stdout);
+    assert.equal(report.files[0].status, 'scanned', scan.stdout.slice(0, 2000));
+    const [session] = report.sessions;
+    assert.equal(report.sessions.length, 1, scan.stdout.slice(0, 2000));
+    assert.equal(session.runs, 3, JSON.stringify(session));
+    assert.ok(report.summary.run_storms >= 1, JSON.stringify(report.summary));
+    assert.ok(session.findings.some((f) => f.detector === 'run_storm'), JSON.stringify(session.findings));
   });
 });

@@ -288,8 +288,8 @@ async function until(check, ms) {
  * A session of several turns in one installation, as a heartbeat or a cron job runs them:
  * each turn is one `openclaw agent` run of the session `sessionKey` with the message
  * `message`, in which the model plays `steps` from their start. `beforeTurn(i)` is awaited
- * before turn i (from 0). Resolves with one { code, stdout, stderr, toolResults } per turn,
- * `toolResults` being what the model was shown in that turn.
+ * before turn i (from 0). Resolves with one { code, stdout, stderr, toolResults, home } per
+ * turn, `toolResults` being what the model was shown in that turn.
  */
 export async function scriptedTurns({ turns, steps, pluginConfig, agent = 'main', sessionKey, message, prepare, beforeTurn }) {
   const model = await scriptedModel(steps, { perTurn: message });
@@ -299,7 +299,7 @@ export async function scriptedTurns({ turns, steps, pluginConfig, agent = 'main'
     for (let i = 0; i < turns; i++) {
       await beforeTurn?.(i);
       const run = await openclaw(home, ['agent', '--local', '--json', '--agent', agent, '--session-key', sessionKey, '--message', message]);
-      done.push({ ...run, toolResults: model.toolResults() });
+      done.push({ ...run, toolResults: model.toolResults(), home });
     }
     return done;
   } finally {
