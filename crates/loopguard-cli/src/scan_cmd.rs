@@ -300,6 +300,7 @@ pub fn run(args: ScanArgs) -> u8 {
         max_line: args.max_line_bytes,
         failures,
         live_memory: args.max_live_bytes,
+        since,
         progress: Some(Arc::new({
             let bar = bar.clone();
             move |n| bar.inc(n)
@@ -325,7 +326,8 @@ pub fn run(args: ScanArgs) -> u8 {
     });
     bar.finish_and_clear();
     let mut report = Report::new(files, ignored, source, &options, started.elapsed());
-    report.summary.older_files = older;
+    // Transcripts left out by --since: files in directories, and those of databases.
+    report.summary.older_files = older + report.files.iter().map(|f| f.older_sessions).sum::<u64>();
     report.searched = searched;
     if let Some(path) = &args.html {
         let page = crate::scan_html::render(&report);

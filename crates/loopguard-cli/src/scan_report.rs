@@ -690,7 +690,7 @@ impl Report {
         if self.summary.older_files > 0 {
             writeln!(
                 out,
-                "  ({} in the directories {} older than --since)",
+                "  ({} in the directories and databases {} older than --since)",
                 plural(self.summary.older_files, "transcript"),
                 if self.summary.older_files == 1 {
                     "was"

@@ -50,8 +50,8 @@ fn openclaw_database(path: &Path, session: &str, transcript: &str) {
     db.execute_batch(loopguard_transcripts::readers::openclaw::database::READ_SCHEMA)
         .unwrap();
     db.execute(
-        "INSERT INTO session_windows VALUES (?1, 'agent:ops:main', 1, NULL, NULL)",
-        [session],
+        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, 'agent:ops:main', ?2)",
+        rusqlite::params![session, now_ms()],
     )
     .unwrap();
     for (seq, line) in transcript.lines().enumerate() {
@@ -61,6 +61,13 @@ fn openclaw_database(path: &Path, session: &str, transcript: &str) {
         )
         .unwrap();
     }
+}
+
+fn now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    since_epoch.as_millis() as i64
 }
 
 /// A Gemini CLI chat session with one tool call.
@@ -155,10 +162,42 @@ fn no_path_scans_the_usual_folders_under_home() {
         .unwrap()
         .set_modified(old)
         .unwrap();
+    // A transcript of the database that last changed a month ago is left out too.
+    let db =
+        rusqlite::Connection::open(home.join(".openclaw/agents/ops/agent/openclaw-agent.sqlite"))
+            .unwrap();
+    db.execute(
+        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES ('demo-old', 'agent:ops:old', ?1)",
+        [now_ms() - 30 * 86_400_000],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO transcript_events SELECT 'demo-old', seq, replace(event_json, 'demo-db', 'demo-old'), created_at, NULL, NULL FROM transcript_events WHERE session_id = 'demo-db'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    let (out, doc) = scan_in(&home, &root, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(doc.to_string().contains("demo-old"));
     let (out, doc) = scan_in(&home, &root, &["--since", "7d"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(doc["summary"]["older_files"], 1);
+    assert_eq!(doc["summary"]["older_files"], 2);
     assert!(!doc.to_string().contains("demo-codex"));
+    assert!(!doc.to_string().contains("demo-old"));
+    assert!(doc.to_string().contains("demo-db"));
+    let database = doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("openclaw-agent.sqlite")
+        })
+        .unwrap();
+    assert_eq!(database["older_sessions"], 1);
     let (out, _) = scan_in(&home, &root, &["--since", "last tuesday"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("--since"), "{}", stderr(&out));

@@ -24,12 +24,11 @@ const skip = !(existsSync(openclawEntry) && existsSync(loopguardBin)) && 'OpenCl
 
 const CHILDREN = 3;
 const text = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((c) => c.text ?? '').join('\n'));
-/** The sub-agent whose conversation this is (its task names it), or -1 for the parent. */
+/** The sub-agent whose conversation this is (its first prompt is its task), or -1 for the
+ * parent (whose later prompts may quote a task: OpenClaw reports each sub-agent's end). */
 const childOf = (messages) => {
-  const found = messages
-    .filter((m) => m.role === 'user')
-    .map((m) => /SUBTASK (\d+)/.exec(text(m)))
-    .find(Boolean);
+  const first = messages.find((m) => m.role === 'user');
+  const found = first && /SUBTASK (\d+)/.exec(text(first));
   return found ? Number(found[1]) : -1;
 };
 const PROMPT = 'Split the summary between sub-agents.';

@@ -249,6 +249,7 @@ export async function gatewayTurn({ choose, pluginConfig, sessionKey, message, s
     const env = { OPENCLAW_GATEWAY_TOKEN: token };
     gateway = spawn(process.execPath, [openclawEntry, 'gateway', 'run', '--port', String(port)], {
       cwd: home.workspace,
+      detached: true,
       env: openclawEnv(home, env),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -264,11 +265,22 @@ export async function gatewayTurn({ choose, pluginConfig, sessionKey, message, s
     const done = await until(() => settled(model), 240_000);
     return { ...turn, settled: done, gatewayLog, model, home };
   } finally {
-    if (gateway && gateway.exitCode === null) {
-      const exited = new Promise((ok) => gateway.on('exit', ok));
-      gateway.kill('SIGTERM');
-      await Promise.race([exited, new Promise((ok) => setTimeout(ok, 20_000))]);
-      if (gateway.exitCode === null) gateway.kill('SIGKILL');
+    if (gateway) {
+      // The Gateway and the workers it starts are one process group. It drains its work
+      // for minutes on SIGTERM; what the test reads is on disk by then.
+      const group = (signal) => {
+        try {
+          process.kill(-gateway.pid, signal);
+        } catch {
+          // already gone
+        }
+      };
+      const exited = gateway.exitCode === null ? new Promise((ok) => gateway.on('exit', ok)) : null;
+      group('SIGTERM');
+      if (exited) await Promise.race([exited, new Promise((ok) => setTimeout(ok, 5_000))]);
+      group('SIGKILL');
+      gateway.stdout.destroy();
+      gateway.stderr.destroy();
     }
     await model.close();
   }

@@ -62,6 +62,9 @@ pub struct ScanOptions {
     /// (progress bars): each file adds up to its size exactly once, however often its
     /// reader goes over it.
     pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    /// Transcripts of a database (OpenClaw's) that last changed before this time are left
+    /// out and counted ([`FileScan::older_sessions`]); files are filtered by their caller.
+    pub since: Option<std::time::SystemTime>,
 }
 
 impl Default for ScanOptions {
@@ -74,6 +77,7 @@ impl Default for ScanOptions {
             failures: Arc::new(FailureRules::builtin().clone()),
             live_memory: DEFAULT_LIVE_MEMORY,
             progress: None,
+            since: None,
         }
     }
 }
@@ -169,6 +173,10 @@ pub struct FileScan {
     /// OpenClaw: runs found in the trajectory sidecar.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sidecar_runs: Option<usize>,
+    /// A database: its transcripts left out because they last changed before
+    /// [`ScanOptions::since`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub older_sessions: u64,
     /// Its sessions.
     #[serde(skip)]
     pub sessions: Vec<SessionReport>,
@@ -184,6 +192,7 @@ impl FileScan {
             size,
             read: ReadStats::default(),
             sidecar_runs: None,
+            older_sessions: 0,
             sessions: Vec::new(),
         }
     }
@@ -208,6 +217,7 @@ impl FileScan {
             size,
             read,
             sidecar_runs: None,
+            older_sessions: 0,
             sessions,
         }
     }
@@ -216,6 +226,10 @@ impl FileScan {
     pub fn calls(&self) -> u64 {
         self.sessions.iter().map(|s| s.calls).sum()
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why a file read as `format` with `calls` calls counts as unread, if it does: no call,
@@ -467,6 +481,11 @@ fn scan_openclaw_database(
     mut progress: Progress<'_>,
 ) -> FileScan {
     use openclaw::database::Database;
+    let since_ms = options.since.map(|t| {
+        let since_epoch = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+    });
+    let mut older = 0;
     let mut read = || -> io::Result<(ReadStats, Vec<SessionReport>)> {
         let database = Database::open(path)?;
         let windows = database.windows()?;
@@ -476,6 +495,10 @@ fn scan_openclaw_database(
         let mut stats = ReadStats::default();
         let mut sessions = Vec::new();
         for (n, window) in windows.iter().enumerate() {
+            if since_ms.is_some_and(|since| window.updated_at < since) {
+                older += 1;
+                continue;
+            }
             let session = window.session.as_str();
             let parent = store.parent_of(session);
             if let Some(parent) = parent.filter(|p| !spawns.contains_key(*p)) {
@@ -513,8 +536,17 @@ fn scan_openclaw_database(
         }
         Ok((stats, sessions))
     };
-    match read() {
-        Ok((stats, sessions)) => FileScan::read_as(shown, Format::OpenClaw, size, stats, sessions),
+    let read = read();
+    match read {
+        Ok((stats, sessions)) => {
+            let mut scan = FileScan::read_as(shown, Format::OpenClaw, size, stats, sessions);
+            scan.older_sessions = older;
+            if older > 0 && scan.sessions.is_empty() {
+                // Nothing changed since then: not an unread file.
+                scan.status = FileStatus::Scanned;
+            }
+            scan
+        }
         Err(e) => FileScan::not_scanned(
             shown,
             FileStatus::Unreadable {

@@ -89,7 +89,7 @@ fn openclaw_database(dir: &Path, session: &str, transcript: &[u8]) -> std::path:
     db.execute_batch(crate::readers::openclaw::database::READ_SCHEMA)
         .unwrap();
     db.execute(
-        "INSERT INTO session_windows VALUES (?1, 'agent:main:main', 1, NULL, NULL)",
+        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, 'agent:main:main', 1)",
         [session],
     )
     .unwrap();

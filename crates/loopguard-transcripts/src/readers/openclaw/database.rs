@@ -27,7 +27,8 @@ pub const MAX_EVENT_BYTES: usize = 4 << 20;
 /// has many more tables): what a test writes to make a database of OpenClaw's shape.
 pub const READ_SCHEMA: &str = "\
     CREATE TABLE session_windows (session_id TEXT PRIMARY KEY, session_key TEXT NOT NULL, \
-      created_at INTEGER NOT NULL, parent_session_key TEXT, spawned_by TEXT);
+      created_at INTEGER NOT NULL, parent_session_key TEXT, spawned_by TEXT, \
+      updated_at INTEGER NOT NULL DEFAULT 0, transcript_updated_at INTEGER);
     CREATE TABLE transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, \
       event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, \
       event_utf8_bytes INTEGER, PRIMARY KEY (session_id, seq));";
@@ -41,8 +42,11 @@ pub struct Window {
     pub key: String,
     /// The key of the session that spawned it, if one did.
     pub parent_key: Option<String>,
-    /// When it was created, in milliseconds.
+    /// When it was created, in milliseconds since the Unix epoch.
     pub created_at: i64,
+    /// When it last changed (its record or its transcript), in milliseconds since the
+    /// Unix epoch.
+    pub updated_at: i64,
 }
 
 /// An agent database, open for reading.
@@ -87,7 +91,8 @@ impl Database {
             .connection
             .prepare(
                 "SELECT session_id, session_key, coalesce(spawned_by, parent_session_key), \
-                 created_at FROM session_windows ORDER BY created_at, session_id",
+                 created_at, max(created_at, updated_at, coalesce(transcript_updated_at, 0)) \
+                 FROM session_windows ORDER BY created_at, session_id",
             )
             .map_err(sql_error)?;
         let rows = statement
@@ -97,6 +102,7 @@ impl Database {
                     key: row.get(1)?,
                     parent_key: row.get(2)?,
                     created_at: row.get(3)?,
+                    updated_at: row.get(4)?,
                 })
             })
             .map_err(sql_error)?;
@@ -194,9 +200,11 @@ mod tests {
         let db = Connection::open(&path).unwrap();
         db.execute_batch(READ_SCHEMA).unwrap();
         db.execute_batch(
-            "INSERT INTO session_windows VALUES ('p1', 'agent:main:main', 1, NULL, NULL);
-             INSERT INTO session_windows VALUES ('c1', 'agent:main:subagent:x', 5, NULL, 'agent:main:main');
-             INSERT INTO session_windows VALUES ('p2', 'agent:main:main', 9, NULL, NULL);",
+            "INSERT INTO session_windows (session_id, session_key, created_at, spawned_by) VALUES
+               ('p1', 'agent:main:main', 1, NULL),
+               ('c1', 'agent:main:subagent:x', 5, 'agent:main:main'),
+               ('p2', 'agent:main:main', 9, NULL);
+             UPDATE session_windows SET transcript_updated_at = 20 WHERE session_id = 'c1';",
         )
         .unwrap();
         let big = format!(r#"{{"type":"custom","data":"{}"}}"#, "x".repeat(3000));
