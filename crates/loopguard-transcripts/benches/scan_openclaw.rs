@@ -12,7 +12,13 @@
 //! LOOPGUARD_BENCH_MB=256 cargo bench -p loopguard-transcripts --bench scan_openclaw
 //! ```
 //!
-//! Run as a test (`cargo test --benches`), it scans a small corpus once.
+//! The same transcripts are also put into one database as OpenClaw 2026.9 keeps them
+//! (`openclaw-agent.sqlite`: each file a transcript, each line an event, lines of 1 KiB or
+//! more compressed with zstd as OpenClaw's maintenance stores them), and the database is
+//! scanned too (`scan_openclaw_database`: one file, its transcripts read in parallel).
+//!
+//! Run as a test (`cargo test --benches`), it scans a small corpus once, as files and as a
+//! database, and checks that both find the same calls.
 
 use std::fs;
 use std::io::Write;
@@ -52,6 +58,13 @@ fn main() {
         calls,
         calls as f64 / (bytes as f64 / 1e6)
     );
+    let database = database(&files);
+    let in_database: u64 = scan_path(&database, &options)
+        .sessions
+        .iter()
+        .map(|s| s.calls)
+        .sum();
+    assert_eq!(in_database, calls, "the database holds the files' calls");
     if !bench {
         return;
     }
@@ -75,6 +88,24 @@ fn main() {
                 .unwrap();
             group.bench_with_input(BenchmarkId::new("threads", n), &n, |b, _| {
                 b.iter(|| pool.install(|| scan_all(&files, &options)))
+            });
+        }
+        group.finish();
+    }
+    {
+        // The transcript bytes, as in the files: what the database holds uncompressed.
+        let mut group = criterion.benchmark_group("scan_openclaw_database");
+        group.throughput(Throughput::Bytes(bytes));
+        for &n in &threads {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap();
+            group.bench_with_input(BenchmarkId::new("threads", n), &n, |b, _| {
+                b.iter(|| {
+                    let scan = pool.install(|| scan_path(&database, &options));
+                    scan.sessions.iter().map(|s| s.calls).sum::<u64>()
+                })
             });
         }
         group.finish();
@@ -149,6 +180,50 @@ fn corpus(megabytes: usize) -> (Vec<PathBuf>, u64) {
     }
     let bytes = files.iter().map(|f| f.metadata().unwrap().len()).sum();
     (files, bytes)
+}
+
+/// The corpus's files as the transcripts of one OpenClaw database, beside them. Reused
+/// when already there.
+fn database(files: &[PathBuf]) -> PathBuf {
+    use loopguard_transcripts::readers::openclaw::database::{FILE_NAME, READ_SCHEMA};
+    let path = files[0].with_file_name(FILE_NAME);
+    if path.is_file() {
+        return path;
+    }
+    let partial = path.with_extension("partial");
+    let _ = fs::remove_file(&partial);
+    let mut db = rusqlite::Connection::open(&partial).unwrap();
+    db.execute_batch(READ_SCHEMA).unwrap();
+    let tx = db.transaction().unwrap();
+    for (n, file) in files.iter().enumerate() {
+        let session = file.file_stem().unwrap().to_str().unwrap();
+        tx.execute(
+            "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, ?2, ?3)",
+            rusqlite::params![session, format!("agent:main:bench-{n}"), n as i64],
+        )
+        .unwrap();
+        let text = fs::read_to_string(file).unwrap();
+        for (seq, line) in text.lines().enumerate() {
+            if line.len() >= 1024 {
+                let compressed = zstd::bulk::compress(line.as_bytes(), 1).unwrap();
+                tx.execute(
+                    "INSERT INTO transcript_events VALUES (?1, ?2, NULL, 0, ?3, ?4)",
+                    rusqlite::params![session, seq as i64, compressed, line.len() as i64],
+                )
+                .unwrap();
+            } else {
+                tx.execute(
+                    "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
+                    rusqlite::params![session, seq as i64, line],
+                )
+                .unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+    drop(db);
+    fs::rename(&partial, &path).unwrap();
+    path
 }
 
 /// The lines of a real OpenClaw transcript, or of a synthetic one, as written (key order

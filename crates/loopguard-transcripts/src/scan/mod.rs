@@ -471,68 +471,102 @@ pub fn scan_path_as(path: &Path, name: &str, options: &ScanOptions) -> FileScan 
 
 /// Scans an OpenClaw agent database: every transcript in it, each read as the file it
 /// replaced ([`openclaw::database`]), a spawned one linked to its parent session and to the
-/// run whose spawn call started it. What a transcript could not give (an entry that does
+/// run whose spawn call started it, in parallel on the current rayon pool. What a transcript could not give (an entry that does
 /// not decompress, entries past the live memory budget) is counted in the file's skips.
 fn scan_openclaw_database(
     path: &Path,
     shown: String,
     size: u64,
     options: &ScanOptions,
-    mut progress: Progress<'_>,
+    progress: Progress<'_>,
 ) -> FileScan {
-    use openclaw::database::Database;
+    use openclaw::database::{Database, Window};
+    use rayon::prelude::*;
     let since_ms = options.since.map(|t| {
         let since_epoch = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
     });
+    let progress = std::sync::Mutex::new(progress);
+    let done = std::sync::atomic::AtomicU64::new(0);
     let mut older = 0;
     let mut read = || -> io::Result<(ReadStats, Vec<SessionReport>)> {
-        let database = Database::open(path)?;
-        let windows = database.windows()?;
+        let windows = Database::open(path)?.windows()?;
         let store = Database::store(&windows);
-        // The runs of each parent's spawn calls, read once per parent.
-        let mut spawns: HashMap<String, Option<crate::readers::Spawns>> = HashMap::new();
+        let count = windows.len().max(1) as u64;
+        // Each transcript moves the progress by its share of the file.
+        let advance = |n: u64| {
+            let at = done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+            if let Ok(mut progress) = progress.lock() {
+                progress.reach(at * size / count);
+            }
+        };
+        let live: Vec<&Window> = windows
+            .iter()
+            .filter(|w| since_ms.is_none_or(|since| w.updated_at >= since))
+            .collect();
+        older = (windows.len() - live.len()) as u64;
+        advance(older);
+        // The transcripts are read in parallel, a connection per chunk of them, and their
+        // reports kept in the database's order.
+        let chunk = live.len().div_ceil(rayon::current_num_threads() * 4).max(1);
+        let parts: Vec<io::Result<(ReadStats, Vec<SessionReport>)>> = live
+            .par_chunks(chunk)
+            .map(|windows| {
+                let mut database = Database::open(path)?;
+                // The runs of each parent's spawn calls, read once per parent.
+                let mut spawns: HashMap<String, Option<crate::readers::Spawns>> = HashMap::new();
+                let mut stats = ReadStats::default();
+                let mut sessions = Vec::new();
+                for window in windows {
+                    let session = window.session.as_str();
+                    let parent = store.parent_of(session);
+                    if let Some(parent) = parent.filter(|p| !spawns.contains_key(*p)) {
+                        let lines = database.transcript(parent, options.live_memory)?.lines;
+                        let found = openclaw::read_spawns(
+                            Cursor::new(lines),
+                            &options.read_options(parent),
+                        )
+                        .ok();
+                        spawns.insert(parent.to_owned(), found);
+                    }
+                    let extracted = database.transcript(session, options.live_memory)?;
+                    let mut read_options = options.read_options(session);
+                    read_options.parent_session = parent;
+                    read_options.parent_run = parent
+                        .and_then(|p| spawns.get(p)?.as_ref())
+                        .zip(store.key_of(session))
+                        .and_then(|(spawns, key)| spawns.run_of(key));
+                    let (read, mut found) = scan_reader(
+                        Format::OpenClaw,
+                        Cursor::new(&extracted.lines),
+                        &read_options,
+                        options,
+                    )?;
+                    stats.bytes += read.bytes;
+                    stats.lines += read.lines;
+                    stats.absorb(read);
+                    for _ in 0..extracted.undecodable {
+                        stats.skip(SkipReason::Undecodable, 0, || format!("session {session}"));
+                    }
+                    for _ in 0..extracted.left_out {
+                        stats.skip(SkipReason::LineTooCostly, 0, || {
+                            format!("session {session}: past the live memory budget")
+                        });
+                    }
+                    sessions.append(&mut found);
+                    advance(1);
+                }
+                Ok((stats, sessions))
+            })
+            .collect();
         let mut stats = ReadStats::default();
         let mut sessions = Vec::new();
-        for (n, window) in windows.iter().enumerate() {
-            if since_ms.is_some_and(|since| window.updated_at < since) {
-                older += 1;
-                continue;
-            }
-            let session = window.session.as_str();
-            let parent = store.parent_of(session);
-            if let Some(parent) = parent.filter(|p| !spawns.contains_key(*p)) {
-                let lines = database.transcript(parent, options.live_memory)?.lines;
-                let found =
-                    openclaw::read_spawns(Cursor::new(lines), &options.read_options(parent)).ok();
-                spawns.insert(parent.to_owned(), found);
-            }
-            let extracted = database.transcript(session, options.live_memory)?;
-            let mut read_options = options.read_options(session);
-            read_options.parent_session = parent;
-            read_options.parent_run = parent
-                .and_then(|p| spawns.get(p)?.as_ref())
-                .zip(store.key_of(session))
-                .and_then(|(spawns, key)| spawns.run_of(key));
-            let (read, mut found) = scan_reader(
-                Format::OpenClaw,
-                Cursor::new(&extracted.lines),
-                &read_options,
-                options,
-            )?;
+        for part in parts {
+            let (read, mut found) = part?;
             stats.bytes += read.bytes;
             stats.lines += read.lines;
             stats.absorb(read);
-            for _ in 0..extracted.undecodable {
-                stats.skip(SkipReason::Undecodable, 0, || format!("session {session}"));
-            }
-            for _ in 0..extracted.left_out {
-                stats.skip(SkipReason::LineTooCostly, 0, || {
-                    format!("session {session}: past the live memory budget")
-                });
-            }
             sessions.append(&mut found);
-            progress.reach(size * (n as u64 + 1) / windows.len() as u64);
         }
         Ok((stats, sessions))
     };
