@@ -65,6 +65,7 @@ pub const EXIT_FINDINGS: u8 = 3;
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 loopguard scan ~/.openclaw/agents/main/sessions\n  \
+loopguard scan ~/.openclaw/agents/main/agent/openclaw-agent.sqlite   # OpenClaw 2026.9 and later\n  \
 loopguard scan ~/.claude/projects --html loops.html\n  \
 loopguard scan --config openclaw.json5 --agent worker sessions/ --json | jq '.summary'\n  \
 loopguard scan sessions/ --budget run.cost=2 --budget withoutProgress.calls=15   # where would budgets stop?\n  \
@@ -72,13 +73,16 @@ loopguard scan run.traj --fail-on critical      # exit 3 when the guard would ha
 cat events.jsonl | loopguard scan - --format loopguard")]
 pub struct ScanArgs {
     /// Files or directories (searched recursively); `-` reads standard input. Without
-    /// any, the usual transcript folders under $HOME: ~/.openclaw/agents/*/sessions,
-    /// ~/.claude/projects, ~/.codex/sessions and ~/.gemini/tmp (the scan says which exist).
+    /// any, the usual transcript folders under $HOME: ~/.openclaw/agents/*/sessions and
+    /// the agents' databases (~/.openclaw/agents/*/agent/openclaw-agent.sqlite, OpenClaw
+    /// 2026.9 and later), ~/.claude/projects, ~/.codex/sessions and ~/.gemini/tmp (the
+    /// scan says which exist).
     #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
-    /// Only transcripts found in directories that changed since then: a duration back
-    /// from now (30m, 12h, 7d, 2w), a date (2026-01-15) or a date and time in UTC
-    /// (2026-01-15T08:00:00Z). Files named on the command line are always read.
+    /// Only transcripts found in directories, or kept in an OpenClaw database, that
+    /// changed since then: a duration back from now (30m, 12h, 7d, 2w), a date
+    /// (2026-01-15) or a date and time in UTC (2026-01-15T08:00:00Z). Files named on the
+    /// command line are always read.
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
     /// OpenClaw-style JSON5 config; its tools.loopDetection blocks apply. Without it, the
