@@ -9,7 +9,7 @@
 //!
 //! The database is opened read-only and never written: OpenClaw may be running.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 
@@ -52,6 +52,8 @@ pub struct Window {
 /// An agent database, open for reading.
 pub struct Database {
     connection: Connection,
+    /// The query of a transcript's events, for the columns this database has.
+    events_sql: String,
     /// One zstd context for every event (making one per event was a fifth of a scan).
     decompressor: zstd::bulk::Decompressor<'static>,
 }
@@ -85,21 +87,69 @@ impl Database {
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(sql_error)?;
         let decompressor = zstd::bulk::Decompressor::new()?;
+        let columns = table_columns(&connection, "transcript_events")?;
+        require(
+            "transcript_events",
+            &columns,
+            &["session_id", "seq", "event_json"],
+        )?;
+        // Builds before the compressed form kept every event as text.
+        let compressed = ["event_zstd", "event_utf8_bytes"]
+            .iter()
+            .all(|c| columns.contains(*c));
+        let events_sql = format!(
+            "SELECT event_json, {} FROM transcript_events WHERE session_id = ?1 ORDER BY seq",
+            if compressed {
+                "event_zstd, event_utf8_bytes"
+            } else {
+                "NULL, NULL"
+            }
+        );
         Ok(Self {
             connection,
+            events_sql,
             decompressor,
         })
     }
 
-    /// Its transcripts, oldest first.
+    /// Its transcripts, oldest first. The columns a build of OpenClaw lacks are read as
+    /// absent (no parent, no later change than its creation).
     pub fn windows(&self) -> io::Result<Vec<Window>> {
+        let columns = table_columns(&self.connection, "session_windows")?;
+        require("session_windows", &columns, &["session_id", "session_key"])?;
+        let has = |c: &str| columns.contains(c);
+        let parents: Vec<&str> = ["spawned_by", "parent_session_key"]
+            .into_iter()
+            .filter(|c| has(c))
+            .collect();
+        let parent = match parents.as_slice() {
+            [] => "NULL".to_owned(),
+            [one] => (*one).to_owned(),
+            many => format!("coalesce({})", many.join(", ")),
+        };
+        let created = if has("created_at") {
+            "coalesce(created_at, 0)"
+        } else {
+            "0"
+        };
+        let mut times = vec![created.to_owned()];
+        times.extend(
+            ["updated_at", "transcript_updated_at"]
+                .into_iter()
+                .filter(|c| has(c))
+                .map(|c| format!("coalesce({c}, 0)")),
+        );
+        // `max` of one argument is SQLite's aggregate: only a list takes the scalar one.
+        let updated = match times.as_slice() {
+            [one] => one.clone(),
+            many => format!("max({})", many.join(", ")),
+        };
         let mut statement = self
             .connection
-            .prepare(
-                "SELECT session_id, session_key, coalesce(spawned_by, parent_session_key), \
-                 created_at, max(created_at, updated_at, coalesce(transcript_updated_at, 0)) \
-                 FROM session_windows ORDER BY created_at, session_id",
-            )
+            .prepare(&format!(
+                "SELECT session_id, session_key, {parent}, {created}, {updated} \
+                 FROM session_windows ORDER BY 4, session_id"
+            ))
             .map_err(sql_error)?;
         let rows = statement
             .query_map([], |row| {
@@ -120,10 +170,7 @@ impl Database {
     pub fn transcript(&mut self, session: &str, max_bytes: usize) -> io::Result<Extracted> {
         let mut statement = self
             .connection
-            .prepare_cached(
-                "SELECT event_json, event_zstd, event_utf8_bytes FROM transcript_events \
-                 WHERE session_id = ?1 ORDER BY seq",
-            )
+            .prepare_cached(&self.events_sql)
             .map_err(sql_error)?;
         let mut rows = statement.query([session]).map_err(sql_error)?;
         let mut out = Extracted::default();
@@ -196,6 +243,37 @@ impl Database {
         }
         SessionStore::from_parents(parents)
     }
+}
+
+/// The columns of `table` (none when there is no such table).
+fn table_columns(connection: &Connection, table: &str) -> io::Result<HashSet<String>> {
+    let mut statement = connection
+        .prepare("SELECT name FROM pragma_table_info(?1)")
+        .map_err(sql_error)?;
+    let names = statement
+        .query_map([table], |row| row.get::<_, String>(0))
+        .map_err(sql_error)?;
+    names.collect::<Result<_, _>>().map_err(sql_error)
+}
+
+/// An error naming what `table` lacks of `needed`, if anything.
+fn require(table: &str, columns: &HashSet<String>, needed: &[&str]) -> io::Result<()> {
+    let missing: Vec<&str> = needed
+        .iter()
+        .copied()
+        .filter(|c| !columns.contains(*c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(io::Error::other(if columns.is_empty() {
+        format!("OpenClaw database: no table {table} (not an OpenClaw agent database?)")
+    } else {
+        format!(
+            "OpenClaw database: table {table} has no column {} (a build of OpenClaw this reader does not know)",
+            missing.join(", ")
+        )
+    }))
 }
 
 /// The text of a compressed event stored as `size` bytes, if it decompresses to that.
@@ -281,6 +359,49 @@ mod tests {
         assert_eq!(store.parent_of("c1"), Some("p1"));
         assert_eq!(store.key_of("c1"), Some("agent:main:subagent:x"));
         assert_eq!(store.parent_of("p2"), None);
+    }
+
+    /// A build whose tables lack the compressed form, the parents and the update times:
+    /// read with what it has.
+    #[test]
+    fn an_older_schema_is_read_with_what_it_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let db = Connection::open(&path).unwrap();
+        db.execute_batch(
+            "CREATE TABLE session_windows (session_id TEXT, session_key TEXT, created_at INTEGER);
+             CREATE TABLE transcript_events (session_id TEXT, seq INTEGER, event_json TEXT);
+             INSERT INTO session_windows VALUES ('s', 'agent:main:main', 3);
+             INSERT INTO transcript_events VALUES ('s', 0, '{\"type\":\"session\"}');",
+        )
+        .unwrap();
+        drop(db);
+        let mut db = Database::open(&path).unwrap();
+        let windows = db.windows().unwrap();
+        assert_eq!(
+            windows,
+            [Window {
+                session: "s".into(),
+                key: "agent:main:main".into(),
+                parent_key: None,
+                created_at: 3,
+                updated_at: 3,
+            }]
+        );
+        let out = db.transcript("s", usize::MAX).unwrap();
+        assert_eq!(out.lines, b"{\"type\":\"session\"}\n");
+    }
+
+    #[test]
+    fn a_database_of_something_else_is_an_error_that_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE notes (text TEXT);")
+            .unwrap();
+        let error = Database::open(&path).err().unwrap().to_string();
+        assert!(error.contains("no table transcript_events"), "{error}");
     }
 
     #[test]
