@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use libfuzzer_sys::fuzz_target;
-use loopguard_transcripts::readers::openclaw::database::{FILE_NAME, READ_SCHEMA};
+use loopguard_transcripts::readers::openclaw::database::{fixture, FILE_NAME};
 use loopguard_transcripts::{scan_path, ScanOptions};
 
 fn database_path() -> PathBuf {
@@ -21,10 +21,14 @@ fuzz_target!(|data: &[u8]| {
     let path = database_path();
     let _ = std::fs::remove_file(&path);
     let db = rusqlite::Connection::open(&path).unwrap();
-    db.execute_batch(READ_SCHEMA).unwrap();
-    db.execute_batch(
-        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES ('p', 'agent:main:main', 1);
-         INSERT INTO session_windows (session_id, session_key, created_at, spawned_by) VALUES ('c', 'agent:main:subagent:1', 2, 'agent:main:main');",
+    fixture::create(&db).unwrap();
+    fixture::add_window(&db, "p", "agent:main:main", 1, None).unwrap();
+    fixture::add_window(
+        &db,
+        "c",
+        "agent:main:subagent:1",
+        2,
+        Some("agent:main:main"),
     )
     .unwrap();
     for (seq, event) in data.split(|&b| b == 0xFF).enumerate() {

@@ -45,22 +45,12 @@ fn copy(from: &Path, to: &Path) {
 /// Writes `transcript` (a transcript file's lines) as the session `session` of an OpenClaw
 /// 2026.9 agent database at `path` (the tables and columns its reader uses).
 fn openclaw_database(path: &Path, session: &str, transcript: &str) {
+    use loopguard_transcripts::readers::openclaw::database::fixture;
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     let db = rusqlite::Connection::open(path).unwrap();
-    db.execute_batch(loopguard_transcripts::readers::openclaw::database::READ_SCHEMA)
-        .unwrap();
-    db.execute(
-        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, 'agent:ops:main', ?2)",
-        rusqlite::params![session, now_ms()],
-    )
-    .unwrap();
-    for (seq, line) in transcript.lines().enumerate() {
-        db.execute(
-            "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
-            rusqlite::params![session, seq as i64, line],
-        )
-        .unwrap();
-    }
+    fixture::create(&db).unwrap();
+    fixture::add_window(&db, session, "agent:ops:main", now_ms(), None).unwrap();
+    fixture::add_events(&db, session, transcript.lines()).unwrap();
 }
 
 fn now_ms() -> i64 {
@@ -166,9 +156,12 @@ fn no_path_scans_the_usual_folders_under_home() {
     let db =
         rusqlite::Connection::open(home.join(".openclaw/agents/ops/agent/openclaw-agent.sqlite"))
             .unwrap();
-    db.execute(
-        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES ('demo-old', 'agent:ops:old', ?1)",
-        [now_ms() - 30 * 86_400_000],
+    loopguard_transcripts::readers::openclaw::database::fixture::add_window(
+        &db,
+        "demo-old",
+        "agent:ops:old",
+        now_ms() - 30 * 86_400_000,
+        None,
     )
     .unwrap();
     db.execute(

@@ -82,10 +82,7 @@ fn main() {
         let mut group = criterion.benchmark_group("scan_openclaw");
         group.throughput(Throughput::Bytes(bytes));
         for &n in &threads {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .unwrap();
+            let pool = pool(n);
             group.bench_with_input(BenchmarkId::new("threads", n), &n, |b, _| {
                 b.iter(|| pool.install(|| scan_all(&files, &options)))
             });
@@ -97,10 +94,7 @@ fn main() {
         let mut group = criterion.benchmark_group("scan_openclaw_database");
         group.throughput(Throughput::Bytes(bytes));
         for &n in &threads {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .unwrap();
+            let pool = pool(n);
             group.bench_with_input(BenchmarkId::new("threads", n), &n, |b, _| {
                 b.iter(|| {
                     let scan = pool.install(|| scan_path(&database, &options));
@@ -113,10 +107,7 @@ fn main() {
     criterion.final_summary();
     println!("\nsummary (best of 3 timed runs each; per CPU second: the CPU time the process used, which other load on the machine does not inflate as it does the wall time):");
     for &n in &threads {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .unwrap();
+        let pool = pool(n);
         let (best, cpu) = (0..3)
             .map(|_| {
                 let (start, cpu) = (Instant::now(), cpu_time());
@@ -140,6 +131,14 @@ fn main() {
             bytes as f64 / 1e6 / best / n as f64
         );
     }
+}
+
+/// A pool of `threads` threads for one measurement.
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// CPU time (user and system) this process has used so far: `/proc/self/stat`, Linux only.
@@ -185,7 +184,7 @@ fn corpus(megabytes: usize) -> (Vec<PathBuf>, u64) {
 /// The corpus's files as the transcripts of one OpenClaw database, beside them. Reused
 /// when already there.
 fn database(files: &[PathBuf]) -> PathBuf {
-    use loopguard_transcripts::readers::openclaw::database::{FILE_NAME, READ_SCHEMA};
+    use loopguard_transcripts::readers::openclaw::database::{fixture, FILE_NAME};
     let path = files[0].with_file_name(FILE_NAME);
     if path.is_file() {
         return path;
@@ -193,32 +192,14 @@ fn database(files: &[PathBuf]) -> PathBuf {
     let partial = path.with_extension("partial");
     let _ = fs::remove_file(&partial);
     let mut db = rusqlite::Connection::open(&partial).unwrap();
-    db.execute_batch(READ_SCHEMA).unwrap();
+    fixture::create(&db).unwrap();
     let tx = db.transaction().unwrap();
     for (n, file) in files.iter().enumerate() {
         let session = file.file_stem().unwrap().to_str().unwrap();
-        tx.execute(
-            "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, ?2, ?3)",
-            rusqlite::params![session, format!("agent:main:bench-{n}"), n as i64],
-        )
-        .unwrap();
+        let key = format!("agent:main:bench-{n}");
+        fixture::add_window(&tx, session, &key, n as i64, None).unwrap();
         let text = fs::read_to_string(file).unwrap();
-        for (seq, line) in text.lines().enumerate() {
-            if line.len() >= 1024 {
-                let compressed = zstd::bulk::compress(line.as_bytes(), 1).unwrap();
-                tx.execute(
-                    "INSERT INTO transcript_events VALUES (?1, ?2, NULL, 0, ?3, ?4)",
-                    rusqlite::params![session, seq as i64, compressed, line.len() as i64],
-                )
-                .unwrap();
-            } else {
-                tx.execute(
-                    "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
-                    rusqlite::params![session, seq as i64, line],
-                )
-                .unwrap();
-            }
-        }
+        fixture::add_events(&tx, session, text.lines()).unwrap();
     }
     tx.commit().unwrap();
     drop(db);

@@ -506,6 +506,30 @@ fn scan_openclaw_database(
             .collect();
         older = (windows.len() - live.len()) as u64;
         advance(older);
+        // The runs of each parent's spawn calls, read once per parent (few: the sessions
+        // that spawned sub-agents), before its children.
+        let mut parents: Vec<&str> = live
+            .iter()
+            .filter_map(|w| store.parent_of(&w.session))
+            .collect();
+        parents.sort_unstable();
+        parents.dedup();
+        let spawns: HashMap<&str, crate::readers::Spawns> = parents
+            .par_iter()
+            .map_init(
+                || Database::open(path),
+                |database, &parent| -> io::Result<Option<(&str, crate::readers::Spawns)>> {
+                    let database = database
+                        .as_mut()
+                        .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+                    let lines = database.transcript(parent, options.live_memory)?.lines;
+                    let found =
+                        openclaw::read_spawns(Cursor::new(lines), &options.read_options(parent));
+                    Ok(found.ok().map(|found| (parent, found)))
+                },
+            )
+            .filter_map(Result::transpose)
+            .collect::<io::Result<_>>()?;
         // The transcripts are read in parallel, a connection per chunk of them, and their
         // reports kept in the database's order.
         let chunk = live.len().div_ceil(rayon::current_num_threads() * 4).max(1);
@@ -513,27 +537,16 @@ fn scan_openclaw_database(
             .par_chunks(chunk)
             .map(|windows| {
                 let mut database = Database::open(path)?;
-                // The runs of each parent's spawn calls, read once per parent.
-                let mut spawns: HashMap<String, Option<crate::readers::Spawns>> = HashMap::new();
                 let mut stats = ReadStats::default();
                 let mut sessions = Vec::new();
                 for window in windows {
                     let session = window.session.as_str();
                     let parent = store.parent_of(session);
-                    if let Some(parent) = parent.filter(|p| !spawns.contains_key(*p)) {
-                        let lines = database.transcript(parent, options.live_memory)?.lines;
-                        let found = openclaw::read_spawns(
-                            Cursor::new(lines),
-                            &options.read_options(parent),
-                        )
-                        .ok();
-                        spawns.insert(parent.to_owned(), found);
-                    }
                     let extracted = database.transcript(session, options.live_memory)?;
                     let mut read_options = options.read_options(session);
                     read_options.parent_session = parent;
                     read_options.parent_run = parent
-                        .and_then(|p| spawns.get(p)?.as_ref())
+                        .and_then(|p| spawns.get(p))
                         .zip(store.key_of(session))
                         .and_then(|(spawns, key)| spawns.run_of(key));
                     let (read, mut found) = scan_reader(

@@ -84,33 +84,13 @@ fn files_without_calls_are_unread_unless_every_record_was_understood() {
 /// shape, as the session `session`, each line an event, the long ones compressed as
 /// OpenClaw stores them.
 fn openclaw_database(dir: &Path, session: &str, transcript: &[u8]) -> std::path::PathBuf {
-    let path = dir.join(crate::readers::openclaw::database::FILE_NAME);
+    use crate::readers::openclaw::database::{fixture, FILE_NAME};
+    let path = dir.join(FILE_NAME);
     let db = rusqlite::Connection::open(&path).unwrap();
-    db.execute_batch(crate::readers::openclaw::database::READ_SCHEMA)
-        .unwrap();
-    db.execute(
-        "INSERT INTO session_windows (session_id, session_key, created_at) VALUES (?1, 'agent:main:main', 1)",
-        [session],
-    )
-    .unwrap();
-    let lines = transcript.split(|&b| b == b'\n').filter(|l| !l.is_empty());
-    for (seq, line) in lines.enumerate() {
-        let text = std::str::from_utf8(line).unwrap();
-        if line.len() >= 1024 {
-            let compressed = zstd::bulk::compress(line, 1).unwrap();
-            db.execute(
-                "INSERT INTO transcript_events VALUES (?1, ?2, NULL, 0, ?3, ?4)",
-                rusqlite::params![session, seq as i64, compressed, line.len() as i64],
-            )
-            .unwrap();
-        } else {
-            db.execute(
-                "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
-                rusqlite::params![session, seq as i64, text],
-            )
-            .unwrap();
-        }
-    }
+    fixture::create(&db).unwrap();
+    fixture::add_window(&db, session, "agent:main:main", 1, None).unwrap();
+    let text = std::str::from_utf8(transcript).unwrap();
+    fixture::add_events(&db, session, text.split('\n')).unwrap();
     path
 }
 
@@ -149,4 +129,93 @@ fn a_database_scans_like_the_transcript_files_it_replaced() {
         compared += 1;
     }
     eprintln!("{compared} corpus transcripts compared");
+}
+
+/// A parent transcript that spawned one sub-agent in each of its two runs, and the two
+/// sub-agents, in one database: each child names its parent and the parent's run, however
+/// the transcripts are split between the threads that read them.
+#[test]
+fn a_database_links_each_sub_agent_to_the_run_that_spawned_it() {
+    use crate::readers::openclaw::database::{fixture, FILE_NAME};
+    let prompt = |id: &str, text: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","message":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}}}"#
+        )
+    };
+    let spawn = |id: &str, child: &str| {
+        [
+            format!(
+                r#"{{"type":"message","id":"{id}c","message":{{"role":"assistant","content":[{{"type":"toolCall","id":"call-{id}","name":"sessions_spawn","arguments":{{"task":"look"}}}}]}}}}"#
+            ),
+            format!(
+                r#"{{"type":"message","id":"{id}r","message":{{"role":"toolResult","toolCallId":"call-{id}","toolName":"sessions_spawn","content":[{{"type":"text","text":"{{\"status\":\"accepted\",\"childSessionKey\":\"{child}\"}}"}}]}}}}"#
+            ),
+        ]
+    };
+    let read = |id: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","message":{{"role":"assistant","content":[{{"type":"toolCall","id":"call-{id}","name":"read","arguments":{{"path":"a.txt"}}}}]}}}}"#
+        )
+    };
+    let mut parent = vec![
+        r#"{"type":"session","id":"p"}"#.to_owned(),
+        prompt("u1", "first"),
+    ];
+    parent.extend(spawn("s1", "agent:main:subagent:a"));
+    parent.push(prompt("u2", "second"));
+    parent.extend(spawn("s2", "agent:main:subagent:b"));
+    // Each entry the child of the one before: the active branch.
+    let chain = |lines: &[String]| -> Vec<String> {
+        let mut previous = serde_json::Value::Null;
+        lines
+            .iter()
+            .map(|line| {
+                let mut entry: serde_json::Value = serde_json::from_str(line).unwrap();
+                entry["parentId"] = std::mem::replace(&mut previous, entry["id"].clone());
+                entry.to_string()
+            })
+            .collect()
+    };
+    let parent = chain(&parent);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let db = rusqlite::Connection::open(&path).unwrap();
+    fixture::create(&db).unwrap();
+    fixture::add_window(&db, "p", "agent:main:main", 1, None).unwrap();
+    fixture::add_events(&db, "p", parent.iter().map(String::as_str)).unwrap();
+    for (n, child) in ["a", "b"].into_iter().enumerate() {
+        let key = format!("agent:main:subagent:{child}");
+        fixture::add_window(&db, child, &key, 2 + n as i64, Some("agent:main:main")).unwrap();
+        let lines = chain(&[prompt("c0", "look"), read("c1")]);
+        fixture::add_events(&db, child, lines.iter().map(String::as_str)).unwrap();
+    }
+    drop(db);
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let scan = pool.install(|| scan_path(&path, &ScanOptions::default()));
+        assert_eq!(scan.status, FileStatus::Scanned);
+        let links: Vec<_> = scan
+            .sessions
+            .iter()
+            .map(|s| {
+                (
+                    s.session.as_str(),
+                    s.parent_session.as_deref(),
+                    s.parent_run.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            links,
+            [
+                ("p", None, None),
+                ("a", Some("p"), Some("turn-1")),
+                ("b", Some("p"), Some("turn-2")),
+            ],
+            "{threads} threads"
+        );
+    }
 }

@@ -33,6 +33,67 @@ pub const READ_SCHEMA: &str = "\
       event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, \
       event_utf8_bytes INTEGER, PRIMARY KEY (session_id, seq));";
 
+/// Writing a database of OpenClaw's shape: what tests, benchmarks and fuzz targets use to
+/// make one (the reader never writes). The tables are [`READ_SCHEMA`]'s; an event is kept
+/// as OpenClaw keeps it, as text, or compressed with zstd from [`fixture::COMPRESSED_FROM`]
+/// bytes on.
+#[doc(hidden)]
+pub mod fixture {
+    use rusqlite::{params, Connection};
+
+    /// Events this long or longer are stored compressed.
+    pub const COMPRESSED_FROM: usize = 1024;
+
+    /// Creates the tables the reader uses in `db`.
+    pub fn create(db: &Connection) -> rusqlite::Result<()> {
+        db.execute_batch(super::READ_SCHEMA)
+    }
+
+    /// Adds the transcript `session` of the session `key` (spawned by the session
+    /// `spawned_by`), created at `created_at` (milliseconds since the Unix epoch).
+    pub fn add_window(
+        db: &Connection,
+        session: &str,
+        key: &str,
+        created_at: i64,
+        spawned_by: Option<&str>,
+    ) -> rusqlite::Result<()> {
+        db.execute(
+            "INSERT INTO session_windows (session_id, session_key, created_at, spawned_by) \
+             VALUES (?1, ?2, ?3, ?4)",
+            params![session, key, created_at, spawned_by],
+        )
+        .map(drop)
+    }
+
+    /// Adds `lines` (a transcript file's lines, blank ones left out) as the events of
+    /// `session`, numbered from 0.
+    pub fn add_events<'a>(
+        db: &Connection,
+        session: &str,
+        lines: impl IntoIterator<Item = &'a str>,
+    ) -> rusqlite::Result<()> {
+        let lines = lines.into_iter().filter(|l| !l.trim().is_empty());
+        for (seq, line) in lines.enumerate() {
+            let seq = seq as i64;
+            if line.len() >= COMPRESSED_FROM {
+                let compressed = zstd::bulk::compress(line.as_bytes(), 1)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+                db.execute(
+                    "INSERT INTO transcript_events VALUES (?1, ?2, NULL, 0, ?3, ?4)",
+                    params![session, seq, compressed, line.len() as i64],
+                )?;
+            } else {
+                db.execute(
+                    "INSERT INTO transcript_events VALUES (?1, ?2, ?3, 0, NULL, NULL)",
+                    params![session, seq, line],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One transcript of the database.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Window {
@@ -297,7 +358,7 @@ mod tests {
     fn database(dir: &Path) -> std::path::PathBuf {
         let path = dir.join(FILE_NAME);
         let db = Connection::open(&path).unwrap();
-        db.execute_batch(READ_SCHEMA).unwrap();
+        fixture::create(&db).unwrap();
         db.execute_batch(
             "INSERT INTO session_windows (session_id, session_key, created_at, spawned_by) VALUES
                ('p1', 'agent:main:main', 1, NULL),
