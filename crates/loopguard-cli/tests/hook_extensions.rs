@@ -8,10 +8,13 @@
 //! `call` a `PreToolUse`, `result` a `PostToolUse`, `compaction` a `PreCompact`; a `usage`
 //! is an assistant line of the transcript with the response's id, model and token counts
 //! (read by the hook before its next event); an assistant `message` is an assistant line
-//! with the answer's text, followed by `Stop` (the answer is whole); the calls and results
+//! with the answer's text, followed by `Stop` (the answer is whole), or, for an answer
+//! with calls, with a `tool_use` block too and no `Stop` (the turn goes on); the calls and results
 //! of a sub-agent (session `PARENT/agent-ID`) are its parent's payloads with `agent_id`
 //! ID, sent in the parent's run that spawned it (a new prompt of the parent when that run
-//! is new). What a Claude Code
+//! is new). The hook says nothing at `Stop`, so when a vector ends with an answer, one
+//! more call of its run checks what the answers made of the run (stopped or not). What a
+//! Claude Code
 //! session cannot say is listed in [`inexpressible`], and a vector holding it is skipped by
 //! name, with the reason.
 
@@ -259,11 +262,43 @@ fn check_case(case: &Path) -> Result<(), String> {
             }
             Some("message") => {
                 let usage = json!({"input_tokens": 0, "output_tokens": 0});
-                let text = json!([{"type": "text", "text": event["text"]}]);
-                session.assistant(event["id"].as_str(), text, usage, &Value::Null);
-                hook(session, "Stop", json!({"stop_hook_active": false}))?;
+                let mut content = vec![json!({"type": "text", "text": event["text"]})];
+                // An answer with calls: its response holds them too, and the turn goes on
+                // (the hook reads it at its next event).
+                let with_calls = event["has_tool_calls"] == true;
+                if with_calls {
+                    let id = format!("toolu_{}", session.lines);
+                    content
+                        .push(json!({"type": "tool_use", "id": id, "name": "Read", "input": {}}));
+                }
+                session.assistant(event["id"].as_str(), json!(content), usage, &Value::Null);
+                if !with_calls {
+                    hook(session, "Stop", json!({"stop_hook_active": false}))?;
+                }
             }
             other => return Err(format!("seq {seq}: event type {other:?}")),
+        }
+    }
+    // At `Stop` the hook says nothing, so a vector's last answers would go unchecked: a
+    // call in the same run after them shows what they made of it (a critical finding on
+    // a message stops the run, and the call is denied).
+    let last = events
+        .iter()
+        .zip(&expected)
+        .rev()
+        .find(|(e, _)| subagent_of(e).is_none());
+    if let Some((event, want)) = last.filter(|(e, _)| e["type"] == "message") {
+        let session = &sessions[event["session"].as_str().unwrap_or_default()];
+        let probe =
+            json!({"tool_name": "loopguard_probe", "tool_input": {}, "tool_use_id": "probe"});
+        let h = hook(session, "PreToolUse", probe)?;
+        let stopped = !h.stdout.is_empty()
+            && h.json()["hookSpecificOutput"]["permissionDecision"] == "deny"
+            && h.json()["continue"] == false;
+        if stopped != (want["verdict"] == "block") {
+            return Err(format!(
+                "a call after the last answer: stopped {stopped}, replay says {want}"
+            ));
         }
     }
     Ok(())
