@@ -175,11 +175,11 @@ impl ChantTrack {
                 let line = &text[start..end];
                 start = end + 1;
                 if self.pending.is_empty() {
-                    found = Chant::max(found, self.whole_line(line, mask));
+                    self.whole_line(line, mask, &mut found);
                 } else {
                     let mut whole = std::mem::take(&mut self.pending);
                     whole.push_str(line);
-                    found = Chant::max(found, self.whole_line(&whole, mask));
+                    self.whole_line(&whole, mask, &mut found);
                     whole.clear();
                     self.pending = whole;
                 }
@@ -193,33 +193,33 @@ impl ChantTrack {
             let cut = cut_at_space(&self.pending, LINE_CAP);
             let rest = self.pending.split_off(cut);
             let piece = std::mem::replace(&mut self.pending, rest);
-            found = Chant::max(found, self.line(&piece, mask));
+            self.line(&piece, mask, &mut found);
             self.continued = true;
         }
         found
     }
 
-    /// Judges the rest of a line, in pieces of at most [`LINE_CAP`] bytes.
+    /// Judges the rest of a line, in pieces of at most [`LINE_CAP`] bytes; a chant found
+    /// is kept in `found` when it repeats more than the one there.
     #[inline(always)]
-    fn whole_line(&mut self, mut line: &str, mask: MaskSet) -> Option<Chant> {
-        let mut found = None;
+    fn whole_line(&mut self, mut line: &str, mask: MaskSet, found: &mut Option<Chant>) {
         while line.len() > LINE_CAP {
             let cut = cut_at_space(line, LINE_CAP);
-            found = Chant::max(found, self.line(&line[..cut], mask));
+            self.line(&line[..cut], mask, found);
             self.continued = true;
             line = &line[cut..];
         }
-        found = Chant::max(found, self.line(line, mask));
+        self.line(line, mask, found);
         self.continued = false;
-        found
     }
 
     /// The end of the answer: judges the last line and closes an open block.
     pub(crate) fn finish(&mut self, mask: MaskSet) -> Option<Chant> {
         let last = std::mem::take(&mut self.pending);
-        let found = (!last.is_empty())
-            .then(|| self.whole_line(&last, mask))
-            .flatten();
+        let mut found = None;
+        if !last.is_empty() {
+            self.whole_line(&last, mask, &mut found);
+        }
         self.close_block();
         found
     }
@@ -239,8 +239,7 @@ impl ChantTrack {
             // A blank line adds nothing (masking leaves it blank).
             return;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
+        let scratch = &mut self.scratch;
         let hash = crate::masking::with_masked(line, mask, |masked| {
             // Most lines have nothing masked: the line itself, trimmed already.
             let trimmed = match std::ptr::eq(masked, line) {
@@ -250,28 +249,31 @@ impl ChantTrack {
             if single_spaced(trimmed.as_bytes()) {
                 return (!trimmed.is_empty()).then(|| xxh3_64(trimmed.as_bytes()));
             }
+            scratch.clear();
             for word in trimmed.split_ascii_whitespace() {
                 if !scratch.is_empty() {
                     scratch.push(' ');
                 }
                 scratch.push_str(word);
             }
-            (!scratch.is_empty()).then(|| xxh3_64(scratch.as_bytes()))
+            let hash = (!scratch.is_empty()).then(|| xxh3_64(scratch.as_bytes()));
+            if scratch.capacity() > LINE_CAP * 2 {
+                // Not kept: a line that long is rare.
+                *scratch = String::new();
+            }
+            hash
         });
         if let Some(hash) = hash {
             self.print = mix(self.print, hash) | 1;
         }
-        if scratch.capacity() <= LINE_CAP * 2 {
-            self.scratch = scratch;
-        }
     }
 
     /// Judges one line (or a piece of a long one).
-    fn line(&mut self, line: &str, mask: MaskSet) -> Option<Chant> {
+    fn line(&mut self, line: &str, mask: MaskSet, found: &mut Option<Chant>) {
         let line = line.strip_suffix('\r').unwrap_or(line);
         self.print_line(line, mask);
         if !self.chants {
-            return None;
+            return;
         }
         let trimmed = trim_blanks_start(line);
         if let Block::Code { fence, len } = self.block {
@@ -280,14 +282,14 @@ impl ChantTrack {
             } else {
                 self.block_hash = mix(self.block_hash, xxh3_64(line.as_bytes()));
             }
-            return None;
+            return;
         }
         if !self.continued {
             if let Some((fence, len)) = opens_fence(line) {
                 self.close_block();
                 self.block = Block::Code { fence, len };
                 self.block_hash = mix(0, u64::from(fence));
-                return None;
+                return;
             }
             if is_table_row(trimmed) {
                 if self.block != Block::Table {
@@ -296,7 +298,7 @@ impl ChantTrack {
                     self.block_hash = 0;
                 }
                 self.block_hash = mix(self.block_hash, xxh3_64(trimmed.as_bytes()));
-                return None;
+                return;
             }
         }
         self.close_block();
@@ -306,17 +308,18 @@ impl ChantTrack {
         };
         if !alphanumeric(trimmed) {
             // Blank lines, rules, dividers, ASCII art: nothing to compare.
-            return None;
+            return;
         }
         let text = match self.continued {
             true => trimmed,
             false => strip_marker(trimmed),
         };
-        let mut found = None;
         for segment in Segments::new(text) {
-            found = Chant::max(found, self.segment(segment));
+            if let Some(chant) = self.segment(segment) {
+                // Rare: only a chant is moved.
+                *found = Chant::max(found.take(), Some(chant));
+            }
         }
-        found
     }
 
     /// Ends an open code block or table: it becomes one step.
