@@ -9,7 +9,11 @@
 //! cargo run --release -p loopguard --example line_kinds -- list print
 //! ```
 
-use loopguard::{ConfigSet, Guard, Limits, ManualClock, Message, Millis, Scope};
+use loopguard::{ConfigSet, Guard, Limits, ManualClock, Millis, Scope};
+
+#[path = "../benches/common/answers.rs"]
+#[allow(dead_code)] // The answers' generator and streaming are not used here.
+mod answers;
 
 const WORDS: &[&str] = &[
     "the", "parser", "returns", "an", "error", "when", "config", "file", "is", "missing", "we",
@@ -21,11 +25,7 @@ const WORDS: &[&str] = &[
 fn cycle(guard: &mut Guard<ManualClock>, texts: &[String]) {
     let scope = Scope::new("perf").with_run(Some("r"));
     for (n, text) in texts.iter().enumerate() {
-        let id = format!("m{n}");
-        let answer = Message::assistant(text)
-            .with_id(Some(&id))
-            .with_tool_calls(Some(false));
-        let _ = std::hint::black_box(guard.message(&scope, &answer));
+        answers::whole(guard, &scope, text, &format!("m{n}"));
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use loopguard::{ConfigSet, Guard, Limits, ManualClock, Message, Millis, Scope};
+use loopguard::{ConfigSet, Guard, Limits, ManualClock, Millis, Scope};
 
 #[path = "../benches/common/answers.rs"]
 mod answers;
@@ -19,14 +19,10 @@ fn cycle(guard: &mut Guard<ManualClock>, texts: &[String], stream: bool) {
     let scope = Scope::new("perf").with_run(Some("r"));
     for (n, text) in texts.iter().enumerate() {
         let id = format!("m{n}");
-        if !stream {
-            let answer = Message::assistant(text)
-                .with_id(Some(&id))
-                .with_tool_calls(Some(false));
-            let _ = std::hint::black_box(guard.message(&scope, &answer));
-            continue;
+        match stream {
+            true => answers::stream(guard, &scope, text, &id),
+            false => answers::whole(guard, &scope, text, &id),
         }
-        answers::stream(guard, &scope, text, &id);
     }
 }
 

@@ -514,22 +514,17 @@ fn scan_openclaw_database(
             .collect();
         parents.sort_unstable();
         parents.dedup();
-        let spawns: HashMap<&str, crate::readers::Spawns> = parents
-            .par_iter()
-            .map_init(
-                || Database::open(path),
-                |database, &parent| -> io::Result<Option<(&str, crate::readers::Spawns)>> {
-                    let database = database
-                        .as_mut()
-                        .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-                    let lines = database.transcript(parent, options.live_memory)?.lines;
-                    let found =
-                        openclaw::read_spawns(Cursor::new(lines), &options.read_options(parent));
-                    Ok(found.ok().map(|found| (parent, found)))
-                },
-            )
-            .filter_map(Result::transpose)
-            .collect::<io::Result<_>>()?;
+        let mut spawns: HashMap<&str, crate::readers::Spawns> = HashMap::new();
+        if !parents.is_empty() {
+            let mut database = Database::open(path)?;
+            for parent in parents {
+                let lines = database.transcript(parent, options.live_memory)?.lines;
+                let read = openclaw::read_spawns(Cursor::new(lines), &options.read_options(parent));
+                if let Ok(found) = read {
+                    spawns.insert(parent, found);
+                }
+            }
+        }
         // The transcripts are read in parallel, a connection per chunk of them, and their
         // reports kept in the database's order.
         let chunk = live.len().div_ceil(rayon::current_num_threads() * 4).max(1);

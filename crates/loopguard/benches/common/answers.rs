@@ -67,6 +67,20 @@ pub fn answer(size: usize, seed: u64) -> String {
     out
 }
 
+/// Sends `text` to `guard` whole, as the answer `id` (without tool calls).
+#[allow(dead_code)] // The criterion bench sends its answers without an id.
+pub fn whole(
+    guard: &mut loopguard::Guard<loopguard::ManualClock>,
+    scope: &loopguard::Scope<'_>,
+    text: &str,
+    id: &str,
+) {
+    let answer = loopguard::Message::assistant(text)
+        .with_id(Some(id))
+        .with_tool_calls(Some(false));
+    let _ = std::hint::black_box(guard.message(scope, &answer));
+}
+
 /// Sends `text` to `guard` as a stream of 64-byte pieces (at character boundaries) of the
 /// answer `id`, then ends it.
 pub fn stream(
