@@ -233,12 +233,15 @@ fn is_token_byte(b: u8) -> bool {
 }
 
 /// High bit set in each byte of `x` that is an ASCII digit. No byte carries into the next:
-/// ASCII bytes plus 0x50 or 0x46 stay below 0x100, and non-ASCII bytes are masked out.
+/// the sums are taken over the low seven bits of each byte (at most 0x7F plus 0x50 or
+/// 0x46, below 0x100), and non-ASCII bytes are masked out after. (A non-ASCII byte added
+/// as it is would carry into the next one, and make a `/` after `人` a digit.)
 #[inline(always)]
 fn digit_bits(x: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
-    let ge_0 = x.wrapping_add(ONES * (0x80 - 0x30));
-    let gt_9 = x.wrapping_add(ONES * (0x7F - 0x39));
+    let low = x & (ONES * 0x7F);
+    let ge_0 = low.wrapping_add(ONES * (0x80 - 0x30));
+    let gt_9 = low.wrapping_add(ONES * (0x7F - 0x39));
     ge_0 & !gt_9 & !x & (ONES * 0x80)
 }
 
@@ -425,6 +428,10 @@ fn plain_number(bytes: &[u8], digit: usize, set: MaskSet) -> Option<usize> {
         .iter()
         .take_while(|b| b.is_ascii_digit())
         .count();
+    if run == 0 {
+        // Not a digit at all: the caller's scan must move on, never stay here.
+        return None;
+    }
     let end = digit + run;
     // What follows ends the token, or is one mark the token loses at its edge (`12.`).
     let token_ends = |at: usize| bytes.get(at).is_none_or(|&b| !is_token_byte(b));
@@ -675,7 +682,9 @@ mod tests {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
-                    b"ab 7.\xC3"[(state % 6) as usize]
+                    // Non-ASCII bytes before `/` and `9`, the ASCII neighbours of the
+                    // digits: no carry may turn one into a digit or hide the other.
+                    b"ab 7.\xC3/9\xBA\xFF"[(state % 10) as usize]
                 })
                 .collect();
             for from in 0..len + 2 {
@@ -683,6 +692,21 @@ mod tests {
                 assert_eq!(next_digit(&text, from), want, "{text:?} from {from}");
             }
         }
+    }
+
+    /// A `/` after a character whose last byte is 0xB0 or more (`人`, `°`) once read as a
+    /// digit, and masking went round it forever; a `9` after one was missed.
+    #[test]
+    fn bytes_after_non_ascii_ones_are_read_as_they_are() {
+        for text in ["人/ x", "20°/ day", "°/", "人/", "人/9 pid 人/ 7"] {
+            assert_eq!(mask(text, MaskSet::ALL), text, "{text:?}");
+        }
+        assert_eq!(mask("人 pid 48213", MaskSet::ALL), "人 pid <pid>");
+        // A `9` right after such a byte is a digit: its token is masked.
+        assert_eq!(
+            mask("人 ts=1775775129638 °9", MaskSet::ALL),
+            "人 ts=<epoch-ms> °9"
+        );
     }
 
     /// The shortcut for plain numbers takes only tokens the full reading leaves alone.
