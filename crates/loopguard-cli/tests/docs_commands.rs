@@ -903,3 +903,36 @@ fn scripts_test_builds_its_wheel_apart() {
         "nothing is taken from target/wheels"
     );
 }
+
+/// The README's fuzzing section names every fuzz target `fuzz/Cargo.toml` declares, and
+/// no other.
+#[test]
+fn the_readme_names_every_fuzz_target() {
+    let root = repo_root();
+    let manifest = std::fs::read_to_string(root.join("fuzz/Cargo.toml")).unwrap();
+    let declared: std::collections::BTreeSet<&str> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|bin| {
+            let name = bin.lines().find_map(|l| l.strip_prefix("name = "))?;
+            Some(name.trim().trim_matches('"'))
+        })
+        .collect();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("### Fuzzing")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("the README has a fuzzing section");
+    let named: std::collections::BTreeSet<&str> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        .collect();
+    assert!(declared.len() >= 20, "{declared:?}");
+    assert_eq!(
+        named, declared,
+        "README's fuzzing section against fuzz/Cargo.toml"
+    );
+}

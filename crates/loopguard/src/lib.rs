@@ -105,3 +105,8 @@ pub use scope::{Scope, DEFAULT_SESSION};
 pub use table::{Limits, SessionLimit, SessionTable, SessionValue, Touched, WhenFull};
 pub use ticket::{Call, CallRef, Called, Ticket};
 pub use verdict::{Abort, Detection, Detector, Evidence, Level, Recorded, Verdict};
+
+/// How the engine reads a message's text, whole or in pieces (for the fuzz target that
+/// checks that both read alike).
+#[doc(hidden)]
+pub use detectors::chanting::{read_answer, Reading};

@@ -115,6 +115,35 @@ impl Chant {
     }
 }
 
+/// What reading an answer found: its print and its most repeated segment (its count and
+/// hash), when one repeats.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// The answer's print (0: no text).
+    pub print: u64,
+    /// The most repeated segment's count and hash.
+    pub chant: Option<(u32, u64)>,
+}
+
+/// Reads an answer arriving in `pieces` (one piece: the whole answer) as the engine reads
+/// a message's text, segments compared and lines masked by `mask`. For the tests and the
+/// fuzz target that check the law the engine's streaming rests on: any split of a text
+/// reads as the whole text.
+#[doc(hidden)]
+pub fn read_answer<'a>(pieces: impl IntoIterator<Item = &'a str>, mask: MaskSet) -> Reading {
+    let mut track = ChantTrack::new(true);
+    let mut found = None;
+    for piece in pieces {
+        found = Chant::max(found, track.feed(piece, mask));
+    }
+    found = Chant::max(found, track.finish(mask));
+    Reading {
+        print: track.print,
+        chant: found.map(|c| (c.count, c.hash)),
+    }
+}
+
 /// The state of one message's text: the line in progress, the open block, the newest
 /// steps, and the print of the lines read so far (what `repeated_message` and
 /// `no_tool_turns` compare: each line masked by the masking rules in force, its whitespace
@@ -686,6 +715,9 @@ fn segment_end(text: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::{prop, Strategy};
+    use proptest::prop_oneof;
+
     use super::*;
 
     /// The segment end of the first implementation, byte by byte: what `segment_end` must
@@ -799,16 +831,12 @@ mod tests {
 
     /// The highest count found feeding `text` whole.
     fn whole(text: &str) -> u32 {
-        let mut t = ChantTrack::new(true);
-        let found = Chant::max(t.feed(text, MaskSet::ALL), t.finish(MaskSet::ALL));
-        found.map_or(0, |c| c.count)
+        read_answer([text], MaskSet::ALL).chant.map_or(0, |c| c.0)
     }
 
-    /// The highest count found feeding `text` in pieces of `size` bytes (at character
-    /// boundaries).
-    fn pieces(text: &str, size: usize) -> u32 {
-        let mut t = ChantTrack::new(true);
-        let mut found = None;
+    /// `text` in pieces of `size` bytes (at character boundaries).
+    fn split(text: &str, size: usize) -> Vec<&str> {
+        let mut out = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
             let mut cut = size.min(rest.len());
@@ -816,12 +844,99 @@ mod tests {
                 cut += 1;
             }
             let (piece, tail) = rest.split_at(cut);
-            found = Chant::max(found, t.feed(piece, MaskSet::ALL));
+            out.push(piece);
             rest = tail;
         }
-        found = Chant::max(found, t.finish(MaskSet::ALL));
-        assert_eq!(t.print, ChantTrack::print_of(text, MaskSet::ALL));
-        found.map_or(0, |c| c.count)
+        out
+    }
+
+    /// The highest count found feeding `text` in pieces of `size` bytes, whose print must
+    /// be the whole text's.
+    fn pieces(text: &str, size: usize) -> u32 {
+        let read = read_answer(split(text, size), MaskSet::ALL);
+        assert_eq!(read.print, ChantTrack::print_of(text, MaskSet::ALL));
+        read.chant.map_or(0, |c| c.0)
+    }
+
+    /// What answers are made of, for the property below: prose, markdown structure,
+    /// numbers and ids to mask, spacing to collapse, non-ASCII text, long runs.
+    const FRAGMENTS: &[&str] = &[
+        "word ",
+        "The same sentence comes back again. ",
+        "Again and again and again ",
+        "\n",
+        "\n\n",
+        "\r\n",
+        "```\n",
+        "~~~~\n",
+        "| a | b |\n",
+        "|---|---|\n",
+        "- ",
+        "1. ",
+        "12) ",
+        "## ",
+        "> ",
+        "  ",
+        "\t",
+        "42",
+        "3.14 ",
+        "pid 4821 ",
+        "request_id: a1b2c3 ",
+        "550e8400-e29b-41d4-a716-446655440000 ",
+        "0x7ffd1234 ",
+        "人/ ",
+        "°9",
+        "é",
+        "我们需要检查这个文件。",
+        "！",
+        "…",
+        "\u{b}",
+        "│ cell │\n",
+        "+--+\n",
+    ];
+
+    fn answer_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop_oneof![
+                20 => prop::sample::select(FRAGMENTS).prop_map(str::to_owned),
+                1 => (1usize..6000).prop_map(|n| "y".repeat(n)),
+                1 => (1usize..400).prop_map(|n| "long words ".repeat(n)),
+            ],
+            0..120,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any split of a text reads as the whole text: the same print, the same chant
+        /// (count and segment), masked or not.
+        #[test]
+        fn any_split_reads_as_the_whole(
+            text in answer_text(),
+            sizes in prop::collection::vec(1usize..300, 1..16),
+            masked in proptest::prelude::any::<bool>(),
+        ) {
+            let mask = if masked { MaskSet::ALL } else { MaskSet::NONE };
+            let whole = read_answer([text.as_str()], mask);
+            // Pieces of the given sizes in turn, cut at character boundaries.
+            let mut pieces = Vec::new();
+            let mut rest = text.as_str();
+            for size in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let mut cut = (*size).min(rest.len());
+                while !rest.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                let (piece, tail) = rest.split_at(cut);
+                pieces.push(piece);
+                rest = tail;
+            }
+            proptest::prop_assert_eq!(read_answer(pieces, mask), whole);
+        }
     }
 
     #[test]
