@@ -1,6 +1,7 @@
 //! Sends N model answers of a given size as `message` events, whole or streamed in 64-byte
-//! pieces, with the `recommended` preset: a harness for profilers (`perf`, `valgrind
-//! --tool=callgrind --toggle-collect='*message_cycle::cycle*'`).
+//! pieces, with the `recommended` preset (or the config in `LOOPGUARD_BENCH_CONFIG`): a
+//! harness for profilers (`perf`, `valgrind --tool=callgrind
+//! --toggle-collect='*message_cycle::cycle*'`).
 //!
 //! ```sh
 //! cargo run --release -p loopguard --example message_cycle -- 16384 200 stream
@@ -32,10 +33,13 @@ fn main() {
     let count: u64 = args.next().map_or(200, |s| s.parse().expect("COUNT"));
     let stream = args.next().as_deref() == Some("stream");
     let texts: Vec<String> = (0..count).map(|seed| answers::answer(size, seed)).collect();
-    let config = ConfigSet::parse(
-        "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }",
-    )
-    .expect("the preset parses");
+    // Another config to profile (the detectors of messages alone, masking off) in
+    // LOOPGUARD_BENCH_CONFIG.
+    let text = std::env::var("LOOPGUARD_BENCH_CONFIG").unwrap_or_else(|_| {
+        "{ tools: { loopDetection: { enabled: true } }, loopguard: { preset: 'recommended' } }"
+            .to_owned()
+    });
+    let config = ConfigSet::parse(&text).expect("the config parses");
     let mut guard = Guard::with_clock(config, Limits::default(), ManualClock::new(Millis::ZERO));
     let started = Instant::now();
     cycle(&mut guard, &texts, stream);

@@ -180,6 +180,12 @@ impl ChantTrack {
         }
     }
 
+    /// Whether segments are compared (else only the print is made).
+    #[cfg(test)]
+    pub(crate) fn compares(&self) -> bool {
+        self.chants
+    }
+
     /// The print of a whole text, without comparing segments.
     pub(crate) fn print_of(text: &str, mask: MaskSet) -> u64 {
         let mut track = Self::new(false);

@@ -261,12 +261,15 @@ impl RunState {
         if open.is_some_and(|s| s.id != id) {
             self.end_stream(cfg, false);
         }
+        // Segments are compared only for `content_chanting`; without it a stream makes
+        // its print alone.
+        let chants = ext.content_chanting.is_some();
         let stream = self.added7.turns.stream.get_or_insert_with(|| {
             Box::new(Stream {
                 id,
                 next: 0,
-                text: ChantTrack::new(true),
-                reasoning: ChantTrack::new(true),
+                text: ChantTrack::new(chants),
+                reasoning: ChantTrack::new(chants),
                 spelt: Spelt(None),
             })
         });
@@ -642,6 +645,39 @@ mod tests {
             v.detection().unwrap().excerpt(),
             Some("I will now run the tests again to be sure.")
         );
+    }
+
+    /// Without `content_chanting`, a streamed answer makes its print alone (no segment is
+    /// cut, hashed or kept), and a repeated answer is still found by its print.
+    #[test]
+    fn a_stream_without_content_chanting_makes_its_print_alone() {
+        let text = "The build fails because the import is missing. I will add it.\nThen I run the tests.\n";
+        for (detectors, compares) in [
+            ("repeatedMessage: { warningThreshold: 2 }", false),
+            (
+                "repeatedMessage: { warningThreshold: 2 }, contentChanting: {}",
+                true,
+            ),
+        ] {
+            let set = config(detectors);
+            let cfg = set.global();
+            let mut state = RunState::default();
+            let mut ends = Vec::new();
+            for id in ["m1", "m2"] {
+                for (i, piece) in text.as_bytes().chunks(16).enumerate() {
+                    let piece = std::str::from_utf8(piece).unwrap();
+                    let m = Message::assistant(piece)
+                        .with_id(Some(id))
+                        .as_delta(Some(i as u64));
+                    assert_eq!(word(&say(&mut state, cfg, m)), "allow");
+                    let stream = state.added7.turns.stream.as_ref().unwrap();
+                    assert_eq!(stream.text.compares(), compares, "{detectors}");
+                }
+                let end = Message::assistant(text).with_id(Some(id));
+                ends.push(word(&say(&mut state, cfg, end)));
+            }
+            assert_eq!(ends, ["allow", "warn"], "{detectors}");
+        }
     }
 
     #[test]
