@@ -6,17 +6,26 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loopguard::{ConfigSet, Millis, Outcome, RunState, Ticket};
+use loopguard::{ConfigSet, Millis, Outcome, RunState, SessionState, Ticket};
 use loopguard_events::Answer;
 
 fuzz_target!(|data: &[u8]| {
     if let Some(ticket) = Ticket::from_bytes(data) {
         let bytes = ticket.to_bytes();
-        assert_eq!(Ticket::from_bytes(&bytes).map(|t| t.to_bytes()), Some(bytes));
+        assert_eq!(
+            Ticket::from_bytes(&bytes).map(|t| t.to_bytes()),
+            Some(bytes)
+        );
         let config = ConfigSet::enabled_defaults();
         let cfg = config.global();
         let result = serde_json::json!("same");
-        let _ = RunState::default().finish(cfg, ticket, Outcome::Result(&result), Millis::new(1));
+        let _ = RunState::default().finish(
+            &mut SessionState::default(),
+            cfg,
+            ticket,
+            Outcome::Result(&result),
+            Millis::new(1),
+        );
     }
     if let Ok(answer) = Answer::from_json(data, "tool") {
         let text = serde_json::to_vec(&answer).expect("an answer writes out");

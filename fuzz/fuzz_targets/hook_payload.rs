@@ -27,7 +27,12 @@ fn db() -> &'static PathBuf {
 fuzz_target!(|data: &[u8]| {
     let options = Options::new(db().clone());
     for agent in [Agent::ClaudeCode, Agent::Codex, Agent::Gemini] {
-        let response = handle(agent, data, &options, loopguard::Millis::new(1_700_000_000_000));
+        let response = handle(
+            agent,
+            data,
+            &options,
+            loopguard::Millis::new(1_700_000_000_000),
+        );
         assert!(
             response.exit_code <= 1,
             "exit status {}",

@@ -17,8 +17,12 @@ fuzz_target!(|data: &[u8]| {
     for line in data.split(|&b| b == b'\n') {
         let routed = match line.split_first() {
             // The second bit: a line too long for the proxy, of which this is the head.
-            Some((&side, rest)) if side & 3 == 3 => relay.server_line_too_long(rest, 1 << 30, 1 << 29),
-            Some((&side, rest)) if side & 3 == 2 => relay.client_line_too_long(rest, 1 << 30, 1 << 29),
+            Some((&side, rest)) if side & 3 == 3 => {
+                relay.server_line_too_long(rest, 1 << 30, 1 << 29)
+            }
+            Some((&side, rest)) if side & 3 == 2 => {
+                relay.client_line_too_long(rest, 1 << 30, 1 << 29)
+            }
             Some((&side, rest)) if side & 1 == 1 => relay.from_server(rest),
             Some((_, rest)) => relay.from_client(rest),
             None => continue,

@@ -58,7 +58,9 @@ fuzz_target!(|data: &[u8]| {
     };
     static RESULT: Read = RESULT_READ;
     let mut tape = Tape::new();
-    let raw = tape.parse(text).expect("the tape reads what serde_json reads");
+    let raw = tape
+        .parse(text)
+        .expect("the tape reads what serde_json reads");
     let mut read_tape = Tape::new();
     let read = read_tape
         .parse_read(text, &RESULT)
@@ -69,7 +71,10 @@ fuzz_target!(|data: &[u8]| {
         let cfg = config.global();
         let a = CallPrint::for_config(tool, &value, cfg);
         let b = CallPrint::for_config(tool, raw, cfg);
-        assert_eq!((a.signature, a.rule, a.known_poll, a.target), (b.signature, b.rule, b.known_poll, b.target));
+        assert_eq!(
+            (a.signature, a.rule, a.known_poll, a.target),
+            (b.signature, b.rule, b.known_poll, b.target)
+        );
         for (v, r) in [
             (OutcomeOf::Result(&value), OutcomeOf::Result(raw)),
             (OutcomeOf::Error(&value), OutcomeOf::Error(raw)),

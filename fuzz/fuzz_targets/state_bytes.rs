@@ -38,10 +38,18 @@ fuzz_target!(|data: &[u8]| {
     let failed = serde_json::json!("failed");
     for i in 0..3u64 {
         let id = format!("f{i}");
-        let usage = Usage::new(400, 10).with_id(Some(&id)).with_model(Some("gpt-4o"));
+        let usage = Usage::new(400, 10)
+            .with_id(Some(&id))
+            .with_model(Some("gpt-4o"));
         let _ = state.usage(&mut session, cfg, &scope, &usage, Millis::new(i));
         let call = Call::new("edit", &args).with_id(Some(&id));
         let ticket = state.begin(&mut session, cfg, &scope, &call, Millis::new(i));
-        let _ = state.finish(cfg, ticket, Outcome::Error(&failed), Millis::new(i));
+        let _ = state.finish(
+            &mut session,
+            cfg,
+            ticket,
+            Outcome::Error(&failed),
+            Millis::new(i),
+        );
     }
 });

@@ -17,7 +17,14 @@ fuzz_target!(|data: &[u8]| {
         assert!(built.len() <= delta::MAX_LEN);
     }
     if let Some(d) = delta::diff(base, other) {
-        assert!(d.len() <= other.len() / 2, "a delta is only made when it is small");
-        assert_eq!(delta::apply(base, &d).unwrap(), other, "a delta rebuilds its input");
+        assert!(
+            d.len() <= other.len() / 2,
+            "a delta is only made when it is small"
+        );
+        assert_eq!(
+            delta::apply(base, &d).unwrap(),
+            other,
+            "a delta rebuilds its input"
+        );
     }
 });

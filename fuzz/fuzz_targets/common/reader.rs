@@ -15,7 +15,11 @@ struct Check {
 
 impl Sink for Check {
     fn push(&mut self, pos: Pos, item: Item) {
-        assert!(pos.offset <= self.len, "{pos:?} past the end ({})", self.len);
+        assert!(
+            pos.offset <= self.len,
+            "{pos:?} past the end ({})",
+            self.len
+        );
         match item {
             Item::Event(Event::Call { tool, .. }) => assert!(!tool.trim().is_empty()),
             Item::Event(Event::Result { call_id, .. }) => {
