@@ -840,11 +840,11 @@ mod tests {
         read_answer([text], MaskSet::ALL).chant.map_or(0, |c| c.0)
     }
 
-    /// `text` in pieces of `size` bytes (at character boundaries).
-    fn split(text: &str, size: usize) -> Vec<&str> {
+    /// `text` in pieces of the given sizes in turn, each cut at a character boundary.
+    fn split(text: &str, mut sizes: impl Iterator<Item = usize>) -> Vec<&str> {
         let mut out = Vec::new();
         let mut rest = text;
-        while !rest.is_empty() {
+        while let Some(size) = sizes.next().filter(|_| !rest.is_empty()) {
             let mut cut = size.min(rest.len());
             while !rest.is_char_boundary(cut) {
                 cut += 1;
@@ -859,7 +859,7 @@ mod tests {
     /// The highest count found feeding `text` in pieces of `size` bytes, whose print must
     /// be the whole text's.
     fn pieces(text: &str, size: usize) -> u32 {
-        let read = read_answer(split(text, size), MaskSet::ALL);
+        let read = read_answer(split(text, std::iter::repeat(size)), MaskSet::ALL);
         assert_eq!(read.print, ChantTrack::print_of(text, MaskSet::ALL));
         read.chant.map_or(0, |c| c.0)
     }
@@ -926,21 +926,7 @@ mod tests {
         ) {
             let mask = if masked { MaskSet::ALL } else { MaskSet::NONE };
             let whole = read_answer([text.as_str()], mask);
-            // Pieces of the given sizes in turn, cut at character boundaries.
-            let mut pieces = Vec::new();
-            let mut rest = text.as_str();
-            for size in sizes.iter().cycle() {
-                if rest.is_empty() {
-                    break;
-                }
-                let mut cut = (*size).min(rest.len());
-                while !rest.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                let (piece, tail) = rest.split_at(cut);
-                pieces.push(piece);
-                rest = tail;
-            }
+            let pieces = split(&text, sizes.iter().copied().cycle());
             proptest::prop_assert_eq!(read_answer(pieces, mask), whole);
         }
     }
