@@ -313,18 +313,46 @@ thread_local! {
 
 /// Runs `f` with `text` masked by `set` (or `text` itself when nothing matched).
 pub(crate) fn with_masked<R>(text: &str, set: MaskSet, f: impl FnOnce(&str) -> R) -> R {
+    let bytes = text.as_bytes();
+    masked_from(text, set, |from| next_digit(bytes, from), f)
+}
+
+/// [`with_masked`] for a text of at most 64 bytes whose ASCII digits are the bits of
+/// `digits` (bit `k` for byte `k`), found by the caller in a pass it made anyway.
+pub(crate) fn with_masked_short<R>(
+    text: &str,
+    set: MaskSet,
+    digits: u64,
+    f: impl FnOnce(&str) -> R,
+) -> R {
+    debug_assert!(text.len() <= 64);
+    let next = |from: usize| {
+        let rest = digits & u64::MAX.checked_shl(from as u32).unwrap_or(0);
+        (rest != 0).then(|| rest.trailing_zeros() as usize)
+    };
+    masked_from(text, set, next, f)
+}
+
+/// [`with_masked`] with the text's next digit at or after a position given by `next`.
+#[inline(always)]
+fn masked_from<R>(
+    text: &str,
+    set: MaskSet,
+    next: impl Fn(usize) -> Option<usize>,
+    f: impl FnOnce(&str) -> R,
+) -> R {
     // Every rule needs a digit in its token: text without one (most prose) is left as it
     // is without taking the buffer.
     let bytes = text.as_bytes();
     let mut first = match set.is_empty() {
         true => None,
-        false => next_digit(bytes, 0),
+        false => next(0),
     };
     // Plain numbers (`1.` of a list, `(0)`) are what most digits are: skipped here as
     // `mask_into` would skip them, so that a text with no other token is used as it is
     // without taking the buffer.
     while let Some(end) = first.and_then(|digit| plain_number(bytes, digit, set)) {
-        first = next_digit(bytes, end);
+        first = next(end);
     }
     let Some(first) = first else {
         return f(text);

@@ -305,6 +305,7 @@ impl<T, S: SessionValue> SessionTable<T, S> {
 
     /// Whether opening `session` would find the sessions at their bound (the guard sweeps
     /// idle sessions first then).
+    #[inline]
     pub(crate) fn is_full_for(&self, session: &str) -> bool {
         // The count first: a table below its bound needs no lookup.
         self.shared.sessions.load(Ordering::Acquire) >= self.shared.max_sessions

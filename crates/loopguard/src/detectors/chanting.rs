@@ -57,6 +57,11 @@ pub const LINE_CAP: usize = 4096;
 /// Longest excerpt of a chanted segment put in a message, in characters.
 pub const EXCERPT_CHARS: usize = 80;
 
+/// The room a new answer's line in progress gets at once, in bytes.
+const PENDING_START: usize = 512;
+/// The room a new answer's steps get at once.
+const STEPS_START: usize = 32;
+
 /// The multiplier of the running hash over steps.
 const BASE: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -221,7 +226,12 @@ impl ChantTrack {
             }
             base += 64;
         }
-        self.pending.push_str(&text[start..]);
+        let rest = &text[start..];
+        if self.pending.capacity() == 0 && !rest.is_empty() {
+            // Once, rather than doubling from 8 bytes in every new answer.
+            self.pending.reserve(rest.len().max(PENDING_START));
+        }
+        self.pending.push_str(rest);
         // A long line is judged in pieces as it comes: the cuts depend on its text only,
         // so they fall where `whole_line` puts them.
         while self.pending.len() > LINE_CAP {
@@ -275,29 +285,14 @@ impl ChantTrack {
             return;
         }
         let scratch = &mut self.scratch;
-        let hash = crate::masking::with_masked(line, mask, |masked| {
-            // Most lines have nothing masked: the line itself, trimmed already.
-            let trimmed = match std::ptr::eq(masked, line) {
-                true => trimmed,
-                false => trim_ascii(masked),
-            };
-            if single_spaced(trimmed.as_bytes()) {
-                return (!trimmed.is_empty()).then(|| xxh3_64(trimmed.as_bytes()));
-            }
-            scratch.clear();
-            for word in trimmed.split_ascii_whitespace() {
-                if !scratch.is_empty() {
-                    scratch.push(' ');
-                }
-                scratch.push_str(word);
-            }
-            let hash = (!scratch.is_empty()).then(|| xxh3_64(scratch.as_bytes()));
-            if scratch.capacity() > LINE_CAP * 2 {
-                // Not kept: a line that long is rare.
-                *scratch = String::new();
-            }
-            hash
-        });
+        let hash = match short_facts(trimmed.as_bytes()) {
+            // A short line (most): its digits and its spacing found in one pass.
+            Some(facts) => crate::masking::with_masked_short(trimmed, mask, facts.digits, |m| {
+                let spaced = std::ptr::eq(m, trimmed) && !facts.odd_spacing;
+                words_hash(m, spaced, scratch)
+            }),
+            None => crate::masking::with_masked(trimmed, mask, |m| words_hash(m, false, scratch)),
+        };
         if let Some(hash) = hash {
             self.print = mix(self.print, hash) | 1;
         }
@@ -394,6 +389,10 @@ impl ChantTrack {
         while self.steps.len() >= WINDOW {
             self.steps.pop_front();
         }
+        if self.steps.capacity() == 0 {
+            // Once, rather than doubling from 4 steps in every new answer.
+            self.steps.reserve_exact(STEPS_START);
+        }
         self.steps.push_back(Step {
             hash,
             prefix: self.prefix,
@@ -450,6 +449,70 @@ impl ChantTrack {
             return 1;
         }
         n as u32
+    }
+}
+
+/// The hash of `text`'s words joined by single spaces (`None`: no word); `spaced`: known to
+/// be trimmed and single-spaced already. `scratch` holds the joined words when they differ.
+fn words_hash(text: &str, spaced: bool, scratch: &mut String) -> Option<u64> {
+    let text = match spaced {
+        true => text,
+        false => trim_ascii(text),
+    };
+    if spaced || single_spaced(text.as_bytes()) {
+        return (!text.is_empty()).then(|| xxh3_64(text.as_bytes()));
+    }
+    scratch.clear();
+    for word in text.split_ascii_whitespace() {
+        if !scratch.is_empty() {
+            scratch.push(' ');
+        }
+        scratch.push_str(word);
+    }
+    let hash = (!scratch.is_empty()).then(|| xxh3_64(scratch.as_bytes()));
+    if scratch.capacity() > LINE_CAP * 2 {
+        // Not kept: a line that long is rare.
+        *scratch = String::new();
+    }
+    hash
+}
+
+/// What one pass over a short text finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ShortFacts {
+    /// Its ASCII digits, as bits (bit `k` for byte `k`).
+    digits: u64,
+    /// Whether it has whitespace other than single spaces ([`single_spaced`] is false).
+    odd_spacing: bool,
+}
+
+/// The digits and the spacing of `bytes`, when it is at most 64 bytes long: one
+/// branch-free pass over a zero-padded block of 32 or 64 bytes, which the compiler turns
+/// into SIMD.
+fn short_facts(bytes: &[u8]) -> Option<ShortFacts> {
+    match bytes.len() {
+        0..=32 => Some(facts_of_block::<32, 33>(bytes)),
+        33..=64 => Some(facts_of_block::<64, 65>(bytes)),
+        _ => None,
+    }
+}
+
+/// [`short_facts`] over a block of `N` bytes (`P` = `N` + 1, the padding the next-byte
+/// look needs).
+#[inline(always)]
+fn facts_of_block<const N: usize, const P: usize>(bytes: &[u8]) -> ShortFacts {
+    let mut block = [0u8; P];
+    block[..bytes.len()].copy_from_slice(bytes);
+    let mut digits = [0u8; N];
+    let mut odd = 0u8;
+    for k in 0..N {
+        let (b, next) = (block[k], block[k + 1]);
+        digits[k] = u8::from(b.wrapping_sub(b'0') < 10);
+        odd |= u8::from((b == b'\t') | (b == b'\r') | (b == 0x0C) | ((b == b' ') & (next == b' ')));
+    }
+    ShortFacts {
+        digits: gather_bits(&digits),
+        odd_spacing: odd != 0,
     }
 }
 
@@ -649,6 +712,13 @@ fn byte_bits(bytes: &[u8], is: impl Fn(u8) -> bool) -> u64 {
     for (flag, &b) in flags.iter_mut().zip(block) {
         *flag = u8::from(is(b));
     }
+    gather_bits(&flags)
+}
+
+/// Flags of 0 or 1, one per byte, as bits: gathered eight at a time, each multiplied into
+/// the top byte of a word.
+#[inline(always)]
+fn gather_bits<const N: usize>(flags: &[u8; N]) -> u64 {
     flags
         .chunks_exact(8)
         .enumerate()
@@ -928,6 +998,65 @@ mod tests {
             let whole = read_answer([text.as_str()], mask);
             let pieces = split(&text, sizes.iter().copied().cycle());
             proptest::prop_assert_eq!(read_answer(pieces, mask), whole);
+        }
+
+        /// The print is each line's words, masked, joined by single spaces, blank lines
+        /// left out, however a line is read (the one pass over a short line, or the
+        /// general way).
+        #[test]
+        fn the_print_is_the_masked_words_of_each_line(
+            parts in prop::collection::vec(prop::sample::select(FRAGMENTS), 0..80),
+            masked in proptest::prelude::any::<bool>(),
+        ) {
+            let text = parts.concat();
+            let mask = if masked { MaskSet::ALL } else { MaskSet::NONE };
+            let mut want = 0;
+            for line in text.split('\n') {
+                let line = line.strip_suffix('\r').unwrap_or(line);
+                let words = crate::masking::mask(line, mask)
+                    .split_ascii_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !words.is_empty() {
+                    want = mix(want, xxh3_64(words.as_bytes())) | 1;
+                }
+            }
+            proptest::prop_assert_eq!(ChantTrack::print_of(&text, mask), want);
+        }
+    }
+
+    #[test]
+    fn short_facts_are_the_bytes_tested_one_by_one() {
+        let alphabet = b" \t\r\x0c\x0b09a.\xe4\xba\xba/";
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 70) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|k| alphabet[((state >> (k % 50)) as usize + k * 7) % alphabet.len()])
+                .collect();
+            let facts = short_facts(&bytes);
+            if len > 64 {
+                assert_eq!(facts, None);
+                continue;
+            }
+            let digits = bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.is_ascii_digit())
+                .fold(0u64, |bits, (k, _)| bits | 1 << k);
+            let odd = bytes.iter().any(|b| matches!(b, b'\t' | b'\r' | 0x0C))
+                || bytes.windows(2).any(|w| w == b"  ");
+            assert_eq!(
+                facts,
+                Some(ShortFacts {
+                    digits,
+                    odd_spacing: odd
+                }),
+                "{bytes:?}"
+            );
         }
     }
 

@@ -91,6 +91,10 @@ impl RunState {
     ) -> Verdict {
         self.last_active = now;
         let verdict = self.judge_message(cfg, message);
+        if matches!(verdict, Verdict::Allow) {
+            // Most messages: nothing to log, and no verdict to move.
+            return Verdict::Allow;
+        }
         observe::message(scope, message.role.as_str(), &verdict);
         verdict
     }
