@@ -564,6 +564,20 @@ fn accepts(rule: &MaskRule, m: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A placeholder holds no whitespace, so a trimmed text stays trimmed once masked
+    /// (the answer's print relies on it).
+    #[test]
+    fn placeholders_hold_no_whitespace() {
+        for rule in MASK_RULES {
+            assert!(
+                !rule.placeholder.contains(char::is_whitespace),
+                "{}",
+                rule.name
+            );
+            assert!(!rule.placeholder.is_empty(), "{}", rule.name);
+        }
+    }
+
     /// Each rule's pre-test never turns down a token its pattern matches in: every
     /// example of every rule, and tokens built to sit just on the minimum lengths.
     #[test]

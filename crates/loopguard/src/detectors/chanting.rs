@@ -452,13 +452,11 @@ impl ChantTrack {
     }
 }
 
-/// The hash of `text`'s words joined by single spaces (`None`: no word); `spaced`: known to
-/// be trimmed and single-spaced already. `scratch` holds the joined words when they differ.
+/// The hash of `text`'s words joined by single spaces (`None`: no word). `text` is a
+/// trimmed line, masked or not (a placeholder holds no whitespace, so masking keeps it
+/// trimmed); `spaced`: known to be single-spaced already. `scratch` holds the joined
+/// words when they differ.
 fn words_hash(text: &str, spaced: bool, scratch: &mut String) -> Option<u64> {
-    let text = match spaced {
-        true => text,
-        false => trim_ascii(text),
-    };
     if spaced || single_spaced(text.as_bytes()) {
         return (!text.is_empty()).then(|| xxh3_64(text.as_bytes()));
     }
@@ -508,7 +506,7 @@ fn facts_of_block<const N: usize, const P: usize>(bytes: &[u8]) -> ShortFacts {
     for k in 0..N {
         let (b, next) = (block[k], block[k + 1]);
         digits[k] = u8::from(b.wrapping_sub(b'0') < 10);
-        odd |= u8::from((b == b'\t') | (b == b'\r') | (b == 0x0C) | ((b == b' ') & (next == b' ')));
+        odd |= u8::from(odd_space(b, next));
     }
     ShortFacts {
         digits: gather_bits(&digits),
@@ -516,16 +514,20 @@ fn facts_of_block<const N: usize, const P: usize>(bytes: &[u8]) -> ShortFacts {
     }
 }
 
+/// Whether the byte `b`, followed by `next`, is spacing that [`single_spaced`] refuses: a
+/// tab, a carriage return, a form feed, or a space before another.
+#[inline(always)]
+fn odd_space(b: u8, next: u8) -> bool {
+    (b == b'\t') | (b == b'\r') | (b == 0x0C) | ((b == b' ') & (next == b' '))
+}
+
 /// Whether `bytes` separates its words by single spaces only: no tab, form feed or
 /// carriage return (the other ASCII whitespace, besides the newlines a line has none of),
 /// and no two spaces in a row. Branch-free over blocks of 32 bytes, which the compiler
 /// turns into SIMD.
 fn single_spaced(bytes: &[u8]) -> bool {
-    let odd = |b: u8, next: u8| {
-        (b == b'\t') | (b == b'\r') | (b == 0x0C) | ((b == b' ') & (next == b' '))
-    };
     let block_is_odd =
-        |block: &[u8; 33]| (0..32).fold(false, |any, k| any | odd(block[k], block[k + 1]));
+        |block: &[u8; 33]| (0..32).fold(false, |any, k| any | odd_space(block[k], block[k + 1]));
     let mut i = 0;
     while i + 33 <= bytes.len() {
         if block_is_odd(bytes[i..i + 33].try_into().expect("33 bytes")) {
